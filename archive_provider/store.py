@@ -1,0 +1,334 @@
+"""The SQLite shell around the log: one file per profile, append-only, hash-chained.
+
+Layout under ``<HERMES_HOME>/archive/``: ``events.db`` (WAL) and ``payload.key`` (the
+per-store BLAKE3 key, mode 0600). The schema is a documented interface (docs/FORMAT.md
+section 6): an auditor can open it with ``sqlite3`` or ``sqlite-utils``.
+
+One :class:`EventStore` owns one connection in autocommit mode; every append is one
+explicit ``BEGIN IMMEDIATE`` transaction that reads the chain head, inserts payloads,
+envelopes and projection updates, moves the head and commits, so two writers (even in two
+processes) can never fork the chain and a reader never sees half a batch.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .canonical import canonical_bytes
+from .clock import now_text
+from .digests import (
+    FORMAT_VERSION,
+    KEY_BYTES,
+    Envelope,
+    chain_hash,
+    genesis_chain,
+    identity_digest,
+    key_text,
+    parts_text,
+)
+from .events import AppendResult, Hasher, NewEvent, StoredEvent
+
+DB_NAME = "events.db"
+KEY_NAME = "payload.key"
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    time     TEXT NOT NULL,
+    type     TEXT NOT NULL,
+    session  TEXT NOT NULL,
+    key      TEXT NOT NULL,
+    identity TEXT NOT NULL UNIQUE,
+    payload  TEXT NOT NULL,
+    parts    TEXT NOT NULL,
+    chain    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session, seq);
+CREATE INDEX IF NOT EXISTS events_type ON events(type, seq);
+CREATE INDEX IF NOT EXISTS events_time ON events(time);
+CREATE TABLE IF NOT EXISTS payloads (
+    digest TEXT PRIMARY KEY,
+    body   BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS head (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    seq   INTEGER NOT NULL,
+    chain TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS payloads_immutable BEFORE UPDATE ON payloads
+BEGIN SELECT RAISE(ABORT, 'payloads are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS payloads_no_delete BEFORE DELETE ON payloads
+BEGIN SELECT RAISE(ABORT, 'payloads are kept; erasure is a recorded event'); END;
+"""
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used; the message says what is wrong and how to fix it."""
+
+
+class Projection(Protocol):
+    """Derived state kept in the same database and updated in the append transaction."""
+
+    name: str
+
+    def create(self, conn: sqlite3.Connection) -> None: ...
+
+    def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None: ...
+
+
+@dataclass(frozen=True)
+class Head:
+    seq: int
+    chain: str
+
+
+def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
+    return Path(hermes_home) / "archive"
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        key = bytes.fromhex(path.read_text().strip())
+    except FileNotFoundError:
+        raise StoreError(
+            f"the payload key {path} is missing; without it payload digests cannot be "
+            "checked. Restore it from your backup (it is listed in backup_paths())."
+        ) from None
+    except ValueError:
+        raise StoreError(f"the payload key {path} is not hex text; restore it from backup") from None
+    if len(key) != KEY_BYTES:
+        raise StoreError(f"the payload key {path} must hold {KEY_BYTES} bytes, found {len(key)}")
+    return key
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def connect(path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    """Open a connection with the settings every part of the package relies on."""
+    if readonly:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return conn
+
+
+class EventStore:
+    """One archive database: append, read, head. Not thread-safe: one owner at a time."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, key: bytes, store_id: str, projections: Sequence[Projection] = ()) -> None:
+        self.path = path
+        self.conn = conn
+        self.key = key
+        self.store_id = store_id
+        self.hasher = Hasher(key)
+        self.projections = list(projections)
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        readonly: bool = False,
+        projections: Sequence[Projection] = (),
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> EventStore:
+        """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``)."""
+        folder = Path(folder)
+        db_path, key_path = folder / DB_NAME, folder / KEY_NAME
+        if not db_path.exists():
+            if not create or readonly:
+                raise StoreError(f"no archive at {db_path}")
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(folder, 0o700)
+            if not key_path.exists():
+                _write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
+            # create the file 0600 before SQLite opens it
+            os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        key = _read_key(key_path)
+        try:
+            conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
+            if not readonly:
+                cls._initialise(conn)
+            store_id = cls._meta(conn, "store_id")
+            version = int(cls._meta(conn, "format_version"))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"cannot open the archive {db_path}: {exc}. If the file is corrupt, move it "
+                "aside and restore the archive folder from backup; `hermes-archive verify` "
+                "names the first bad event of a readable copy."
+            ) from exc
+        if version != FORMAT_VERSION:
+            raise StoreError(f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}")
+        store = cls(db_path, conn, key, store_id, projections)
+        if not readonly:
+            store._create_projections()
+        return store
+
+    @staticmethod
+    def _initialise(conn: sqlite3.Connection) -> None:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"SQLite refused WAL mode (got {mode!r}); is the folder on a network filesystem?")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in SCHEMA.split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (secrets.token_hex(16),))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (now_text(),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _meta(conn: sqlite3.Connection, name: str) -> str:
+        row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise StoreError(f"the archive has no {name!r} in its meta table; it is not a hermes-archive store")
+        return str(row[0])
+
+    def _create_projections(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for projection in self.projections:
+                projection.create(self.conn)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def head(self) -> Head:
+        row = self.conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
+        return Head(row[0], row[1]) if row else Head(0, genesis_chain(self.store_id))
+
+    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
+        """Events in sequence order with their payloads, streamed (memory stays flat)."""
+        sql = (
+            "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, p.body "
+            "FROM events e LEFT JOIN payloads p ON p.digest = e.payload WHERE e.seq > ?"
+        )
+        args: list[int] = [after_seq]
+        if until_seq is not None:
+            sql += " AND e.seq <= ?"
+            args.append(until_seq)
+        for row in self.conn.execute(sql + " ORDER BY e.seq", args):
+            yield stored_event(row)
+
+    def event(self, seq: int) -> StoredEvent | None:
+        return next(self.events(seq - 1, until_seq=seq), None)
+
+    def payload(self, digest: str) -> bytes | None:
+        row = self.conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def has_identity(self, identity: str) -> int | None:
+        row = self.conn.execute("SELECT seq FROM events WHERE identity = ?", (identity,)).fetchone()
+        return int(row[0]) if row else None
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, events: Sequence[NewEvent], *, durable: bool = False) -> list[AppendResult]:
+        """Append ``events`` in one transaction; durable means committed with synchronous=FULL.
+
+        SQLite only changes the synchronous level between transactions, so the pragma is
+        set before ``BEGIN``. Returns one result per event, in order.
+        """
+        conn = self.conn
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            results = self._append_in_transaction(events)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
+
+    def _append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
+        conn = self.conn
+        head = self.head()
+        seq, chain = head.seq, head.chain
+        results: list[AppendResult] = []
+        time = now_text()
+        for event in events:
+            key = key_text(event.key)
+            identity = identity_digest(event.type, event.key)
+            existing = self.has_identity(identity)
+            if existing is not None:
+                results.append(AppendResult("already_archived", existing, identity, event.type))
+                continue
+            body = canonical_bytes(event.body)
+            payload = self.hasher.digest(body)
+            conn.execute("INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)", (payload, body))
+            if event.parts:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)",
+                    [(part.digest, part.body) for part in event.parts],
+                )
+            seq += 1
+            envelope = Envelope(
+                seq, time, event.type, event.session, key, identity, payload,
+                parts_text([part.digest for part in event.parts]),
+            )
+            chain = chain_hash(chain, envelope)
+            conn.execute(
+                "INSERT INTO events (seq, time, type, session, key, identity, payload, parts, chain) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (seq, time, event.type, event.session, key, identity, payload, envelope.parts, chain),
+            )
+            stored = StoredEvent(envelope, chain, body)
+            for projection in self.projections:
+                projection.apply(conn, stored)
+            results.append(AppendResult("appended", seq, identity, event.type))
+        if seq != head.seq:
+            conn.execute(
+                "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
+                (seq, chain),
+            )
+        return results
+
+
+def stored_event(row: Sequence[object]) -> StoredEvent:
+    """Build a StoredEvent from an ``events`` row joined with its payload body."""
+    seq, time, type_, session, key, identity, payload, parts, chain, body = row
+    envelope = Envelope(
+        int(seq),  # type: ignore[call-overload]
+        str(time), str(type_), str(session), str(key), str(identity), str(payload), str(parts),
+    )
+    if body is None:
+        raise StoreError(f"event {seq}: its payload {payload} is missing from the payloads table")
+    return StoredEvent(envelope, str(chain), bytes(body))  # type: ignore[call-overload]
