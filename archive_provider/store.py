@@ -16,6 +16,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -89,6 +90,8 @@ class Projection(Protocol):
     def create(self, conn: sqlite3.Connection) -> None: ...
 
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None: ...
+
+    def last_seq(self, conn: sqlite3.Connection) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -215,10 +218,17 @@ class EventStore:
         return str(row[0])
 
     def _create_projections(self) -> None:
+        """Create missing projection tables and catch up any projection behind the log."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             for projection in self.projections:
                 projection.create(self.conn)
+            behind = [(p, p.last_seq(self.conn)) for p in self.projections]
+            start = min((seq for _, seq in behind), default=self.head().seq)
+            for event in self.events(start):
+                for projection, last in behind:
+                    if event.seq > last:
+                        projection.apply(self.conn, event)
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -265,19 +275,25 @@ class EventStore:
         SQLite only changes the synchronous level between transactions, so the pragma is
         set before ``BEGIN``. Returns one result per event, in order.
         """
+        with self.transaction(durable=durable):
+            return self.append_in_transaction(events)
+
+    @contextmanager
+    def transaction(self, *, durable: bool = False) -> Iterator[None]:
+        """One write transaction; the head is read and moved inside it."""
         conn = self.conn
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            results = self._append_in_transaction(events)
+            yield
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return results
 
-    def _append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
+    def append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
+        """Append inside an open :meth:`transaction`; later reads in it see these events."""
         conn = self.conn
         head = self.head()
         seq, chain = head.seq, head.chain
@@ -293,11 +309,12 @@ class EventStore:
             body = canonical_bytes(event.body)
             payload = self.hasher.digest(body)
             conn.execute("INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)", (payload, body))
+            stored = 0
             if event.parts:
-                conn.executemany(
+                stored = conn.executemany(
                     "INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)",
                     [(part.digest, part.body) for part in event.parts],
-                )
+                ).rowcount
             seq += 1
             envelope = Envelope(
                 seq, time, event.type, event.session, key, identity, payload,
@@ -309,10 +326,10 @@ class EventStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (seq, time, event.type, event.session, key, identity, payload, envelope.parts, chain),
             )
-            stored = StoredEvent(envelope, chain, body)
+            record = StoredEvent(envelope, chain, body)
             for projection in self.projections:
-                projection.apply(conn, stored)
-            results.append(AppendResult("appended", seq, identity, event.type))
+                projection.apply(conn, record)
+            results.append(AppendResult("appended", seq, identity, event.type, stored))
         if seq != head.seq:
             conn.execute(
                 "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "

@@ -17,6 +17,7 @@ import contextvars
 import logging
 import os
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -229,33 +230,49 @@ class Writer:
             self._fail_durable(WriterUnavailable(self.last_error or "archive store unavailable"))
             return False
         batch = self._pending
-        for job in batch:
-            if job.events is None:
-                try:
-                    job.events = list(job.build(store))
-                except Exception as exc:  # a builder bug must not wedge the queue
-                    log.exception("archive job %s could not be built", job.label)
-                    job.events = []
-                    job.future.set_exception(exc)
         durable = any(job.durable for job in batch)
-        events = [event for job in batch for event in (job.events or ())]
+        results: list[list[AppendResult]] = []
         try:
-            results = store.append(events, durable=durable) if events else []
+            with store.transaction(durable=durable):
+                for job in batch:
+                    results.append(self._append_job(job, store))
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
-            log.error("archive append of %d events failed: %s", len(events), self.last_error)
+            log.error("archive append of %d jobs failed: %s", len(batch), self.last_error)
             self._fail_durable(WriterUnavailable(f"the archive could not commit: {self.last_error}"))
             self._reset_store_after(exc)
             return False
         self.last_error = None
-        index = 0
-        for job in batch:
-            count = len(job.events or ())
+        for job, job_results in zip(batch, results):
             if not job.future.done():
-                job.future.set_result(results[index : index + count])
-            index += count
+                job.future.set_result(job_results)
         self._pending = []
         return True
+
+    @staticmethod
+    def _append_job(job: Job, store: EventStore) -> list[AppendResult]:
+        """Build (inside the transaction, so it sees the jobs before it) and append one job.
+
+        A job whose own input cannot be archived fails alone, under a savepoint, so it can
+        never wedge the queue; database errors fail the whole batch, which is retried.
+        """
+        store.conn.execute("SAVEPOINT job")
+        try:
+            if job.events is None:
+                job.events = list(job.build(store))
+            results = store.append_in_transaction(job.events)
+        except sqlite3.Error:
+            raise
+        except Exception as exc:
+            store.conn.execute("ROLLBACK TO job")
+            store.conn.execute("RELEASE job")
+            log.exception("archive job %s could not be archived", job.label or "?")
+            job.events = []
+            if not job.future.done():
+                job.future.set_exception(exc)
+            return []
+        store.conn.execute("RELEASE job")
+        return results
 
     def _fail_durable(self, error: Exception) -> None:
         """Durable jobs fail fast (their caller raises); ordinary jobs stay queued."""

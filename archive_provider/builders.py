@@ -1,0 +1,137 @@
+"""Event builders: host facts in, :class:`NewEvent` out. Pure apart from the keyed hasher.
+
+Each builder decides what makes its event *that* event (the identity key, DESIGN.md
+invariant 2) and what the payload records. Message texts are parts, stored once by digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .canonical import canonical_bytes
+from .events import Hasher, NewEvent, Part
+from .evidence import archivable, archivable_text
+
+
+def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tuple[Part, ...]:
+    return tuple(hasher.part(message) for message in messages)
+
+
+def turn(hasher: Hasher, session: str, ordinal: int, parts: Sequence[Part], *, start: int, legacy: bool) -> NewEvent:
+    """A completed turn: its new messages (all roles, as the host sent them)."""
+    digests = [part.digest for part in parts]
+    return NewEvent(
+        "turn",
+        session,
+        {"session": session, "turn": ordinal, "messages": digests},
+        {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
+        tuple(parts),
+    )
+
+
+def checkpoint(
+    hasher: Hasher,
+    session: str,
+    parts: Sequence[Part],
+    *,
+    parent_session: str,
+    host_api_version: int | None,
+    require_checkpoint: bool,
+    received: int,
+) -> NewEvent:
+    """A pre-compress checkpoint: the ordered evidence digests; identity = session + list."""
+    digests = [part.digest for part in parts]
+    evidence = hasher.digest(canonical_bytes(digests))
+    return NewEvent(
+        "checkpoint",
+        session,
+        {"session": session, "evidence": evidence},
+        {
+            "evidence": digests,
+            "evidence_digest": evidence,
+            "parent_session": parent_session,
+            "host_api_version": host_api_version,
+            "provider_api_version": 2,
+            "require_checkpoint": require_checkpoint,
+            "received_messages": received,
+        },
+        tuple(parts),
+    )
+
+
+def checkpoint_failed(session: str, *, at: str, error: str, require_checkpoint: bool, evidence_count: int) -> NewEvent:
+    return NewEvent(
+        "checkpoint_failed",
+        session,
+        {"session": session, "at": at},
+        {"error": archivable_text(error), "require_checkpoint": require_checkpoint, "evidence_count": evidence_count},
+    )
+
+
+def memory_write(
+    hasher: Hasher, session: str, order: int, action: str, target: str, content: Any, metadata: Any
+) -> NewEvent:
+    """A built-in memory write, exactly as the host sent it (content kept apart by digest)."""
+    part = hasher.part(archivable(content))
+    return NewEvent(
+        "memory_write",
+        session,
+        {"session": session, "order": order, "content": part.digest},
+        {
+            "order": order,
+            "action": archivable(action),
+            "target": archivable(target),
+            "content": part.digest,
+            "metadata": archivable(metadata),
+        },
+        (part,),
+    )
+
+
+def session_started(session: str, *, at: str, details: Mapping[str, Any]) -> NewEvent:
+    return NewEvent("session_started", session, {"session": session, "at": at}, archivable(dict(details)))
+
+
+def session_switched(session: str, *, previous: str, at: str, details: Mapping[str, Any]) -> NewEvent:
+    body = archivable({"from": previous, **details})
+    return NewEvent("session_switched", session, {"session": session, "from": previous, "at": at}, body)
+
+
+def session_ended(session: str, *, at: str, message_count: int) -> NewEvent:
+    return NewEvent(
+        "session_ended", session, {"session": session, "at": at}, {"message_count": message_count}
+    )
+
+
+def recall_served(
+    hasher: Hasher, session: str, *, turn: int, query: str, result: str, sources: Sequence[int], at: str
+) -> NewEvent:
+    """What the provider returned as recall for which turn (the host may still trim it)."""
+    query_part, result_part = hasher.part(archivable_text(query)), hasher.part(archivable_text(result))
+    return NewEvent(
+        "recall_served",
+        session,
+        {"session": session, "turn": turn, "query": query_part.digest, "result": result_part.digest, "at": at},
+        {"turn": turn, "query": query_part.digest, "result": result_part.digest, "sources": list(sources)},
+        (query_part, result_part),
+    )
+
+
+def delegation(hasher: Hasher, session: str, *, task: Any, result: Any, child_session: str, details: Mapping[str, Any]) -> NewEvent:
+    task_part, result_part = hasher.part(archivable(task)), hasher.part(archivable(result))
+    return NewEvent(
+        "delegation",
+        session,
+        {"session": session, "child": child_session, "task": task_part.digest, "result": result_part.digest},
+        archivable({"task": task_part.digest, "result": result_part.digest, "child_session": child_session, **details}),
+        (task_part, result_part),
+    )
+
+
+def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
+    """A hook's input could not be archived: recorded, never silently dropped."""
+    return NewEvent(
+        "write_failed", session, {"session": session, "hook": hook, "at": at},
+        {"hook": hook, "error": archivable_text(error)},
+    )

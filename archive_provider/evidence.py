@@ -1,0 +1,127 @@
+"""Evidence normalization and transcript deltas: pure functions, no I/O.
+
+Hosts hand the provider whatever their callers built: dicts with odd shapes, ``None``
+content, content as a list of parts, bytes, lone surrogates, numbers JSON cannot say.
+:func:`archivable` turns any of it into a value with a canonical encoding *without losing
+information* (anything it cannot keep as-is is kept as tagged text), so archiving never
+fails on input and never drops it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .canonical import INT_MAX, INT_MIN, MAX_DEPTH
+
+COMPRESSED_SUMMARY_KEY = "_compressed_summary"
+DIRECT_ROLES = frozenset({"user", "assistant"})
+_DEPTH_BUDGET = MAX_DEPTH - 8  # room for the envelope around a message
+
+
+def archivable_text(text: str) -> str:
+    """Join surrogate pairs spelled as two code points; lone surrogates stay (escaped later)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+
+
+def archivable(value: Any, _depth: int = 0) -> Any:
+    """Return ``value`` in a form the canonical encoding accepts, keeping all information.
+
+    bytes become text via UTF-8 with ``surrogateescape`` (the bytes are recoverable);
+    numbers JSON cannot carry and unknown objects become ``{"$type": ..., "$text": ...}``;
+    non-text keys become text (``"$key:<repr>"`` when that would collide).
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return archivable_text(value)
+    if isinstance(value, int):
+        return int(value) if INT_MIN <= value <= INT_MAX else {"$type": "int", "$text": str(value)}
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$type": "float", "$text": repr(value)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    if _depth >= _DEPTH_BUDGET and isinstance(value, (Mapping, list, tuple)):
+        return {"$type": "deep", "$text": repr(value)}
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = archivable_text(key) if isinstance(key, str) else f"$key:{key!r}"
+            if name in out:
+                name = f"$key:{key!r}"
+            out[name] = archivable(item, _depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [archivable(item, _depth + 1) for item in value]
+    return {"$type": type(value).__name__, "$text": archivable_text(repr(value))}
+
+
+def archivable_message(message: Any) -> dict[str, Any]:
+    """A transcript row as archived: dicts as sent (made encodable), anything else tagged."""
+    if isinstance(message, Mapping):
+        return archivable(message)  # type: ignore[no-any-return]
+    return {"role": "$invalid", "$value": archivable(message)}
+
+
+def _is_blank(content: Any) -> bool:
+    if content is None:
+        return True
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):
+        return all(_is_blank(part.get("text") if isinstance(part, Mapping) else part) for part in content)
+    return False
+
+
+def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
+    """The v2 host's direct-evidence filter, applied to whatever list arrives.
+
+    Keeps user/assistant rows only; drops non-dicts, system and tool rows and rows marked
+    ``_compressed_summary``; keeps an assistant row that carries ``tool_calls`` only when
+    its prose is non-blank, with the ``tool_calls`` removed. Idempotent; never mutates.
+    """
+    kept: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or message.get("role") not in DIRECT_ROLES:
+            continue
+        if message.get(COMPRESSED_SUMMARY_KEY):
+            continue
+        if "tool_calls" in message:
+            if message.get("role") == "assistant" and _is_blank(message.get("content")):
+                continue
+            message = {k: v for k, v in message.items() if k != "tool_calls"}
+        kept.append(dict(message))
+    return kept
+
+
+def new_messages_start(previous: Sequence[str], current: Sequence[str], roles: Sequence[Any]) -> int:
+    """Index in ``current`` where the messages not yet archived begin.
+
+    ``previous`` and ``current`` are message digests of the last archived transcript and
+    the one just received. When the old transcript is a prefix of the new one (0.19.0
+    re-sends the whole conversation every turn) the new messages are the tail. When the
+    transcript was rewritten (compression, rewind), the turn is taken to start at its last
+    user message, so a rewrite never re-archives the whole history as new.
+    """
+    if len(previous) <= len(current) and list(current[: len(previous)]) == list(previous):
+        return len(previous)
+    for index in range(len(roles) - 1, -1, -1):
+        if roles[index] == "user":
+            return index
+    return 0
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The searchable prose of a message: text content and text parts, nothing else."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [part.get("text") for part in content if isinstance(part, Mapping)]
+        return "\n".join(text for text in texts if isinstance(text, str))
+    return ""
