@@ -1,0 +1,93 @@
+"""The command line, with two doors: ``hermes-archive <command>`` and ``hermes archive <command>``.
+
+Both doors build the same parser from :mod:`archive_provider.commands` and print the same
+output. Human text by default, ``--json`` for machines; exit codes are stable: 0 all is
+well, 1 a problem was found (verification failed, nothing matched), 2 a usage error.
+
+This file is also what Hermes imports *by path* to wire ``hermes archive`` (only for the
+active memory provider), so it uses absolute imports only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from archive_provider.commands import COMMANDS, CommandContext, UsageError
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+
+def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """--home and --json, accepted before or after the command (nested ones never reset them)."""
+    default: dict[str, object] = {"default": argparse.SUPPRESS} if nested else {}
+    parser.add_argument("--home", help="profile folder (default: $HERMES_HOME, else ~/.hermes)", **default)
+    parser.add_argument("--json", action="store_true", help="machine-readable output", **default)
+
+
+def _add_commands(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="archive_command", metavar="COMMAND")
+    for command in COMMANDS:
+        child = sub.add_parser(command.NAME, help=command.HELP, description=command.HELP)
+        _add_common(child, nested=True)
+        command.configure(child)
+        child.set_defaults(archive_run=command.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-archive", description="Audit, verify and manage a hermes-archive event log."
+    )
+    _add_common(parser)
+    _add_commands(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command; the one dispatcher both doors share."""
+    runner = getattr(args, "archive_run", None)
+    if runner is None:
+        print("usage: hermes-archive [--home DIR] [--json] COMMAND ... (see --help)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(runner(CommandContext.from_args(args)))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    return run(args)
+
+
+# -- the hermes door (plugins.memory.discover_plugin_cli_commands) -----------------------
+
+
+def register_cli(subparser: argparse.ArgumentParser) -> None:
+    """Called by hermes with the parser of ``hermes archive``."""
+    _add_common(subparser)
+    _add_commands(subparser)
+    subparser.set_defaults(func=archive_command)
+
+
+def archive_command(args: Any) -> int:
+    code = run(args)
+    if code:
+        raise SystemExit(code)
+    return code
+
+
+# hermes looks for ``<provider>_command``; the hivemind provider shares these commands.
+hivemind_command = archive_command
+
+
+if __name__ == "__main__":
+    sys.exit(main())
