@@ -201,8 +201,10 @@ def build_offline_agent(
     These are the arguments that work offline on hermes-agent 0.19.0: ``provider="custom"``
     with an explicit ``base_url``/``api_key`` (no credential lookup), ``quiet_mode`` (no
     spinner output), ``skip_context_files`` (ignore AGENTS.md etc. in the cwd) and the
-    ``memory`` toolset, which also gates whether the external provider's tools are exposed.
-    The memory provider itself comes from ``memory.provider`` in ``$HERMES_HOME/config.yaml``.
+    ``memory`` toolset, which also gates whether the external provider's tools are exposed,
+    and ``tool_delay=0``. The memory provider comes from ``memory.provider`` in
+    ``$HERMES_HOME/config.yaml``; the built-in ``memory`` tool store additionally needs
+    ``memory.memory_enabled: true`` there.
     """
     from run_agent import AIAgent
 
@@ -214,6 +216,7 @@ def build_offline_agent(
         "quiet_mode": True,
         "skip_context_files": True,
         "enabled_toolsets": ["memory"],
+        "tool_delay": 0.0,  # 0.19.0 sleeps 1 s between tool calls of one assistant message
     }
     kwargs.update(overrides)
     return AIAgent(**kwargs)
