@@ -77,6 +77,13 @@ def format_float(value: float) -> str:
     return ("-" if value < 0 else "") + body
 
 
+def _text_at(text: str, path: str) -> str:
+    try:
+        return encode_text(text)
+    except CanonicalEncodingError as exc:
+        raise CanonicalEncodingError(f"{path}: {exc}") from None
+
+
 def _encode(value: Any, out: list[str], depth: int, path: str) -> None:
     if value is None:
         out.append("null")
@@ -85,7 +92,7 @@ def _encode(value: Any, out: list[str], depth: int, path: str) -> None:
     elif value is False:
         out.append("false")
     elif isinstance(value, str):
-        out.append(encode_text(value))
+        out.append(_text_at(value, path))
     elif isinstance(value, int):
         if not INT_MIN <= value <= INT_MAX:
             raise CanonicalEncodingError(f"{path}: integer {value} is outside the signed 64-bit range")
@@ -114,7 +121,7 @@ def _encode(value: Any, out: list[str], depth: int, path: str) -> None:
         for index, key in enumerate(sorted(value)):
             if index:
                 out.append(",")
-            out.append(encode_text(key))
+            out.append(_text_at(key, path))
             out.append(":")
             _encode(value[key], out, depth + 1, f"{path}.{key}")
         out.append("}")
@@ -134,7 +141,15 @@ def canonical_bytes(value: Any) -> bytes:
     return canonical_text(value).encode("utf-8")
 
 
+def _number_token(token: str) -> int | float:
+    # An integer token outside the integer range can only come from an integral float
+    # (2.0**63 is written 9223372036854776000): read it back as that float, so decoded
+    # values encode again to the same bytes.
+    value = int(token)
+    return value if INT_MIN <= value <= INT_MAX else float(token)
+
+
 def decode(data: bytes | str) -> Any:
     """Decode canonical bytes back into Python values (lone surrogates come back as written)."""
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-    return json.loads(text)
+    return json.loads(text, parse_int=_number_token)
