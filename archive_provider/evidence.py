@@ -10,6 +10,7 @@ fails on input and never drops it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from .canonical import INT_MAX, INT_MIN, MAX_DEPTH
 
 COMPRESSED_SUMMARY_KEY = "_compressed_summary"
 DIRECT_ROLES = frozenset({"user", "assistant"})
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DEPTH_BUDGET = MAX_DEPTH - 8  # room for the envelope around a message
 
 
@@ -27,6 +29,15 @@ def archivable_text(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+
+
+def bindable_text(text: str) -> str:
+    """Text SQLite can store: lone surrogates become U+FFFD (for projections; the log keeps them)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", archivable_text(text))
 
 
 def archivable(value: Any, _depth: int = 0) -> Any:

@@ -16,7 +16,7 @@ from blake3 import blake3
 
 from .canonical import canonical_bytes, decode
 from .events import StoredEvent
-from .evidence import message_text
+from .evidence import bindable_text, message_text
 from .memory_state import apply_write
 
 STATE_DDL = "CREATE TABLE IF NOT EXISTS projection_state (name TEXT PRIMARY KEY, last_seq INTEGER NOT NULL)"
@@ -164,7 +164,7 @@ class MemoryProjection(TableProjection):
         body = event.body
         target = str(body.get("target"))
         content = part_value(conn, body["content"])
-        content = content if isinstance(content, str) else str(content)
+        content = bindable_text(content if isinstance(content, str) else str(content))
         metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
         entries = [row[0] for row in conn.execute(
             "SELECT content FROM memory_entries WHERE target = ? ORDER BY position", (target,))]
@@ -219,7 +219,7 @@ class RecallProjection(TableProjection):
             message = part_value(conn, digest)
             if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
                 continue
-            text = message_text(message)
+            text = bindable_text(message_text(message))
             if text.strip():
                 conn.execute(
                     "INSERT INTO recall_fts (text, kind, session, seq, role) VALUES (?, ?, ?, ?, ?)",
@@ -277,8 +277,8 @@ class RecallsServedProjection(TableProjection):
         body = event.body
         conn.execute(
             "INSERT INTO recalls_served VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (event.seq, event.time, event.session, body["turn"], part_value(conn, body["query"]),
-             part_value(conn, body["result"]), canonical_bytes(body.get("sources", [])).decode()),
+            (event.seq, event.time, event.session, body["turn"], bindable_text(str(part_value(conn, body["query"]))),
+             bindable_text(str(part_value(conn, body["result"]))), canonical_bytes(body.get("sources", [])).decode()),
         )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from . import builders
 from .clock import now_text
 from .events import AppendResult, NewEvent
-from .evidence import archivable_message, direct_evidence, new_messages_start
+from .evidence import archivable_message, bindable_text, direct_evidence, new_messages_start
 from .host import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
+
+
+def session_text(value: Any) -> str:
+    """A session id as the log stores it: text SQLite can hold ('' for none)."""
+    return bindable_text(str(value)) if value else ""
 
 
 class CheckpointError(RuntimeError):
@@ -95,8 +100,8 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             )
             return
         self._home = home
-        self._session = str(session_id or "")
-        self._parent_session = str(kwargs.get("parent_session_id") or "")
+        self._session = session_text(session_id)
+        self._parent_session = session_text(kwargs.get("parent_session_id"))
         self._agent_context = str(kwargs.get("agent_context") or "primary")
         try:
             self._settings = load_settings(home)
@@ -163,7 +168,7 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
         """Enqueue only: the snapshot is a shallow copy; delta and hashing run on the writer."""
         if not self._writes_turns:
             return
-        session = str(session_id or self._session)
+        session = session_text(session_id) or self._session
         if messages is None:
             snapshot: list[Any] = [{"role": "user", "content": user_content},
                                    {"role": "assistant", "content": assistant_content}]
@@ -209,8 +214,8 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         previous = self._session
-        self._session = str(new_session_id or previous)
-        self._parent_session = str(parent_session_id or previous)
+        self._session = session_text(new_session_id) or previous
+        self._parent_session = session_text(parent_session_id) or previous
         if not self._writes_turns:
             return
         details = {"parent_session_id": parent_session_id, "reset": bool(reset), "rewound": bool(rewound)}
@@ -224,7 +229,7 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
     def on_memory_write(self, action: str, target: str, content: str, metadata: dict[str, Any] | None = None) -> None:
         if not self._writes_turns:
             return
-        session = str((metadata or {}).get("session_id") or self._session) if isinstance(metadata, Mapping) else self._session
+        session = (session_text(metadata.get("session_id")) if isinstance(metadata, Mapping) else "") or self._session
         meta = dict(metadata) if isinstance(metadata, Mapping) else ({} if metadata is None else {"$value": metadata})
 
         def build(store: EventStore) -> list[NewEvent]:
@@ -319,7 +324,7 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
         hits = self._search(query, limit=self._settings.recall_limit)
         text = render(hits, self._settings.recall_budget_chars)
         if text and self._writes_turns:
-            session, turn, at = str(session_id or self._session), self._turn, now_text()
+            session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
             sources = sorted({hit.seq for hit in hits if hit.seq})
             self._submit(
                 lambda store: [builders.recall_served(store.hasher, session, turn=turn, query=query,

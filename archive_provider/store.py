@@ -12,6 +12,7 @@ processes) can never fork the chain and a reader never sees half a batch.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sqlite3
@@ -34,6 +35,8 @@ from .digests import (
     parts_text,
 )
 from .events import AppendResult, Hasher, NewEvent, StoredEvent
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "events.db"
 KEY_NAME = "payload.key"
@@ -147,6 +150,7 @@ class EventStore:
         self.store_id = store_id
         self.hasher = Hasher(key)
         self.projections = list(projections)
+        self.broken_projections: dict[str, str] = {}
 
     # -- opening -------------------------------------------------------------------------
 
@@ -228,7 +232,7 @@ class EventStore:
             for event in self.events(start):
                 for projection, last in behind:
                     if event.seq > last:
-                        projection.apply(self.conn, event)
+                        self._apply_projection(projection, event)
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -328,7 +332,7 @@ class EventStore:
             )
             record = StoredEvent(envelope, chain, body)
             for projection in self.projections:
-                projection.apply(conn, record)
+                self._apply_projection(projection, record)
             results.append(AppendResult("appended", seq, identity, event.type, stored))
         if seq != head.seq:
             conn.execute(
@@ -337,6 +341,28 @@ class EventStore:
                 (seq, chain),
             )
         return results
+
+    def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
+        """Apply one projection; a projection bug never costs the log an event.
+
+        A failing projection is rolled back to before this event and left behind (its
+        last_seq stays put) for the rest of this session, so status and
+        ``verify --projections`` show it and a replay after the fix rebuilds it.
+        Environmental errors (disk full, locks) still fail the whole transaction.
+        """
+        if projection.name in self.broken_projections:
+            return
+        self.conn.execute("SAVEPOINT projection")
+        try:
+            projection.apply(self.conn, event)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.conn.execute("ROLLBACK TO projection")
+            self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
+            log.error("archive projection %s failed at seq %d and is left behind: %s",
+                      projection.name, event.seq, exc)
+        self.conn.execute("RELEASE projection")
 
 
 def stored_event(row: Sequence[object]) -> StoredEvent:

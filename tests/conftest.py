@@ -1,0 +1,44 @@
+"""Shared fixtures: a provider bound to a temporary profile, and a reader for its log."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archive_provider import ArchiveProvider
+from archive_provider.store import EventStore, archive_dir
+
+
+@pytest.fixture
+def make_provider(tmp_path: Path) -> Iterator[Callable[..., ArchiveProvider]]:
+    """Build initialized providers; every one is shut down after the test."""
+    made: list[ArchiveProvider] = []
+
+    def _make(home: Path | None = None, session: str = "s1", **kwargs: Any) -> ArchiveProvider:
+        provider = ArchiveProvider()
+        kwargs.setdefault("platform", "cli")
+        kwargs.setdefault("agent_context", "primary")
+        provider.initialize(session, hermes_home=str(home or tmp_path / "home"), **kwargs)
+        made.append(provider)
+        return provider
+
+    yield _make
+    for provider in made:
+        provider.shutdown()
+
+
+def open_log(home: Path) -> EventStore:
+    """A fresh read-only view of a profile's log (another connection than the writer's)."""
+    return EventStore.open(archive_dir(home), create=False, readonly=True)
+
+
+def event_rows(home: Path) -> list[tuple[int, str, str]]:
+    conn = sqlite3.connect(archive_dir(home) / "events.db")
+    try:
+        return conn.execute("SELECT seq, type, session FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
