@@ -8,6 +8,7 @@ A10, A12 and the built-in memory write path), using the recording stub from
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import os
 import sys
@@ -377,3 +378,47 @@ def test_notify_memory_tool_write_mirrors_only_committed_writes(
         for c in provider.of("on_memory_write")
     ]
     assert calls == ([("add", "x", {"write_origin": "tool"})] if mirrored else [])
+
+
+# -- 0.19.0 specifics that differ from main ------------------------------------------------
+
+_HERMES_VERSION = importlib.metadata.version("hermes-agent")
+only_0_19 = pytest.mark.skipif(
+    _HERMES_VERSION != "0.19.0", reason=f"pins hermes-agent 0.19.0 behaviour ({_HERMES_VERSION})"
+)
+
+
+@only_0_19
+def test_add_provider_keeps_a_provider_whose_schemas_raise() -> None:
+    """Main probes ``get_tool_schemas()`` before touching state (#9948); 0.19.0 appends the
+    provider first, so a raising schema call propagates *and* leaves it registered."""
+    from agent.memory_manager import MemoryManager
+
+    class Broken(RecordingStubProvider):
+        def get_tool_schemas(self) -> list[dict[str, Any]]:
+            raise RuntimeError("schemas exploded")
+
+    manager = MemoryManager()
+    with pytest.raises(RuntimeError, match="schemas exploded"):
+        manager.add_provider(Broken("broken"))
+    assert [p.name for p in manager.providers] == ["broken"]
+
+
+@only_0_19
+def test_register_that_raises_after_registering_falls_back_to_a_default_instance(
+    install_memory_plugin: Any,
+) -> None:
+    """Main keeps the provider registered before ``register()`` raised; 0.19.0 drops it and
+    instantiates the first ``MemoryProvider`` subclass in the module with no arguments."""
+    from plugins.memory import load_memory_provider
+
+    source = hostkit.STUB_PLUGIN_SOURCE.read_text(encoding="utf-8") + (
+        "\n\ndef register(ctx):\n"
+        '    ctx.register_memory_provider(RecordingStubProvider("late"))\n'
+        '    raise RuntimeError("late failure")\n'
+    )
+    install_memory_plugin("late", source={"__init__.py": source})
+
+    provider = load_memory_provider("late")
+    assert type(provider).__name__ == "RecordingStubProvider"
+    assert provider.name == "stubarchive"  # the class default, not the registered "late"

@@ -189,7 +189,7 @@ def redact_for_provider(messages: Any) -> Any:
 
 
 class _MirrorV2MemoryManager(MemoryManager):
-    """The real 0.19.0 ``MemoryManager`` plus main's checkpoint API v2 surface.
+    """The real 0.19.0 ``MemoryManager`` plus main's checkpoint API v2 surface (#94639, #99486).
 
     Only ``on_pre_compress`` and ``supports_pre_compress_checkpoint`` differ from the host
     class; everything else (registration, sync worker, shutdown drain) is the real code.
@@ -352,7 +352,11 @@ def active_memory_provider_label(agent: Any) -> str:
 
 
 def _mirror_warn_checkpoint_required(agent: Any) -> None:
-    """Startup WARNING when the armed gate can never pass; never refuses init (#115394)."""
+    """Startup WARNING when the armed gate can never pass; never refuses init (#115394).
+
+    Silent when the gate is off or a provider is capable; a raising capability probe is
+    logged at DEBUG only, so a broken provider cannot crash agent construction.
+    """
     if getattr(agent, "compression_checkpoint_required", False) is not True:
         return
     memory_manager = getattr(agent, "_memory_manager", None)
@@ -440,7 +444,8 @@ def _pre_compress_raw(agent: Any, messages: list, checkpoint_required: bool) -> 
 def _mirror_pre_compress_memory_context(
     agent: Any, messages: list, checkpoint_required: bool
 ) -> str:
-    """Provider text for the summary prompt; raises when a required checkpoint cannot be taken.
+    """Provider text for the summary prompt; raises when a required checkpoint cannot be taken
+    (main's ``_pre_compress_memory_context``, #94639 with #115394's capability refusals).
 
     Order as on main: a persistence-isolated fork returns ``""`` (even when armed); the
     evidence is computed first; when armed, no manager / no capability method or a False
