@@ -1,0 +1,101 @@
+"""Fixtures for the hivemind tests: one real Synapse per session, users and backends on demand.
+
+If Synapse cannot start, the tests that need it fail (they never skip): a hivemind that was
+never run against a homeserver is not tested.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import secrets
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hivemind.matrix_backend import MatrixBackend, context_thread
+
+
+def _load_harness() -> Any:
+    # Loaded by path under its own name: a plain `import synapse` could resolve to the real
+    # Synapse package (or shadow it), depending on pytest's import mode.
+    name = "hivemind_tests_synapse_harness"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("synapse.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _load_harness()
+
+
+@dataclass(frozen=True)
+class TestUser:
+    """A registered account; the access token stays out of the repr."""
+
+    __test__ = False  # not a test class, despite the name
+
+    user_id: str
+    device_id: str
+    password: str = field(repr=False)
+    access_token: str = field(repr=False)
+
+
+@pytest.fixture(scope="session")
+def homeserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Synapse on 127.0.0.1 for the whole session; `.down()` stops and restarts it."""
+    hs = harness.Homeserver(tmp_path_factory.mktemp("synapse"))
+    try:
+        hs.start()
+        yield hs
+    finally:
+        hs.stop()
+
+
+@pytest.fixture
+def make_user(homeserver: Any) -> Callable[..., TestUser]:
+    """Register a fresh user with a unique name on the session homeserver."""
+
+    def make(prefix: str = "agent") -> TestUser:
+        password = secrets.token_urlsafe(12)
+        reply = homeserver.register(f"{prefix}_{secrets.token_hex(4)}", password)
+        return TestUser(reply["user_id"], reply["device_id"], password, reply["access_token"])
+
+    return make
+
+
+@pytest.fixture
+def make_backend(
+    homeserver: Any, tmp_path: Path
+) -> Iterator[Callable[..., MatrixBackend]]:
+    """Build (not start) backends with a per-user crypto store; all are closed afterwards,
+    and their loop threads must be gone within close()'s bound."""
+    backends: list[MatrixBackend] = []
+    threads: list[threading.Thread] = []
+
+    def recording_factory(target: Callable[[], None], name: str) -> threading.Thread:
+        threads.append(context_thread(target, name))
+        return threads[-1]
+
+    def make(user: TestUser, *, store_dir: Path | None = None, **kwargs: Any) -> MatrixBackend:
+        store = store_dir or tmp_path / f"store-{user.user_id.split(':')[0].lstrip('@')}"
+        if "password" not in kwargs:
+            kwargs.setdefault("access_token", user.access_token)
+            kwargs.setdefault("device_id", user.device_id)
+        kwargs.setdefault("thread_factory", recording_factory)
+        backend = MatrixBackend(homeserver.base_url, user.user_id, store, **kwargs)
+        backends.append(backend)
+        return backend
+
+    yield make
+    for backend in backends:
+        backend.close(timeout=5)
+    assert [t.name for t in threads if t.is_alive()] == []
