@@ -1,12 +1,14 @@
 """Provider settings: defaults, the `hermes memory setup` schema, and where they live.
 
-Settings are read from ``<HERMES_HOME>/config.yaml`` under ``plugins.archive`` (written by
-``save_config`` through hermes' own config writer when available, so the rest of the file
-is kept), and environment variables override them for deployments (``ARCHIVE_*``).
+Settings live in ``<HERMES_HOME>/archive/config.json``: the file hermes' dashboard writes
+for a provider whose ``config_schema.py`` declares ``flat_json`` storage, and the file
+``save_config`` (``hermes memory setup``) writes. Environment variables ``ARCHIVE_<KEY>``
+override it for deployments.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -60,34 +62,31 @@ def _coerce(settings: Settings, values: dict[str, Any]) -> Settings:
     return replace(settings, **changes)
 
 
-def _config_file_section(home: Path) -> dict[str, Any]:
-    path = home / "config.yaml"
+def config_path(home: Path, provider: str = CONFIG_SECTION) -> Path:
+    return home / provider / "config.json"
+
+
+def _read_config(home: Path) -> dict[str, Any]:
+    path = config_path(home)
     if not path.exists():
         return {}
-    try:
-        import yaml  # hermes depends on PyYAML; without hermes there is no config.yaml to read
-    except ImportError:
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    section = (data.get("plugins") or {}).get(CONFIG_SECTION) if isinstance(data, dict) else None
-    return section if isinstance(section, dict) else {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
 
 
 def load_settings(home: Path) -> Settings:
-    settings = _coerce(Settings(), _config_file_section(home))
-    env = {f.name: os.environ[f"ARCHIVE_{f.name.upper()}"] for f in fields(Settings) if f"ARCHIVE_{f.name.upper()}" in os.environ}
+    settings = _coerce(Settings(), _read_config(home))
+    prefix = "ARCHIVE_"
+    env = {f.name: os.environ[prefix + f.name.upper()] for f in fields(Settings) if prefix + f.name.upper() in os.environ}
     return _coerce(settings, env)
 
 
 def save_settings(home: Path, values: dict[str, Any]) -> None:
-    """Merge ``values`` into ``plugins.archive`` of the profile's config.yaml."""
-    import yaml
-
+    """Merge ``values`` (checked against the field types) into the profile's config.json."""
     checked = _coerce(Settings(), values)
-    section = {f.name: getattr(checked, f.name) for f in fields(Settings) if f.name in values}
-    path = home / "config.yaml"
-    data = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
-    data.setdefault("plugins", {}).setdefault(CONFIG_SECTION, {}).update(section)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    merged = {**_read_config(home), **{f.name: getattr(checked, f.name) for f in fields(Settings) if f.name in values}}
+    path = config_path(home)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
