@@ -181,7 +181,7 @@ class SyncResult:
     """Everything seen since the previous ``sync()`` (including syncs run internally).
 
     ``limited_rooms`` had more new events than the timeline limit: messages there may be
-    missing. After a restart, state (members, profiles, introductions, pending invites) is
+    missing. ``left_rooms`` are rooms we left or were removed from. After a restart, state (members, profiles, introductions, pending invites) is
     reported again in full; messages are not.
     """
 
@@ -193,6 +193,7 @@ class SyncResult:
     profiles: tuple[ProfileSeen, ...] = ()
     introductions: tuple[IntroductionSeen, ...] = ()
     limited_rooms: tuple[str, ...] = ()
+    left_rooms: tuple[str, ...] = ()
 
 
 @dataclass
@@ -206,6 +207,7 @@ class _Pending:
     profiles: list[ProfileSeen] = field(default_factory=list)
     introductions: list[IntroductionSeen] = field(default_factory=list)
     limited_rooms: list[str] = field(default_factory=list)
+    left_rooms: list[str] = field(default_factory=list)
 
     def result(self, next_batch: str) -> SyncResult:
         def unique(items: list[Any]) -> tuple[Any, ...]:
@@ -220,6 +222,7 @@ class _Pending:
             profiles=unique(self.profiles),
             introductions=unique(self.introductions),
             limited_rooms=unique(self.limited_rooms),
+            left_rooms=unique(self.left_rooms),
         )
 
 
@@ -268,9 +271,10 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
         for event in (*info.state, *info.timeline.events):
             sender = getattr(event, "sender", None)
             if isinstance(event, RoomMemberEvent):
+                name = event.content.get("displayname")
                 if event.state_key != own_user_id:
                     into.members.append(MemberSeen(
-                        room_id, event.state_key, event.content.get("displayname"),
+                        room_id, event.state_key, name if isinstance(name, str) else None,
                         event.membership,
                     ))
             elif sender == own_user_id:
@@ -287,6 +291,7 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
                 ))
             else:
                 _digest_custom_state(event, room_id, into)
+    into.left_rooms.extend(response.rooms.leave)
 
 
 def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:
@@ -402,8 +407,12 @@ class MatrixBackend:
                 raise RuntimeError("a MatrixBackend can be started only once")
             loop = asyncio.new_event_loop()
             name = f"hivemind-matrix-{self.user_id[1:].partition(':')[0]}"
-            thread = self._thread_factory(functools.partial(self._run_loop, loop), name)
-            thread.start()
+            try:
+                thread = self._thread_factory(functools.partial(self._run_loop, loop), name)
+                thread.start()
+            except BaseException:
+                loop.close()
+                raise
             self._loop, self._thread = loop, thread
         try:
             self._call("start", self._start(), timeout or 3 * self._op_timeout)
@@ -431,7 +440,7 @@ class MatrixBackend:
     def direct_room_for(self, user_id: str, *, timeout: float | None = None) -> str:
         """The encrypted room with just us and ``user_id``; created (and invited) if missing."""
         self._check_peer(user_id)
-        return self._call("direct room", self._direct_room(user_id), timeout)
+        return self._call("direct room", self._direct_room(user_id), timeout or self._room_bound)
 
     def create_introduction_room(
         self, user_a: str, user_b: str, text: str, *, timeout: float | None = None
@@ -446,11 +455,13 @@ class MatrixBackend:
             raise ValueError("cannot introduce a peer to itself")
         if not text:
             raise ValueError("an introduction needs a text")
-        return self._call("introduce", self._introduce(user_a, user_b, text), timeout)
+        return self._call(
+            "introduce", self._introduce(user_a, user_b, text), timeout or self._room_bound
+        )
 
     def join(self, room_id: str, *, timeout: float | None = None) -> None:
         """Join ``room_id`` (bypassing the invite policy) and wait until sync knows the room."""
-        self._call("join", self._join(room_id), timeout, room_id)
+        self._call("join", self._join(room_id), timeout or self._room_bound, room_id)
 
     def publish_profile(
         self, room_id: str, profile: Mapping[str, Any], *, timeout: float | None = None
@@ -459,8 +470,9 @@ class MatrixBackend:
 
         State is not encrypted: put nothing in a profile that the homeserver must not see.
         """
-        content = json.loads(json.dumps(dict(profile)))  # a detached, JSON-clean copy
-        if len(json.dumps(content).encode()) > MAX_PROFILE_BYTES:
+        encoded = json.dumps(dict(profile), allow_nan=False)
+        content = json.loads(encoded)  # a detached, JSON-clean copy
+        if len(encoded.encode()) > MAX_PROFILE_BYTES:
             raise ValueError(f"profile larger than {MAX_PROFILE_BYTES} bytes")
         return self._call(
             "publish profile", self._publish_profile(room_id, content), timeout, room_id
@@ -489,6 +501,11 @@ class MatrixBackend:
             logger.warning("hivemind: Matrix loop thread still running after %.1f s", timeout)
 
     # -- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _room_bound(self) -> float:
+        """Room set-ups send and then wait (up to op_timeout) for sync to show the room."""
+        return 2 * self._op_timeout
 
     def _check_peer(self, user_id: str) -> None:
         if server_name(user_id) is None:
@@ -649,6 +666,10 @@ class MatrixBackend:
             if not isinstance(response, SyncResponse):
                 raise self._failure("sync", response)
             _digest(response, self.user_id, self._pending)
+            for room_id in response.rooms.leave:  # nio 0.26 ignores left rooms: forget them
+                client.rooms.pop(room_id, None)
+                client.invited_rooms.pop(room_id, None)
+                self._to_join.pop(room_id, None)
             for room_id, inviter, is_direct in _invites(response, self.user_id):
                 accepted = invite_allowed(
                     inviter, self._allow_users, self._allow_servers, self._own_server

@@ -5,13 +5,16 @@ restart from the crypto store, invite policy, and a homeserver outage.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
 
-from hivemind.matrix_backend import MatrixBackend, MatrixUnavailable, SyncResult
+from hivemind.matrix_backend import MatrixBackend, MatrixError, MatrixUnavailable, SyncResult
 
 pytestmark = pytest.mark.synapse
 
@@ -79,6 +82,26 @@ def test_plain_and_encrypted_messages_flow_both_ways(
     assert (got.room_id, got.body, got.encrypted) == (plain, "plain hello", False)
 
     assert a.send_text(room, "once", txn_id="t-1") == a.send_text(room, "once", txn_id="t-1")
+
+
+def test_many_threads_share_one_backend_while_a_long_poll_runs(
+    make_user: Any, make_backend: Any
+) -> None:
+    alice, bob, a, b, room = connected_pair(make_user, make_backend)
+    polled: list[SyncResult] = []
+    poller = threading.Thread(target=lambda: polled.append(a.sync(3000)))
+    poller.start()
+    with ThreadPoolExecutor(4) as pool:
+        sent = list(pool.map(lambda i: a.send_text(room, f"message {i}"), range(8)))
+    poller.join(10)
+    assert polled and len(set(sent)) == 8
+
+    received: dict[str, str] = {}
+    deadline = time.monotonic() + 15
+    while len(received) < 8 and time.monotonic() < deadline:
+        received.update((m.event_id, m.body) for m in b.sync(500).messages if m.encrypted)
+    assert sorted(received) == sorted(sent)
+    assert sorted(received.values()) == [f"message {i}" for i in range(8)]
 
 
 def test_introduction_room_is_joined_by_both_and_profiles_are_seen(
@@ -162,6 +185,20 @@ def test_invites_outside_the_policy_are_ignored(make_user: Any, make_backend: An
     _, seen = sync_until(b, message(hello))
     assert all(msg.room_id != spam_room for r in seen for msg in r.messages)
     assert b.direct_room_for(mallory.user_id) != spam_room  # never joined it
+
+
+def test_a_room_we_were_removed_from_is_forgotten(
+    make_user: Any, make_backend: Any, homeserver: Any
+) -> None:
+    alice, bob, a, b, room = connected_pair(make_user, make_backend)
+    quoted = urllib.parse.quote(room, safe="")
+    homeserver.client_api(alice.access_token, "POST", f"/_matrix/client/v3/rooms/{quoted}/kick",
+                          {"user_id": bob.user_id, "reason": "test"})
+    sync_until(b, lambda r: room in r.left_rooms)
+    with pytest.raises(MatrixError, match="not a member") as info:
+        b.send_text(room, "still there?")
+    assert info.value.room_id == room
+    assert b.direct_room_for(alice.user_id) != room
 
 
 def test_outage_fails_fast_then_sync_and_send_resume(
