@@ -79,6 +79,6 @@ class CommandContext:
             stream.flush()
 
 
-from archive_provider.commands import install, status, verify  # noqa: E402  (modules register below)
+from archive_provider.commands import demo, install, status, verify  # noqa: E402  (modules register below)
 
-COMMANDS = [status, verify, install]
+COMMANDS = [status, verify, install, demo]

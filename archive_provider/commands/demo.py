@@ -1,0 +1,45 @@
+"""demo: the main job: a real Hermes agent archiving into a local profile, then verify."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from dataclasses import asdict
+
+from archive_provider.commands import CommandContext, UsageError
+
+NAME = "demo"
+HELP = "run a real Hermes agent (fake local LLM) with the archive, compress, recall, verify"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """No options: --home picks the (demo-only) profile folder."""
+
+
+def run(ctx: CommandContext) -> int:
+    try:
+        from archive_provider.demo import DemoRefused, run_demo
+    except ImportError as exc:  # hermes-agent is the `hermes` extra
+        raise UsageError(f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})") from None
+    narration = io.StringIO()
+    say = (lambda line: narration.write(line + "\n")) if ctx.json else (lambda line: ctx.out.write(line + "\n"))
+    try:
+        result = run_demo(ctx.home, say=say)
+    except DemoRefused as exc:
+        raise UsageError(str(exc)) from None
+    data = asdict(result) | {"home": str(result.home), "fact_recalled": result.fact_recalled}
+
+    def human(_: object) -> str:
+        verified = result.verified
+        lines = ["", "Timeline of the archive:"]
+        lines += [f"  {t['seq']:>3} {t['time'][11:19]} {t['type']:<16} {t['summary']}" for t in result.timeline]
+        lines.append("")
+        lines.append(
+            f"verify: ok, {verified['events_checked']} events and {verified['payloads_checked']} payloads"
+            if verified.get("ok") else f"verify: FAILED at seq {verified.get('first_bad_seq')}: {verified.get('problem')}"
+        )
+        lines.append("The fact from session 1 reached session 2 through recall: " + ("yes" if result.fact_recalled else "NO"))
+        return "\n".join(lines)
+
+    ctx.emit(data, human)
+    return 0 if result.verified.get("ok") and result.fact_recalled else 1
