@@ -136,7 +136,10 @@ class UndecryptableMessage:
 
 @dataclass(frozen=True)
 class InviteSeen:
-    """An invite and what the policy decided; accepted invites are joined by the backend."""
+    """An invite and what the policy decided; accepted invites are joined by the backend.
+
+    Invites carry stripped state without event ids: (room_id, inviter) identifies one.
+    """
 
     room_id: str
     inviter: str
@@ -152,6 +155,7 @@ class MemberSeen:
     user_id: str
     display_name: str | None
     membership: str
+    event_id: str
 
 
 @dataclass(frozen=True)
@@ -275,7 +279,7 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
                 if event.state_key != own_user_id:
                     into.members.append(MemberSeen(
                         room_id, event.state_key, name if isinstance(name, str) else None,
-                        event.membership,
+                        event.membership, event.event_id,
                     ))
             elif sender == own_user_id:
                 continue
@@ -302,7 +306,8 @@ def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:
     if not isinstance(content, dict):
         return
     kind, sender, state_key = source.get("type"), source.get("sender"), source["state_key"]
-    event_id, ts = source.get("event_id", ""), int(source.get("origin_server_ts", 0))
+    event_id, ts = source.get("event_id", ""), source.get("origin_server_ts")
+    ts = ts if isinstance(ts, int) else 0
     if kind == PROFILE_EVENT_TYPE and state_key == sender and content:
         into.profiles.append(
             ProfileSeen(room_id, sender, event_id, ts, MappingProxyType(dict(content)))

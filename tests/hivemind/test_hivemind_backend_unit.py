@@ -103,7 +103,7 @@ def test_digest_reports_peer_data_and_drops_spoofs_and_own_events() -> None:
     assert result.introductions == (
         IntroductionSeen("!r:hs", "@carol:hs", tuple(sorted([peer, OWN])), "$5", 5),
     )
-    assert result.members == (MemberSeen("!r:hs", peer, "Peer", "join"),)
+    assert result.members == (MemberSeen("!r:hs", peer, "Peer", "join", "$6"),)
 
 
 def test_invites_name_the_inviter_of_our_membership() -> None:

@@ -104,6 +104,30 @@ def test_many_threads_share_one_backend_while_a_long_poll_runs(
     assert sorted(received.values()) == [f"message {i}" for i in range(8)]
 
 
+def test_close_interrupts_a_long_poll_within_its_bound(make_user: Any, make_backend: Any) -> None:
+    a = make_backend(make_user("alice"))
+    a.start()
+    a.sync(0)
+    outcome: list[BaseException] = []
+
+    def poll() -> None:
+        try:
+            a.sync(30_000)
+        except MatrixUnavailable as exc:
+            outcome.append(exc)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(0.3)  # the long poll is now waiting on the server
+    started = time.monotonic()
+    a.close(timeout=5)
+    poller.join(5)
+    assert time.monotonic() - started < 5
+    assert len(outcome) == 1 and "closed" in str(outcome[0])
+    with pytest.raises(MatrixUnavailable, match="not running"):
+        a.send_text("!any:localhost", "too late")
+
+
 def test_introduction_room_is_joined_by_both_and_profiles_are_seen(
     make_user: Any, make_backend: Any
 ) -> None:
