@@ -133,7 +133,7 @@ def _write_private(path: Path, text: str) -> None:
 def connect(path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     """Open a connection with the settings every part of the package relies on."""
     if readonly:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
     else:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")

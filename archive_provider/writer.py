@@ -92,6 +92,10 @@ class Writer:
         self._pending: list[Job] = []  # built, not yet written, in order
         self._store: EventStore | None = None
         self._closing = False
+        # close() and the thread hand the pending batch over under this lock; once close()
+        # has reported what is unwritten (abandoned), the thread writes nothing more.
+        self._lock = threading.Lock()
+        self._abandoned = False
         self.last_error: str | None = None
         self.refused: str | None = None  # set when the log fails verification on open
         self._ready = threading.Event()
@@ -131,18 +135,27 @@ class Writer:
             return False
 
     def close(self, timeout: float = 5.0) -> DrainReport:
-        """Stop accepting work, drain for at most ``timeout`` seconds, report what was left."""
+        """Stop accepting work, drain for at most ``timeout`` seconds, report what was left.
+
+        A commit already in flight is waited for (it is bounded by the busy timeout); after
+        the report nothing more is written, so what it lists as unwritten stays unwritten.
+        """
         self._closing = True
         self._queue.put(None)
         self._thread.join(timeout)
-        leftover: list[Job] = list(self._pending)
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                leftover.append(item)
+        with self._lock:  # a commit in flight ends first (bounded by the busy timeout)
+            self._abandoned = True
+            leftover: list[Job] = list(self._pending)
+            self._pending = []
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    leftover.append(item)
+        if self._thread.is_alive():
+            self._queue.put(None)  # the drain took the stop marker; a blocked thread needs one
         unwritten = []
         for job in leftover:
             described = [f"{e.type}:{e.session}:{e.key}" for e in (job.events or ())] or [job.label or "unbuilt job"]
@@ -190,12 +203,16 @@ class Writer:
     def _run(self) -> None:
         attempt = 0
         while True:
+            if self._abandoned:  # close() gave up waiting and reported the rest
+                self._close_store()
+                return
             stop = self._collect()
             if self._pending:
                 if self._write_pending():
                     attempt = 0
                 else:
-                    if stop:
+                    if stop or self._abandoned:
+                        self._close_store()
                         return
                     time.sleep(RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)])
                     attempt += 1
@@ -219,16 +236,29 @@ class Writer:
                 break
             if item.future.cancelled():
                 continue
-            self._pending.append(item)
+            with self._lock:
+                if self._abandoned:  # submitted while close() was draining
+                    item.future.set_exception(
+                        WriterUnavailable("the archive writer closed before this write landed")
+                    )
+                    log.error("archive writer closed; a late write was not archived: %s", item.label)
+                    continue
+                self._pending.append(item)
             if item.durable:
                 break  # commit what precedes it together with it, now
         return stop
 
     def _write_pending(self) -> bool:
         store = self._open()
-        if store is None:
-            self._fail_durable(WriterUnavailable(self.last_error or "archive store unavailable"))
-            return False
+        with self._lock:
+            if self._abandoned:
+                return False
+            if store is None:
+                self._fail_durable(WriterUnavailable(self.last_error or "archive store unavailable"))
+                return False
+            return self._write_batch(store)
+
+    def _write_batch(self, store: EventStore) -> bool:
         batch = self._pending
         durable = any(job.durable for job in batch)
         results: list[list[AppendResult]] = []
