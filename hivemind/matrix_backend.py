@@ -338,7 +338,10 @@ class MatrixBackend:
 
     Lifecycle: construct, ``start()``, use, ``close()``. A backend is not restartable: build a
     new one on the same ``store_dir`` (it resumes the device, its keys and the sync token).
-    Every public method is thread-safe and bounded by ``timeout`` (default ``op_timeout``).
+    Every public method is thread-safe and bounded by ``timeout``; the defaults are
+    ``op_timeout`` for single requests, twice that for room set-ups (create or join, then wait
+    for sync to show the room), three times for ``start()``, and ``timeout_ms`` plus
+    ``op_timeout`` for ``sync()``. Run one poller at a time: syncs are serialised.
     """
 
     def __init__(
@@ -427,6 +430,8 @@ class MatrixBackend:
 
     def sync(self, timeout_ms: int = 0, *, timeout: float | None = None) -> SyncResult:
         """Long-poll up to ``timeout_ms`` for news; returns everything not yet returned."""
+        if timeout_ms < 0:
+            raise ValueError("timeout_ms must be >= 0")
         bound = timeout if timeout is not None else timeout_ms / 1000 + self._op_timeout
         return self._call("sync", self._sync_and_drain(timeout_ms), bound)
 
