@@ -459,7 +459,7 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
                 raise BundleError(
                     f"{ENVELOPES} line {number}: a field has the wrong type", seq_hint
                 )
-            yield tuple(value[name] for name in ENVELOPE_FIELDS)  # type: ignore[misc]
+            yield tuple(value[name] for name in ENVELOPE_FIELDS)
 
 
 def _verify_open_bundle(
