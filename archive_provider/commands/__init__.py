@@ -1,29 +1,68 @@
 """Subcommands shared by both CLI doors. Each module has NAME, HELP, configure() and run().
 
-``run(ctx)`` writes through ``ctx.emit`` (human text or JSON) and returns the exit code.
+``run(ctx)`` writes through ``ctx.emit`` (human text or JSON) and returns the exit code:
+0 all is well, 1 a problem was found (verification failed, nothing matched, no archive),
+2 a usage error. Every command is wrapped so that any failure becomes a one-line message
+(``{"ok": false, "error": ...}`` under ``--json``) and exit code 1, never a traceback; set
+``HERMES_ARCHIVE_DEBUG=1`` to see the traceback instead.
+
+This package is imported by hermes while it builds its own argument parser, so modules here
+import only what every command needs; heavier modules are imported inside ``run``.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
+import sqlite3
 import sys
 from argparse import Namespace
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
+from archive_provider.clock import format_time, parse_time
 from archive_provider.store import DB_NAME, EventStore, StoreError, archive_dir
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
     """The command was called wrongly (exit code 2)."""
 
 
+class CommandError(Exception):
+    """The command found a problem or could not do its work (exit code 1)."""
+
+
 def default_home() -> Path:
     return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes").expanduser()
+
+
+def time_arg(text: str) -> str:
+    """argparse type for --since/--until: any ISO 8601 time (naive is UTC) as envelope time text."""
+    try:
+        return format_time(parse_time(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (e.g. 2026-11-30 or 2026-11-30T12:00:00Z)"
+        ) from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts: 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or more)")
+    return value
 
 
 @dataclass
@@ -31,7 +70,9 @@ class CommandContext:
     home: Path
     json: bool
     args: Namespace
-    out: TextIO = sys.stdout
+    # looked up when the context is made, so redirected and captured streams are honoured
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
 
     @classmethod
     def from_args(cls, args: Namespace) -> CommandContext:
@@ -48,8 +89,20 @@ class CommandContext:
     def open_store(self) -> EventStore:
         """Open read-only (the CLI never writes unless the command says it does)."""
         if not self.exists():
-            raise StoreError(f"no archive at {self.archive / DB_NAME}")
+            raise CommandError(
+                f"no archive at {self.archive / DB_NAME} (it is created when the provider "
+                "first runs; --home picks another profile)"
+            )
         return EventStore.open(self.archive, create=False, readonly=True)
+
+    @contextmanager
+    def store(self) -> Iterator[EventStore]:
+        """The archive, read-only, closed afterwards."""
+        store = self.open_store()
+        try:
+            yield store
+        finally:
+            store.close()
 
     def emit(self, data: Any, human: Callable[[Any], str] | str) -> None:
         if self.json:
@@ -58,10 +111,18 @@ class CommandContext:
             text = human(data) if callable(human) else human
             self.out.write(text.rstrip("\n") + "\n")
 
+    def fail(self, message: str) -> int:
+        """Report a problem cleanly (JSON on stdout under --json, else stderr); exit code 1."""
+        if self.json:
+            self.emit({"ok": False, "error": message}, "")
+        else:
+            self.err.write(f"error: {message}\n")
+        return EXIT_PROBLEM
+
     @contextmanager
     def progress(self, label: str, total: int) -> Iterator[Callable[[int], None]]:
         """A progress callback that draws a bar on a terminal and does nothing otherwise."""
-        stream = sys.stderr
+        stream = self.err
         if not stream.isatty() or total <= 0:
             yield lambda done: None
             return
@@ -79,6 +140,72 @@ class CommandContext:
             stream.flush()
 
 
-from archive_provider.commands import demo, install, status, verify  # noqa: E402  (modules register below)
+def _message(exc: Exception) -> str:
+    if isinstance(exc, (CommandError, StoreError)):
+        return str(exc)
+    if isinstance(exc, sqlite3.Error):
+        return f"the archive database refused the query ({type(exc).__name__}: {exc})"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc)
+    return f"unexpected {type(exc).__name__}: {exc} (HERMES_ARCHIVE_DEBUG=1 shows the traceback)"
 
-COMMANDS = [status, verify, install, demo]
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand as both doors see it (the attribute names are what cli.py reads)."""
+
+    NAME: str
+    HELP: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[CommandContext], int]
+
+    @classmethod
+    def of(cls, module: ModuleType) -> Command:
+        command_run: Callable[[CommandContext], int] = module.run
+
+        @functools.wraps(command_run)
+        def guarded(ctx: CommandContext) -> int:
+            try:
+                return int(command_run(ctx))
+            except UsageError:
+                raise
+            except Exception as exc:
+                if os.environ.get("HERMES_ARCHIVE_DEBUG"):
+                    raise
+                return ctx.fail(_message(exc))
+
+        return cls(module.NAME, module.HELP, module.configure, guarded)
+
+
+from archive_provider.commands import (  # noqa: E402  (the modules import the context above)
+    as_of,
+    demo,
+    export,
+    history,
+    install,
+    log,
+    replay,
+    search,
+    show,
+    status,
+    verify,
+    verify_bundle,
+)
+
+COMMANDS = [
+    Command.of(module)
+    for module in (
+        status,
+        log,
+        show,
+        verify,
+        replay,
+        search,
+        as_of,
+        history,
+        export,
+        verify_bundle,
+        install,
+        demo,
+    )
+]

@@ -1,4 +1,4 @@
-"""status: what the archive holds and whether its projections are current."""
+"""status: what the archive holds, its head (the value to write down) and projection health."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from archive_provider.commands import CommandContext
 
 NAME = "status"
-HELP = "summarize the archive: events, sessions, checkpoints, last event, size, projection health"
+HELP = "summarize the archive: events, sessions, checkpoints, head, size, projection health"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,44 +18,77 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def collect(ctx: CommandContext) -> dict[str, Any]:
     if not ctx.exists():
         return {"archive": str(ctx.archive), "exists": False}
-    store = ctx.open_store()
-    try:
+    with ctx.store() as store:
         conn = store.conn
-        head = store.head()
-        counts = dict(conn.execute("SELECT type, count(*) FROM events GROUP BY type").fetchall())
-        last = conn.execute("SELECT seq, time, type, session FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-        projections = dict(conn.execute("SELECT name, last_seq FROM projection_state").fetchall())
-        size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith("events.db"))
-        return {
-            "archive": str(ctx.archive),
-            "exists": True,
-            "events": head.seq,
-            "events_by_type": counts,
-            "sessions": conn.execute("SELECT count(DISTINCT session) FROM events").fetchone()[0],
-            "checkpoints": counts.get("checkpoint", 0),
-            "last_event": dict(zip(("seq", "time", "type", "session"), last)) if last else None,
-            "bytes": size,
-            "projections": {
-                name: {"last_seq": seq, "current": seq == head.seq} for name, seq in sorted(projections.items())
-            },
-        }
-    finally:
-        store.close()
+        conn.execute("BEGIN")  # one snapshot: the counts and the head agree
+        try:
+            head = store.head()
+            meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+            counts = dict(
+                conn.execute("SELECT type, count(*) FROM events GROUP BY type").fetchall()
+            )
+            last = conn.execute(
+                "SELECT seq, time, type, session FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            has_state = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'projection_state'"
+            ).fetchone()
+            projections = (
+                dict(conn.execute("SELECT name, last_seq FROM projection_state").fetchall())
+                if has_state
+                else {}
+            )
+            sessions = conn.execute("SELECT count(DISTINCT session) FROM events").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+    size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith("events.db"))
+    return {
+        "archive": str(ctx.archive),
+        "exists": True,
+        "store_id": meta.get("store_id"),
+        "format_version": int(meta.get("format_version", 0)),
+        "created": meta.get("created"),
+        "head": {"seq": head.seq, "chain": head.chain},
+        "events": head.seq,
+        "events_by_type": counts,
+        "sessions": sessions,
+        "checkpoints": counts.get("checkpoint", 0),
+        "last_event": dict(zip(("seq", "time", "type", "session"), last, strict=True))
+        if last
+        else None,
+        "bytes": size,
+        "projections": {
+            name: {"last_seq": seq, "current": seq == head.seq}
+            for name, seq in sorted(projections.items())
+        },
+    }
 
 
 def _human(data: dict[str, Any]) -> str:
     if not data["exists"]:
         return f"No archive yet at {data['archive']} (it is created when the provider first runs)."
     last = data["last_event"]
+    by_type = ", ".join(f"{k} {v}" for k, v in sorted(data["events_by_type"].items()))
     lines = [
         f"Archive: {data['archive']}",
-        f"Events: {data['events']} ({', '.join(f'{k} {v}' for k, v in sorted(data['events_by_type'].items()))})",
-        f"Sessions: {data['sessions']}   Checkpoints: {data['checkpoints']}   Size: {data['bytes']:,} bytes",
+        f"Store: {data['store_id']} (format {data['format_version']}, created {data['created']})",
+        f"Events: {data['events']}" + (f" ({by_type})" if by_type else ""),
+        f"Sessions: {data['sessions']}   Checkpoints: {data['checkpoints']}   "
+        f"Size: {data['bytes']:,} bytes",
+        f"Head: seq {data['head']['seq']} chain {data['head']['chain']}",
     ]
     if last:
-        lines.append(f"Last event: seq {last['seq']} {last['type']} at {last['time']} (session {last['session']})")
+        lines.append(
+            f"Last event: seq {last['seq']} {last['type']} at {last['time']} "
+            f"(session {last['session']})"
+        )
     stale = [name for name, p in data["projections"].items() if not p["current"]]
-    lines.append("Projections: " + ("all current" if not stale else "behind: " + ", ".join(stale)))
+    if not data["projections"]:
+        lines.append("Projections: none yet (they are created when the provider opens the archive)")
+    else:
+        lines.append(
+            "Projections: " + ("all current" if not stale else "behind: " + ", ".join(stale))
+        )
     return "\n".join(lines)
 
 

@@ -1,0 +1,115 @@
+"""Reading events for people: one-line summaries, full event records, short previews."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from archive_provider.canonical import decode
+from archive_provider.events import StoredEvent
+from archive_provider.evidence import message_text
+from archive_provider.store import EventStore
+
+
+def preview(value: Any, width: int = 60) -> str:
+    """A one-line quoted preview of text (or of a value's JSON)."""
+    text = (
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    )
+    text = " ".join(text.split())
+    return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)
+
+
+def part(store: EventStore, digest: Any) -> Any:
+    """A part's decoded value, or None when it is not in the archive."""
+    body = store.payload(digest) if isinstance(digest, str) else None
+    return decode(body) if body is not None else None
+
+
+def _message(value: Any) -> str:
+    if not isinstance(value, Mapping):
+        return preview(value, 50)
+    text = message_text(value)
+    if not text and value.get("tool_calls"):
+        return "(tool calls)"
+    return f"{value.get('role', '?')}: {preview(text, 50)}"
+
+
+def summary(store: EventStore, event: StoredEvent) -> str:
+    """What happened, in one line (the payload and the parts it names, briefly)."""
+    body, kind = event.body, event.type
+    if not isinstance(body, Mapping):
+        return preview(body)
+    if kind == "turn":
+        messages = [part(store, d) for d in body.get("messages", [])]
+        first = next(
+            (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
+        )
+        lead = _message(first if first is not None else messages[0]) if messages else "no messages"
+        return f"turn {body.get('turn')}: {len(messages)} messages; {lead}"
+    if kind == "memory_write":
+        content = part(store, body.get("content"))
+        given = body.get("metadata")
+        metadata: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+        if not content and metadata.get("old_text"):
+            matching = preview(metadata["old_text"])
+            return f"{body.get('action')} {body.get('target')}: matching {matching}"
+        return f"{body.get('action')} {body.get('target')}: {preview(content)}"
+    if kind == "checkpoint":
+        return (
+            f"{len(body.get('evidence', []))} messages of evidence "
+            f"(evidence digest {str(body.get('evidence_digest'))[:16]})"
+        )
+    if kind == "checkpoint_failed":
+        return f"checkpoint failed: {preview(body.get('error', ''), 80)}"
+    if kind == "recall_served":
+        return (
+            f"turn {body.get('turn')}: query {preview(part(store, body.get('query')), 40)}, "
+            f"{len(body.get('sources', []))} sources"
+        )
+    if kind == "session_started":
+        details = {
+            k: body[k] for k in ("platform", "agent_context", "parent_session_id") if body.get(k)
+        }
+        return " ".join(f"{k}={v}" for k, v in details.items()) or "started"
+    if kind == "session_switched":
+        flags = [name for name in ("reset", "rewound") if body.get(name)]
+        reason = f" ({body['reason']})" if body.get("reason") else ""
+        return f"from {body.get('from') or '?'}{reason}" + (
+            f" [{', '.join(flags)}]" if flags else ""
+        )
+    if kind == "session_ended":
+        return f"{body.get('message_count')} messages at the end"
+    if kind == "delegation":
+        task = preview(part(store, body.get("task")), 50)
+        return f"child {body.get('child_session') or '?'}: task {task}"
+    if kind == "write_failed":
+        return f"{body.get('hook')}: {preview(body.get('error', ''), 80)}"
+    return preview(dict(body), 80)
+
+
+def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict[str, Any]:
+    """An event as JSON: the envelope, a summary and (``full``) its payload and parts decoded."""
+    data: dict[str, Any] = {
+        "seq": event.seq,
+        "time": event.time,
+        "type": event.type,
+        "session": event.session,
+        "identity": event.envelope.identity,
+        "payload_digest": event.envelope.payload,
+        "summary": summary(store, event),
+    }
+    if full:
+        data.update(
+            chain=event.chain,
+            key=event.key,
+            payload=event.body,
+            parts=[{"digest": d, "value": part(store, d)} for d in event.part_digests],
+        )
+    return data
+
+
+def short_time(time: str) -> str:
+    """Envelope time to the second, for tables."""
+    return time[:19].replace("T", " ")

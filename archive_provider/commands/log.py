@@ -1,0 +1,85 @@
+"""log: the events of the archive, filtered, oldest first (the newest are at the bottom)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from archive_provider.commands import CommandContext, UsageError, positive_int, time_arg
+from archive_provider.commands._render import record, short_time
+from archive_provider.events import EVENT_TYPES
+from archive_provider.store import stored_event
+
+NAME = "log"
+HELP = "list events (filter by type, session, time); the newest last"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        metavar="TYPE",
+        help="only this event type (repeatable), e.g. turn, memory_write, checkpoint",
+    )
+    parser.add_argument("--session", help="only this session id")
+    parser.add_argument(
+        "--since", type=time_arg, help="events at or after this ISO 8601 time (UTC if naive)"
+    )
+    parser.add_argument("--until", type=time_arg, help="events at or before this ISO 8601 time")
+    parser.add_argument(
+        "--limit",
+        type=positive_int,
+        default=50,
+        help="show the last N matching events (default 50; 0 shows all)",
+    )
+
+
+def query(ctx: CommandContext) -> tuple[str, list[Any]]:
+    """The SQL and arguments for the filters (envelope times are text that sorts as time)."""
+    args = ctx.args
+    unknown = sorted(set(args.types or ()) - EVENT_TYPES)
+    if unknown:
+        raise UsageError(
+            f"unknown event type {unknown[0]!r}; known: {', '.join(sorted(EVENT_TYPES))}"
+        )
+    clauses, params = [], []
+    if args.types:
+        clauses.append(f"e.type IN ({', '.join('?' * len(args.types))})")
+        params.extend(args.types)
+    for clause, value in (
+        ("e.session = ?", args.session),
+        ("e.time >= ?", args.since),
+        ("e.time <= ?", args.until),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    return where, params
+
+
+def run(ctx: CommandContext) -> int:
+    where, params = query(ctx)
+    limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
+    sql = (
+        "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, "
+        "p.body FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
+        f"{where} ORDER BY e.seq DESC LIMIT ?"
+    )
+    with ctx.store() as store:
+        rows = store.conn.execute(sql, [*params, limit]).fetchall()
+        events = [record(store, stored_event(row)) for row in reversed(rows)]
+
+    def human(events: list[dict[str, Any]]) -> str:
+        if not events:
+            return "No events match."
+        width = max(len(e["type"]) for e in events)
+        return "\n".join(
+            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {e['session']}  "
+            f"{e['summary']}"
+            for e in events
+        )
+
+    ctx.emit(events, human)
+    return 0 if events else 1

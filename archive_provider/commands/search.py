@@ -1,0 +1,63 @@
+"""search: the recall index, as the agent's archive_search tool sees it (ranked, filterable)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from typing import Any
+
+from archive_provider.commands import CommandContext, CommandError, positive_int, time_arg
+from archive_provider.commands._render import preview
+
+NAME = "search"
+HELP = "full-text search over archived messages, checkpoint evidence and memory entries"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "query", nargs="+", metavar="QUERY", help="words to look for (never query syntax)"
+    )
+    parser.add_argument(
+        "--limit", type=positive_int, default=10, help="at most N results (default 10)"
+    )
+    parser.add_argument("--session", help="only this session id")
+    parser.add_argument(
+        "--since", type=time_arg, help="only texts archived at or after this ISO 8601 time"
+    )
+    parser.add_argument(
+        "--until", type=time_arg, help="only texts archived at or before this ISO 8601 time"
+    )
+
+
+def run(ctx: CommandContext) -> int:
+    from archive_provider.recall import search
+
+    text = " ".join(ctx.args.query)
+    with ctx.store() as store:
+        if not store.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'"
+        ).fetchone():
+            raise CommandError(
+                "the archive has no recall index yet; run `hermes-archive replay` to build it"
+            )
+        hits = search(
+            store.conn,
+            text,
+            limit=ctx.args.limit or 10,
+            session=ctx.args.session,
+            since=ctx.args.since,
+            until=ctx.args.until,
+        )
+    data: dict[str, Any] = {"query": text, "results": [asdict(hit) for hit in hits]}
+
+    def human(data: dict[str, Any]) -> str:
+        if not data["results"]:
+            return f"Nothing in the archive matches {text!r}."
+        return "\n".join(
+            f"{h['seq']:>6}  {(h['time'] or '')[:19].replace('T', ' '):<19}  {h['kind']:<10}  "
+            f"{h['role'] or '-':<9}  {h['session'] or '-'}  {preview(h['text'], 80)}"
+            for h in data["results"]
+        )
+
+    ctx.emit(data, human)
+    return 0 if hits else 1

@@ -1,0 +1,106 @@
+"""show: one event in full: envelope, chain value, decoded payload and every part it names."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+from archive_provider.commands import CommandContext, UsageError
+from archive_provider.commands._render import record
+from archive_provider.events import StoredEvent
+from archive_provider.store import EventStore
+
+NAME = "show"
+HELP = (
+    "show an event by sequence number or identity/payload digest prefix, payload and parts decoded"
+)
+_PREFIX = re.compile(r"[0-9a-f]{4,64}")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "event",
+        metavar="SEQ|DIGEST",
+        help="a sequence number, or at least 4 leading hex digits of an identity or payload digest",
+    )
+
+
+def find(store: EventStore, ref: str) -> list[StoredEvent]:
+    """Events named by ``ref``: a seq, or a digest prefix matching exactly one digest value.
+
+    An identity names one event; a payload digest may be shared by several events with the
+    same payload (it is stored once), and then all of them are shown.
+    """
+    if ref.isdigit() and len(ref) <= 12:
+        event = store.event(int(ref))
+        return [event] if event else []
+    prefix = ref.lower()
+    if not _PREFIX.fullmatch(prefix):
+        raise UsageError(
+            f"{ref!r} is neither a sequence number nor a hex digest prefix (4 to 64 digits)"
+        )
+    upper = prefix + "g"  # every hex digest starting with prefix sorts between the two
+    conn = store.conn
+    by_identity = conn.execute(
+        "SELECT identity, seq FROM events WHERE identity >= ? AND identity < ? ORDER BY seq",
+        (prefix, upper),
+    ).fetchall()
+    by_payload = conn.execute(
+        "SELECT payload, seq FROM events WHERE payload >= ? AND payload < ? ORDER BY seq",
+        (prefix, upper),
+    ).fetchall()
+    digests: dict[tuple[str, str], list[int]] = {}
+    for kind, rows in (("identity", by_identity), ("payload", by_payload)):
+        for digest, seq in rows:
+            digests.setdefault((kind, digest), []).append(seq)
+    if len(digests) > 1:
+        shown = "; ".join(
+            f"{kind} {digest[:16]}… (seq {', '.join(map(str, seqs[:5]))})"
+            for (kind, digest), seqs in list(digests.items())[:6]
+        )
+        raise UsageError(f"{ref!r} matches {len(digests)} digests: {shown}; give more digits")
+    seqs = next(iter(digests.values()), [])
+    return [event for event in (store.event(seq) for seq in seqs) if event is not None]
+
+
+def _human(data: dict[str, Any]) -> str:
+    blocks = []
+    for e in data["events"]:
+        lines = [
+            f"seq {e['seq']}  {e['type']}  {e['time']}  session {e['session']}",
+            f"  identity  {e['identity']}",
+            f"  payload   {e['payload_digest']}",
+            f"  chain     {e['chain']}",
+            f"  key       {json.dumps(e['key'], ensure_ascii=False, sort_keys=True)}",
+            f"  summary   {e['summary']}",
+            "payload:",
+            *(
+                "  " + line
+                for line in json.dumps(
+                    e["payload"], indent=2, ensure_ascii=False, sort_keys=True
+                ).splitlines()
+            ),
+        ]
+        if e["parts"]:
+            lines.append(f"parts ({len(e['parts'])}):")
+            for p in e["parts"]:
+                value = (
+                    "(missing from the archive)"
+                    if p["value"] is None
+                    else json.dumps(p["value"], ensure_ascii=False, sort_keys=True)
+                )
+                lines.append(f"  {p['digest'][:16]}…  {value}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def run(ctx: CommandContext) -> int:
+    with ctx.store() as store:
+        events = find(store, ctx.args.event)
+        data = {"query": ctx.args.event, "events": [record(store, e, full=True) for e in events]}
+    if not events:
+        return ctx.fail(f"no event matches {ctx.args.event!r}")
+    ctx.emit(data, _human)
+    return 0
