@@ -590,8 +590,8 @@ def _verify_open_bundle(
     if start[0] > 0:
         report.warnings.append(
             f"the chain was checked from a stated start (seq {start[0]}, chain {start[1]}), "
-            "not from the "
-            f"genesis: confirm that value against the archive (hermes-archive show {start[0]})"
+            "not from the genesis: confirm that value against the archive "
+            f"(hermes-archive show {start[0]})"
         )
     return report
 
