@@ -184,6 +184,12 @@ class EventStore:
             store_id = cls._meta(conn, "store_id")
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+                raise StoreError(
+                    f"the archive {db_path} is locked by another connection beyond the busy "
+                    f"timeout ({busy_timeout_ms} ms): {exc}. The file is not damaged; retry, or "
+                    "stop the process that holds the lock."
+                ) from exc
             raise StoreError(
                 f"cannot open the archive {db_path}: {exc}. If the file is corrupt, move it "
                 "aside and restore the archive folder from backup; `hermes-archive verify` "

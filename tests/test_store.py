@@ -289,6 +289,21 @@ def test_a_corrupt_database_is_a_clear_error(folder: Path) -> None:
         EventStore.open(folder)
 
 
+def test_a_locked_database_is_not_called_corrupt(folder: Path) -> None:
+    """A lock held beyond the busy timeout must not send the user to restore a backup."""
+    EventStore.open(folder).close()
+    locker = raw(folder)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match="locked") as caught:
+            EventStore.open(folder, busy_timeout_ms=50)
+        assert "corrupt" not in str(caught.value) and "backup" not in str(caught.value)
+    finally:
+        locker.execute("COMMIT")
+        locker.close()
+    EventStore.open(folder).close()
+
+
 def test_another_format_version_is_refused(folder: Path) -> None:
     EventStore.open(folder).close()
     conn = raw(folder)
