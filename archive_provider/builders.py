@@ -12,20 +12,40 @@ from typing import Any
 from .canonical import canonical_bytes
 from .events import Hasher, NewEvent, Part
 from .evidence import archivable, archivable_text
+from .redaction import redact_value
 
 
 def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tuple[Part, ...]:
     return tuple(hasher.part(message) for message in messages)
 
 
-def turn(hasher: Hasher, session: str, ordinal: int, parts: Sequence[Part], *, start: int, legacy: bool) -> NewEvent:
-    """A completed turn: its new messages (all roles, as the host sent them)."""
+def _with_redactions(body: dict[str, Any], redactions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Add the ``redactions`` list (redaction.py) to a body when anything was redacted."""
+    if redactions:
+        body["redactions"] = [dict(item) for item in redactions]
+    return body
+
+
+def turn(
+    hasher: Hasher,
+    session: str,
+    ordinal: int,
+    parts: Sequence[Part],
+    *,
+    start: int,
+    legacy: bool,
+    redactions: Sequence[Mapping[str, Any]] = (),
+) -> NewEvent:
+    """A completed turn: its new messages (all roles, as the host sent them, after redaction)."""
     digests = [part.digest for part in parts]
     return NewEvent(
         "turn",
         session,
         {"session": session, "turn": ordinal, "messages": digests},
-        {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
+        _with_redactions(
+            {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
+            redactions,
+        ),
         tuple(parts),
     )
 
@@ -39,6 +59,7 @@ def checkpoint(
     host_api_version: int | None,
     require_checkpoint: bool,
     received: int,
+    redactions: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
     """A pre-compress checkpoint: the ordered evidence digests; identity = session + list."""
     digests = [part.digest for part in parts]
@@ -47,44 +68,84 @@ def checkpoint(
         "checkpoint",
         session,
         {"session": session, "evidence": evidence},
-        {
-            "evidence": digests,
-            "evidence_digest": evidence,
-            "parent_session": parent_session,
-            "host_api_version": host_api_version,
-            "provider_api_version": 2,
-            "require_checkpoint": require_checkpoint,
-            "received_messages": received,
-        },
+        _with_redactions(
+            {
+                "evidence": digests,
+                "evidence_digest": evidence,
+                "parent_session": parent_session,
+                "host_api_version": host_api_version,
+                "provider_api_version": 2,
+                "require_checkpoint": require_checkpoint,
+                "received_messages": received,
+            },
+            redactions,
+        ),
         tuple(parts),
     )
 
 
-def checkpoint_failed(session: str, *, at: str, error: str, require_checkpoint: bool, evidence_count: int) -> NewEvent:
+def checkpoint_failed(
+    session: str,
+    *,
+    at: str,
+    error: str,
+    require_checkpoint: bool,
+    evidence_count: int,
+    redact: bool = False,
+) -> NewEvent:
+    text, found = redact_value(archivable_text(error), "/error") if redact else (error, [])
     return NewEvent(
         "checkpoint_failed",
         session,
         {"session": session, "at": at},
-        {"error": archivable_text(error), "require_checkpoint": require_checkpoint, "evidence_count": evidence_count},
+        _with_redactions(
+            {
+                "error": archivable_text(text),
+                "require_checkpoint": require_checkpoint,
+                "evidence_count": evidence_count,
+            },
+            found,
+        ),
     )
 
 
 def memory_write(
-    hasher: Hasher, session: str, order: int, action: str, target: str, content: Any, metadata: Any
+    hasher: Hasher,
+    session: str,
+    order: int,
+    action: str,
+    target: str,
+    content: Any,
+    metadata: Any,
+    *,
+    redact: bool = False,
 ) -> NewEvent:
-    """A built-in memory write, exactly as the host sent it (content kept apart by digest)."""
-    part = hasher.part(archivable(content))
+    """A built-in memory write, exactly as the host sent it (content kept apart by digest).
+
+    With ``redact``, secret-shaped spans of the content and metadata are masked first
+    (redaction.py) and listed under ``redactions`` (paths ``/content``, ``/metadata/...``).
+    """
+    content, metadata = archivable(content), archivable(metadata)
+    redactions: list[dict[str, Any]] = []
+    if redact:
+        content, found = redact_value(content, "/content")
+        metadata, more = redact_value(metadata, "/metadata")
+        redactions = found + more
+    part = hasher.part(content)
     return NewEvent(
         "memory_write",
         session,
         {"session": session, "order": order, "content": part.digest},
-        {
-            "order": order,
-            "action": archivable(action),
-            "target": archivable(target),
-            "content": part.digest,
-            "metadata": archivable(metadata),
-        },
+        _with_redactions(
+            {
+                "order": order,
+                "action": archivable(action),
+                "target": archivable(target),
+                "content": part.digest,
+                "metadata": metadata,
+            },
+            redactions,
+        ),
         (part,),
     )
 
@@ -105,26 +166,61 @@ def session_ended(session: str, *, at: str, message_count: int) -> NewEvent:
 
 
 def recall_served(
-    hasher: Hasher, session: str, *, turn: int, query: str, result: str, sources: Sequence[int], at: str
+    hasher: Hasher,
+    session: str,
+    *,
+    turn: int,
+    query: str,
+    result: str,
+    sources: Sequence[int],
+    at: str,
+    redact: bool = False,
 ) -> NewEvent:
     """What the provider returned as recall for which turn (the host may still trim it)."""
-    query_part, result_part = hasher.part(archivable_text(query)), hasher.part(archivable_text(result))
+    query, result = archivable_text(query), archivable_text(result)
+    redactions: list[dict[str, Any]] = []
+    if redact:
+        query, found = redact_value(query, "/query")
+        result, more = redact_value(result, "/result")
+        redactions = found + more
+    query_part, result_part = hasher.part(query), hasher.part(result)
     return NewEvent(
         "recall_served",
         session,
         {"session": session, "turn": turn, "query": query_part.digest, "result": result_part.digest, "at": at},
-        {"turn": turn, "query": query_part.digest, "result": result_part.digest, "sources": list(sources)},
+        _with_redactions(
+            {"turn": turn, "query": query_part.digest, "result": result_part.digest, "sources": list(sources)},
+            redactions,
+        ),
         (query_part, result_part),
     )
 
 
-def delegation(hasher: Hasher, session: str, *, task: Any, result: Any, child_session: str, details: Mapping[str, Any]) -> NewEvent:
-    task_part, result_part = hasher.part(archivable(task)), hasher.part(archivable(result))
+def delegation(
+    hasher: Hasher,
+    session: str,
+    *,
+    task: Any,
+    result: Any,
+    child_session: str,
+    details: Mapping[str, Any],
+    redact: bool = False,
+) -> NewEvent:
+    task, result = archivable(task), archivable(result)
+    redactions: list[dict[str, Any]] = []
+    if redact:
+        task, found = redact_value(task, "/task")
+        result, more = redact_value(result, "/result")
+        redactions = found + more
+    task_part, result_part = hasher.part(task), hasher.part(result)
+    body = archivable(
+        {"task": task_part.digest, "result": result_part.digest, "child_session": child_session, **details}
+    )
     return NewEvent(
         "delegation",
         session,
         {"session": session, "child": child_session, "task": task_part.digest, "result": result_part.digest},
-        archivable({"task": task_part.digest, "result": result_part.digest, "child_session": child_session, **details}),
+        _with_redactions(body, redactions),
         (task_part, result_part),
     )
 

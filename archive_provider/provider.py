@@ -32,9 +32,11 @@ from .host import (
 )
 from .projections import default_projections, session_counters, transcript_digests
 from .recall import render, search
+from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
 from .store import EventStore, archive_dir, connect
+from .witness import Witness
 from .writer import Writer, WriterUnavailable, writers
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,7 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
                 projections_factory=default_projections,
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
+                witness=Witness.for_home(home, self._settings.witness_dir),
             )
         if self._writes_turns:
             details = {
@@ -175,11 +178,14 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             legacy = True
         else:
             snapshot, legacy = list(messages), False
-        self._submit(lambda store: self._turn_events(store, session, snapshot, legacy), "turn")
+        redact = self._settings.redact_secrets
+        self._submit(lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn")
 
     @staticmethod
-    def _turn_events(store: EventStore, session: str, messages: Sequence[Any], legacy: bool) -> list[NewEvent]:
-        rows = [archivable_message(message) for message in messages]
+    def _turn_events(
+        store: EventStore, session: str, messages: Sequence[Any], legacy: bool, redact: bool = True
+    ) -> list[NewEvent]:
+        rows, redactions = redact_rows([archivable_message(message) for message in messages], redact, "/messages")
         parts = [store.hasher.part(row) for row in rows]
         if legacy:
             start = 0
@@ -189,7 +195,8 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
         if start >= len(parts):
             return []  # nothing new: the host re-sent what is archived
         turns, _ = session_counters(store.conn, session)
-        return [builders.turn(store.hasher, session, turns + 1, parts[start:], start=start, legacy=legacy)]
+        return [builders.turn(store.hasher, session, turns + 1, parts[start:], start=start, legacy=legacy,
+                              redactions=renumber(redactions, start, "/messages"))]
 
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         """Archive whatever the last sync did not cover, then mark the end."""
@@ -197,9 +204,10 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             return
         session = self._session
         snapshot = list(messages or [])
+        redact = self._settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
-            events = self._turn_events(store, session, snapshot, False) if snapshot else []
+            events = self._turn_events(store, session, snapshot, False, redact) if snapshot else []
             return [*events, builders.session_ended(session, at=now_text(), message_count=len(snapshot))]
 
         self._submit(build, "session_ended")
@@ -231,10 +239,12 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             return
         session = (session_text(metadata.get("session_id")) if isinstance(metadata, Mapping) else "") or self._session
         meta = dict(metadata) if isinstance(metadata, Mapping) else ({} if metadata is None else {"$value": metadata})
+        redact = self._settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
             _, writes = session_counters(store.conn, session)
-            return [builders.memory_write(store.hasher, session, writes + 1, action, target, content, meta)]
+            return [builders.memory_write(store.hasher, session, writes + 1, action, target, content, meta,
+                                          redact=redact)]
 
         self._submit(build, "memory_write")
 
@@ -243,9 +253,11 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             return
         session = self._session
         details = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool))}
+        redact = self._settings.redact_secrets
         self._submit(
             lambda store: [builders.delegation(store.hasher, session, task=task, result=result,
-                                               child_session=str(child_session_id), details=details)],
+                                               child_session=str(child_session_id), details=details,
+                                               redact=redact)],
             "delegation",
         )
 
@@ -276,12 +288,15 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             raise CheckpointError(f"checkpoint evidence must be a list of messages, got {type(messages).__name__}")
         evidence = [archivable_message(m) for m in direct_evidence(messages)]
         session, parent = self._session, self._parent_session
+        redact = self._settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
-            parts = [store.hasher.part(row) for row in evidence]
+            rows, redactions = redact_rows(evidence, redact, "/evidence")
+            parts = [store.hasher.part(row) for row in rows]
             return [builders.checkpoint(
                 store.hasher, session, parts, parent_session=parent, host_api_version=HOST_CHECKPOINT_API_VERSION,
                 require_checkpoint=require_checkpoint, received=len(messages),
+                redactions=renumber(redactions, 0, "/evidence"),
             )]
 
         try:
@@ -303,9 +318,11 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
     def _record_checkpoint_failure(self, error: str, require_checkpoint: bool, messages: Any) -> None:
         count = len(messages) if isinstance(messages, (list, tuple)) else 0
         session, at = self._session, now_text()
+        redact = self._settings.redact_secrets
         self._submit(
             lambda store: [builders.checkpoint_failed(session, at=at, error=error,
-                                                      require_checkpoint=require_checkpoint, evidence_count=count)],
+                                                      require_checkpoint=require_checkpoint, evidence_count=count,
+                                                      redact=redact)],
             "checkpoint_failed",
         )
 
@@ -326,9 +343,10 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
         if text and self._writes_turns:
             session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
             sources = sorted({hit.seq for hit in hits if hit.seq})
+            redact = self._settings.redact_secrets
             self._submit(
                 lambda store: [builders.recall_served(store.hasher, session, turn=turn, query=query,
-                                                      result=text, sources=sources, at=at)],
+                                                      result=text, sources=sources, at=at, redact=redact)],
                 "recall_served",
             )
         return text

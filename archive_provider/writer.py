@@ -8,12 +8,23 @@ job (a checkpoint) is committed with ``synchronous=FULL`` before its caller is r
 Failures never drop events silently. A batch that cannot be written stays queued, in order,
 and is retried with back-off until it lands; a durable job fails fast instead, so its
 caller can raise. On close the writer drains within a bounded time and reports, by type
-and identity key, every event it could not write.
+and identity key, every event it could not write. Every failure is explained by
+:func:`diagnose` (what is wrong, how to fix it: disk full, read-only, locked, corrupt).
+
+The writer supervises itself: an exception escaping its loop (a bug, an injected fault)
+fails the durable jobs in hand, rolls back, and restarts the loop on the same thread; if
+the thread is gone anyway, the next ``submit`` starts a new one. Queued jobs are kept.
+
+Before the first append the writer proves the log is intact (:func:`witness.open_proof`:
+the clean-close fingerprint or a full verify, then the external witness), refuses to build
+on a log that fails, and verifies rows another process appended before appending after
+them. With a witness it records the head after every FULL commit and on close.
 """
 
 from __future__ import annotations
 
 import contextvars
+import errno
 import logging
 import os
 import queue
@@ -26,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .events import AppendResult, NewEvent
-from .store import EventStore, Projection, StoreError
-from .verifier import verify_database
+from .store import DB_NAME, EventStore, Head, Projection, StoreError
+from .verifier import verify_rows
+from .witness import Witness, fast_path_ok, fingerprint_file, open_proof
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +84,49 @@ class WriterUnavailable(RuntimeError):
     """The writer cannot accept or complete work; the message says why and what to do."""
 
 
+def diagnose(exc: BaseException, folder: Path, busy_timeout_ms: int = 5000) -> str:
+    """What went wrong, in words an operator can act on (docs/RECOVER.md has the same list)."""
+    text = f"{type(exc).__name__}: {exc}"
+    lowered = str(exc).lower()
+    code = getattr(exc, "errno", None)
+    db = folder / DB_NAME
+    if code == errno.ENOSPC or "disk is full" in lowered or "database or disk is full" in lowered:
+        return (
+            f"the disk holding the archive {folder} is full ({text}). Free space on that "
+            "disk; queued events are kept in memory and written when space returns, "
+            "checkpoints fail until then. See docs/RECOVER.md, 'Disk full'."
+        )
+    if (
+        code in (errno.EROFS, errno.EACCES, errno.EPERM)
+        or "readonly" in lowered
+        or "read-only" in lowered
+        or "unable to open database file" in lowered
+    ):
+        return (
+            f"the archive folder {folder} or its files cannot be written ({text}). Make them "
+            "writable again: check permissions (folder 0700, files 0600, owned by the Hermes "
+            "user), `lsattr` for the immutable flag (`chattr -i`), and a read-only mount. "
+            "Queued events are kept. See docs/RECOVER.md, 'Read-only archive'."
+        )
+    if "locked" in lowered or "busy" in lowered:
+        return (
+            f"the archive database {db} is locked by another process for longer than the "
+            f"busy timeout ({busy_timeout_ms / 1000:g}s) ({text}). Find the holder with "
+            f"`fuser {db}` (a long `sqlite3` session or a stuck process) and end it, or raise "
+            "busy_timeout_s. Queued events are kept. See docs/RECOVER.md, 'Locked database'."
+        )
+    if isinstance(exc, StoreError) or "witness mismatch" in lowered:
+        return str(exc)
+    if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+        return (
+            f"the archive database {db} is corrupt ({text}). Stop Hermes, move the archive "
+            "folder aside, restore it from backup, run `hermes-archive verify`, then "
+            '`hermes-archive witness accept --reason "restored from backup"` if the witness '
+            "objects. See docs/RECOVER.md, 'Corrupt database'."
+        )
+    return text
+
+
 class Writer:
     """Owns the write connection of one store; every append goes through here."""
 
@@ -83,11 +138,19 @@ class Writer:
         thread_factory: ThreadFactory = context_thread,
         busy_timeout_ms: int = 5000,
         verify_on_open: bool = True,
+        witness: Witness | None = None,
     ) -> None:
         self.folder = folder
         self._projections_factory = projections_factory
         self._busy_timeout_ms = busy_timeout_ms
         self._verify_on_open = verify_on_open
+        self.witness = witness
+        self._thread_factory = thread_factory
+        self._thread_lock = threading.Lock()
+        self._verified: Head | None = None  # the head known good (proved, or written by us)
+        self._refused_state: object = None  # file state when refused; recheck when it changes
+        self.restarts = 0  # how often the writer loop or thread was restarted after a crash
+        self.last_proof: object = None  # the last open-time Proof (path taken, seconds)
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._pending: list[Job] = []  # built, not yet written, in order
         self._store: EventStore | None = None
@@ -99,8 +162,29 @@ class Writer:
         self.last_error: str | None = None
         self.refused: str | None = None  # set when the log fails verification on open
         self._ready = threading.Event()
-        self._thread = thread_factory(self._run, name=f"archive-writer-{folder.parent.name or 'home'}")
-        self._thread.start()
+        self._thread = self._start_thread()
+
+    def _start_thread(self) -> threading.Thread:
+        thread = self._thread_factory(
+            self._main, name=f"archive-writer-{self.folder.parent.name or 'home'}"
+        )
+        thread.start()
+        return thread
+
+    def _ensure_thread(self) -> None:
+        """Restart the writer thread if it died (supervision from the caller's side)."""
+        if self._thread.is_alive() or self._closing:
+            return
+        with self._thread_lock:
+            if self._thread.is_alive() or self._closing:
+                return
+            self.restarts += 1
+            log.error(
+                "archive writer thread had died (last error: %s); starting a new one, "
+                "queued events are kept",
+                self.last_error,
+            )
+            self._thread = self._start_thread()
 
     # -- API ------------------------------------------------------------------------------
 
@@ -111,13 +195,21 @@ class Writer:
             job.future.set_exception(WriterUnavailable("the archive writer is closed; this write was rejected"))
             return job.future
         self._queue.put(job)
+        self._ensure_thread()
         return job.future
 
     def append_durable(self, build: Build, *, timeout: float, label: str = "") -> list[AppendResult]:
         """Run a durable job and wait (bounded) until it is committed with synchronous=FULL."""
         future = self.submit(build, durable=True, label=label)
+        deadline = time.monotonic() + timeout
         try:
-            return future.result(timeout=timeout)
+            while True:  # wake up now and then to restart a writer thread that died
+                try:
+                    return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    self._ensure_thread()
         except TimeoutError:
             future.cancel()
             raise WriterUnavailable(
@@ -173,32 +265,94 @@ class Writer:
 
     # -- thread ---------------------------------------------------------------------------
 
+    def _file_state(self) -> object:
+        """What would make a refusal worth re-checking: the files changed."""
+        state: list[tuple[int, int, int] | None] = []
+        for name in (DB_NAME, DB_NAME + "-wal"):
+            try:
+                st = (self.folder / name).stat()
+                state.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                state.append(None)
+        return (tuple(state), self.witness.state() if self.witness else None)
+
     def _open(self) -> EventStore | None:
         if self._store is not None:
             return self._store
+        if self.refused is not None and self._file_state() == self._refused_state:
+            return None  # nothing changed since the refusal: do not re-read the whole log
+        state = self._file_state()
+        fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
         try:
             store = EventStore.open(
                 self.folder, projections=self._projections_factory(), busy_timeout_ms=self._busy_timeout_ms
             )
         except Exception as exc:  # corrupt, read-only, missing key...
-            self.last_error = str(exc)
-            log.error("archive store unavailable: %s", exc)
+            message = diagnose(exc, self.folder, self._busy_timeout_ms)
+            if message != self.last_error:
+                log.error("archive store unavailable: %s", message)
+            self.last_error = message
             return None
         if self._verify_on_open:
-            report = verify_database(store.conn, store.key)
-            if not report.ok:
-                self.refused = (
-                    f"the archive at {store.path} failed verification at seq {report.first_bad_seq}: "
-                    f"{report.problem}. Appends are refused so the damage is not built upon; run "
-                    "`hermes-archive verify` and restore the archive folder from backup."
-                )
+            try:
+                proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=self.witness)
+            except Exception as exc:
+                store.close()
+                self.last_error = diagnose(exc, self.folder, self._busy_timeout_ms)
+                log.error("archive store unavailable: %s", self.last_error)
+                return None
+            self.last_proof = proof
+            if not proof.ok:
+                if not proof.witness:
+                    self.refused = (
+                        f"the archive at {store.path} failed verification at seq {proof.first_bad_seq}: "
+                        f"{proof.problem}. Appends are refused so the damage is not built upon; run "
+                        "`hermes-archive verify` and restore the archive folder from backup "
+                        "(docs/RECOVER.md, 'Tamper detected')."
+                    )
+                else:
+                    self.refused = (
+                        f"{proof.problem} Appends are refused until then (docs/RECOVER.md, "
+                        "'Witness mismatch')."
+                    )
+                self._refused_state = state
                 self.last_error = self.refused
                 log.error("%s", self.refused)
                 store.close()
                 return None
         self.refused = None
+        self._refused_state = None
+        self._verified = store.head()
         self._store = store
         return store
+
+    def _main(self) -> None:
+        """The thread body: the writer loop, restarted in place if anything escapes it."""
+        crashes = 0
+        while True:
+            try:
+                self._run()
+                return
+            except BaseException as exc:  # a bug or an injected fault: keep serving the queue
+                crashes += 1
+                self.restarts += 1
+                self.last_error = (
+                    f"the archive writer thread crashed ({type(exc).__name__}: {exc}) and "
+                    "restarted; queued events are kept"
+                )
+                log.exception("archive writer loop crashed; restarting it")
+                store = self._store
+                if store is not None and store.conn.in_transaction:
+                    try:
+                        store.conn.execute("ROLLBACK")
+                    except Exception:
+                        self._close_store()
+                with self._lock:
+                    self._fail_durable(WriterUnavailable(self.last_error))
+                if self._abandoned:
+                    self._close_store()
+                    return
+                time.sleep(RETRY_BACKOFF_S[min(crashes - 1, len(RETRY_BACKOFF_S) - 1)])
 
     def _run(self) -> None:
         attempt = 0
@@ -218,7 +372,7 @@ class Writer:
                     attempt += 1
                     continue
             if stop:
-                self._close_store()
+                self._close_store(clean=True)
                 return
 
     def _collect(self) -> bool:
@@ -264,20 +418,68 @@ class Writer:
         results: list[list[AppendResult]] = []
         try:
             with store.transaction(durable=durable):
+                self._check_foreign_rows(store)
                 for job in batch:
                     results.append(self._append_job(job, store))
+                end = store.head()
+        except _Refused as exc:
+            self.refused = self.last_error = str(exc)
+            self._refused_state = self._file_state()
+            log.error("%s", self.refused)
+            self._fail_durable(WriterUnavailable(self.refused))
+            self._close_store()
+            return False
         except Exception as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            log.error("archive append of %d jobs failed: %s", len(batch), self.last_error)
-            self._fail_durable(WriterUnavailable(f"the archive could not commit: {self.last_error}"))
+            message = diagnose(exc, self.folder, self._busy_timeout_ms)
+            if message != self.last_error:
+                log.error("archive append of %d jobs failed: %s", len(batch), message)
+            self.last_error = message
+            self._fail_durable(WriterUnavailable(f"the archive could not commit: {message}"))
             self._reset_store_after(exc)
             return False
         self.last_error = None
-        for job, job_results in zip(batch, results):
+        self._verified = end
+        if durable and self.witness is not None:
+            self.witness.write(store.store_id, end.seq, end.chain)  # only after a FULL commit
+        for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
         self._pending = []
         return True
+
+    def _check_foreign_rows(self, store: EventStore) -> None:
+        """Verify what other processes appended since our last commit, before building on it."""
+        known = self._verified
+        head = store.head()
+        if known is None or head == known:
+            return
+        if head.seq < known.seq:
+            raise _Refused(
+                f"the archive at {store.path} went back from seq {known.seq} to {head.seq} "
+                "while it was open (rolled back or replaced underneath the writer). Appends "
+                "are refused; see docs/RECOVER.md, 'Witness mismatch'."
+            )
+        cursor = store.conn.cursor()
+
+        def payload_of(digest: str) -> bytes | None:
+            row = cursor.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+            return bytes(row[0]) if row else None
+
+        rows = store.conn.execute(
+            "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events "
+            "WHERE seq > ? ORDER BY seq",
+            (known.seq,),
+        )
+        report = verify_rows(
+            rows, store_id=store.store_id, key=store.key, payload_of=payload_of,
+            head=(head.seq, head.chain), start=(known.seq, known.chain),
+        )
+        if not report.ok:
+            raise _Refused(
+                f"the archive at {store.path} failed verification at seq {report.first_bad_seq} "
+                f"(appended by another process): {report.problem}. Appends are refused; run "
+                "`hermes-archive verify` (docs/RECOVER.md, 'Tamper detected')."
+            )
 
     @staticmethod
     def _append_job(job: Job, store: EventStore) -> list[AppendResult]:
@@ -316,17 +518,52 @@ class Writer:
         self._pending = kept
 
     def _reset_store_after(self, exc: Exception) -> None:
-        """After a failed commit, reopen next time (the file may have been fixed or replaced)."""
-        if isinstance(exc, (StoreError, OSError)) or "disk" in str(exc).lower() or "readonly" in str(exc).lower():
+        """After a failed commit, reopen next time (the file may have been fixed or replaced).
+
+        A lock held by another process is waited out on the same connection; anything else
+        (disk full, read-only, corrupt, I/O) reopens, which re-runs the open-time proof.
+        """
+        lowered = str(exc).lower()
+        if "locked" in lowered or "busy" in lowered:
+            return
+        if isinstance(exc, (StoreError, OSError, sqlite3.DatabaseError)):
             self._close_store()
 
-    def _close_store(self) -> None:
-        if self._store is not None:
+    def _close_store(self, *, clean: bool = False) -> None:
+        """Close the connection; on a clean stop also record the witness (with fingerprint)."""
+        store, self._store = self._store, None
+        if store is None:
+            return
+        head: Head | None = None
+        synced = False
+        if clean and self.witness is not None and self.refused is None:
             try:
-                self._store.close()
+                head = store.head()
+                if self._verified is not None and head == self._verified:
+                    busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                    synced = busy == 0  # the checkpoint synced the log and the database
             except Exception:
-                log.debug("closing the archive store failed", exc_info=True)
-            self._store = None
+                log.debug("archive: final checkpoint failed", exc_info=True)
+        try:
+            store.close()
+        except Exception:
+            log.debug("closing the archive store failed", exc_info=True)
+        if head is None or not synced or self.witness is None:
+            return
+        fingerprint = None
+        try:
+            wal = self.folder / (DB_NAME + "-wal")
+            if not wal.exists() or wal.stat().st_size == 0:
+                fingerprint = fingerprint_file(self.folder / DB_NAME)
+                if wal.exists() and wal.stat().st_size > 0:
+                    fingerprint = None  # another process wrote meanwhile
+        except OSError:
+            fingerprint = None
+        self.witness.write(store.store_id, head.seq, head.chain, fingerprint=fingerprint)
+
+
+class _Refused(Exception):
+    """The log cannot be built upon (failed verification, went backwards)."""
 
 
 class _Registry:

@@ -1,0 +1,164 @@
+"""Secret redaction before anything is archived (setting ``redact_secrets``, on by default).
+
+Pure functions, no I/O. A secret-shaped span (an API key such as ``sk-...``, a GitHub token,
+an AWS key, a bearer token, a PEM private key, the password of a URL) is replaced by the
+marker ``[redacted:<kind>]`` in the archived text, and the event records where: a
+``redactions`` list of ``{"path": <JSON pointer into the archived value>, "kind": <kind>,
+"at": <code-point offset of the marker in that text>}``. Everything else is kept byte for
+byte, so an archive with redaction differs from one without only inside the marked spans.
+
+Text a newer host already redacted is left alone. Hermes (``agent/redact.py``) masks a
+token as ``head...tail`` (``sk-pro...7890``), as ``***``, as ``«redacted:ghp_…»`` /
+``«redacted-secret»`` or as ``[REDACTED PRIVATE KEY]``; none of those shapes matches a pattern
+here (a candidate holding ``...``, ``…`` or ``***`` is skipped), and our own markers never
+match either, so redacting is idempotent and a no-op on host-redacted text.
+
+Cross-host note: on hermes 0.19.0 the provider receives raw text and the markers are ours;
+on hosts that scrub hand-offs (main, #115104) the archive holds the host's masks plus our
+markers for what the host let through (e.g. ``https://user:password@host``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MARKER = "[redacted:{kind}]"
+
+# kind -> pattern; a pattern with a group named after its kind redacts that group only
+_PATTERNS: dict[str, str] = {
+    "private_key": (
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+    ),
+    "api_key": r"(?<![A-Za-z0-9_-])sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{20,}",
+    "github_token": r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})",
+    "aws_access_key": r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",
+    "aws_secret_key": (
+        r"(?i:aws_?secret_?access_?key)[\"']?\s*[:=]\s*[\"']?(?P<aws_secret_key>[A-Za-z0-9/+]{40})"
+        r"(?![A-Za-z0-9/+])"
+    ),
+    "slack_token": r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}",
+    "google_api_key": r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{30,}",
+    "bearer_token": r"(?i:\bbearer)\s+(?P<bearer_token>[A-Za-z0-9\-._~+/]{16,}=*)",
+    "url_password": (
+        r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/?#@\[\]]{1,128}:(?P<url_password>[^\s@/?#]{1,256})@"
+    ),
+}
+KINDS = tuple(_PATTERNS)
+_COMBINED = re.compile(
+    "|".join(
+        f"(?P<_{kind}>{pattern})" if f"?P<{kind}>" in pattern else f"(?P<{kind}>{pattern})"
+        for kind, pattern in _PATTERNS.items()
+    )
+)
+_ALREADY_MASKED = ("...", "\u2026", "***", "[redacted", "\u00abredacted", "[REDACTED")
+
+#: A pattern for each kind, matching exactly the span that kind redacts (for tests).
+SPAN_PATTERNS: dict[str, re.Pattern[str]] = {
+    "private_key": re.compile(_PATTERNS["private_key"]),
+    "api_key": re.compile(r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{20,}"),
+    "github_token": re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,}"),
+    "aws_access_key": re.compile(r"(?:AKIA|ASIA)[A-Z0-9]{16}"),
+    "aws_secret_key": re.compile(r"[A-Za-z0-9/+]{40}"),
+    "slack_token": re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}"),
+    "google_api_key": re.compile(r"AIza[0-9A-Za-z_-]{30,}"),
+    "bearer_token": re.compile(r"[A-Za-z0-9\-._~+/]{16,}=*"),
+    "url_password": re.compile(r"[^\s@/?#]{1,256}"),
+}
+
+
+def marker(kind: str) -> str:
+    return MARKER.format(kind=kind)
+
+
+def redact_text(text: str) -> tuple[str, list[tuple[str, int]]]:
+    """``text`` with every secret-shaped span replaced; and (kind, marker offset) for each."""
+    if len(text) < 16:  # every pattern needs more than this
+        return text, []
+    out: list[str] = []
+    found: list[tuple[str, int]] = []
+    position = 0
+    length = 0
+    for match in _COMBINED.finditer(text):
+        for kind in KINDS:
+            if match.group(kind) is not None:
+                break
+        else:  # pragma: no cover - one alternative always matched
+            continue
+        start, end = match.span(kind)
+        secret = text[start:end]
+        if any(mask in secret for mask in _ALREADY_MASKED):
+            continue  # a host (or we) already masked it
+        out.append(text[position:start])
+        length += start - position
+        found.append((kind, length))
+        label = marker(kind)
+        out.append(label)
+        length += len(label)
+        position = end
+    if not found:
+        return text, []
+    out.append(text[position:])
+    return "".join(out), found
+
+
+def _pointer(path: str, key: Any) -> str:
+    return f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+def redact_value(value: Any, path: str = "") -> tuple[Any, list[dict[str, Any]]]:
+    """Redact every text inside ``value`` (dict values, list items; keys are kept).
+
+    Returns the redacted value (a new object only where something changed) and the list
+    of redactions, each ``{"path": JSON pointer, "kind": ..., "at": offset}``.
+    """
+    if isinstance(value, str):
+        text, spans = redact_text(value)
+        return text, [{"path": path, "kind": kind, "at": at} for kind, at in spans]
+    if isinstance(value, Mapping):
+        redactions: list[dict[str, Any]] = []
+        changed = {}
+        for key, item in value.items():
+            new, found = redact_value(item, _pointer(path, key))
+            if found:
+                changed[key] = new
+                redactions.extend(found)
+        if not redactions:
+            return value, []
+        return {k: changed.get(k, v) for k, v in value.items()}, redactions
+    if isinstance(value, (list, tuple)):
+        redactions = []
+        items = []
+        for index, item in enumerate(value):
+            new, found = redact_value(item, _pointer(path, index))
+            items.append(new)
+            redactions.extend(found)
+        if not redactions:
+            return value, []
+        return (items if isinstance(value, list) else tuple(items)), redactions
+    return value, []
+
+
+def redact_rows(
+    rows: list[Any], enabled: bool, prefix: str = ""
+) -> tuple[list[Any], list[list[dict[str, Any]]]]:
+    """Redact each row (a message); per row, its redactions with paths under ``prefix/i``."""
+    if not enabled:
+        return rows, [[] for _ in rows]
+    out, per_row = [], []
+    for index, row in enumerate(rows):
+        new, found = redact_value(row, f"{prefix}/{index}")
+        out.append(new)
+        per_row.append(found)
+    return out, per_row
+
+
+def renumber(per_row: list[list[dict[str, Any]]], start: int, prefix: str) -> list[dict[str, Any]]:
+    """Redactions of rows ``start:`` with their row index rebased to the event's own list."""
+    rebased: list[dict[str, Any]] = []
+    for offset, found in enumerate(per_row[start:]):
+        old = f"{prefix}/{start + offset}"
+        for item in found:
+            rebased.append({**item, "path": f"{prefix}/{offset}" + item["path"][len(old) :]})
+    return rebased
