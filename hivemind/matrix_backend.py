@@ -405,10 +405,13 @@ class MatrixBackend:
 
     # -- synchronous, thread-safe API ------------------------------------------------------
 
-    def start(self, timeout: float | None = None) -> None:
+    def start(self, timeout: float | None = None, *, since: str | None = None) -> None:
         """Log in (or restore the stored device), upload keys if needed, run the first sync.
 
-        What the first sync saw is returned by the next ``sync()``.
+        What the first sync saw is returned by the next ``sync()``. ``since`` resumes from a
+        sync token the caller recorded (its own log) instead of the one nio stored, which nio
+        saves *before* the caller has handled that sync: resuming from the caller's token
+        redelivers whatever it never recorded (at-least-once; callers dedupe by event id).
         """
         with self._lifecycle:
             if self._loop is not None or self._closed:
@@ -423,7 +426,7 @@ class MatrixBackend:
                 raise
             self._loop, self._thread = loop, thread
         try:
-            self._call("start", self._start(), timeout or 3 * self._op_timeout)
+            self._call("start", self._start(since), timeout or 3 * self._op_timeout)
         except BaseException:
             self.close()
             raise
@@ -468,6 +471,10 @@ class MatrixBackend:
         return self._call(
             "introduce", self._introduce(user_a, user_b, text), timeout or self._room_bound
         )
+
+    def joined_rooms(self, *, timeout: float | None = None) -> tuple[str, ...]:
+        """The rooms this device has joined, as of the last sync (sorted)."""
+        return self._call("joined rooms", self._joined_rooms(), timeout)
 
     def join(self, room_id: str, *, timeout: float | None = None) -> None:
         """Join ``room_id`` (bypassing the invite policy) and wait until sync knows the room."""
@@ -611,7 +618,7 @@ class MatrixBackend:
         assert self._client is not None, "not started"
         return self._client
 
-    async def _start(self) -> None:
+    async def _start(self, since: str | None) -> None:
         if not nio_crypto.ENCRYPTION_ENABLED:
             raise MatrixError("matrix-nio has no E2EE support: install matrix-nio[e2e]")
         self._sync_lock, self._send_lock = asyncio.Lock(), asyncio.Lock()
@@ -652,7 +659,7 @@ class MatrixBackend:
             client.restore_login(self.user_id, device_id, self._access_token)
         self._device_id = client.device_id
         await self._maintain_keys()
-        await self._sync_once(0, full_state=True)
+        await self._sync_once(0, full_state=True, since=since)
 
     async def _maintain_keys(self) -> None:
         client = self._nio
@@ -665,13 +672,21 @@ class MatrixBackend:
             if not isinstance(queried, KeysQueryResponse):
                 raise self._failure("keys query", queried)
 
-    async def _sync_once(self, timeout_ms: int, full_state: bool = False) -> None:
-        """One sync round; its news goes to the pending buffer before anything else awaits."""
+    async def _sync_once(
+        self, timeout_ms: int, full_state: bool = False, since: str | None = None
+    ) -> None:
+        """One sync round; its news goes to the pending buffer before anything else awaits.
+
+        ``since`` is passed to nio's ``sync`` rather than set as ``client.next_batch``: nio
+        skips a response whose token equals ``next_batch``, and a full-state resync with
+        nothing new would then leave the client without its rooms.
+        """
         assert self._sync_lock is not None
         async with self._sync_lock:
             client = self._nio
             response = await client.sync(
-                timeout=timeout_ms, sync_filter=self._sync_filter, full_state=full_state or None
+                timeout=timeout_ms, sync_filter=self._sync_filter, since=since or None,
+                full_state=full_state or None,
             )
             if not isinstance(response, SyncResponse):
                 raise self._failure("sync", response)
@@ -796,6 +811,9 @@ class MatrixBackend:
     async def _post_introduction(self, room_id: str, user_a: str, user_b: str, text: str) -> None:
         await self._await_room(room_id, [user_a, user_b])  # Megolm keys go to known members
         await self._send_text(room_id, text, None)
+
+    async def _joined_rooms(self) -> tuple[str, ...]:
+        return tuple(sorted(self._nio.rooms))
 
     async def _join(self, room_id: str) -> None:
         joined = await self._nio.join(room_id)
