@@ -29,6 +29,10 @@ EVENT_TYPES = frozenset(
         "spark_suggested",
         "spark_dismissed",
         "peer_summary_updated",
+        "peer_message_undecryptable",
+        "peer_invite_ignored",
+        "peer_messages_read",
+        "peer_sync_position",
         "witness_accepted",
     }
 )

@@ -1,0 +1,250 @@
+"""Peer events: Matrix facts and peer-tool outcomes in, :class:`NewEvent` out.
+
+Pure given the store's keyed hasher, like :mod:`archive_provider.builders`. Each builder
+decides what makes its event *that* event (its identity key), so a fact delivered twice
+(a resync, a restart from an older sync token) is stored once:
+
+* ``peer_seen``: the member or profile state event id (a configured contact: its user id);
+* ``peer_message_received`` / ``peer_message_undecryptable``: the Matrix event id;
+* ``peer_message_sent``: the event id the homeserver returned (only after it accepted);
+* ``peer_send_failed``: the transaction id of the failed attempt;
+* ``peers_introduced``: the introduction room;
+* ``spark_suggested`` / ``spark_dismissed``: the unordered pair;
+* ``peer_summary_updated``: the peer and a digest of the message ids the summary covers;
+* ``peer_messages_read``: a digest of the message ids marked read;
+* ``peer_invite_ignored``: the room and the inviter;
+* ``peer_sync_position``: the sync token, appended in the same transaction as the events
+  of that sync, so a restart resumes from the last sync whose events are all in the log.
+
+Texts written by peers (messages, introduction contexts, summaries) are parts, stored once by
+digest and erasable later without breaking the chain. Everything here is peer-controlled and
+untrusted: builders bound its size, nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from archive_provider.canonical import canonical_bytes
+from archive_provider.events import Hasher, NewEvent
+from archive_provider.evidence import archivable_text
+
+from .sparks import pair_key
+
+if TYPE_CHECKING:
+    from .matrix_backend import SyncResult
+
+PEER_SESSION = ""  # peer events belong to no conversation unless a tool call made them
+MAX_NAME_CHARS = 200
+MAX_ABOUT_CHARS = 1000
+MAX_INTERESTS = 32
+MAX_INTEREST_CHARS = 100
+MAX_ERROR_CHARS = 500
+
+
+def _text(value: Any, limit: int) -> str:
+    return archivable_text(value)[:limit] if isinstance(value, str) else ""
+
+
+def clean_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile fields hivemind uses (``name``, ``about``, ``interests``), bounded."""
+    out: dict[str, Any] = {}
+    for key, limit in (("name", MAX_NAME_CHARS), ("about", MAX_ABOUT_CHARS)):
+        text = _text(profile.get(key), limit).strip()
+        if text:
+            out[key] = text
+    interests = profile.get("interests")
+    items = [interests] if isinstance(interests, str) else interests
+    if isinstance(items, (list, tuple)):
+        kept = [_text(i, MAX_INTEREST_CHARS).strip() for i in items if isinstance(i, str)]
+        kept = [i for i in kept if i][:MAX_INTERESTS]
+        if kept:
+            out["interests"] = kept
+    return out
+
+
+def member_seen(
+    room_id: str, user_id: str, display_name: str | None, membership: str, event_id: str
+) -> NewEvent:
+    """A membership event of another user in a room we are in."""
+    body: dict[str, Any] = {"source": "member", "user_id": user_id, "room_id": room_id,
+                            "membership": _text(membership, 32)}
+    if display_name:
+        body["display_name"] = _text(display_name, MAX_NAME_CHARS)
+    return NewEvent("peer_seen", PEER_SESSION, {"source": "member", "event_id": event_id}, body)
+
+
+def profile_seen(
+    room_id: str, user_id: str, event_id: str, origin_server_ts: int, profile: Mapping[str, Any]
+) -> NewEvent:
+    """A peer's self-published profile (state keyed by its own user id)."""
+    return NewEvent(
+        "peer_seen", PEER_SESSION, {"source": "profile", "event_id": event_id},
+        {"source": "profile", "user_id": user_id, "room_id": room_id,
+         "origin_server_ts": origin_server_ts, "profile": clean_profile(profile)},
+    )
+
+
+def contact_seen(user_id: str) -> NewEvent:
+    """A peer the operator configured as a contact: known before any room is shared."""
+    return NewEvent(
+        "peer_seen", PEER_SESSION, {"source": "contact", "user_id": user_id},
+        {"source": "contact", "user_id": user_id},
+    )
+
+
+def message_received(
+    hasher: Hasher, *, event_id: str, room_id: str, sender: str, text: str,
+    origin_server_ts: int, encrypted: bool,
+) -> NewEvent:
+    part = hasher.part(archivable_text(text))
+    return NewEvent(
+        "peer_message_received", PEER_SESSION, {"event_id": event_id},
+        {"room_id": room_id, "sender": sender, "text": part.digest,
+         "origin_server_ts": origin_server_ts, "encrypted": encrypted},
+        (part,),
+    )
+
+
+def message_undecryptable(
+    *, event_id: str, room_id: str, sender: str, origin_server_ts: int, session_id: str
+) -> NewEvent:
+    return NewEvent(
+        "peer_message_undecryptable", PEER_SESSION, {"event_id": event_id},
+        {"room_id": room_id, "sender": sender, "origin_server_ts": origin_server_ts,
+         "megolm_session": session_id},
+    )
+
+
+def invite_ignored(*, room_id: str, inviter: str, is_direct: bool) -> NewEvent:
+    """An invite the policy refused: we did not join, so nothing from that room reaches us."""
+    return NewEvent(
+        "peer_invite_ignored", PEER_SESSION, {"room_id": room_id, "inviter": inviter},
+        {"room_id": room_id, "inviter": inviter, "is_direct": is_direct},
+    )
+
+
+def introduction_seen(
+    hasher: Hasher, *, room_id: str, introducer: str, peers: Sequence[str], event_id: str,
+) -> NewEvent:
+    """Someone introduced us (one of ``peers``) in ``room_id``; the sender is the introducer."""
+    return _introduced(hasher, PEER_SESSION, room_id, introducer, peers, "", event_id, False)
+
+
+def introduction_made(
+    hasher: Hasher, session: str, *, room_id: str, introducer: str, peers: Sequence[str],
+    context: str,
+) -> NewEvent:
+    """We introduced two peers (the room exists and the introduction text was accepted)."""
+    return _introduced(hasher, session, room_id, introducer, peers, context, "", True)
+
+
+def _introduced(
+    hasher: Hasher, session: str, room_id: str, introducer: str, peers: Sequence[str],
+    context: str, event_id: str, outgoing: bool,
+) -> NewEvent:
+    part = hasher.part(archivable_text(context))
+    body: dict[str, Any] = {"room_id": room_id, "introducer": introducer,
+                            "peers": sorted(peers), "outgoing": outgoing, "context": part.digest}
+    if event_id:
+        body["marker_event_id"] = event_id
+    return NewEvent("peers_introduced", session, {"room_id": room_id}, body, (part,))
+
+
+def message_sent(
+    hasher: Hasher, session: str, *, event_id: str, room_id: str, recipient: str, text: str,
+    txn_id: str,
+) -> NewEvent:
+    """A message the homeserver accepted (``event_id`` is what it returned)."""
+    part = hasher.part(archivable_text(text))
+    return NewEvent(
+        "peer_message_sent", session, {"event_id": event_id},
+        {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id},
+        (part,),
+    )
+
+
+def send_failed(
+    hasher: Hasher, session: str, *, txn_id: str, recipients: Sequence[str], text: str,
+    error: str, retryable: bool, room_id: str | None = None, action: str = "send",
+) -> NewEvent:
+    """A send (or introduction) the homeserver did not acknowledge: nothing is marked sent."""
+    part = hasher.part(archivable_text(text))
+    body: dict[str, Any] = {"action": action, "recipients": list(recipients), "text": part.digest,
+                            "error": _text(error, MAX_ERROR_CHARS), "retryable": retryable}
+    if room_id:
+        body["room_id"] = room_id
+    return NewEvent("peer_send_failed", session, {"txn_id": txn_id}, body, (part,))
+
+
+def messages_read(hasher: Hasher, session: str, event_ids: Iterable[str]) -> NewEvent:
+    """The messages a ``hivemind_check_messages`` call returned, now read."""
+    ids = sorted(set(event_ids))
+    return NewEvent(
+        "peer_messages_read", session, {"messages": hasher.digest(canonical_bytes(ids))},
+        {"messages": ids},
+    )
+
+
+def summary_updated(
+    hasher: Hasher, *, peer: str, summary: str, covers: Sequence[str]
+) -> NewEvent:
+    """A peer's summary, extracted from the messages ``covers`` names (oldest first)."""
+    digest = hasher.digest(canonical_bytes(list(covers)))
+    part = hasher.part(archivable_text(summary))
+    return NewEvent(
+        "peer_summary_updated", PEER_SESSION, {"peer": peer, "covers": digest},
+        {"peer": peer, "summary": part.digest, "covers": list(covers), "covers_digest": digest,
+         "method": "extractive"},
+        (part,),
+    )
+
+
+def spark_suggested(peer_a: str, peer_b: str, shared: Sequence[str], score: int) -> NewEvent:
+    a, b = pair_key(peer_a, peer_b)
+    return NewEvent(
+        "spark_suggested", PEER_SESSION, {"pair": [a, b]},
+        {"peer_a": a, "peer_b": b, "shared": list(shared), "score": score},
+    )
+
+
+def spark_dismissed(session: str, peer_a: str, peer_b: str) -> NewEvent:
+    a, b = pair_key(peer_a, peer_b)
+    return NewEvent("spark_dismissed", session, {"pair": [a, b]}, {"peer_a": a, "peer_b": b})
+
+
+def sync_position(next_batch: str, *, limited_rooms: Sequence[str] = (),
+                  left_rooms: Sequence[str] = ()) -> NewEvent:
+    """Where the next sync resumes: every event of the syncs before it is in the log."""
+    body: dict[str, Any] = {"next_batch": next_batch}
+    if limited_rooms:
+        body["limited_rooms"] = sorted(limited_rooms)  # messages there may be missing
+    if left_rooms:
+        body["left_rooms"] = sorted(left_rooms)
+    return NewEvent("peer_sync_position", PEER_SESSION, {"next_batch": next_batch}, body)
+
+
+def from_sync(hasher: Hasher, result: SyncResult) -> list[NewEvent]:
+    """Every loggable fact of one sync result, in a fixed order (no position event)."""
+    events: list[NewEvent] = []
+    for m in result.members:
+        events.append(member_seen(m.room_id, m.user_id, m.display_name, m.membership, m.event_id))
+    for p in result.profiles:
+        events.append(profile_seen(p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile))
+    for i in result.introductions:
+        events.append(introduction_seen(hasher, room_id=i.room_id, introducer=i.introducer,
+                                        peers=i.peers, event_id=i.event_id))
+    for i in result.invites:
+        if not i.accepted:
+            events.append(invite_ignored(room_id=i.room_id, inviter=i.inviter,
+                                         is_direct=i.is_direct))
+    for u in result.undecryptable:
+        events.append(message_undecryptable(event_id=u.event_id, room_id=u.room_id,
+                                            sender=u.sender, origin_server_ts=u.origin_server_ts,
+                                            session_id=u.session_id))
+    for r in result.messages:
+        events.append(message_received(hasher, event_id=r.event_id, room_id=r.room_id,
+                                       sender=r.sender, text=r.body,
+                                       origin_server_ts=r.origin_server_ts, encrypted=r.encrypted))
+    return events
