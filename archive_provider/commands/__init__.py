@@ -190,6 +190,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     status,
     verify,
     verify_bundle,
+    witness,
 )
 
 COMMANDS = [
@@ -205,6 +206,7 @@ COMMANDS = [
         history,
         export,
         verify_bundle,
+        witness,
         install,
         demo,
     )

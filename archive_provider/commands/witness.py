@@ -1,0 +1,173 @@
+"""witness: show the external witness, or re-anchor it after a deliberate restore.
+
+A restore from backup looks exactly like a rollback (the archive holds fewer events than the
+witness saw, or another history), so the provider refuses to append until someone says it
+was deliberate: ``hermes-archive witness accept --reason "restored from backup of ..."``.
+That verifies the archive, records a ``witness_accepted`` event (who, why, what the witness
+said before) committed with synchronous=FULL, and only then writes the new witness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from archive_provider.commands import CommandContext, CommandError, UsageError
+from archive_provider.store import EventStore, StoreError
+
+if TYPE_CHECKING:
+    from archive_provider.witness import Witness
+
+NAME = "witness"
+HELP = "show the external witness of the chain head, or accept the archive as it is now"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("show", "accept"), help="show, or accept (re-anchor)")
+    parser.add_argument("--reason", help="why the archive is accepted (required for accept)")
+
+
+def _witness(ctx: CommandContext) -> Witness:
+    from archive_provider.settings import load_settings
+    from archive_provider.witness import Witness
+
+    try:
+        setting = load_settings(ctx.home).witness_dir
+    except Exception:
+        setting = ""
+    return Witness.for_home(ctx.home, setting)
+
+
+def _check(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
+    from archive_provider.witness import WitnessMismatch
+
+    data: dict[str, Any] = {"archive": str(ctx.archive), "witness": str(witness.path)}
+    try:
+        record = witness.read()
+    except WitnessMismatch as exc:
+        return {**data, "ok": False, "problem": str(exc), "recorded": None}
+    data["recorded"] = record.as_dict() if record else None
+    if not ctx.exists():
+        return {**data, "ok": record is None, "problem": None if record is None else "no archive"}
+    store = ctx.open_store()
+    try:
+        witness.check(store.conn, store.store_id)
+        return {**data, "ok": True, "problem": None, "head": store.head().seq}
+    except WitnessMismatch as exc:
+        return {**data, "ok": False, "problem": str(exc), "head": store.head().seq}
+    finally:
+        store.close()
+
+
+def _human_show(data: dict[str, Any]) -> str:
+    recorded = data.get("recorded")
+    lines = [f"Witness: {data['witness']}"]
+    if recorded:
+        lines.append(
+            f"Recorded: store {recorded['store_id']} at seq {recorded['seq']} ({recorded['time']})"
+        )
+        if recorded.get("accepted"):
+            accepted = recorded["accepted"]
+            lines.append(f"Last accepted by {accepted.get('user')}: {accepted.get('reason')}")
+    else:
+        lines.append("Recorded: nothing yet (written after the first checkpoint or clean close)")
+    lines.append(
+        "ok: the archive holds the witnessed head" if data["ok"] else f"MISMATCH: {data['problem']}"
+    )
+    return "\n".join(lines)
+
+
+def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[str, Any], int]:
+    from archive_provider.clock import now_text
+    from archive_provider.events import NewEvent
+    from archive_provider.projections import default_projections
+    from archive_provider.verifier import verify_database
+    from archive_provider.witness import WitnessMismatch
+
+    if not ctx.exists():
+        raise CommandError(f"no archive at {ctx.archive}")
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections())
+    try:
+        report = verify_database(store.conn, store.key)
+        if not report.ok:
+            return {
+                "ok": False,
+                "problem": f"the archive fails verification at seq {report.first_bad_seq}: "
+                f"{report.problem}. Restore a good copy first; accepting would anchor a "
+                "damaged log.",
+            }, 1
+        try:
+            previous = witness.read()
+            before: Any = previous.as_dict() if previous else None
+        except WitnessMismatch as exc:
+            before = {"unreadable": str(exc)}
+        head = store.head()
+        at = now_text()
+        who = {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid()}
+        body = {
+            "reason": reason,
+            **who,
+            "at": at,
+            "previous_witness": before,
+            "accepted_head": {"seq": head.seq, "chain": head.chain},
+        }
+        event = NewEvent(
+            "witness_accepted",
+            "",
+            {"at": at, "seq": head.seq, "chain": head.chain},
+            body,
+        )
+        (result,) = store.append([event], durable=True)
+        new_head = store.head()
+        accepted = {"reason": reason, **who, "at": at, "event_seq": result.seq}
+        written = witness.write(
+            store.store_id, new_head.seq, new_head.chain, accepted=accepted, force=True
+        )
+    finally:
+        store.close()
+    data = {
+        "ok": written,
+        "event_seq": result.seq,
+        "witness": str(witness.path),
+        "head": new_head.seq,
+        "previous_witness": before,
+        "problem": None if written else witness.last_error,
+    }
+    return data, 0 if written else 1
+
+
+def run(ctx: CommandContext) -> int:
+    witness = _witness(ctx)
+    if ctx.args.action == "show":
+        try:
+            data = _check(ctx, witness)
+        except (StoreError, CommandError) as exc:
+            data = {
+                "ok": False,
+                "problem": str(exc),
+                "witness": str(witness.path),
+                "recorded": None,
+            }
+        ctx.emit(data, _human_show)
+        return 0 if data["ok"] else 1
+    reason = (ctx.args.reason or "").strip()
+    if not reason:
+        raise UsageError('witness accept needs --reason "why this archive is the right one"')
+    try:
+        data, code = _accept(ctx, witness, reason)
+    except (StoreError, CommandError) as exc:
+        data, code = {"ok": False, "problem": str(exc)}, 1
+
+    def human(d: dict[str, Any]) -> str:
+        if not d["ok"]:
+            return f"NOT accepted: {d['problem']}"
+        return (
+            f"accepted: witness_accepted recorded at seq {d['event_seq']}; the witness "
+            f"{d['witness']} now anchors seq {d['head']}"
+        )
+
+    ctx.emit(data, human)
+    return code
