@@ -87,8 +87,10 @@ class WriterUnavailable(RuntimeError):
 def diagnose(exc: BaseException, folder: Path, busy_timeout_ms: int = 5000) -> str:
     """What went wrong, in words an operator can act on (docs/RECOVER.md has the same list)."""
     text = f"{type(exc).__name__}: {exc}"
-    lowered = str(exc).lower()
-    code = getattr(exc, "errno", None)
+    # a StoreError wrapping an SQLite error is classified by what SQLite said
+    inner: BaseException = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+    lowered = str(inner).lower()
+    code = getattr(inner, "errno", None)
     db = folder / DB_NAME
     if code == errno.ENOSPC or "disk is full" in lowered or "database or disk is full" in lowered:
         return (
@@ -115,8 +117,6 @@ def diagnose(exc: BaseException, folder: Path, busy_timeout_ms: int = 5000) -> s
             f"`fuser {db}` (a long `sqlite3` session or a stuck process) and end it, or raise "
             "busy_timeout_s. Queued events are kept. See docs/RECOVER.md, 'Locked database'."
         )
-    if isinstance(exc, StoreError) or "witness mismatch" in lowered:
-        return str(exc)
     if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
         return (
             f"the archive database {db} is corrupt ({text}). Stop Hermes, move the archive "
@@ -124,6 +124,8 @@ def diagnose(exc: BaseException, folder: Path, busy_timeout_ms: int = 5000) -> s
             '`hermes-archive witness accept --reason "restored from backup"` if the witness '
             "objects. See docs/RECOVER.md, 'Corrupt database'."
         )
+    if isinstance(exc, StoreError) or "witness mismatch" in lowered:
+        return str(exc)
     return text
 
 
