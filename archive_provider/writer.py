@@ -283,7 +283,6 @@ class Writer:
             return self._store
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
-        state = self._file_state()
         fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
         try:
             store = EventStore.open(
@@ -317,10 +316,11 @@ class Writer:
                         f"{proof.problem} Appends are refused until then (docs/RECOVER.md, "
                         "'Witness mismatch')."
                     )
-                self._refused_state = state
+                if self.refused != self.last_error:
+                    log.error("%s", self.refused)
                 self.last_error = self.refused
-                log.error("%s", self.refused)
-                store.close()
+                store.close()  # opening may have written bookkeeping: take the state after
+                self._refused_state = self._file_state()
                 return None
         self.refused = None
         self._refused_state = None
