@@ -98,3 +98,22 @@ def providers(home: Path) -> Iterator[Any]:
 
 def flush(provider: ArchiveProvider, timeout: float = 20) -> bool:
     return provider._writer is not None and provider._writer.flush(timeout)
+
+
+def same_but_redacted(original: str, redacted: str, spans: list[tuple[str, int]]) -> bool:
+    """``original`` equals ``redacted`` outside its markers, and each replaced span is of its kind.
+
+    ``spans`` are (kind, marker offset) as ``redact_text`` reports them.
+    """
+    from archive_provider.redaction import SPAN_PATTERNS, marker
+
+    pattern, position = [], 0
+    for kind, at in spans:
+        label = marker(kind)
+        if redacted[at : at + len(label)] != label:
+            return False
+        pattern.append(re.escape(redacted[position:at]))
+        pattern.append(f"(?:{SPAN_PATTERNS[kind].pattern})")
+        position = at + len(label)
+    pattern.append(re.escape(redacted[position:]))
+    return re.fullmatch("".join(pattern), original, re.DOTALL) is not None
