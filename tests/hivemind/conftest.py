@@ -6,9 +6,7 @@ never run against a homeserver is not tested.
 
 from __future__ import annotations
 
-import importlib.util
 import secrets
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,24 +15,8 @@ from typing import Any
 
 import pytest
 
+from hivemind.homeserver import Homeserver
 from hivemind.matrix_backend import MatrixBackend, context_thread
-
-
-def _load_harness() -> Any:
-    # Loaded by path under its own name: a plain `import synapse` could resolve to the real
-    # Synapse package (or shadow it), depending on pytest's import mode.
-    name = "hivemind_tests_synapse_harness"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("synapse.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
 
 
 @dataclass(frozen=True)
@@ -52,7 +34,7 @@ class TestUser:
 @pytest.fixture(scope="session")
 def homeserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Synapse on 127.0.0.1 for the whole session; `.down()` stops and restarts it."""
-    hs = harness.Homeserver(tmp_path_factory.mktemp("synapse"))
+    hs = Homeserver(tmp_path_factory.mktemp("synapse"))
     try:
         hs.start()
         yield hs
@@ -99,3 +81,41 @@ def make_backend(
     for backend in backends:
         backend.close(timeout=5)
     assert [t.name for t in threads if t.is_alive()] == []
+
+
+@pytest.fixture
+def make_agent(
+    homeserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Any]]:
+    """Start HivemindProviders, each with its own HERMES_HOME; all are shut down afterwards.
+
+    The credentials are set in the environment just before ``initialize`` (hermes 0.19.0
+    has no per-profile secret scope): each provider keeps the ones it started with.
+    """
+    from hivemind_agents import write_config
+
+    from hivemind import HivemindProvider
+
+    started: list[HivemindProvider] = []
+
+    def make(user: TestUser, *, home: Path | None = None, session: str = "s1",
+             **config: Any) -> HivemindProvider:
+        home = home or tmp_path / user.user_id.split(":")[0].lstrip("@")
+        write_config(home, **config)
+        monkeypatch.setenv("MATRIX_HOMESERVER", homeserver.base_url)
+        monkeypatch.setenv("MATRIX_USER_ID", user.user_id)
+        monkeypatch.setenv("MATRIX_ACCESS_TOKEN", user.access_token)
+        monkeypatch.setenv("MATRIX_DEVICE_ID", user.device_id)
+        provider = HivemindProvider()
+        assert provider.is_available()
+        provider.initialize(session, hermes_home=str(home), platform="cli",
+                            agent_context="primary")
+        started.append(provider)
+        return provider
+
+    yield make
+    for provider in started:
+        provider.shutdown()
+    lingering = [t.name for t in threading.enumerate()
+                 if t.name.startswith(("hivemind-", "archive-writer")) and t.is_alive()]
+    assert lingering == []

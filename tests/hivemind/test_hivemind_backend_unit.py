@@ -99,7 +99,8 @@ def test_digest_reports_peer_data_and_drops_spoofs_and_own_events() -> None:
     _digest(_sync(events), OWN, pending)
     result = pending.result("s1")
     assert result.messages == (ReceivedMessage("$1", "!r:hs", peer, "hi", 1, False),)
-    assert [(p.user_id, dict(p.profile)) for p in result.profiles] == [(peer, {"interests": ["rust"]})]
+    assert [(p.user_id, dict(p.profile)) for p in result.profiles] == [
+        (peer, {"interests": ["rust"]})]
     assert result.introductions == (
         IntroductionSeen("!r:hs", "@carol:hs", tuple(sorted([peer, OWN])), "$5", 5),
     )

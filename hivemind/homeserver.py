@@ -1,8 +1,10 @@
-"""A throw-away Synapse on 127.0.0.1 for the hivemind tests.
+"""A throw-away Synapse on 127.0.0.1, for the hivemind tests and ``hermes-archive demo --peers``.
 
-Stdlib only: the tests talk to Synapse over HTTP and never import it, so this module can be
-loaded next to matrix-nio without pulling Twisted into the test process. The recipe (config,
-shared-secret registration, death signal, readiness poll) follows /work/shared/matrix.md.
+Stdlib only: callers talk to Synapse over HTTP and never import it, so this module can be
+loaded next to matrix-nio without pulling Twisted into the process. Synapse runs as a child
+process from the interpreter in ``$SYNAPSE_PYTHON`` (default: this one, with the ``test``
+extra installed). Loopback only, no federation, rate limits off, users created with the
+shared-secret admin API, and a death signal so Synapse never outlives its parent.
 """
 
 from __future__ import annotations
@@ -36,14 +38,18 @@ _UNLIMITED = {"per_second": 10000, "burst_count": 100000}
 
 
 # Loaded in the parent: the child must not dlopen between fork and exec (other threads may
-# hold the loader lock at fork time).
-_LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+# hold the loader lock at fork time). Linux only; elsewhere stop() is the only guard.
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
 _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: Synapse dies with the test process."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """Runs in the child between fork and exec: Synapse dies with its parent."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:
