@@ -1,0 +1,86 @@
+"""Sizes for each mode: ``--smoke`` (seconds, for the test), ``--quick`` (< 2 min), ``--full``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    #: events in the big log(s) that verify, replay, recall, storage and sync_turn run on
+    log_sizes: tuple[int, ...]
+    #: row 1: per event size, events for one-per-transaction, group/bulk, eventsourcing
+    append: dict[int, dict[str, int]] = field(default_factory=dict)
+    repeats: int = 3
+    #: row 3: sync_turn calls timed per log size, and turns of sustained ingest per size
+    sync_calls: int = 2000
+    ingest: dict[int, int] = field(default_factory=dict)
+    ingest_es: dict[int, int] = field(default_factory=dict)
+    #: row 4: checkpoint sizes (messages of ~1 KB) and repetitions
+    checkpoints: tuple[int, ...] = (50, 200, 1000)
+    checkpoint_repeats: int = 5
+    #: row 6: queries per kind
+    queries: int = 200
+    #: row 7: re-sent transcript check (sessions x turns)
+    resend_turns: int = 200
+    #: row 8: facts added through holographic's add_fact at each size
+    holo_adds: int = 300
+    verify_repeats: int = 3
+
+
+SMOKE = Config(
+    name="smoke",
+    log_sizes=(2000,),
+    append={500: {"one": 50, "many": 200, "es": 50}},
+    repeats=1,
+    sync_calls=100,
+    ingest={500: 100},
+    ingest_es={500: 50},
+    checkpoints=(50,),
+    checkpoint_repeats=1,
+    queries=20,
+    resend_turns=20,
+    holo_adds=20,
+    verify_repeats=1,
+)
+
+QUICK = Config(
+    name="quick",
+    log_sizes=(100_000,),
+    append={
+        500: {"one": 600, "many": 2000, "es": 300},
+        10_000: {"one": 150, "many": 300, "es": 150},
+    },
+    repeats=3,
+    sync_calls=1000,
+    ingest={500: 1500, 10_000: 200},
+    ingest_es={500: 300, 10_000: 150},
+    checkpoints=(50, 200, 1000),
+    checkpoint_repeats=3,
+    queries=100,
+    resend_turns=100,
+    holo_adds=100,
+    verify_repeats=1,
+)
+
+FULL = Config(
+    name="full",
+    log_sizes=(100_000, 1_000_000),
+    append={
+        500: {"one": 5000, "many": 20000, "es": 2000},
+        10_000: {"one": 1000, "many": 3000, "es": 1000},
+    },
+    repeats=5,
+    sync_calls=3000,
+    ingest={500: 10_000, 10_000: 2000},
+    ingest_es={500: 2000, 10_000: 1000},
+    checkpoints=(50, 200, 1000),
+    checkpoint_repeats=7,
+    queries=500,
+    resend_turns=400,
+    holo_adds=1000,
+    verify_repeats=3,
+)
+
+MODES = {"smoke": SMOKE, "quick": QUICK, "full": FULL}
