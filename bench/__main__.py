@@ -28,7 +28,7 @@ from . import (
     s7_storage,
     s8_holographic,
 )
-from .common import Row, Workdir, machine, quiet_logging, table
+from .common import Row, Workdir, machine, quiet_logging, run_small_parent, table
 from .config import MODES, Config
 from .workload import build_log, copy_log, corpus
 
@@ -58,15 +58,19 @@ def _say(message: str) -> None:
 
 def _replay_rows(folder: Path, label: str, events: int) -> tuple[list[Row], dict[str, Any]]:
     """Row 5 through the replay engineer's bench/replay_bench.py (children, peak RSS each)."""
-    from . import replay_bench
-
     for path in folder.iterdir():  # warm the page cache for both children alike
         if path.is_file():
             with open(path, "rb") as handle:
                 while handle.read(1 << 24):
                     pass
-    base = replay_bench._child("baseline", folder)
-    rebuilt = replay_bench._child("replay", folder)
+    # through a small intermediate interpreter: ru_maxrss (what replay_bench reads) carries
+    # the parent's high-water mark across fork+exec, and this process is large
+    code = (
+        "import json, sys; from pathlib import Path; from bench.replay_bench import _child; "
+        "print(json.dumps(_child(sys.argv[1], Path(sys.argv[2]))))"
+    )
+    base = json.loads(run_small_parent(code, "baseline", str(folder)).strip().splitlines()[-1])
+    rebuilt = json.loads(run_small_parent(code, "replay", str(folder)).strip().splitlines()[-1])
     _say(
         f"  replay @ {label}: {rebuilt['seconds']:.1f} s vs raw {base['seconds']:.1f} s; "
         f"peak RSS {rebuilt['peak_rss_mb']:.0f} MiB vs {base['peak_rss_mb']:.0f} MiB"

@@ -145,19 +145,35 @@ def quiet_logging() -> Iterator[None]:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MiB (Linux ru_maxrss is KiB)."""
+    """Peak resident set size of this process so far, in MiB.
+
+    ``VmHWM``, not ``ru_maxrss``: Linux carries a parent's high-water mark into a child
+    across fork+exec, so a child started by a big process reports the parent's peak.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_child(args: Sequence[str], timeout: float) -> str:
-    """Run ``python -m ...`` in a fresh interpreter (so ru_maxrss is its own); its stdout."""
+def run_small_parent(code: str, *args: str, timeout: float | None = None) -> str:
+    """Run ``code`` in a fresh, small interpreter and return its stdout.
+
+    Children it starts then inherit its small ``ru_maxrss`` high-water mark, not this
+    (large) process's, so their self-reported peak RSS is their own.
+    """
     done = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(
-            f"child {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}"
-        )
+        raise RuntimeError(f"child failed ({done.returncode}): {done.stderr[-2000:]}")
     return done.stdout
 
 

@@ -80,7 +80,7 @@ FULL = Config(
     queries=500,
     resend_turns=400,
     holo_adds=1000,
-    verify_repeats=3,
+    verify_repeats=2,
 )
 
 MODES = {"smoke": SMOKE, "quick": QUICK, "full": FULL}
