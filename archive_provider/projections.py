@@ -284,4 +284,7 @@ class RecallsServedProjection(TableProjection):
 
 def default_projections() -> list[TableProjection]:
     """Every projection the archive keeps, in the order they are applied."""
-    return [SessionsProjection(), MemoryProjection(), RecallProjection(), CheckpointsProjection(), RecallsServedProjection()]
+    from hivemind.peers import PeersProjection  # only peer events reach it; it imports this module
+
+    return [SessionsProjection(), MemoryProjection(), RecallProjection(), CheckpointsProjection(),
+            RecallsServedProjection(), PeersProjection()]

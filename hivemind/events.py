@@ -232,13 +232,13 @@ def from_sync(hasher: Hasher, result: SyncResult) -> list[NewEvent]:
         events.append(member_seen(m.room_id, m.user_id, m.display_name, m.membership, m.event_id))
     for p in result.profiles:
         events.append(profile_seen(p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile))
-    for i in result.introductions:
-        events.append(introduction_seen(hasher, room_id=i.room_id, introducer=i.introducer,
-                                        peers=i.peers, event_id=i.event_id))
-    for i in result.invites:
-        if not i.accepted:
-            events.append(invite_ignored(room_id=i.room_id, inviter=i.inviter,
-                                         is_direct=i.is_direct))
+    for intro in result.introductions:
+        events.append(introduction_seen(hasher, room_id=intro.room_id, introducer=intro.introducer,
+                                        peers=intro.peers, event_id=intro.event_id))
+    for invite in result.invites:
+        if not invite.accepted:
+            events.append(invite_ignored(room_id=invite.room_id, inviter=invite.inviter,
+                                         is_direct=invite.is_direct))
     for u in result.undecryptable:
         events.append(message_undecryptable(event_id=u.event_id, room_id=u.room_id,
                                             sender=u.sender, origin_server_ts=u.origin_server_ts,

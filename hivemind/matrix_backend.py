@@ -185,7 +185,8 @@ class SyncResult:
     """Everything seen since the previous ``sync()`` (including syncs run internally).
 
     ``limited_rooms`` had more new events than the timeline limit: messages there may be
-    missing. ``left_rooms`` are rooms we left or were removed from. After a restart, state (members, profiles, introductions, pending invites) is
+    missing. ``left_rooms`` are rooms we left or were removed from. After a restart, state
+    (members, profiles, introductions, pending invites) is
     reported again in full; messages are not.
     """
 
@@ -303,9 +304,10 @@ def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:
     if not isinstance(source, dict) or "state_key" not in source:
         return
     content = source.get("content")
-    if not isinstance(content, dict):
+    sender = source.get("sender")
+    if not isinstance(content, dict) or not isinstance(sender, str):
         return
-    kind, sender, state_key = source.get("type"), source.get("sender"), source["state_key"]
+    kind, state_key = source.get("type"), source["state_key"]
     event_id, ts = source.get("event_id", ""), source.get("origin_server_ts")
     ts = ts if isinstance(ts, int) else 0
     if kind == PROFILE_EVENT_TYPE and state_key == sender and content:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from archive_provider.canonical import canonical_text, decode
 from archive_provider.events import StoredEvent
@@ -53,7 +53,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def is_user_id(value: Any) -> bool:
+def is_user_id(value: Any) -> TypeGuard[str]:
     if not isinstance(value, str) or not value.startswith("@"):
         return False
     local, sep, server = value[1:].partition(":")
@@ -155,8 +155,8 @@ class PeersProjection(TableProjection):
         "CREATE INDEX IF NOT EXISTS peer_messages_peer ON peer_messages(peer, seq)",
         "CREATE INDEX IF NOT EXISTS peer_messages_unread ON peer_messages(unread, seq)",
         "CREATE TABLE IF NOT EXISTS peer_introductions (room_id TEXT PRIMARY KEY,"
-        " seq INTEGER NOT NULL, introducer TEXT NOT NULL, peer_a TEXT NOT NULL, peer_b TEXT NOT NULL,"
-        " outgoing INTEGER NOT NULL, context TEXT NOT NULL)",
+        " seq INTEGER NOT NULL, introducer TEXT NOT NULL, peer_a TEXT NOT NULL,"
+        " peer_b TEXT NOT NULL, outgoing INTEGER NOT NULL, context TEXT NOT NULL)",
         "CREATE TABLE IF NOT EXISTS peer_sparks (peer_a TEXT NOT NULL, peer_b TEXT NOT NULL,"
         " seq INTEGER NOT NULL, shared TEXT NOT NULL, score INTEGER NOT NULL,"
         " PRIMARY KEY (peer_a, peer_b))",
@@ -222,7 +222,9 @@ class PeersProjection(TableProjection):
                 (bindable_text(room), bindable_text(user_id), bindable_text(membership), seq),
             )
 
-    def _message(self, conn: sqlite3.Connection, event: StoredEvent, body: Mapping[str, Any]) -> None:
+    def _message(
+        self, conn: sqlite3.Connection, event: StoredEvent, body: Mapping[str, Any]
+    ) -> None:
         peer = message_peer(event.type, body)
         key = _mapping(event.key).get("event_id")
         if peer is None or not isinstance(key, str):
@@ -237,7 +239,9 @@ class PeersProjection(TableProjection):
         )
         self._store(conn, touch(load_peer(conn, peer), peer, event.seq))
 
-    def _introduced(self, conn: sqlite3.Connection, event: StoredEvent, body: Mapping[str, Any]) -> None:
+    def _introduced(
+        self, conn: sqlite3.Connection, event: StoredEvent, body: Mapping[str, Any]
+    ) -> None:
         pair, room, introducer = introduced_pair(body), body.get("room_id"), body.get("introducer")
         if pair is None or not isinstance(room, str) or not is_user_id(introducer):
             return
@@ -339,7 +343,8 @@ def messages(
     rows = conn.execute(
         "SELECT event_id, seq, time, room_id, peer, direction, text, encrypted, unread"
         f" FROM peer_messages{clause} ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
-    return [Message(*r[:7], bool(r[7]), bool(r[8])) for r in reversed(rows)]
+    return [Message(event_id=r[0], seq=r[1], time=r[2], room_id=r[3], peer=r[4], direction=r[5],
+                    text=r[6], encrypted=bool(r[7]), unread=bool(r[8])) for r in reversed(rows)]
 
 
 def inbound_by_peer(conn: sqlite3.Connection, per_peer: int) -> dict[str, list[tuple[str, str]]]:
@@ -355,7 +360,8 @@ def inbound_by_peer(conn: sqlite3.Connection, per_peer: int) -> dict[str, list[t
 
 def rooms_of(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str]]:
     return list(conn.execute(
-        "SELECT room_id, membership FROM peer_rooms WHERE user_id = ? ORDER BY room_id", (user_id,)))
+        "SELECT room_id, membership FROM peer_rooms WHERE user_id = ? ORDER BY room_id",
+        (user_id,)))
 
 
 def introduced_pairs(conn: sqlite3.Connection) -> set[tuple[str, str]]:

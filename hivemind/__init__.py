@@ -1,0 +1,21 @@
+"""hivemind: peer awareness between Hermes agents over Matrix, archived in the same event log.
+
+Hermes discovers this package as the memory provider ``hivemind`` (entry point group
+``hermes_agent.memory_providers``, or a plugin folder written by ``hermes-archive install
+hivemind``). ``register(ctx)`` calls ``ctx.register_memory_provider()`` with a new
+:class:`HivemindProvider` each time (one provider per profile); nothing opens, connects or
+starts before ``initialize()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .provider import HivemindProvider
+
+__all__ = ["HivemindProvider", "register"]
+
+
+def register(ctx: Any) -> None:
+    """Plugin entry: a new provider per registration (profile isolation), nothing else."""
+    ctx.register_memory_provider(HivemindProvider())

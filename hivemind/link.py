@@ -1,0 +1,278 @@
+"""The live Matrix side of hivemind: one backend, one background sync loop, events to the log.
+
+The loop long-polls the homeserver, turns each sync into peer events and hands them to the
+archive writer as one job, followed by a job that derives summaries and sparks. The job
+appends the sync token (``peer_sync_position``) in the same transaction as the events it
+covers, and a restart resumes from that token rather than from the one nio stored: a crash
+between a sync and its commit redelivers, it never loses (identities make redelivery a
+no-op).
+
+Matrix failures never reach the host: connecting is retried with back-off while the
+homeserver is unreachable, a refused token stops the link with an error the tools report,
+and the archive keeps working throughout. The access token goes only to the backend, which
+scrubs it from every error it raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+from archive_provider.digests import identity_digest
+from archive_provider.events import AppendResult, NewEvent
+from archive_provider.host import spawn_thread
+from archive_provider.store import EventStore
+
+from . import events
+from .derive import derived_events
+from .matrix_backend import (
+    MatrixBackend,
+    MatrixError,
+    MatrixRequestError,
+    MatrixUnavailable,
+    SyncResult,
+)
+from .settings import HivemindSettings
+
+log = logging.getLogger(__name__)
+
+Submit = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
+RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
+READY_COMMIT_WAIT_S = 5.0
+
+_stores_in_use: set[Path] = set()  # one live Matrix client per crypto store in a process
+_stores_lock = threading.Lock()
+
+
+def backend_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """The backend's ``(target, name)`` thread factory on top of the host's context threads."""
+    return spawn_thread(target, name=name)
+
+
+class LinkRefused(RuntimeError):
+    """The crypto store is already driven by another live link in this process."""
+
+
+class PeerLink:
+    """Owns the MatrixBackend of one profile and its background sync loop."""
+
+    def __init__(
+        self,
+        *,
+        crypto_dir: Path,
+        homeserver: str,
+        user_id: str,
+        access_token: str,
+        device_id: str | None,
+        settings: HivemindSettings,
+        submit: Submit,
+        read_token: Callable[[], str | None],
+    ) -> None:
+        self.user_id = user_id
+        self._crypto_dir = crypto_dir
+        self._homeserver = homeserver
+        self._access_token = access_token
+        self._device_id = device_id
+        self._settings = settings
+        self._submit = submit
+        self._read_token = read_token
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._backend: MatrixBackend | None = None
+        self._connected = False
+        self._thread: threading.Thread | None = None
+        self._published: set[str] = set()
+        self._fatal = False
+        self._resume_from_log = True
+        self.error: str | None = None  # why the link is down, for tool results
+
+    def __repr__(self) -> str:
+        return f"PeerLink(user_id={self.user_id!r}, connected={self._connected})"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        with _stores_lock:
+            if self._crypto_dir in _stores_in_use:
+                raise LinkRefused(f"{self._crypto_dir} is already in use by another hivemind "
+                                  "provider in this process (one Matrix device per profile)")
+            _stores_in_use.add(self._crypto_dir)
+        self._thread = spawn_thread(self._run, name=f"hivemind-sync-{self.user_id}")
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait (bounded) until the first sync is in the log (or the link gave up)."""
+        return self._ready.wait(timeout)
+
+    def close(self, timeout: float) -> None:
+        """Stop the loop and the Matrix client within about ``timeout`` seconds."""
+        self._stop.set()
+        with self._lock:
+            backend, self._connected = self._backend, False
+        if backend is not None:
+            backend.close(timeout=timeout)  # also ends a long poll in flight
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("hivemind: the sync loop did not stop within %.1f s", timeout)
+        with _stores_lock:
+            _stores_in_use.discard(self._crypto_dir)
+
+    @property
+    def backend(self) -> MatrixBackend | None:
+        """The started backend, or None while not connected (the tools then report why)."""
+        with self._lock:
+            return self._backend if self._connected else None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            backend = self.backend or self._connect()
+            if backend is None:
+                if self._fatal:
+                    self._ready.set()
+                    return
+                failures = self._back_off(failures)
+                continue
+            try:  # the first sync after connecting returns what start() saw, at once
+                result = backend.sync(self._settings.poll_ms if self._ready.is_set() else 0)
+            except MatrixError as exc:
+                if self._stop.is_set():
+                    return
+                self._offline(exc, failures)
+                failures = self._back_off(failures)
+                continue
+            except Exception:
+                log.exception("hivemind: sync failed unexpectedly")
+                failures = self._back_off(failures)
+                continue
+            if failures:
+                log.info("hivemind: the homeserver answers again; sync resumes")
+                failures = 0
+            self.error = None
+            done = self.record_sync(result)
+            self._publish_profile(backend)
+            if not self._ready.is_set():
+                if done is not None:
+                    try:
+                        done.result(READY_COMMIT_WAIT_S)
+                    except Exception as exc:
+                        log.warning("hivemind: the first sync was not archived: %s", exc)
+                self._ready.set()
+
+    def _connect(self) -> MatrixBackend | None:
+        """Start a backend (resuming from the log's sync token); None if not now."""
+        token = None
+        if self._resume_from_log:
+            try:
+                token = self._read_token()
+            except Exception as exc:
+                log.warning("hivemind: cannot read the sync position from the log: %s", exc)
+        backend = MatrixBackend(
+            self._homeserver, self.user_id, self._crypto_dir,
+            access_token=self._access_token, device_id=self._device_id,
+            allow_users=self._settings.allow_users, allow_servers=self._settings.allow_servers,
+            thread_factory=backend_thread, op_timeout=self._settings.op_timeout_s,
+        )
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._backend = backend
+        try:
+            backend.start(since=token)
+        except MatrixUnavailable as exc:
+            self.error = f"the homeserver is unreachable: {exc}"
+            log.warning("hivemind: cannot connect yet (%s); retrying", exc)
+            return None
+        except MatrixRequestError as exc:
+            if token:  # the server may no longer know the logged position: start afresh
+                log.warning("hivemind: resuming from the logged sync position failed (%s); "
+                            "starting from the client's own position", exc)
+                self._resume_from_log = False
+                return None
+            self._give_up(f"Matrix refused this agent's credentials: {exc}")
+            return None
+        except (MatrixError, ValueError) as exc:  # a wrong identity, no E2EE support
+            self._give_up(f"the Matrix client cannot start: {exc}")
+            return None
+        except Exception as exc:
+            log.debug("hivemind: start failed", exc_info=True)
+            self._give_up(f"the Matrix client failed to start: {type(exc).__name__}: {exc}")
+            return None
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._connected = True
+        self.error = None
+        log.info("hivemind: connected to %s as %s", self._homeserver, self.user_id)
+        return backend
+
+    def _give_up(self, error: str) -> None:
+        """Retrying cannot help (refused credentials): peers stay off, the archive works."""
+        self.error, self._fatal = error, True
+        log.error("hivemind: %s; peers are off, the archive keeps working", error)
+
+    def _offline(self, exc: MatrixError, failures: int) -> None:
+        self.error = f"the homeserver is unreachable: {exc}"
+        if failures == 0:
+            log.warning("hivemind: sync failed (%s); retrying with back-off", exc)
+        else:
+            log.debug("hivemind: sync still failing: %s", exc)
+
+    def _back_off(self, failures: int) -> int:
+        self._stop.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
+        return failures + 1
+
+    # -- events ------------------------------------------------------------------------
+
+    def record_sync(self, result: SyncResult) -> Future[list[AppendResult]] | None:
+        """Hand one sync's events (and its position) to the writer; then derive."""
+        news = (result.messages or result.members or result.profiles or result.introductions
+                or result.invites or result.undecryptable)
+        if not (news or result.limited_rooms or result.left_rooms):
+            return None
+        if result.limited_rooms:
+            log.warning("hivemind: more news than one sync returns in %s; messages there may be "
+                        "missing", ", ".join(result.limited_rooms))
+
+        def build(store: EventStore) -> list[NewEvent]:
+            candidates = events.from_sync(store.hasher, result)
+            fresh = [e for e in candidates
+                     if store.has_identity(identity_digest(e.type, e.key)) is None]
+            if not fresh and not (result.limited_rooms or result.left_rooms):
+                return []
+            return [*fresh, events.sync_position(result.next_batch,
+                                                 limited_rooms=result.limited_rooms,
+                                                 left_rooms=result.left_rooms)]
+
+        done = self._submit(build, "peer sync")
+        if news:
+            done = self._submit(lambda store: derived_events(store.conn, store.hasher),
+                                "peer derivations")
+        return done
+
+    def _publish_profile(self, backend: MatrixBackend) -> None:
+        """Publish our profile once in every room we joined (Synapse keeps identical state)."""
+        profile = self._settings.profile
+        if not profile:
+            return
+        try:
+            rooms = [r for r in backend.joined_rooms() if r not in self._published]
+            for room in rooms:
+                try:
+                    backend.publish_profile(room, profile)
+                except MatrixRequestError as exc:  # e.g. the room's power levels forbid it
+                    log.info("hivemind: not publishing the profile in %s: %s", room, exc)
+                self._published.add(room)
+        except MatrixError as exc:
+            log.debug("hivemind: profile publication postponed: %s", exc)

@@ -1,0 +1,282 @@
+"""HivemindProvider: the archive provider with peers enabled.
+
+Everything the archive does, plus awareness of other agents over Matrix: a background loop
+syncs with the homeserver and logs every peer fact as an event in the same log, the peers
+projection answers the six tools and the ``## Peers`` block that ``prefetch`` adds to the
+archive's recall, and ``system_prompt_block`` adds the social-awareness skill.
+
+Only a primary agent context talks to Matrix (one device per profile; a subagent or cron
+run of the same profile would otherwise drive the same device twice). Matrix failures are
+logged and reported by the tools as JSON errors; they never reach the host, and the archive
+keeps working without a homeserver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, TypeVar
+
+from archive_provider import builders
+from archive_provider.clock import now_text
+from archive_provider.events import NewEvent
+from archive_provider.host import get_secret
+from archive_provider.provider import ArchiveProvider, session_text
+from archive_provider.schemas import load_tool_schema
+from archive_provider.settings import Settings
+from archive_provider.settings import save_settings as save_archive_settings
+from archive_provider.store import EventStore, archive_dir, connect
+
+from . import events
+from . import peers as projection
+from .context import PeerCard, SuggestionCard, label, peers_block
+from .settings import CREDENTIALS, HivemindSettings, load_settings, save_settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RECORD_WAIT_S = 5.0
+_FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n+", re.DOTALL)
+
+
+@cache
+def skill_text() -> str:
+    """The shipped social-awareness skill, without its front matter."""
+    text = files("hivemind").joinpath("skills/social-awareness/SKILL.md").read_text("utf-8")
+    return _FRONT_MATTER.sub("", text).strip()
+
+
+class HivemindProvider(ArchiveProvider):
+    """Event-sourced archive plus peer awareness over Matrix (provider name ``hivemind``)."""
+
+    provider_name = "hivemind"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._peer_settings = HivemindSettings()
+        self._link: Any = None  # a hivemind.link.PeerLink once initialized (imports Matrix)
+        self._peers_off = "hivemind is not initialized"
+        self._peer_reader: sqlite3.Connection | None = None
+        self._peer_lock = threading.Lock()
+        self._tools: Any = None
+
+    def is_available(self) -> bool:
+        """The three Matrix credentials are set (secret scope or environment): no I/O."""
+        return all(get_secret(name) for name in CREDENTIALS)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def initialize(self, session_id: str, **kwargs: Any) -> None:
+        super().initialize(session_id, **kwargs)
+        if self._home is None or self._writer is None or self._link is not None:
+            return
+        if not self._writes_turns:
+            self._peers_off = f"peers are off in a {self._agent_context} context"
+            return
+        try:
+            self._peer_settings = load_settings(self._home)
+        except Exception as exc:
+            log.error("hivemind: unreadable settings, using defaults: %s", exc)
+        values = {name: get_secret(name) for name in (*CREDENTIALS, "MATRIX_DEVICE_ID")}
+        missing = [name for name in CREDENTIALS if not values[name]]
+        if missing:
+            self._peers_off = f"{', '.join(missing)} not set"
+            log.warning("hivemind: %s; peers are off, the archive keeps working", self._peers_off)
+            return
+        contacts = [c for c in self._peer_settings.contacts if c != values["MATRIX_USER_ID"]]
+        if contacts:
+            self._submit(lambda store: [events.contact_seen(c) for c in contacts], "peer contacts")
+        try:
+            from .link import PeerLink  # matrix-nio is the `hivemind` extra
+
+            link = PeerLink(
+                crypto_dir=self._home / "hivemind" / "crypto",
+                homeserver=str(values["MATRIX_HOMESERVER"]),
+                user_id=str(values["MATRIX_USER_ID"]),
+                access_token=str(values["MATRIX_ACCESS_TOKEN"]),
+                device_id=values["MATRIX_DEVICE_ID"] or None,
+                settings=self._peer_settings,
+                submit=self._submit_job,
+                read_token=self._logged_sync_token,
+            )
+            link.start()
+        except Exception as exc:
+            self._peers_off = f"the Matrix link cannot start: {exc}"
+            log.error("hivemind: %s; the archive keeps working", self._peers_off)
+            return
+        self._link = link
+        if not link.wait_ready(self._peer_settings.connect_wait_s):
+            log.info("hivemind: still connecting to %s in the background", link.user_id)
+
+    def shutdown(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            try:
+                link.close(self._peer_settings.close_timeout_s)
+            except Exception as exc:
+                log.warning("hivemind: closing the Matrix link failed: %s", exc)
+        with self._peer_lock:
+            if self._peer_reader is not None:
+                self._peer_reader.close()
+                self._peer_reader = None
+        super().shutdown()
+
+    def system_prompt_block(self) -> str:
+        return super().system_prompt_block() + "\n\n" + skill_text()
+
+    # -- prefetch: archive recall plus the peers block ------------------------------------
+
+    def _prefetch(self, query: str, session_id: str) -> str:
+        try:
+            recall = super()._prefetch(query, session_id)
+        except Exception as exc:
+            log.warning("archive: recall failed: %s", exc)
+            recall = ""
+        block = self.peer_context()
+        if block and self._writes_turns:
+            session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
+            self._submit(
+                lambda store: [builders.recall_served(store.hasher, session, turn=turn, query=query,
+                                                      result=block, sources=[], at=at)],
+                "recall_served",
+            )
+        return "\n\n".join(part for part in (recall, block) if part)
+
+    def peer_context(self) -> str:
+        """The ``## Peers`` / ``## Suggestions`` block, from the projection ('' if no peers)."""
+        if self._home is None or not self._writes_turns:
+            return ""
+        try:
+            return self._read(_cards)
+        except (sqlite3.Error, OSError) as exc:
+            log.debug("hivemind: no peer context: %s", exc)
+            return ""
+
+    # -- tools ---------------------------------------------------------------------------
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        from .tools import TOOL_NAMES
+
+        return [*super().get_tool_schemas(), *(load_tool_schema(name) for name in TOOL_NAMES)]
+
+    def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        if not str(tool_name).startswith("hivemind_"):
+            return super().handle_tool_call(tool_name, args, **kwargs)
+        try:
+            result = self._peer_tools().handle(tool_name, args)
+        except Exception as exc:  # never an exception into the host
+            log.warning("hivemind: tool %s failed: %s", tool_name, exc)
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        return json.dumps(result, ensure_ascii=False)
+
+    def _peer_tools(self) -> Any:
+        if self._tools is None:
+            from .tools import PeerTools
+
+            self._tools = PeerTools(
+                read=self._read, record=self._record, link=lambda: self._link,
+                session=lambda: self._session, unavailable=lambda: self._peers_off,
+            )
+        return self._tools
+
+    # -- configuration -------------------------------------------------------------------
+
+    def get_config_schema(self) -> list[dict[str, Any]]:
+        """Matrix credentials (written to the profile's .env), hivemind and archive settings."""
+        def text(key: str, description: str) -> dict[str, Any]:
+            return {"key": key, "description": description, "default": ""}
+
+        return [
+            {"key": "homeserver", "description": "Matrix homeserver URL",
+             "env_var": "MATRIX_HOMESERVER", "required": True},
+            {"key": "user_id", "description": "This agent's Matrix user id (@name:server)",
+             "env_var": "MATRIX_USER_ID", "required": True},
+            {"key": "access_token", "description": "This agent's Matrix access token",
+             "secret": True, "env_var": "MATRIX_ACCESS_TOKEN", "required": True},
+            text("contacts", "Peers known from the start (user ids, comma-separated)"),
+            text("allow_users", "Users who may invite this agent, from any server"),
+            text("allow_servers", "Servers whose users may invite this agent "
+                                  "(blank: our own; 'none': only allow_users)"),
+            text("about", "One line about this agent, published to peers"),
+            text("interests", "Interests published to peers (comma-separated)"),
+            *Settings.config_schema(),
+        ]
+
+    def save_config(self, values: dict[str, Any], hermes_home: str) -> None:
+        """Hivemind keys to ``hivemind/config.json``, archive keys to ``archive/config.json``."""
+        home = Path(hermes_home)
+        mine = {k: v for k, v in values.items() if k in HivemindSettings.__dataclass_fields__}
+        archive = {k: v for k, v in values.items() if k in Settings.__dataclass_fields__}
+        if mine:
+            save_settings(home, mine)
+        if archive:
+            save_archive_settings(home, archive)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _submit_job(self, build: Callable[[EventStore], Sequence[NewEvent]], label_: str) -> Any:
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError("the archive is closed")
+        return writer.submit(build, label=label_)
+
+    def _record(self, build: Callable[[EventStore], Sequence[NewEvent]], label_: str) -> bool:
+        """Log a tool's outcome and wait (bounded) until it is committed."""
+        try:
+            self._submit_job(build, label_).result(RECORD_WAIT_S)
+            return True
+        except Exception as exc:
+            log.error("hivemind: %s not archived (yet): %s", label_, exc)
+            return False
+
+    def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``query`` on a read-only connection to the profile's log (committed state)."""
+        with self._peer_lock:
+            if self._peer_reader is None:
+                if self._home is None:
+                    raise sqlite3.OperationalError("the archive is not initialized")
+                if self._writer is not None:  # a new profile: the writer creates the tables
+                    self._writer.flush(RECORD_WAIT_S)
+                self._peer_reader = connect(archive_dir(self._home) / "events.db", readonly=True)
+            return query(self._peer_reader)
+
+    def _logged_sync_token(self) -> str | None:
+        """Where the last logged sync ended (after the writer caught up with the log)."""
+        writer = self._writer
+        if writer is not None:
+            writer.flush(RECORD_WAIT_S)
+        try:
+            return self._read(projection.sync_token)
+        except sqlite3.OperationalError:
+            return None
+
+
+def _cards(conn: sqlite3.Connection) -> str:
+    known = projection.all_peers(conn)
+    names: Mapping[str, str] = {p.user_id: label(p.user_id, p.display_name) for p in known}
+    unread = projection.unread_counts(conn)
+    cards = []
+    for peer in known:
+        introducer = projection.introducer_of(conn, peer.user_id)
+        listed = peer.profile.get("interests")
+        interests = listed if isinstance(listed, list) else []
+        about = peer.profile.get("about")
+        cards.append(PeerCard(
+            peer.user_id, names[peer.user_id],
+            introduced_by=names.get(introducer, introducer) if introducer else None,
+            about=about if isinstance(about, str) else "",
+            interests=tuple(i for i in interests if isinstance(i, str)),
+            summary=peer.summary, unread=unread.get(peer.user_id, 0),
+        ))
+    suggestions = [
+        SuggestionCard(names.get(s.peer_a, s.peer_a), names.get(s.peer_b, s.peer_b), s.shared)
+        for s in projection.active_suggestions(conn)
+    ]
+    return peers_block(cards, suggestions)

@@ -1,0 +1,100 @@
+"""hivemind settings: who may invite us, whom we know from the start, what we publish.
+
+They live in ``<HERMES_HOME>/hivemind/config.json`` (the file hermes' dashboard writes for
+this provider's ``flat_json`` schema); ``HIVEMIND_<KEY>`` environment variables override
+them. The archive's own settings still come from ``<HERMES_HOME>/archive/config.json``.
+
+The Matrix credentials are not settings: ``MATRIX_HOMESERVER``, ``MATRIX_USER_ID`` and
+``MATRIX_ACCESS_TOKEN`` (optionally ``MATRIX_DEVICE_ID``) are read through the host's secret
+scope, so the token never lands in a config file or the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from archive_provider.settings import config_path
+
+CONFIG_SECTION = "hivemind"
+CREDENTIALS = ("MATRIX_HOMESERVER", "MATRIX_USER_ID", "MATRIX_ACCESS_TOKEN")
+OPTIONAL_CREDENTIALS = ("MATRIX_DEVICE_ID",)
+
+
+@dataclass(frozen=True)
+class HivemindSettings:
+    allow_users: tuple[str, ...] = ()  # may invite us, whatever their server
+    allow_servers: tuple[str, ...] | None = None  # None: our own homeserver only
+    contacts: tuple[str, ...] = ()  # peers known from the start (user ids)
+    about: str = ""  # published in our profile, in rooms we share
+    interests: tuple[str, ...] = ()  # published too; sparks match on them
+    poll_ms: int = 5000  # background long-poll length
+    op_timeout_s: float = 10.0  # bound of one Matrix request from a tool call
+    connect_wait_s: float = 3.0  # initialize() waits this long for the first sync
+    close_timeout_s: float = 5.0
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.about:
+            out["about"] = self.about
+        if self.interests:
+            out["interests"] = list(self.interests)
+        return out
+
+
+def _items(raw: Any) -> tuple[str, ...]:
+    """A list, or comma/newline separated text (what a dashboard text field holds)."""
+    if isinstance(raw, str):
+        raw = raw.replace("\n", ",").split(",")
+    if not isinstance(raw, (list, tuple)):
+        raise ValueError(f"expected a list or comma-separated text, got {type(raw).__name__}")
+    return tuple(s for s in (str(item).strip() for item in raw) if s)
+
+
+def _coerce(settings: HivemindSettings, values: dict[str, Any]) -> HivemindSettings:
+    changes: dict[str, Any] = {}
+    for f in fields(HivemindSettings):
+        if f.name not in values or values[f.name] is None:
+            continue
+        raw, default = values[f.name], getattr(HivemindSettings, f.name)
+        if f.name == "allow_servers":
+            # "" or absent: own server only; "none" or []: only allow_users
+            text = raw.strip().lower() if isinstance(raw, str) else None
+            changes[f.name] = None if text == "" else () if text == "none" else _items(raw)
+        elif isinstance(default, tuple):
+            changes[f.name] = _items(raw)
+        elif isinstance(default, int):
+            changes[f.name] = int(raw)
+        elif isinstance(default, float):
+            changes[f.name] = float(raw)
+        else:
+            changes[f.name] = str(raw)
+    return replace(settings, **changes)
+
+
+def load_settings(home: Path) -> HivemindSettings:
+    path = config_path(home, CONFIG_SECTION)
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    settings = _coerce(HivemindSettings(), data if isinstance(data, dict) else {})
+    env = {f.name: os.environ[f"HIVEMIND_{f.name.upper()}"] for f in fields(HivemindSettings)
+           if f"HIVEMIND_{f.name.upper()}" in os.environ}
+    return _coerce(settings, env)
+
+
+def save_settings(home: Path, values: dict[str, Any]) -> None:
+    """Merge ``values`` (checked against the field types) into the profile's config.json."""
+    checked = _coerce(HivemindSettings(), values)
+    path = config_path(home, CONFIG_SECTION)
+    current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    for f in fields(HivemindSettings):
+        if f.name in values:
+            value = getattr(checked, f.name)
+            current[f.name] = list(value) if isinstance(value, tuple) else value
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
