@@ -3,8 +3,9 @@
 Latency is measured at the caller, around the ``sync_turn`` call only, the way a host
 calls it: once per completed turn with the whole transcript (0.19.0 re-sends it), the
 writer idle in between (turns are seconds apart). The floor it is compared with is the
-least an enqueueing hook can do: copy the transcript list, build a closure and put it on a
-``SimpleQueue``, timed just before each call so both see the same machine noise. A second,
+least an enqueueing hook can do: copy the transcript list and put a closure on a
+``SimpleQueue`` that a parked thread waits on (waking it costs a futex call), timed just
+before each call so both see the same machine noise. A second,
 informational figure times back-to-back calls while the writer thread is busy, where the
 GIL, not the provider, sets the tail.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,12 +56,21 @@ def sync_latencies(
 ) -> list[float]:
     """Microseconds per ``sync_turn`` call; ``idle`` lets the writer drain between calls.
 
-    With ``floor``, the bare enqueue of the same transcript is timed right before each call
-    (same moment, same noise) and appended there.
+    With ``floor``, the least an enqueue-only hook can do is timed right before each call
+    (same moment, same noise) and appended there: copy the transcript list and put a closure
+    on a queue a parked consumer thread is blocked on (waking it is part of the cost).
     """
     writer = provider._writer
     assert writer is not None
     sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    drained: queue.SimpleQueue[None] = queue.SimpleQueue()
+
+    def consume() -> None:
+        while sink.get() is not None:
+            drained.put(None)
+
+    consumer = threading.Thread(target=consume, name="bench-floor-consumer", daemon=True)
+    consumer.start()
     samples: list[float] = []
     clock = time.perf_counter_ns
     for index, (session, user, assistant) in enumerate(sessions(f"lat-{tag}", text, 500, calls)):
@@ -70,13 +81,15 @@ def sync_latencies(
             snapshot = list(messages)
             sink.put(lambda snapshot=snapshot: snapshot)
             floor.append((clock() - start) / 1000)
-            sink.get_nowait()
+            drained.get()
         start = clock()
         provider.sync_turn(user, assistant, session_id=session.name, messages=messages)
         samples.append((clock() - start) / 1000)
         if idle or index % 200 == 199:
             writer.flush(60)
     writer.flush(600)
+    sink.put(None)
+    consumer.join()
     return samples
 
 
