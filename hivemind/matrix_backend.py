@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import inspect
 import json
 import logging
 import threading
@@ -260,6 +261,35 @@ def invite_allowed(
         return True
     servers = {own_server} if allow_servers is None else set(allow_servers)
     return server.casefold() in {s.casefold() for s in servers}
+
+
+# nio's store binds its *global* peewee model classes to one store's database for the length
+# of each call (``bind_ctx``) and restores the previous binding afterwards. Two clients on two
+# loop threads therefore race: one store's rows land in the other's database, or a query finds
+# no database at all. Every store call in the process holds this lock.
+_NIO_STORE_LOCK = threading.RLock()
+
+
+def _serialized(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def locked(*args: Any, **kwargs: Any) -> T:
+        with _NIO_STORE_LOCK:
+            return method(*args, **kwargs)
+
+    return locked
+
+
+@functools.cache
+def serialized_store() -> type:
+    """nio's DefaultStore with every method (construction included) under one process lock."""
+    from nio.store import DefaultStore
+
+    methods = {
+        name: _serialized(member)
+        for name, member in inspect.getmembers(DefaultStore, inspect.isfunction)
+        if not name.startswith("__") or name in ("__init__", "__post_init__")
+    }
+    return type("SerializedStore", (DefaultStore,), methods)
 
 
 def context_thread(target: Callable[[], None], name: str) -> threading.Thread:
@@ -632,6 +662,7 @@ class MatrixBackend:
             max_timeouts=1,  # fail over to MatrixUnavailable instead of retrying forever
             max_timeout_retry_wait_time=1.0,
             request_timeout=self._op_timeout,
+            store=serialized_store(),
         )
         client = AsyncClient(self.homeserver, self.user_id, store_path=str(self.store_dir),
                              config=config)

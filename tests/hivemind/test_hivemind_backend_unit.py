@@ -168,3 +168,40 @@ def test_unreachable_homeserver_fails_fast_and_leaves_no_thread(tmp_path: Path) 
     with pytest.raises(MatrixUnavailable, match="not running"):
         backend.sync()
     backend.close()  # idempotent
+
+
+def test_two_clients_stores_on_two_threads_never_mix(tmp_path: Path) -> None:
+    """nio binds global peewee models per call; unserialized, one store's rows reach the other."""
+    import sys
+
+    from nio.crypto import OlmAccount
+
+    from hivemind.matrix_backend import serialized_store
+
+    store_class = serialized_store()
+    for tag in "ab":
+        (tmp_path / tag).mkdir()
+    stores = {tag: store_class(f"@{tag}:hs", f"DEV{tag}", str(tmp_path / tag)) for tag in "ab"}
+    for store in stores.values():
+        store.save_account(OlmAccount())
+    wrong: list[object] = []
+
+    def hammer(tag: str) -> None:
+        for i in range(100):
+            stores[tag].save_sync_token(f"{tag}{i}")
+            token = stores[tag].load_sync_token()
+            if not str(token).startswith(tag):
+                wrong.append(token)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=hammer, args=(tag,)) for tag in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert [s.load_sync_token() for s in stores.values()] == ["a99", "b99"]
