@@ -153,6 +153,8 @@ class PeerLink:
                 failures = self._back_off(failures)
                 continue
             except Exception:
+                if self._stop.is_set():  # the client was closed under a sync in flight
+                    return
                 log.exception("hivemind: sync failed unexpectedly")
                 failures = self._back_off(failures)
                 continue
@@ -241,9 +243,9 @@ class PeerLink:
                 or result.invites or result.undecryptable)
         if not (news or result.limited_rooms or result.left_rooms):
             return None
-        if result.limited_rooms:
-            log.warning("hivemind: more news than one sync returns in %s; messages there may be "
-                        "missing", ", ".join(result.limited_rooms))
+        if result.limited_rooms:  # also normal for a room just joined; the log records it
+            log.info("hivemind: more news than one sync returns in %s; messages there may be "
+                     "missing", ", ".join(result.limited_rooms))
 
         def build(store: EventStore) -> list[NewEvent]:
             candidates = events.from_sync(store.hasher, result)

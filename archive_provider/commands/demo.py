@@ -13,10 +13,16 @@ HELP = "run a real Hermes agent (fake local LLM) with the archive, compress, rec
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """No options: --home picks the (demo-only) profile folder."""
+    """--home picks the (demo-only) folder; --peers runs the hivemind demo instead."""
+    parser.add_argument("--peers", action="store_true",
+                        help="hivemind: three agents on a local Synapse; two meet through a third")
 
 
 def run(ctx: CommandContext) -> int:
+    if getattr(ctx.args, "peers", False):
+        from hivemind.demo import run_command
+
+        return run_command(ctx)
     try:
         from archive_provider.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra
