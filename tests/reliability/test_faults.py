@@ -361,3 +361,26 @@ def test_writer_thread_dead_for_good_is_restarted_by_the_next_call(
     assert writer._thread is not first_thread and writer._thread.is_alive()
     assert writer.restarts >= 1
     recovers(provider, home, "dead")
+
+
+def test_a_fault_that_outlasts_shutdown_reports_exactly_what_was_not_written(
+    home: Path, providers: Callable[..., ArchiveProvider], caplog: pytest.LogCaptureFixture
+) -> None:
+    from archive_provider.writer import writers
+
+    first = providers()
+    assert first.on_pre_compress(EVIDENCE, require_checkpoint=True)
+    first.shutdown()
+    with open(archive_dir(home) / "events.db", "r+b") as handle:
+        handle.write(b"not a database" * 8)
+    provider = providers()
+    for n in range(3):
+        provider.sync_turn(f"lost user {n}", f"lost reply {n}", session_id="s1")
+    provider.on_memory_write("add", "memory", "lost fact", {"session_id": "s1"})
+    writer = provider._writer
+    assert writer is not None
+    provider._writer = None  # shut down by hand to read the report
+    report = writers.release(writer, timeout=2)
+    assert report is not None and not report.complete
+    assert report.unwritten == ["session_started", "turn", "turn", "turn", "memory_write"]
+    assert report.error is not None and "corrupt" in report.error
