@@ -5,6 +5,7 @@ and the log, as the host would see it.
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.parse
 from typing import Any
@@ -310,3 +311,40 @@ def test_refused_credentials_turn_peers_off_not_the_archive(
     a.shutdown()
     assert logged(home_of(a), "turn")
     assert bogus not in caplog.text and bogus.encode() not in log_bytes(home_of(a))
+
+
+def test_through_the_real_hermes_memory_manager(
+    make_user: Any, make_agent: Any, homeserver: Any, tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """hermes 0.19.0's MemoryManager routes the tools, runs prefetch on its timed thread and
+    puts the skill into the system prompt."""
+    from agent.memory_manager import MemoryManager
+    from hivemind_agents import write_config
+
+    from hivemind import HivemindProvider
+
+    alice, bob = make_user("alice"), make_user("bob")
+    b = make_agent(bob)
+    home = tmp_path / "alice-host"
+    write_config(home, contacts=[bob.user_id])
+    for name, value in (("MATRIX_HOMESERVER", homeserver.base_url),
+                        ("MATRIX_USER_ID", alice.user_id),
+                        ("MATRIX_ACCESS_TOKEN", alice.access_token)):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MATRIX_DEVICE_ID", raising=False)  # found with whoami
+    manager = MemoryManager()
+    manager.add_provider(HivemindProvider())
+    manager.initialize_all("s1", hermes_home=str(home), platform="cli", agent_context="primary")
+    try:
+        assert {"archive_search", "hivemind_send_to_peer"} <= manager.get_all_tool_names()
+        assert "# Social awareness" in manager.build_system_prompt()
+        sent = json.loads(manager.handle_tool_call(
+            "hivemind_send_to_peer", {"peer_name": localpart(bob), "message": "via the host"}))
+        assert sent["sent"] is True
+        answer = call(b, "hivemind_send_to_peer", peer_name=alice.user_id, message="got it")
+        wait_for(lambda: "1 unread" in manager.prefetch_all("any news from peers?"),
+                 what="the answer in the host's prefetch")
+        assert answer["sent"]
+    finally:
+        manager.shutdown_all()
