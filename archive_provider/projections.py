@@ -2,289 +2,819 @@
 
 Each projection owns a few tables in the archive database, is updated inside the append
 transaction of the events it reflects, records its last applied sequence number in
-``projection_state`` in that same transaction, and can report a digest of its state so
-``verify --projections`` can compare live state with a replay.
+``projection_state`` in that same transaction, and reports a digest of its state so
+``verify --projections`` can compare live state with a replay (:mod:`.replay`).
+
+Determinism is what makes digests comparable: every row, including FTS5 rowids, is a
+function of the log prefix alone, never of when or in which batches it was applied. A
+projection's ``version`` is bumped whenever its tables or reducer change; a stored
+projection of another version is dropped on open and rebuilt by the catch-up.
+
+Reducers never raise on odd payloads (a missing key reads as empty) and store text with
+lone surrogates replaced, so no event the log accepted can make a projection, or a replay,
+fail.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from blake3 import blake3
 
-from .canonical import canonical_bytes, decode
+from .canonical import canonical_bytes, canonical_text, decode
 from .events import StoredEvent
 from .evidence import bindable_text, message_text
-from .memory_state import apply_write
+from .memory_state import Entry, MemoryWrite, apply_write
 
-STATE_DDL = "CREATE TABLE IF NOT EXISTS projection_state (name TEXT PRIMARY KEY, last_seq INTEGER NOT NULL)"
+STATE_DDL = (
+    "CREATE TABLE IF NOT EXISTS projection_state (name TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,"
+    " version INTEGER NOT NULL DEFAULT 0)"
+)
+DIGEST_DOMAIN = b"hermes-archive/v1/projection\x00"
 
 
-def part_value(conn: sqlite3.Connection, digest: str) -> Any:
+@dataclass(frozen=True)
+class LoadedEvent(StoredEvent):
+    """A stored event with the bodies of its parts, as the replay streams them.
+
+    Its body is decoded once, however many projections read it.
+    """
+
+    parts: Mapping[str, bytes] = field(default_factory=dict)
+
+    @cached_property
+    def body(self) -> Any:
+        return decode(self.body_bytes)
+
+
+def event_part(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> Any:
+    """A part the event names, decoded: from the event if it carries it, else the table."""
+    carried = event.parts.get(digest) if isinstance(event, LoadedEvent) else None
+    if carried is not None:
+        return decode(carried)
     row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
     return decode(bytes(row[0])) if row else None
 
 
+def event_text(conn: sqlite3.Connection, event: StoredEvent, digest: Any) -> str:
+    value = event_part(conn, event, digest) if isinstance(digest, str) else None
+    return bindable_text(
+        value if isinstance(value, str) else "" if value is None else canonical_text(value)
+    )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _digests(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
 class TableProjection:
-    """Base: DDL, the state row, dispatch by event type, and a digest over ordered rows."""
+    """Base: DDL, version and state row, dispatch by event type, digest over ordered rows.
+
+    Subclasses set ``tables`` (table -> ORDER BY that makes its rows deterministic),
+    ``handles`` (event types ``reduce`` is called for; other events only move
+    ``last_seq``) and ``requires`` (projections whose tables ``reduce`` reads, which must
+    be applied before it for the same event). ``reduce`` may buffer rows; ``flush``
+    writes them, and ``apply`` flushes after every event.
+    """
 
     name = ""
+    version = 1
     ddl: Sequence[str] = ()
-    #: table name -> ORDER BY clause that makes its rows deterministic
     tables: dict[str, str] = {}
+    #: table -> select list for the digest, when it is not ``*`` (e.g. to include a rowid)
+    digest_select: dict[str, str] = {}
     handles: frozenset[str] = frozenset()
+    requires: tuple[str, ...] = ()
 
     def create(self, conn: sqlite3.Connection) -> None:
-        conn.execute(STATE_DDL)
+        """Create the tables; a projection stored by another version is dropped first."""
+        ensure_state_table(conn)
+        row = conn.execute(
+            "SELECT version FROM projection_state WHERE name = ?", (self.name,)
+        ).fetchone()
+        if row is not None and row[0] != self.version:
+            self.drop(conn)
         for statement in self.ddl:
             conn.execute(statement)
-        conn.execute("INSERT OR IGNORE INTO projection_state VALUES (?, 0)", (self.name,))
+        conn.execute(
+            "INSERT OR IGNORE INTO projection_state (name, last_seq, version) VALUES (?, 0, ?)",
+            (self.name, self.version),
+        )
 
     def drop(self, conn: sqlite3.Connection) -> None:
         for table in self.tables:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
+        ensure_state_table(conn)
         conn.execute("DELETE FROM projection_state WHERE name = ?", (self.name,))
 
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        """Apply one event inside the append transaction (reduce, flush, move last_seq)."""
         if event.type in self.handles:
-            self.reduce(conn, event)
-        conn.execute("UPDATE projection_state SET last_seq = ? WHERE name = ?", (event.seq, self.name))
+            try:
+                self.reduce(conn, event)
+                self.flush(conn)
+            except BaseException:
+                self.discard()
+                raise
+        self.set_last_seq(conn, event.seq)
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         raise NotImplementedError
 
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write rows ``reduce`` buffered; nothing to do unless a subclass buffers."""
+
+    def discard(self) -> None:
+        """Forget buffered rows after a failure (the transaction is rolled back)."""
+
+    def set_last_seq(self, conn: sqlite3.Connection, seq: int) -> None:
+        conn.execute("UPDATE projection_state SET last_seq = ? WHERE name = ?", (seq, self.name))
+
     def last_seq(self, conn: sqlite3.Connection) -> int:
-        row = conn.execute("SELECT last_seq FROM projection_state WHERE name = ?", (self.name,)).fetchone()
+        row = conn.execute(
+            "SELECT last_seq FROM projection_state WHERE name = ?", (self.name,)
+        ).fetchone()
         return int(row[0]) if row else 0
 
     def digest(self, conn: sqlite3.Connection) -> str:
-        hasher = blake3(b"hermes-archive/v1/projection\x00" + self.name.encode())
+        """BLAKE3 over the name, version and every row of every table, in a fixed order."""
+        hasher = blake3(DIGEST_DOMAIN + f"{self.name}\x00{self.version}".encode())
         for table, order in self.tables.items():
-            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-            select = ", ".join(columns)
-            hasher.update(table.encode() + b"\x00")
+            select = self.digest_select.get(table, "*")
+            hasher.update(b"\x00table\x00" + table.encode() + b"\x00")
             for row in conn.execute(f"SELECT {select} FROM {table} ORDER BY {order}"):
-                hasher.update(canonical_bytes([bytes(v).hex() if isinstance(v, bytes) else v for v in row]) + b"\n")
+                values = [bytes(v).hex() if isinstance(v, (bytes, memoryview)) else v for v in row]
+                hasher.update(canonical_bytes(values) + b"\n")
         return hasher.hexdigest()
 
 
+def ensure_state_table(conn: sqlite3.Connection) -> None:
+    conn.execute(STATE_DDL)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(projection_state)")}
+    if "version" not in columns:  # written before projections had versions: rebuild them all
+        conn.execute("ALTER TABLE projection_state ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+
+
+# -- sessions --------------------------------------------------------------------------
+
+#: session_links.relation for each switch reason; lineage follows these (not resume/reset/rewind)
+LINEAGE_RELATIONS = frozenset({"start", "compression", "branch", "switch"})
+
+
+def link_relation(body: Mapping[str, Any]) -> str:
+    """What a session switch means for lineage, from the host's flags and reason."""
+    if body.get("rewound"):
+        return "rewind"
+    if body.get("reset"):
+        return "reset"
+    reason = body.get("reason")
+    if reason in ("compression", "branch", "resume"):
+        return str(reason)
+    return "switch"
+
+
 class SessionsProjection(TableProjection):
-    """Sessions, their counters and their lineage across switches, resets and compressions."""
+    """Sessions, their counters and their lineage across switches, resets and compressions.
+
+    ``transcript`` is the transcript as last archived, kept so the next turn's delta can be
+    computed. A rewind (``/undo``) leaves it as it is: the host's transcript is then no
+    longer an extension of it, and the delta starts at the last user message, whereas an
+    emptied transcript would make the next turn re-archive the whole conversation.
+    """
 
     name = "sessions"
+    version = 2
     ddl = (
-        "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, first_seq INTEGER, last_seq INTEGER,"
-        " started_at TEXT, ended_at TEXT, turns INTEGER NOT NULL DEFAULT 0, memory_writes INTEGER NOT NULL DEFAULT 0,"
-        " checkpoints INTEGER NOT NULL DEFAULT 0, platform TEXT, agent_context TEXT)",
+        "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, first_seq INTEGER NOT NULL,"
+        " last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT, turns INTEGER NOT NULL DEFAULT"
+        " 0,"
+        " memory_writes INTEGER NOT NULL DEFAULT 0, checkpoints INTEGER NOT NULL DEFAULT 0,"
+        " platform TEXT,"
+        " agent_context TEXT)",
         "CREATE TABLE IF NOT EXISTS session_links (seq INTEGER PRIMARY KEY, session TEXT NOT NULL,"
-        " parent TEXT NOT NULL, reason TEXT, reset INTEGER NOT NULL, rewound INTEGER NOT NULL)",
+        " parent TEXT NOT NULL, relation TEXT NOT NULL, reason TEXT, reset INTEGER NOT NULL,"
+        " rewound INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS session_links_session ON session_links(session, seq)",
         "CREATE TABLE IF NOT EXISTS transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
-        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))",
+        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position)) WITHOUT"
+        " ROWID",
     )
     tables = {"sessions": "session", "session_links": "seq", "transcript": "session, position"}
     handles = frozenset(
-        {"session_started", "session_switched", "session_ended", "turn", "memory_write", "checkpoint"}
+        {
+            "session_started",
+            "session_switched",
+            "session_ended",
+            "turn",
+            "memory_write",
+            "checkpoint",
+        }
     )
 
-    def _touch(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
-        conn.execute(
-            "INSERT INTO sessions (session, first_seq, last_seq) VALUES (?, ?, ?) "
-            "ON CONFLICT(session) DO UPDATE SET last_seq = excluded.last_seq",
-            (event.session, event.seq, event.seq),
-        )
+    batch_events = 5000
+    _COUNTERS = {"turn": 2, "memory_write": 3, "checkpoint": 4}
+
+    def __init__(self) -> None:
+        # buffered until flush: session -> [first_seq, last_seq, turns, memory_writes, checkpoints]
+        self._counts: dict[str, list[int]] = {}
+        self._transcript: list[tuple[str, int, str, int]] = []
+        self._lengths: dict[str, int] = {}  # transcript length per session, once read or written
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
-        self._touch(conn, event)
-        body = event.body
-        if event.type == "session_started":
+        kind, session, seq = event.type, event.session, event.seq
+        counts = self._counts.get(session)
+        if counts is None:
+            counts = self._counts[session] = [seq, seq, 0, 0, 0]
+        counts[1] = seq
+        slot = self._COUNTERS.get(kind)
+        if slot is not None:
+            counts[slot] += 1
+        if kind == "turn":
+            body = _mapping(event.body)
+            start = body.get("start")
+            start = start if isinstance(start, int) and start >= 0 else 0
+            self._record_transcript(conn, session, start, _digests(body.get("messages")), seq)
+        elif kind == "session_started":
+            body = _mapping(event.body)
             conn.execute(
-                "UPDATE sessions SET started_at = coalesce(started_at, ?), platform = ?, agent_context = ? WHERE session = ?",
-                (event.time, body.get("platform"), body.get("agent_context"), event.session),
+                "INSERT INTO sessions (session, first_seq, last_seq, started_at, platform,"
+                " agent_context)"
+                " VALUES (?1, ?2, ?2, ?3, ?4, ?5) ON CONFLICT(session) DO UPDATE SET"
+                " started_at = coalesce(started_at, excluded.started_at), platform ="
+                " excluded.platform,"
+                " agent_context = excluded.agent_context",
+                (
+                    session,
+                    seq,
+                    event.time,
+                    _text_or_none(body.get("platform")),
+                    _text_or_none(body.get("agent_context")),
+                ),
             )
             parent = body.get("parent_session_id")
-            if parent:
+            if isinstance(parent, str) and parent:
                 conn.execute(
-                    "INSERT INTO session_links VALUES (?, ?, ?, 'start', 0, 0)", (event.seq, event.session, parent)
+                    "INSERT INTO session_links VALUES (?, ?, ?, 'start', 'start', 0, 0)",
+                    (seq, session, bindable_text(parent)),
                 )
-        elif event.type == "session_switched":
+        elif kind == "session_switched":
+            body = _mapping(event.body)
+            parent = body.get("parent_session_id") or body.get("from") or ""
             conn.execute(
-                "INSERT INTO session_links VALUES (?, ?, ?, ?, ?, ?)",
-                (event.seq, event.session, body.get("parent_session_id") or body.get("from") or "",
-                 body.get("reason"), int(bool(body.get("reset"))), int(bool(body.get("rewound")))),
+                "INSERT INTO session_links VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    seq,
+                    session,
+                    bindable_text(str(parent)),
+                    link_relation(body),
+                    _text_or_none(body.get("reason")),
+                    int(bool(body.get("reset"))),
+                    int(bool(body.get("rewound"))),
+                ),
             )
-            if body.get("rewound"):
-                conn.execute("DELETE FROM transcript WHERE session = ?", (event.session,))
-        elif event.type == "session_ended":
-            conn.execute("UPDATE sessions SET ended_at = ? WHERE session = ?", (event.time, event.session))
-        elif event.type == "turn":
-            conn.execute("UPDATE sessions SET turns = turns + 1 WHERE session = ?", (event.session,))
-            self._record_transcript(conn, event.session, body["start"], body["messages"], event.seq)
-        elif event.type == "memory_write":
-            conn.execute("UPDATE sessions SET memory_writes = memory_writes + 1 WHERE session = ?", (event.session,))
-        elif event.type == "checkpoint":
-            conn.execute("UPDATE sessions SET checkpoints = checkpoints + 1 WHERE session = ?", (event.session,))
+        elif kind == "session_ended":
+            conn.execute(
+                "INSERT INTO sessions (session, first_seq, last_seq, ended_at) VALUES (?1, ?2, ?2,"
+                " ?3)"
+                " ON CONFLICT(session) DO UPDATE SET ended_at = excluded.ended_at",
+                (session, seq, event.time),
+            )
+        if len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events:
+            self.flush(conn)
 
-    @staticmethod
-    def _record_transcript(conn: sqlite3.Connection, session: str, start: int, digests: Iterable[str], seq: int) -> None:
-        """The transcript as last archived: kept so the next turn's delta can be computed."""
-        conn.execute("DELETE FROM transcript WHERE session = ? AND position >= ?", (session, start))
-        conn.executemany(
-            "INSERT INTO transcript VALUES (?, ?, ?, ?)",
-            [(session, start + offset, digest, seq) for offset, digest in enumerate(digests)],
+    def _record_transcript(
+        self, conn: sqlite3.Connection, session: str, start: int, digests: list[str], seq: int
+    ) -> None:
+        """Positions from ``start`` on become ``digests``; an append (usual) deletes nothing."""
+        length = self._lengths.get(session)
+        if length is None:
+            row = conn.execute(
+                "SELECT max(position) FROM transcript WHERE session = ?", (session,)
+            ).fetchone()
+            length = -1 if row[0] is None else int(row[0])
+            length += 1
+        if start < length:  # the host rewrote its transcript: drop what this turn replaces
+            self._flush_transcript(conn)
+            conn.execute(
+                "DELETE FROM transcript WHERE session = ? AND position >= ?", (session, start)
+            )
+        self._transcript.extend(
+            (session, start + offset, digest, seq) for offset, digest in enumerate(digests)
         )
+        self._lengths[session] = start + len(digests) if digests else min(start, length)
+
+    def _flush_transcript(self, conn: sqlite3.Connection) -> None:
+        if self._transcript:
+            conn.executemany("INSERT INTO transcript VALUES (?, ?, ?, ?)", self._transcript)
+            self._transcript.clear()
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write the counters (they add up, so the order of batches does not matter) and rows."""
+        if self._counts:
+            conn.executemany(
+                "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
+                " checkpoints)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
+                " first_seq = min(first_seq, excluded.first_seq), last_seq = max(last_seq,"
+                " excluded.last_seq),"
+                " turns = turns + excluded.turns, memory_writes = memory_writes +"
+                " excluded.memory_writes,"
+                " checkpoints = checkpoints + excluded.checkpoints",
+                [(session, *counts) for session, counts in self._counts.items()],
+            )
+        self._flush_transcript(conn)
+        self.discard()
+
+    def discard(self) -> None:
+        self._counts.clear()
+        self._transcript.clear()
+        self._lengths.clear()
+
+
+def _text_or_none(value: Any) -> str | None:
+    return (
+        bindable_text(value)
+        if isinstance(value, str)
+        else None
+        if value is None
+        else canonical_text(value)
+    )
 
 
 def transcript_digests(conn: sqlite3.Connection, session: str) -> list[str]:
-    return [row[0] for row in conn.execute("SELECT digest FROM transcript WHERE session = ? ORDER BY position", (session,))]
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT digest FROM transcript WHERE session = ? ORDER BY position", (session,)
+        )
+    ]
 
 
 def session_counters(conn: sqlite3.Connection, session: str) -> tuple[int, int]:
     """(turns, memory writes) archived so far for ``session``."""
-    row = conn.execute("SELECT turns, memory_writes FROM sessions WHERE session = ?", (session,)).fetchone()
+    row = conn.execute(
+        "SELECT turns, memory_writes FROM sessions WHERE session = ?", (session,)
+    ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+@dataclass(frozen=True)
+class SessionLink:
+    seq: int
+    session: str
+    parent: str
+    relation: str
+    reason: str | None
+
+
+def session_links(conn: sqlite3.Connection, session: str | None = None) -> list[SessionLink]:
+    """Every recorded switch (of one session, when given), in log order."""
+    sql, args = "SELECT seq, session, parent, relation, reason FROM session_links", ()
+    if session is not None:
+        sql, args = sql + " WHERE session = ?", (session,)
+    return [SessionLink(*row) for row in conn.execute(sql + " ORDER BY seq", args)]
+
+
+def lineage(conn: sqlite3.Connection, session: str) -> list[SessionLink]:
+    """The links from ``session`` back to where its conversation began.
+
+    Follows, for each session, its latest link that continues a conversation (compression,
+    branch, a parent named at start, an unexplained switch); a resume only names the
+    session left, a reset starts a new conversation and a rewind stays in the session, so
+    those end the walk.
+    """
+    chain: list[SessionLink] = []
+    seen = {session}
+    current = session
+    while True:
+        row = conn.execute(
+            "SELECT seq, session, parent, relation, reason FROM session_links WHERE session = ?"
+            " AND relation IN ({}) AND parent != session ORDER BY seq DESC LIMIT 1".format(
+                ", ".join("?" * len(LINEAGE_RELATIONS))
+            ),
+            (current, *sorted(LINEAGE_RELATIONS)),
+        ).fetchone()
+        if row is None or row[2] in seen:
+            return chain
+        chain.append(SessionLink(*row))
+        current = row[2]
+        seen.add(current)
+
+
+# -- memory ----------------------------------------------------------------------------
 
 
 class MemoryProjection(TableProjection):
     """Built-in memory entries as they stand, plus the history of every change."""
 
     name = "memory"
+    version = 2
     ddl = (
-        "CREATE TABLE IF NOT EXISTS memory_entries (target TEXT NOT NULL, position INTEGER NOT NULL,"
-        " content TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (target, position))",
-        "CREATE TABLE IF NOT EXISTS memory_history (seq INTEGER PRIMARY KEY, time TEXT NOT NULL, session TEXT NOT NULL,"
-        " target TEXT NOT NULL, action TEXT NOT NULL, position INTEGER, before TEXT, after TEXT,"
-        " resolution TEXT NOT NULL, metadata TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS memory_entries (target TEXT NOT NULL, position INTEGER NOT"
+        " NULL,"
+        " content TEXT NOT NULL, entry INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (target,"
+        " position))",
+        "CREATE TABLE IF NOT EXISTS memory_history (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        " session TEXT NOT NULL, target TEXT NOT NULL, action TEXT NOT NULL, entry INTEGER,"
+        " position INTEGER,"
+        " before TEXT, after TEXT, resolution TEXT NOT NULL, candidates INTEGER NOT NULL, merged"
+        " INTEGER,"
+        " metadata TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS memory_history_entry ON memory_history(entry)",
     )
     tables = {"memory_entries": "target, position", "memory_history": "seq"}
     handles = frozenset({"memory_write"})
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
-        body = event.body
-        target = str(body.get("target"))
-        content = part_value(conn, body["content"])
-        content = bindable_text(content if isinstance(content, str) else str(content))
-        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-        entries = [row[0] for row in conn.execute(
-            "SELECT content FROM memory_entries WHERE target = ? ORDER BY position", (target,))]
-        after, change = apply_write(entries, str(body.get("action")), target, content, metadata)
-        if after != entries:
-            conn.execute("DELETE FROM memory_entries WHERE target = ?", (target,))
+        body = _mapping(event.body)
+        metadata = body.get("metadata")
+        content = (
+            event_part(conn, event, body["content"])
+            if isinstance(body.get("content"), str)
+            else None
+        )
+        write = MemoryWrite.from_host(body.get("action"), body.get("target"), content, metadata)
+        write = MemoryWrite(
+            bindable_text(write.action),
+            bindable_text(write.target),
+            bindable_text(write.content),
+            write.old_text,
+            write.previous_content,
+        )
+        before = memory_entries(conn, write.target)
+        after, change = apply_write(before, write, event.seq)
+        if after != before:
+            conn.execute("DELETE FROM memory_entries WHERE target = ?", (write.target,))
             conn.executemany(
-                "INSERT INTO memory_entries VALUES (?, ?, ?, ?)",
-                [(target, i, text, event.seq) for i, text in enumerate(after)],
+                "INSERT INTO memory_entries VALUES (?, ?, ?, ?, ?)",
+                [(write.target, i, e.content, e.entry, e.seq) for i, e in enumerate(after)],
             )
         conn.execute(
-            "INSERT INTO memory_history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (event.seq, event.time, event.session, target, change.action, change.index, change.before,
-             change.after, change.resolution, canonical_bytes(metadata).decode()),
+            "INSERT INTO memory_history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.seq,
+                event.time,
+                event.session,
+                write.target,
+                write.action,
+                change.entry,
+                change.index,
+                _bindable_or_none(change.before),
+                change.after,
+                change.resolution,
+                change.candidates,
+                change.merged,
+                canonical_text(metadata if metadata is not None else {}),
+            ),
         )
 
 
+def _bindable_or_none(text: str | None) -> str | None:
+    return None if text is None else bindable_text(text)
+
+
+def memory_entries(conn: sqlite3.Connection, target: str) -> list[Entry]:
+    return [
+        Entry(*row)
+        for row in conn.execute(
+            "SELECT content, entry, seq FROM memory_entries WHERE target = ? ORDER BY position",
+            (target,),
+        )
+    ]
+
+
+def memory_state(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    """Every target's entries as they stand (what MEMORY.md / USER.md should hold)."""
+    state: dict[str, list[str]] = {}
+    for target, content in conn.execute(
+        "SELECT target, content FROM memory_entries ORDER BY target, position"
+    ):
+        state.setdefault(target, []).append(content)
+    return state
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One change to a built-in memory entry, for ``hermes-archive history``."""
+
+    seq: int
+    time: str
+    session: str
+    target: str
+    action: str
+    entry: int | None
+    before: str | None  # the previous content
+    after: str | None
+    resolution: str
+    candidates: int
+    merged: int | None
+    metadata: dict[str, Any]  # the host's origin metadata (write_origin, session_id, old_text ...)
+
+
+def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
+    """Every change to the memory entries whose text ever contained ``text``, in log order.
+
+    Matching is case-insensitive over each version of an entry (and the search text a
+    write used), and an entry is followed through its replaces: asking for "dark mode"
+    also shows that entry's later rewording and its removal.
+    """
+    needle = text.strip().casefold()
+    rows = [
+        MemoryEvent(*row[:11], decode(row[11]))
+        for row in conn.execute(
+            "SELECT seq, time, session, target, action, entry, before, after, resolution,"
+            " candidates, merged,"
+            " metadata FROM memory_history ORDER BY seq"
+        )
+    ]
+    if not needle:
+        return rows
+
+    def mentions(row: MemoryEvent) -> bool:
+        old_text = row.metadata.get("old_text") if isinstance(row.metadata, dict) else None
+        texts = (row.before, row.after, old_text if isinstance(old_text, str) else None)
+        return any(t is not None and needle in t.casefold() for t in texts)
+
+    entries = {row.entry for row in rows if row.entry is not None and mentions(row)}
+    return [
+        row
+        for row in rows
+        if row.entry in entries or row.merged in entries or (row.entry is None and mentions(row))
+    ]
+
+
+# -- recall ----------------------------------------------------------------------------
+
+
 class RecallProjection(TableProjection):
-    """FTS5 over archived messages, checkpoint evidence and current memory entries."""
+    """FTS5 over archived messages, checkpoint evidence and current memory entries.
+
+    Messages: the user and assistant prose of every turn, one row each; rowids count up
+    from 1 in log order (so ``ORDER BY rowid DESC`` means newest first) and are assigned
+    here, not by SQLite, so a replay gives every row the rowid it had. ``recall_seen``
+    holds a key per (session, text) indexed, so checkpoint evidence adds only the texts its
+    session's turns did not already hold (a message archived before the archive saw its
+    turn, or one the host rewrote). Memory entries: rowid ``-seq`` of the write that set the
+    content, kept equal to ``memory_entries`` (hence ``requires = ("memory",)``) by a diff,
+    so a write touches only the rows that changed and the result does not depend on how far
+    the memory projection had got when this one caught up.
+    """
 
     name = "recall"
+    version = 2
     ddl = (
-        "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED, session UNINDEXED,"
+        "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED, session"
+        " UNINDEXED,"
         " seq UNINDEXED, role UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')",
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')",
-        "CREATE TABLE IF NOT EXISTS recall_indexed (digest TEXT PRIMARY KEY) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS recall_seen (key INTEGER PRIMARY KEY)",
+        "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY, target TEXT NOT"
+        " NULL)",
     )
-    tables = {"recall_fts": "rowid", "recall_indexed": "digest"}
+    tables = {"recall_fts": "rowid", "recall_seen": "key", "recall_memory": "rowid"}
+    digest_select = {
+        "recall_fts": "rowid, text, kind, session, seq, role",
+        "recall_memory": "rowid, target",
+    }
     handles = frozenset({"turn", "checkpoint", "memory_write"})
+    requires = ("memory",)
+    batch_rows = 2000
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[int, str, str, str, int, str]] = []
+        self._keys: list[tuple[int]] = []
+        self._next_rowid: int | None = None
 
     def drop(self, conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS recall_vocab")
         super().drop(conn)
 
-    def digest(self, conn: sqlite3.Connection) -> str:
-        hasher = blake3(b"hermes-archive/v1/projection\x00recall")
-        for row in conn.execute("SELECT rowid, text, kind, session, seq, role FROM recall_fts ORDER BY rowid"):
-            hasher.update(canonical_bytes(list(row)) + b"\n")
-        for (digest,) in conn.execute("SELECT digest FROM recall_indexed ORDER BY digest"):
-            hasher.update(digest.encode() + b"\n")
-        return hasher.hexdigest()
-
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         if event.type == "memory_write":
-            self._index_memory(conn, str(event.body.get("target")))
-            return
-        digests = event.body["messages"] if event.type == "turn" else event.body["evidence"]
-        kind = "turn" if event.type == "turn" else "checkpoint"
-        for digest in digests:
-            if conn.execute("INSERT OR IGNORE INTO recall_indexed VALUES (?)", (digest,)).rowcount == 0:
-                continue  # the same message already indexed (a turn and a checkpoint share it)
-            message = part_value(conn, digest)
-            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            self._index_memory(conn, bindable_text(str(_mapping(event.body).get("target"))))
+        elif event.type == "turn":
+            for role, text, key in self._texts(conn, event, "messages"):
+                self._add(conn, text, "turn", event, role)
+                self._keys.append((key,))
+            if len(self._rows) >= self.batch_rows:
+                self.flush(conn)
+        else:
+            self.flush(conn)  # the turns before this checkpoint are in recall_seen now
+            for role, text, key in self._texts(conn, event, "evidence"):
+                if conn.execute("INSERT OR IGNORE INTO recall_seen VALUES (?)", (key,)).rowcount:
+                    self._add(conn, text, "checkpoint", event, role)
+            self.flush(conn)
+
+    @staticmethod
+    def _texts(
+        conn: sqlite3.Connection, event: StoredEvent, field_name: str
+    ) -> Iterator[tuple[str, str, int]]:
+        """(role, text, seen key) of each user/assistant message with prose."""
+        carried = event.parts if isinstance(event, LoadedEvent) else {}
+        prefix = event.session.encode("utf-8", "surrogatepass") + b"\x00"
+        for digest in _digests(_mapping(event.body).get(field_name)):
+            body = carried.get(digest)
+            # only role and text are read, so the plain decoder will do
+            message = (
+                _read_json(body.decode()) if body is not None else event_part(conn, event, digest)
+            )
+            if not isinstance(message, dict):
+                continue
+            role = message.get("role")
+            if role != "user" and role != "assistant":
                 continue
             text = bindable_text(message_text(message))
-            if text.strip():
-                conn.execute(
-                    "INSERT INTO recall_fts (text, kind, session, seq, role) VALUES (?, ?, ?, ?, ?)",
-                    (text, kind, event.session, event.seq, message.get("role")),
+            if text and not text.isspace():
+                yield (
+                    role,
+                    text,
+                    int.from_bytes(blake3(prefix + text.encode()).digest(8), "big", signed=True),
                 )
+
+    def _add(
+        self, conn: sqlite3.Connection, text: str, kind: str, event: StoredEvent, role: str
+    ) -> None:
+        if self._next_rowid is None:
+            top = conn.execute("SELECT max(rowid) FROM recall_fts").fetchone()[0]
+            self._next_rowid = max(int(top or 0), 0) + 1
+        self._rows.append((self._next_rowid, text, kind, event.session, event.seq, role))
+        self._next_rowid += 1
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        if self._rows:
+            conn.executemany(
+                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role) VALUES (?, ?, ?, ?,"
+                " ?, ?)",
+                self._rows,
+            )
+        if self._keys:
+            conn.executemany("INSERT OR IGNORE INTO recall_seen VALUES (?)", self._keys)
+        self.discard()
+
+    def discard(self) -> None:
+        self._rows.clear()
+        self._keys.clear()
+        self._next_rowid = None
 
     @staticmethod
     def _index_memory(conn: sqlite3.Connection, target: str) -> None:
-        """Re-index one target's entries as they stand (MemoryProjection is applied first)."""
-        conn.execute("DELETE FROM recall_fts WHERE kind = 'memory' AND role = ?", (target,))
-        conn.execute(
-            "INSERT INTO recall_fts (text, kind, session, seq, role) SELECT content, 'memory', '', seq, target"
-            " FROM memory_entries WHERE target = ? AND trim(content) != '' ORDER BY position",
-            (target,),
-        )
+        """Make the target's memory rows equal its entries as they stand, touching only changes."""
+        wanted = {
+            -seq: content
+            for content, seq in conn.execute(
+                "SELECT content, seq FROM memory_entries WHERE target = ?", (target,)
+            )
+            if content.strip()
+        }
+        held = {
+            row[0]
+            for row in conn.execute("SELECT rowid FROM recall_memory WHERE target = ?", (target,))
+        }
+        for rowid in sorted(held - wanted.keys()):
+            conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
+            conn.execute("DELETE FROM recall_memory WHERE rowid = ?", (rowid,))
+        for rowid in sorted(wanted.keys() - held):
+            conn.execute(
+                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role) VALUES (?, ?,"
+                " 'memory', '', ?, ?)",
+                (rowid, wanted[rowid], -rowid, target),
+            )
+            conn.execute("INSERT INTO recall_memory VALUES (?, ?)", (rowid, target))
+
+
+_read_json = json.JSONDecoder().decode
+
+
+# -- checkpoints and recalls served ----------------------------------------------------
 
 
 class CheckpointsProjection(TableProjection):
     name = "checkpoints"
     ddl = (
-        "CREATE TABLE IF NOT EXISTS checkpoints (seq INTEGER PRIMARY KEY, time TEXT NOT NULL, session TEXT NOT NULL,"
-        " parent_session TEXT, evidence_digest TEXT NOT NULL, messages INTEGER NOT NULL, host_api_version INTEGER,"
+        "CREATE TABLE IF NOT EXISTS checkpoints (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        " session TEXT NOT NULL,"
+        " parent_session TEXT, evidence_digest TEXT NOT NULL, messages INTEGER NOT NULL,"
+        " host_api_version INTEGER,"
         " require_checkpoint INTEGER NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS checkpoint_failures (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        "CREATE TABLE IF NOT EXISTS checkpoint_failures (seq INTEGER PRIMARY KEY, time TEXT NOT"
+        " NULL,"
         " session TEXT NOT NULL, error TEXT NOT NULL, require_checkpoint INTEGER NOT NULL)",
     )
     tables = {"checkpoints": "seq", "checkpoint_failures": "seq"}
     handles = frozenset({"checkpoint", "checkpoint_failed"})
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
-        body = event.body
+        body = _mapping(event.body)
+        required = int(bool(body.get("require_checkpoint")))
         if event.type == "checkpoint":
+            version = body.get("host_api_version")
             conn.execute(
                 "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (event.seq, event.time, event.session, body.get("parent_session"), body["evidence_digest"],
-                 len(body["evidence"]), body.get("host_api_version"), int(bool(body.get("require_checkpoint")))),
+                (
+                    event.seq,
+                    event.time,
+                    event.session,
+                    _text_or_none(body.get("parent_session")),
+                    str(body.get("evidence_digest", "")),
+                    len(_digests(body.get("evidence"))),
+                    version if isinstance(version, int) else None,
+                    required,
+                ),
             )
         else:
             conn.execute(
                 "INSERT INTO checkpoint_failures VALUES (?, ?, ?, ?, ?)",
-                (event.seq, event.time, event.session, body.get("error", ""), int(bool(body.get("require_checkpoint")))),
+                (
+                    event.seq,
+                    event.time,
+                    event.session,
+                    _text_or_none(body.get("error")) or "",
+                    required,
+                ),
             )
 
 
 class RecallsServedProjection(TableProjection):
     name = "recalls_served"
     ddl = (
-        "CREATE TABLE IF NOT EXISTS recalls_served (seq INTEGER PRIMARY KEY, time TEXT NOT NULL, session TEXT NOT NULL,"
+        "CREATE TABLE IF NOT EXISTS recalls_served (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        " session TEXT NOT NULL,"
         " turn INTEGER NOT NULL, query TEXT NOT NULL, result TEXT NOT NULL, sources TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS recalls_served_session ON recalls_served(session, seq)",
     )
     tables = {"recalls_served": "seq"}
     handles = frozenset({"recall_served"})
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
-        body = event.body
+        body = _mapping(event.body)
+        turn = body.get("turn")
         conn.execute(
             "INSERT INTO recalls_served VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (event.seq, event.time, event.session, body["turn"], bindable_text(str(part_value(conn, body["query"]))),
-             bindable_text(str(part_value(conn, body["result"]))), canonical_bytes(body.get("sources", [])).decode()),
+            (
+                event.seq,
+                event.time,
+                event.session,
+                turn if isinstance(turn, int) else 0,
+                event_text(conn, event, body.get("query")),
+                event_text(conn, event, body.get("result")),
+                canonical_text(body.get("sources", [])),
+            ),
         )
+
+
+@dataclass(frozen=True)
+class RecallServed:
+    seq: int
+    time: str
+    session: str
+    turn: int
+    query: str
+    result: str
+    sources: list[int]
+
+
+def recalls_served(conn: sqlite3.Connection, session: str | None = None) -> list[RecallServed]:
+    """What the provider returned as recall (for one session, when given), in log order."""
+    sql, args = "SELECT seq, time, session, turn, query, result, sources FROM recalls_served", ()
+    if session is not None:
+        sql, args = sql + " WHERE session = ?", (session,)
+    return [
+        RecallServed(*row[:6], decode(row[6])) for row in conn.execute(sql + " ORDER BY seq", args)
+    ]
 
 
 def default_projections() -> list[TableProjection]:
     """Every projection the archive keeps, in the order they are applied."""
     from hivemind.peers import PeersProjection  # only peer events reach it; it imports this module
 
-    return [SessionsProjection(), MemoryProjection(), RecallProjection(), CheckpointsProjection(),
-            RecallsServedProjection(), PeersProjection()]
+    return [
+        SessionsProjection(),
+        MemoryProjection(),
+        RecallProjection(),
+        CheckpointsProjection(),
+        RecallsServedProjection(),
+        PeersProjection(),
+    ]
+
+
+def check_order(projections: Iterable[Any]) -> None:
+    """Refuse a list where a projection comes before one it reads (see ``requires``)."""
+    seen: set[str] = set()
+    names = {getattr(p, "name", "") for p in projections}
+    for projection in projections:
+        for needed in getattr(projection, "requires", ()):
+            if needed not in seen:
+                where = "after" if needed in names else "with"
+                raise ValueError(
+                    f"projection {projection.name!r} must be applied {where} {needed!r}"
+                )
+        seen.add(projection.name)

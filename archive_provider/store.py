@@ -35,6 +35,7 @@ from .digests import (
     parts_text,
 )
 from .events import AppendResult, Hasher, NewEvent, StoredEvent
+from .replay import apply_events
 
 log = logging.getLogger(__name__)
 
@@ -228,21 +229,37 @@ class EventStore:
         return str(row[0])
 
     def _create_projections(self) -> None:
-        """Create missing projection tables and catch up any projection behind the log."""
+        """Create missing projection tables and catch up any projection behind the log.
+
+        The catch-up takes the replay's streaming path (batched, one last_seq write); if a
+        projection fails on it, the catch-up is redone event by event so that only the
+        failing projection is left behind.
+        """
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             for projection in self.projections:
                 projection.create(self.conn)
-            behind = [(p, p.last_seq(self.conn)) for p in self.projections]
-            start = min((seq for _, seq in behind), default=self.head().seq)
-            for event in self.events(start):
-                for projection, last in behind:
-                    if event.seq > last:
-                        self._apply_projection(projection, event)
+            self.conn.execute("SAVEPOINT catch_up")
+            try:
+                apply_events(self.conn, self.projections, until_seq=self.head().seq)
+            except sqlite3.OperationalError:
+                raise
+            except Exception:
+                self.conn.execute("ROLLBACK TO catch_up")
+                self._catch_up_event_by_event()
+            self.conn.execute("RELEASE catch_up")
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+
+    def _catch_up_event_by_event(self) -> None:
+        behind = [(p, p.last_seq(self.conn)) for p in self.projections]
+        start = min((seq for _, seq in behind), default=self.head().seq)
+        for event in self.events(start):
+            for projection, last in behind:
+                if event.seq > last:
+                    self._apply_projection(projection, event)
 
     def close(self) -> None:
         self.conn.close()

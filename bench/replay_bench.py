@@ -1,0 +1,178 @@
+"""Replay benchmark: rebuild every projection of a long log, beside the raw floor.
+
+``run(events)`` builds a log of about ``events`` events from the project's corpus (turns in
+sessions of 40, a checkpoint and an end per session) without projections, then runs two
+children, each timed alone with its peak RSS:
+
+* baseline: the least work any replay must do for recall: one streaming read of every
+  turn and checkpoint with its parts, JSON decode of each payload and message, and
+  batched inserts of the user/assistant texts into a fresh FTS5 table with the same
+  tokenizer, in one transaction;
+* replay: :func:`archive_provider.replay.rebuild`, every projection from scratch in one
+  transaction, committed.
+
+``ratio`` is baseline seconds / replay seconds (target >= 0.8). The replay child also
+samples its RSS as it goes (``rss_samples_mb``), which shows whether memory stays flat.
+
+    python -m bench.replay_bench 1000000
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BATCH = 2000
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build(folder: Path, events: int) -> dict[str, Any]:
+    from archive_provider.corpus import build as build_corpus
+    from archive_provider.store import EventStore
+
+    turns = max(int(events * 40 / 42), 1)  # 40 turns + start + checkpoint + end per session
+    started = time.perf_counter()
+    store = EventStore.open(folder)
+    try:
+        info = build_corpus(store, turns, batch=20000, near_misses=0)
+    finally:
+        store.close()
+    return {"events": info.events, "turns": info.turns, "build_s": time.perf_counter() - started}
+
+
+def baseline(folder: Path) -> dict[str, Any]:
+    """Read + decode + FTS5 insert of the same rows, nothing else."""
+    import sqlite3
+
+    from archive_provider.recall import TOKENIZER
+
+    conn = sqlite3.connect(folder / "events.db", isolation_level=None)
+    started = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(
+        f"CREATE VIRTUAL TABLE bench_fts USING fts5(text, kind UNINDEXED, session UNINDEXED,"
+        f" seq UNINDEXED, role UNINDEXED, tokenize = '{TOKENIZER}')"
+    )
+    rows: list[tuple[str, str, str, int, str]] = []
+    loads = json.loads
+    sql = (
+        "SELECT e.seq, e.type, e.session, p.body, q.body FROM events e"
+        " JOIN payloads p ON p.digest = e.payload JOIN json_each(e.parts) j"
+        " JOIN payloads q ON q.digest = j.value WHERE +e.type IN ('turn', 'checkpoint') ORDER BY"
+        " e.seq"
+    )
+    last = 0
+    for seq, type_, session, body, part in conn.execute(sql):
+        if seq != last:
+            loads(body)
+            last = seq
+        message = loads(part)
+        if message.get("role") in ("user", "assistant") and isinstance(message.get("content"), str):
+            rows.append((message["content"], type_, session, seq, message["role"]))
+            if len(rows) >= BATCH:
+                conn.executemany("INSERT INTO bench_fts VALUES (?, ?, ?, ?, ?)", rows)
+                rows.clear()
+    conn.executemany("INSERT INTO bench_fts VALUES (?, ?, ?, ?, ?)", rows)
+    elapsed = time.perf_counter() - started
+    conn.execute("ROLLBACK")
+    conn.close()
+    return {"seconds": elapsed, "peak_rss_mb": _peak_mb()}
+
+
+def replay(folder: Path) -> dict[str, Any]:
+    from archive_provider.replay import rebuild
+    from archive_provider.store import EventStore
+
+    store = EventStore.open(folder)
+    samples: list[float] = []
+    head = store.head().seq
+
+    def progress(seq: int) -> None:
+        if seq % 100000 < 10000 or seq == head:
+            samples.append(round(_rss_mb(), 1))
+
+    idle = _rss_mb()
+    started = time.perf_counter()
+    count = rebuild(store, progress=progress)
+    elapsed = time.perf_counter() - started
+    store.close()
+    return {
+        "seconds": elapsed,
+        "events": count,
+        "idle_rss_mb": round(idle, 1),
+        "peak_rss_mb": _peak_mb(),
+        "rss_samples_mb": samples,
+    }
+
+
+def _child(kind: str, folder: Path) -> dict[str, Any]:
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.replay_bench", "--child", kind, str(folder)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run(events: int, *, workdir: Path | None = None, keep: bool = False) -> dict[str, Any]:
+    """Build a log of ``events`` events, then time the baseline and the replay (children)."""
+    root = Path(tempfile.mkdtemp(prefix="replay-bench-", dir=workdir))
+    folder = root / "archive"
+    try:
+        built = build(folder, events)
+        for path in folder.iterdir():  # warm the page cache for both children alike
+            if path.is_file():
+                with open(path, "rb") as handle:
+                    while handle.read(1 << 24):
+                        pass
+        base = _child("baseline", folder)
+        rebuilt = _child("replay", folder)
+        return {
+            "events": built["events"],
+            "build_s": round(built["build_s"], 1),
+            "baseline_s": round(base["seconds"], 2),
+            "replay_s": round(rebuilt["seconds"], 2),
+            "ratio": round(base["seconds"] / rebuilt["seconds"], 3),
+            "replay_events_per_s": round(rebuilt["events"] / rebuilt["seconds"]),
+            "baseline_peak_rss_mb": round(base["peak_rss_mb"], 1),
+            "replay_peak_rss_mb": round(rebuilt["peak_rss_mb"], 1),
+            "replay_idle_rss_mb": rebuilt["idle_rss_mb"],
+            "replay_rss_samples_mb": rebuilt["rss_samples_mb"],
+            "db_bytes": sum(p.stat().st_size for p in folder.iterdir()),
+        }
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--child"]:
+        kind, folder = argv[1], Path(argv[2])
+        result = baseline(folder) if kind == "baseline" else replay(folder)
+        print(json.dumps(result))
+        return
+    events = int(argv[0]) if argv else 100000
+    print(json.dumps(run(events), indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
