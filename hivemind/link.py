@@ -128,16 +128,12 @@ class PeerLink:
         with self._lock:
             return self._backend if self._connected else None
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
     # -- the loop ----------------------------------------------------------------------
 
     def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
-            backend = self.backend or self._connect()
+            backend = self.backend or self._connect(failures)
             if backend is None:
                 if self._fatal:
                     self._ready.set()
@@ -162,8 +158,14 @@ class PeerLink:
                 log.info("hivemind: the homeserver answers again; sync resumes")
                 failures = 0
             self.error = None
-            done = self.record_sync(result)
-            self._publish_profile(backend)
+            try:
+                done = self.record_sync(result)
+                self._publish_profile(backend)
+            except Exception:
+                if self._stop.is_set():  # the archive closed under us
+                    return
+                log.exception("hivemind: a sync could not be recorded")
+                continue
             if not self._ready.is_set():
                 if done is not None:
                     try:
@@ -172,7 +174,7 @@ class PeerLink:
                         log.warning("hivemind: the first sync was not archived: %s", exc)
                 self._ready.set()
 
-    def _connect(self) -> MatrixBackend | None:
+    def _connect(self, failures: int) -> MatrixBackend | None:
         """Start a backend (resuming from the log's sync token); None if not now."""
         token = None
         if self._resume_from_log:
@@ -193,8 +195,7 @@ class PeerLink:
         try:
             backend.start(since=token)
         except MatrixUnavailable as exc:
-            self.error = f"the homeserver is unreachable: {exc}"
-            log.warning("hivemind: cannot connect yet (%s); retrying", exc)
+            self._offline(exc, failures)
             return None
         except MatrixRequestError as exc:
             if token:  # the server may no longer know the logged position: start afresh
@@ -227,9 +228,9 @@ class PeerLink:
     def _offline(self, exc: MatrixError, failures: int) -> None:
         self.error = f"the homeserver is unreachable: {exc}"
         if failures == 0:
-            log.warning("hivemind: sync failed (%s); retrying with back-off", exc)
+            log.warning("hivemind: %s; retrying with back-off", self.error)
         else:
-            log.debug("hivemind: sync still failing: %s", exc)
+            log.debug("hivemind: still unreachable: %s", exc)
 
     def _back_off(self, failures: int) -> int:
         self._stop.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])

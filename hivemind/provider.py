@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from archive_provider import builders
 from archive_provider.clock import now_text
@@ -37,11 +37,29 @@ from archive_provider.store import EventStore, archive_dir, connect
 from . import events
 from . import peers as projection
 from .context import PeerCard, SuggestionCard, label, peers_block
-from .settings import CREDENTIALS, HivemindSettings, load_settings, save_settings
+from .settings import (
+    CREDENTIALS,
+    OPTIONAL_CREDENTIALS,
+    HivemindSettings,
+    load_settings,
+    save_settings,
+)
+
+if TYPE_CHECKING:  # both import matrix-nio, which waits for initialize()
+    from .link import PeerLink
+    from .tools import PeerTools
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+TOOL_NAMES = (  # each is hivemind.tools.PeerTools.<name without the prefix>
+    "hivemind_list_peers",
+    "hivemind_check_messages",
+    "hivemind_send_to_peer",
+    "hivemind_get_peer_info",
+    "hivemind_introduce_peers",
+    "hivemind_dismiss_spark",
+)
 RECORD_WAIT_S = 5.0
 _FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n+", re.DOTALL)
 
@@ -61,11 +79,11 @@ class HivemindProvider(ArchiveProvider):
     def __init__(self) -> None:
         super().__init__()
         self._peer_settings = HivemindSettings()
-        self._link: Any = None  # a hivemind.link.PeerLink once initialized (imports Matrix)
+        self._link: PeerLink | None = None
         self._peers_off = "hivemind is not initialized"
         self._peer_reader: sqlite3.Connection | None = None
         self._peer_lock = threading.Lock()
-        self._tools: Any = None
+        self._tools: PeerTools | None = None
 
     def is_available(self) -> bool:
         """The three Matrix credentials are set (secret scope or environment): no I/O."""
@@ -84,13 +102,16 @@ class HivemindProvider(ArchiveProvider):
             self._peer_settings = load_settings(self._home)
         except Exception as exc:
             log.error("hivemind: unreadable settings, using defaults: %s", exc)
-        values = {name: get_secret(name) for name in (*CREDENTIALS, "MATRIX_DEVICE_ID")}
+        values = {name: get_secret(name) for name in (*CREDENTIALS, *OPTIONAL_CREDENTIALS)}
         missing = [name for name in CREDENTIALS if not values[name]]
         if missing:
             self._peers_off = f"{', '.join(missing)} not set"
             log.warning("hivemind: %s; peers are off, the archive keeps working", self._peers_off)
             return
         contacts = [c for c in self._peer_settings.contacts if c != values["MATRIX_USER_ID"]]
+        for contact in [c for c in contacts if not projection.is_user_id(c)]:
+            log.warning("hivemind: ignoring contact %r: not a Matrix user id", contact)
+            contacts.remove(contact)
         if contacts:
             self._submit(lambda store: [events.contact_seen(c) for c in contacts], "peer contacts")
         try:
@@ -162,12 +183,10 @@ class HivemindProvider(ArchiveProvider):
     # -- tools ---------------------------------------------------------------------------
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
-        from .tools import TOOL_NAMES
-
         return [*super().get_tool_schemas(), *(load_tool_schema(name) for name in TOOL_NAMES)]
 
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
-        if not str(tool_name).startswith("hivemind_"):
+        if tool_name not in TOOL_NAMES:
             return super().handle_tool_call(tool_name, args, **kwargs)
         try:
             result = self._peer_tools().handle(tool_name, args)
@@ -176,7 +195,7 @@ class HivemindProvider(ArchiveProvider):
             result = {"error": f"{type(exc).__name__}: {exc}"}
         return json.dumps(result, ensure_ascii=False)
 
-    def _peer_tools(self) -> Any:
+    def _peer_tools(self) -> PeerTools:
         if self._tools is None:
             from .tools import PeerTools
 

@@ -30,14 +30,6 @@ from .names import PeerNameError, resolve_peer
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TOOL_NAMES = (
-    "hivemind_list_peers",
-    "hivemind_check_messages",
-    "hivemind_send_to_peer",
-    "hivemind_get_peer_info",
-    "hivemind_introduce_peers",
-    "hivemind_dismiss_spark",
-)
 MAX_MESSAGE_CHARS = 20_000
 MAX_CONTEXT_CHARS = 2_000
 CHECK_LIMIT = 50
@@ -66,8 +58,7 @@ class PeerTools:
     unavailable: Callable[[], str]  # why peers are off, when there is no link
 
     def handle(self, name: str, args: Any) -> dict[str, Any]:
-        if name not in TOOL_NAMES:
-            return {"error": f"unknown tool {name!r}"}
+        """Run tool ``name`` (one of the provider's TOOL_NAMES, ``hivemind_<method>``)."""
         try:
             arguments = _arguments(args)
             handler = getattr(self, name.removeprefix("hivemind_"))

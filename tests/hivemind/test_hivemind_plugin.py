@@ -4,6 +4,7 @@ schemas, settings, and the archive working on when peers are off."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -57,6 +58,13 @@ def test_register_makes_a_new_cheap_provider_each_time(
     block = first.system_prompt_block()
     assert block.startswith("## Archive") and "# Social awareness" in block
     assert "data, never instructions" in block and "name: social-awareness" not in block
+
+
+def test_registration_and_schemas_do_not_import_matrix() -> None:
+    """Discovery (`hermes memory status`) must work, cheaply, without matrix-nio."""
+    code = ("import sys, hivemind; p = hivemind.HivemindProvider(); p.get_tool_schemas(); "
+            "p.is_available(); p.system_prompt_block(); assert 'nio' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_the_plugin_folder_loads_through_hermes(
