@@ -55,6 +55,8 @@ class PeerCard:
 
 @dataclass(frozen=True)
 class SuggestionCard:
+    peer_a: str
+    peer_b: str
     name_a: str
     name_b: str
     shared: tuple[str, ...]

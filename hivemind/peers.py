@@ -24,6 +24,7 @@ from archive_provider.events import StoredEvent
 from archive_provider.evidence import bindable_text
 from archive_provider.projections import TableProjection
 
+from .context import PeerCard, SuggestionCard, label
 from .sparks import pair_key
 
 KNOWN_MEMBERSHIPS = ("join", "invite")
@@ -411,3 +412,28 @@ def active_suggestions(conn: sqlite3.Connection) -> list[Suggestion]:
 def sync_token(conn: sqlite3.Connection) -> str | None:
     row = conn.execute("SELECT next_batch FROM peer_sync WHERE id = 1").fetchone()
     return row[0] if row else None
+
+
+def peer_cards(conn: sqlite3.Connection) -> tuple[list[PeerCard], list[SuggestionCard]]:
+    """Every peer as the agent is shown it (block and tools alike), and active suggestions."""
+    known = all_peers(conn)
+    names = {p.user_id: label(p.user_id, p.display_name) for p in known}
+    unread = unread_counts(conn)
+    cards = []
+    for peer in known:
+        introducer = introducer_of(conn, peer.user_id)
+        listed, about = peer.profile.get("interests"), peer.profile.get("about")
+        cards.append(PeerCard(
+            peer.user_id, names[peer.user_id],
+            introduced_by=names.get(introducer, introducer) if introducer else None,
+            about=about if isinstance(about, str) else "",
+            interests=tuple(i for i in listed if isinstance(i, str))
+            if isinstance(listed, list) else (),
+            summary=peer.summary, unread=unread.get(peer.user_id, 0),
+        ))
+    suggestions = [
+        SuggestionCard(s.peer_a, s.peer_b, names.get(s.peer_a, s.peer_a),
+                       names.get(s.peer_b, s.peer_b), s.shared)
+        for s in active_suggestions(conn)
+    ]
+    return cards, suggestions

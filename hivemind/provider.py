@@ -18,7 +18,7 @@ import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -36,7 +36,7 @@ from archive_provider.store import EventStore, archive_dir, connect
 
 from . import events
 from . import peers as projection
-from .context import PeerCard, SuggestionCard, label, peers_block
+from .context import peers_block
 from .settings import (
     CREDENTIALS,
     OPTIONAL_CREDENTIALS,
@@ -175,7 +175,7 @@ class HivemindProvider(ArchiveProvider):
         if self._home is None or not self._writes_turns:
             return ""
         try:
-            return self._read(_cards)
+            return self._read(_block)
         except (sqlite3.Error, OSError) as exc:
             log.debug("hivemind: no peer context: %s", exc)
             return ""
@@ -277,25 +277,6 @@ class HivemindProvider(ArchiveProvider):
             return None
 
 
-def _cards(conn: sqlite3.Connection) -> str:
-    known = projection.all_peers(conn)
-    names: Mapping[str, str] = {p.user_id: label(p.user_id, p.display_name) for p in known}
-    unread = projection.unread_counts(conn)
-    cards = []
-    for peer in known:
-        introducer = projection.introducer_of(conn, peer.user_id)
-        listed = peer.profile.get("interests")
-        interests = listed if isinstance(listed, list) else []
-        about = peer.profile.get("about")
-        cards.append(PeerCard(
-            peer.user_id, names[peer.user_id],
-            introduced_by=names.get(introducer, introducer) if introducer else None,
-            about=about if isinstance(about, str) else "",
-            interests=tuple(i for i in interests if isinstance(i, str)),
-            summary=peer.summary, unread=unread.get(peer.user_id, 0),
-        ))
-    suggestions = [
-        SuggestionCard(names.get(s.peer_a, s.peer_a), names.get(s.peer_b, s.peer_b), s.shared)
-        for s in projection.active_suggestions(conn)
-    ]
-    return peers_block(cards, suggestions)
+
+def _block(conn: sqlite3.Connection) -> str:
+    return peers_block(*projection.peer_cards(conn))

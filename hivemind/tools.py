@@ -22,7 +22,7 @@ from archive_provider.store import EventStore
 
 from . import events
 from . import peers as projection
-from .context import NOTICE, label
+from .context import NOTICE, PeerCard, label
 from .link import PeerLink
 from .matrix_backend import MatrixBackend, MatrixError, MatrixUnavailable
 from .names import PeerNameError, resolve_peer
@@ -72,23 +72,16 @@ class PeerTools:
     # -- reading -----------------------------------------------------------------------
 
     def list_peers(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        def read(conn: sqlite3.Connection) -> dict[str, Any]:
-            known = projection.all_peers(conn)
-            names = {p.user_id: label(p.user_id, p.display_name) for p in known}
-            unread = projection.unread_counts(conn)
-            return {
-                "peers": [_card(conn, peer, names, unread) for peer in known],
-                "suggestions": [
-                    {"peer_a": s.peer_a, "peer_b": s.peer_b,
-                     "names": [names.get(s.peer_a, s.peer_a), names.get(s.peer_b, s.peer_b)],
-                     "shared": list(s.shared)}
-                    for s in projection.active_suggestions(conn)
-                ],
-            }
-
-        result = {**self.read(read), "connected": self._connection() is None}
-        if not result["connected"]:
-            result["not_connected_because"] = self._connection()
+        cards, suggestions = self.read(projection.peer_cards)
+        result: dict[str, Any] = {
+            "peers": [_card(card) for card in cards],
+            "suggestions": [{"peer_a": s.peer_a, "peer_b": s.peer_b, "names": [s.name_a, s.name_b],
+                             "shared": list(s.shared)} for s in suggestions],
+        }
+        reason = self._connection()
+        result["connected"] = reason is None
+        if reason is not None:
+            result["not_connected_because"] = reason
         return {**result, "notice": NOTICE}
 
     def check_messages(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,8 +117,7 @@ class PeerTools:
         def read(conn: sqlite3.Connection) -> dict[str, Any]:
             known = projection.load_peer(conn, peer)
             assert known is not None  # resolved from the same table
-            names = _labels(conn)
-            card = _card(conn, known, names, projection.unread_counts(conn))
+            card = next(_card(c) for c in projection.peer_cards(conn)[0] if c.user_id == peer)
             card["profile"] = dict(known.profile)
             card["rooms"] = [{"room_id": room, "membership": membership}
                              for room, membership in projection.rooms_of(conn, peer)]
@@ -151,13 +143,8 @@ class PeerTools:
             room_id = backend.direct_room_for(peer)
             event_id = backend.send_text(room_id, message, txn_id=txn_id)
         except (MatrixError, ToolError) as exc:
-            room_id, error = getattr(exc, "room_id", None) or room_id, str(exc)
-            retryable = not isinstance(exc, MatrixError) or isinstance(exc, MatrixUnavailable)
-            logged = self.record(lambda store: [events.send_failed(
-                store.hasher, session, txn_id=txn_id, recipients=[peer], text=message,
-                error=error, retryable=retryable, room_id=room_id)], "peer_send_failed")
-            raise ToolError(f"not sent: {error}", sent=False, retryable=retryable,
-                            logged=logged) from None
+            raise self._failed(exc, "send", txn_id, [peer], message,
+                               getattr(exc, "room_id", None) or room_id) from None
         logged = self.record(lambda store: [events.message_sent(
             store.hasher, session, event_id=event_id, room_id=room_id, recipient=peer,
             text=message, txn_id=txn_id)], "peer_message_sent")
@@ -178,14 +165,8 @@ class PeerTools:
             backend = self._backend()
             room_id = backend.create_introduction_room(peer_a, peer_b, text)
         except (MatrixError, ToolError) as exc:
-            room, error = getattr(exc, "room_id", None), str(exc)
-            retryable = not isinstance(exc, MatrixError) or isinstance(exc, MatrixUnavailable)
-            logged = self.record(lambda store: [events.send_failed(
-                store.hasher, session, txn_id=txn_id, recipients=[peer_a, peer_b], text=text,
-                error=error, retryable=retryable, room_id=room, action="introduce")],
-                "peer_send_failed")
-            raise ToolError(f"not introduced: {error}", introduced=False, room_id=room,
-                            retryable=retryable, logged=logged) from None
+            raise self._failed(exc, "introduce", txn_id, [peer_a, peer_b], text,
+                               getattr(exc, "room_id", None)) from None
         own = backend.user_id
         logged = self.record(lambda store: [events.introduction_made(
             store.hasher, session, room_id=room_id, introducer=own, peers=[peer_a, peer_b],
@@ -206,6 +187,20 @@ class PeerTools:
         return {"dismissed": list(pair), "was_suggested": suggested, "logged": logged}
 
     # -- plumbing ----------------------------------------------------------------------
+
+    def _failed(
+        self, exc: Exception, action: str, txn_id: str, recipients: list[str], text: str,
+        room_id: str | None,
+    ) -> ToolError:
+        """Log the attempt the homeserver did not acknowledge; the error the agent sees."""
+        session, error = self.session(), str(exc)
+        retryable = not isinstance(exc, MatrixError) or isinstance(exc, MatrixUnavailable)
+        logged = self.record(lambda store: [events.send_failed(
+            store.hasher, session, txn_id=txn_id, recipients=recipients, text=text, error=error,
+            retryable=retryable, room_id=room_id, action=action)], "peer_send_failed")
+        done = "sent" if action == "send" else "introduced"
+        return ToolError(f"not {done}: {error}", **{done: False}, room_id=room_id,
+                         retryable=retryable, logged=logged)
 
     def _resolve(self, name: str) -> str:
         known = self.read(projection.peer_names)
@@ -235,22 +230,10 @@ def _labels(conn: sqlite3.Connection) -> dict[str, str]:
     return {p: label(p, n) for p, n in projection.peer_names(conn).items()}
 
 
-def _card(
-    conn: sqlite3.Connection, peer: projection.Peer, names: Mapping[str, str],
-    unread: Mapping[str, int],
-) -> dict[str, Any]:
-    introducer = projection.introducer_of(conn, peer.user_id)
-    interests = peer.profile.get("interests")
-    return {
-        "user_id": peer.user_id,
-        "name": names.get(peer.user_id, peer.user_id),
-        "introduced_by": names.get(introducer, introducer) if introducer else None,
-        "about": peer.profile.get("about", ""),
-        "interests": list(interests) if isinstance(interests, list) else [],
-        "summary": peer.summary,
-        "unread": unread.get(peer.user_id, 0),
-    }
-
+def _card(card: PeerCard) -> dict[str, Any]:
+    return {"user_id": card.user_id, "name": card.name, "introduced_by": card.introduced_by,
+            "about": card.about, "interests": list(card.interests), "summary": card.summary,
+            "unread": card.unread}
 
 def _arguments(args: Any) -> Mapping[str, Any]:
     if isinstance(args, str):
