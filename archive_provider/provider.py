@@ -357,6 +357,9 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
     def _search(self, query: str, **kwargs: Any) -> list[Any]:
         if self._home is None:
             return []
+        writer = self._writer
+        if writer is not None and writer.refused:  # a log that failed its proof is not recalled
+            raise RuntimeError(f"archive recall is withheld: {writer.refused}")
         with self._reader_lock:
             if self._reader is None:
                 path = archive_dir(self._home) / "events.db"

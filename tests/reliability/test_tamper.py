@@ -198,6 +198,11 @@ def test_tamper_is_caught_by_verify_and_refused_at_open(
     assert f"seq {bad_seq}" in message or "store" in name, message
     assert provider._writer is not None and provider._writer.refused
     assert head_of(home) == before  # nothing was built on the damage
+    assert provider.prefetch("question") == ""  # nor recalled from it
+    assert (
+        "withheld"
+        in json.loads(provider.handle_tool_call("archive_search", {"query": "question"}))["error"]
+    )
     print(f"\n{name}: verify names seq {bad_seq}; refused at open")
 
 
