@@ -51,244 +51,24 @@ NEAR_MISSES = (
     "We taped the spare cable under the desk.",
 )
 
-FUNCTION_WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "a",
-    "in",
-    "is",
-    "it",
-    "you",
-    "that",
-    "he",
-    "was",
-    "for",
-    "on",
-    "are",
-    "with",
-    "as",
-    "i",
-    "his",
-    "they",
-    "be",
-    "at",
-    "one",
-    "have",
-    "this",
-    "from",
-    "or",
-    "had",
-    "by",
-    "not",
-    "but",
-    "what",
-    "some",
-    "we",
-    "can",
-    "out",
-    "other",
-    "were",
-    "all",
-    "there",
-    "when",
-    "up",
-    "use",
-    "your",
-    "how",
-    "said",
-    "an",
-    "each",
-    "she",
-    "which",
-    "do",
-    "their",
-    "time",
-    "if",
-    "will",
-    "way",
-    "about",
-    "many",
-    "then",
-    "them",
-    "would",
-    "write",
-    "like",
-    "so",
-    "these",
-    "her",
-    "long",
-    "make",
-    "thing",
-    "see",
-    "him",
-    "two",
-    "has",
-    "look",
-    "more",
-    "day",
-    "could",
-    "go",
-    "come",
-    "did",
-    "my",
-    "no",
-    "most",
-    "who",
-    "over",
-    "know",
-    "than",
-    "call",
-    "first",
-    "people",
-    "may",
-    "down",
-    "side",
-    "been",
-    "now",
-    "find",
-    "any",
-    "new",
-    "work",
-    "part",
-    "take",
-    "get",
-    "place",
-    "made",
-    "live",
-    "where",
-    "after",
-    "back",
-    "little",
-    "only",
-    "round",
-    "man",
-    "year",
-    "came",
-    "show",
-    "every",
-    "good",
-    "me",
-    "give",
-    "our",
-    "under",
-    "name",
-    "very",
-    "through",
-    "just",
-    "form",
-    "much",
-    "great",
-    "think",
-    "say",
-    "help",
-    "low",
-    "line",
-    "before",
-    "turn",
-    "cause",
-    "same",
-    "mean",
-    "differ",
-    "move",
-    "right",
-    "boy",
-    "old",
-    "too",
-    "does",
-    "tell",
-    "sentence",
-    "set",
-    "want",
-    "air",
-    "well",
-    "also",
-    "play",
-    "small",
-    "end",
-    "home",
-    "read",
-    "hand",
-    "port",
-    "large",
-    "spell",
-    "add",
-    "even",
-    "land",
-    "here",
-    "must",
-    "big",
-    "high",
-    "such",
-    "follow",
-    "act",
-    "why",
-    "ask",
-    "men",
-    "change",
-    "went",
-    "light",
-    "kind",
-    "off",
-    "need",
-    "house",
-    "picture",
-    "try",
-    "us",
-    "again",
-    "animal",
-    "point",
-    "mother",
-    "world",
-    "near",
-    "build",
-    "self",
-    "earth",
-    "father",
-]
-_SYLLABLES = [
-    "ka",
-    "ro",
-    "mi",
-    "tel",
-    "san",
-    "por",
-    "lin",
-    "dra",
-    "vex",
-    "qua",
-    "bel",
-    "mon",
-    "tri",
-    "zu",
-    "fen",
-    "gal",
-    "hor",
-    "isk",
-    "jun",
-    "lor",
-    "mar",
-    "nev",
-    "ost",
-    "pel",
-    "rin",
-    "sor",
-    "tun",
-    "ul",
-    "vin",
-    "wer",
-    "yal",
-    "zen",
-    "bra",
-    "cle",
-    "dro",
-    "fli",
-    "gro",
-    "pla",
-    "sta",
-    "tru",
-]
+_FUNCTION_TEXT = """
+the of and to a in is it you that he was for on are with as i his they be at one have this from
+or had by not but what some we can out other were all there when up use your how said an each
+she which do their time if will way about many then them would write like so these her long make
+thing see him two has look more day could go come did my no most who over know than call first
+people may down side been now find any new work part take get place made live where after back
+little only round man year came show every good me give our under name very through just form
+much great think say help low line before turn cause same mean differ move right boy old too does
+tell sentence set want air well also play small end home read hand port large spell add even land
+here must big high such follow act why ask men change went light kind off need house picture try
+us again animal point mother world near build self earth father
+"""
+_SYLLABLE_TEXT = (
+    "ka ro mi tel san por lin dra vex qua bel mon tri zu fen gal hor isk jun lor mar nev ost pel"
+    " rin sor tun ul vin wer yal zen bra cle dro fli gro pla sta tru"
+)
+FUNCTION_WORDS = tuple(_FUNCTION_TEXT.split())
+_SYLLABLES = tuple(_SYLLABLE_TEXT.split())
 
 
 class Vocabulary:
@@ -313,16 +93,21 @@ class Vocabulary:
         )
 
     def sentence(self, rng: random.Random, length: int) -> str:
-        words = rng.choices(self.words, cum_weights=self.cumulative, k=length)
-        return (
-            words[0].capitalize()
-            + " "
-            + " ".join(words[1:])
-            + rng.choice((".", ".", ".", "?", "!"))
-        )
+        return self._sentence(rng, rng.choices(self.words, cum_weights=self.cumulative, k=length))
 
     def text(self, rng: random.Random, sentences: int) -> str:
-        return " ".join(self.sentence(rng, rng.randint(5, 22)) for _ in range(sentences))
+        """``sentences`` sentences of 5 to 22 words (one draw for all their words)."""
+        lengths = [rng.randint(5, 22) for _ in range(sentences)]
+        words = rng.choices(self.words, cum_weights=self.cumulative, k=sum(lengths))
+        out, at = [], 0
+        for length in lengths:
+            out.append(self._sentence(rng, words[at : at + length]))
+            at += length
+        return " ".join(out)
+
+    @staticmethod
+    def _sentence(rng: random.Random, words: list[str]) -> str:
+        return f"{words[0].capitalize()} {' '.join(words[1:])}{rng.choice('...?!')}"
 
 
 @dataclass(frozen=True)

@@ -207,18 +207,12 @@ def search(
         filters.append("(e.time IS NULL OR e.time <= ?)")
         args.append(until)
     ranked = plan.mode == "ranked"
-    passes = (
-        [plan.match]
-        if len(plan.terms) == 1
-        else [
-            plan.match,
-            plan.fill_match if ranked else " OR ".join(fts_literal(t) for t in plan.terms),
-        ]
-    )
-    found: dict[int, Hit] = {}
+    any_of = plan.fill_match if ranked else " OR ".join(fts_literal(t) for t in plan.terms)
+    passes = [plan.match] if len(plan.terms) == 1 else [plan.match, any_of]
+    found: dict[str, Hit] = {}  # one hit per text: the same words said twice are one excerpt
     for match in passes:
-        for rowid, hit in _run(conn, ranked, match, filters, args, limit):
-            found.setdefault(rowid, hit)
+        for hit in _run(conn, ranked, match, filters, args, 2 * limit):
+            found.setdefault(hit.text, hit)
         if len(found) >= limit:
             break
     return list(found.values())[:limit]
@@ -231,8 +225,8 @@ def _run(
     filters: list[str],
     args: list[str],
     limit: int,
-) -> list[tuple[int, Hit]]:
-    columns = "f.rowid, f.text, f.kind, f.session, f.seq, f.role, e.time"
+) -> list[Hit]:
+    columns = "f.text, f.kind, f.session, f.seq, f.role, e.time"
     if ranked and not filters:
         # rank on rowids alone, then read text and time for the winners only
         sql = (
@@ -255,7 +249,7 @@ def _run(
         )
         values = [match, *args, limit]
     return [
-        (r[0], Hit(r[1], r[2], r[3], int(r[4]), r[5] or "", r[6], float(r[7])))
+        Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", r[5], float(r[6]))
         for r in conn.execute(sql, values)
     ]
 
