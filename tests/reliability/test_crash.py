@@ -211,6 +211,9 @@ def test_durable_checkpoint_syncs_the_database_before_returning(tmp_path: Path) 
     assert any(path in (db, db + "-wal") for path in checkpoint_syncs), (
         f"no fsync/fdatasync of {db} or its WAL while the checkpoint ran: {checkpoint_syncs}"
     )
+    db_at = checkpoint_syncs.index(next(p for p in checkpoint_syncs if p in (db, db + "-wal")))
+    witness = [i for i, p in enumerate(checkpoint_syncs) if ".archive-witness" in p]
+    assert witness and min(witness) > db_at, checkpoint_syncs  # the witness only after the commit
     turn_syncs = between("TURN-BEGIN", "TURN-END")
     assert not [p for p in turn_syncs if p.startswith(db)], (
         f"an ordinary turn synced the database: {turn_syncs}"
