@@ -118,9 +118,20 @@ def new_messages_start(previous: Sequence[str], current: Sequence[str], roles: S
     re-sends the whole conversation every turn) the new messages are the tail. When the
     transcript was rewritten (compression, rewind), the turn is taken to start at its last
     user message, so a rewrite never re-archives the whole history as new.
+
+    After such a rewrite the archived transcript is the old prefix plus the rows archived
+    since, which sit at the positions they have in the host's rewritten transcript. So when
+    the last archived turn (from its user message on) is still in place, everything up to
+    the end of ``previous`` is archived and only what follows is new: a re-sent transcript
+    (sync retry, ``on_session_end``) adds nothing and a later turn adds only its own rows.
     """
-    if len(previous) <= len(current) and list(current[: len(previous)]) == list(previous):
-        return len(previous)
+    count = len(previous)
+    if count <= len(current) and list(current[:count]) == list(previous):
+        return count
+    if 0 < count <= len(current):
+        turn_start = next((i for i in range(count - 1, -1, -1) if roles[i] == "user"), None)
+        if turn_start is not None and list(current[turn_start:count]) == list(previous[turn_start:]):
+            return count
     for index in range(len(roles) - 1, -1, -1):
         if roles[index] == "user":
             return index

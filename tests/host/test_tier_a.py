@@ -372,6 +372,66 @@ def test_a6_full_transcript_syncs_land_in_order_deduplicated_and_replay_to_the_s
     assert verify(hermes_home).ok
 
 
+def test_a6_after_a_real_compaction_resent_transcripts_add_nothing(
+    hermes_home: Path, offline_agent: Any, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """In-place compaction rewrites the transcript (same session id). The next turn archives
+    only its own rows, and the transcript the host sends again at session end (or on a sync
+    retry) must not archive that turn a second time."""
+    from agent.conversation_compression import compress_context
+
+    install_archive(hermes_home)
+    fake_llm.set_script(["one", "two", "three"])
+    agent = offline_agent()
+    provider = archive_provider_of(agent)
+    agent.context_compressor.compress = lambda messages, **_: [
+        {"role": "user", "content": "[CONTEXT COMPACTION] earlier turns", "_compressed_summary": True},
+        *messages[-2:],
+    ]
+
+    r1 = agent.run_conversation("first question")
+    r2 = agent.run_conversation("second question", conversation_history=r1["messages"])
+    assert agent._memory_manager.flush_pending(5)
+    compressed, _prompt = compress_context(agent, r2["messages"], "sys", approx_tokens=50_000,
+                                           force=True)  # fmt: skip
+    r3 = agent.run_conversation("third question", conversation_history=compressed)
+    assert agent._memory_manager.flush_pending(5)
+    agent._memory_manager.sync_all("third question", "three", session_id=agent.session_id,
+                                   messages=list(r3["messages"]))  # a retried sync  # fmt: skip
+    agent.shutdown_memory_provider(r3["messages"])  # on_session_end re-sends the transcript
+
+    turns = events(hermes_home, "turn")
+    assert [[m["content"] for m in messages_of(hermes_home, t)] for t in turns] == [
+        ["first question", "one"],
+        ["second question", "two"],
+        ["third question", "three"],
+    ]
+    assert events(hermes_home)[-1].type == "session_ended"
+    live, replayed = live_and_replayed(hermes_home, tmp_path)
+    assert live == replayed
+
+
+def test_a6_delta_rule_after_a_rewrite_in_isolation() -> None:
+    """The pure delta rule behind the test above (digests stand for messages)."""
+    from archive_provider.evidence import new_messages_start
+
+    def roles(digests: list[str]) -> list[str]:
+        return ["user" if d.startswith(("u", "S")) else "assistant" for d in digests]
+
+    archived = ["u1", "a1", "u2", "a2"]
+    rewritten = ["S", "X", "u2", "a2", "u3", "a3"]  # compaction: summary + kept tail + turn 3
+    assert new_messages_start(archived, rewritten, roles(rewritten)) == 4  # only u3, a3 are new
+    after = ["u1", "a1", "u2", "a2", "u3", "a3"]  # what the projection then holds
+    assert new_messages_start(after, rewritten, roles(rewritten)) == 6  # the same transcript again
+    later = rewritten + ["u4", "a4", "u5", "a5"]  # a lost sync of turn 4, then turn 5
+    assert new_messages_start(after, later, roles(later)) == 6
+    # a first post-compaction turn with nothing kept in place starts at its user message
+    assert new_messages_start(archived, ["S", "u3", "a3"], roles(["S", "u3", "a3"])) == 1
+    # a retried last turn with a different answer is new again
+    retried = ["u1", "a1", "u2", "b2"]
+    assert new_messages_start(archived, retried, roles(retried)) == 2
+
+
 # -- A7 v1 pre-compress path ------------------------------------------------------------
 
 RAW_TRANSCRIPT: list[dict[str, Any]] = [
