@@ -211,6 +211,7 @@ def test_a4_store_lives_only_under_the_injected_hermes_home(
     created = _snapshot(tmp_path)
     ours = {p for p in created if p.startswith(str(Path("hermes_home") / "archive"))}
     assert str(Path("hermes_home") / "archive" / "events.db") in ours
+    assert created - ours == {"hermes_home", "user"}  # the fixture's two empty folders
     assert os.listdir(user_home) == []
     assert [e.type for e in events(hermes_home)] == ["session_started"]
     assert events(hermes_home)[0].body["platform"] == "cli"
@@ -383,7 +384,7 @@ def test_a6_after_a_real_compaction_resent_transcripts_add_nothing(
     install_archive(hermes_home)
     fake_llm.set_script(["one", "two", "three"])
     agent = offline_agent()
-    provider = archive_provider_of(agent)
+    archive_provider_of(agent)  # our provider is the active one
     agent.context_compressor.compress = lambda messages, **_: [
         {"role": "user", "content": "[CONTEXT COMPACTION] earlier turns", "_compressed_summary": True},
         *messages[-2:],
