@@ -79,22 +79,19 @@ def archivable_message(message: Any) -> dict[str, Any]:
     return {"role": "$invalid", "$value": archivable(message)}
 
 
-def _is_blank(content: Any) -> bool:
-    if content is None:
-        return True
-    if isinstance(content, str):
-        return not content.strip()
-    if isinstance(content, list):
-        return all(_is_blank(part.get("text") if isinstance(part, Mapping) else part) for part in content)
-    return False
+def _has_prose(content: Any) -> bool:
+    """The v2 host's test: non-blank text, or any other non-empty content (e.g. parts)."""
+    return bool(content.strip() if isinstance(content, str) else content)
 
 
 def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
     """The v2 host's direct-evidence filter, applied to whatever list arrives.
 
-    Keeps user/assistant rows only; drops non-dicts, system and tool rows and rows marked
-    ``_compressed_summary``; keeps an assistant row that carries ``tool_calls`` only when
-    its prose is non-blank, with the ``tool_calls`` removed. Idempotent; never mutates.
+    Mirrors upstream's ``_direct_messages_for_pre_compress_memory`` exactly, so archives are
+    the same on 0.19.0 (raw list) and on v2 hosts (pre-filtered list): keeps user/assistant
+    rows only; drops non-dicts, system and tool rows and rows marked ``_compressed_summary``;
+    an assistant row with non-empty ``tool_calls`` is kept only when it has prose, and the
+    kept copy loses ``tool_calls``. Idempotent; never mutates its input.
     """
     kept: list[dict[str, Any]] = []
     for message in messages:
@@ -102,8 +99,8 @@ def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
             continue
         if message.get(COMPRESSED_SUMMARY_KEY):
             continue
-        if "tool_calls" in message:
-            if message.get("role") == "assistant" and _is_blank(message.get("content")):
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            if not _has_prose(message.get("content")):
                 continue
             message = {k: v for k, v in message.items() if k != "tool_calls"}
         kept.append(dict(message))

@@ -114,7 +114,8 @@ def _read_key(path: Path) -> bytes:
     except FileNotFoundError:
         raise StoreError(
             f"the payload key {path} is missing; without it payload digests cannot be "
-            "checked. Restore it from your backup (it is listed in backup_paths())."
+            "checked. Restore it from your backup (it lives beside events.db, so `hermes "
+            "backup` includes it; give it mode 0600 again)."
         ) from None
     except ValueError:
         raise StoreError(f"the payload key {path} is not hex text; restore it from backup") from None

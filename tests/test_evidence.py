@@ -42,11 +42,20 @@ def test_direct_evidence_is_idempotent() -> None:
     assert direct_evidence(once) == once
 
 
-def test_blank_list_content_with_tool_calls_is_dropped() -> None:
-    row = {"role": "assistant", "content": [{"type": "text", "text": "  "}], "tool_calls": [{}]}
-    assert direct_evidence([row]) == []
-    row["content"] = [{"type": "text", "text": "kept"}]
-    assert direct_evidence([row]) == [{"role": "assistant", "content": [{"type": "text", "text": "kept"}]}]
+def test_tool_call_rows_follow_the_v2_hosts_prose_rule() -> None:
+    """Any non-empty content list counts as prose, as upstream's filter decides it."""
+    parts = [{"type": "text", "text": "  "}]
+    assert direct_evidence([{"role": "assistant", "content": parts, "tool_calls": [{}]}]) == [
+        {"role": "assistant", "content": parts}
+    ]
+    assert direct_evidence([{"role": "assistant", "content": "  ", "tool_calls": [{}]}]) == []
+    # an empty or missing tool_calls list is no tool call: the row is kept as it is
+    assert direct_evidence([{"role": "assistant", "content": "", "tool_calls": []}]) == [
+        {"role": "assistant", "content": "", "tool_calls": []}
+    ]
+    assert direct_evidence([{"role": "assistant", "content": "x", "tool_calls": None}]) == [
+        {"role": "assistant", "content": "x", "tool_calls": None}
+    ]
 
 
 def test_archivable_keeps_bytes_recoverable_and_tags_what_json_cannot_say() -> None:
