@@ -49,7 +49,17 @@ class LoadedEvent(StoredEvent):
 
     @cached_property
     def body(self) -> Any:
-        return decode(self.body_bytes)
+        return _decode_canonical(self.body_bytes.decode())[0]
+
+
+def _canonical_int(token: str) -> int | float:
+    # as canonical.decode: an integer token beyond 64 bits was written by an integral float
+    value = int(token)
+    return value if -(2**63) <= value < 2**63 else float(token)
+
+
+#: canonical.decode with one decoder made once (json.loads with hooks builds one per call)
+_decode_canonical = json.JSONDecoder(parse_int=_canonical_int).raw_decode
 
 
 def event_part(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> Any:
@@ -122,9 +132,8 @@ class TableProjection:
             try:
                 self.reduce(conn, event)
                 self.flush(conn)
-            except BaseException:
-                self.discard()
-                raise
+            finally:
+                self.discard()  # the next transaction may follow another process's appends
         self.set_last_seq(conn, event.seq)
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
@@ -134,7 +143,7 @@ class TableProjection:
         """Write rows ``reduce`` buffered; nothing to do unless a subclass buffers."""
 
     def discard(self) -> None:
-        """Forget buffered rows after a failure (the transaction is rolled back)."""
+        """Forget buffered rows and anything cached from the database (end of a transaction)."""
 
     def set_last_seq(self, conn: sqlite3.Connection, seq: int) -> None:
         conn.execute("UPDATE projection_state SET last_seq = ? WHERE name = ?", (seq, self.name))
@@ -322,17 +331,17 @@ class SessionsProjection(TableProjection):
         if self._counts:
             conn.executemany(
                 "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
-                " checkpoints)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
-                " first_seq = min(first_seq, excluded.first_seq), last_seq = max(last_seq,"
-                " excluded.last_seq),"
-                " turns = turns + excluded.turns, memory_writes = memory_writes +"
-                " excluded.memory_writes,"
+                " checkpoints) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
+                " first_seq = min(first_seq, excluded.first_seq),"
+                " last_seq = max(last_seq, excluded.last_seq), turns = turns + excluded.turns,"
+                " memory_writes = memory_writes + excluded.memory_writes,"
                 " checkpoints = checkpoints + excluded.checkpoints",
                 [(session, *counts) for session, counts in self._counts.items()],
             )
+            self._counts.clear()
         self._flush_transcript(conn)
-        self.discard()
+        if len(self._lengths) > self.batch_events:  # keep memory flat over many sessions
+            self._lengths.clear()
 
     def discard(self) -> None:
         self._counts.clear()
@@ -560,27 +569,27 @@ class RecallProjection(TableProjection):
 
     Messages: the user and assistant prose of every turn, one row each; rowids count up
     from 1 in log order (so ``ORDER BY rowid DESC`` means newest first) and are assigned
-    here, not by SQLite, so a replay gives every row the rowid it had. ``recall_seen``
-    holds a key per (session, text) indexed, so checkpoint evidence adds only the texts its
-    session's turns did not already hold (a message archived before the archive saw its
-    turn, or one the host rewrote). Memory entries: rowid ``-seq`` of the write that set the
-    content, kept equal to ``memory_entries`` (hence ``requires = ("memory",)``) by a diff,
-    so a write touches only the rows that changed and the result does not depend on how far
-    the memory projection had got when this one caught up.
+    here, not by SQLite, so a replay gives every row the rowid it had. Checkpoint evidence
+    adds only what its session's earlier turns and checkpoints did not hold (a message
+    archived before the archive saw its turn, or one the host rewrote): found from the log
+    itself, by digest and then by text (a v2 host strips ``tool_calls``), so the answer
+    depends on nothing but the log prefix. Memory entries: rowid ``-seq`` of the write that
+    set the content, kept equal to ``memory_entries`` (hence ``requires = ("memory",)``) by
+    a diff, so a write touches only the rows that changed and the result does not depend on
+    how far the memory projection had got when this one caught up.
     """
 
     name = "recall"
-    version = 2
+    version = 3
     ddl = (
-        "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED, session"
-        " UNINDEXED,"
-        " seq UNINDEXED, role UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')",
+        "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED,"
+        " session UNINDEXED, seq UNINDEXED, role UNINDEXED,"
+        " tokenize = 'unicode61 remove_diacritics 2')",
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')",
-        "CREATE TABLE IF NOT EXISTS recall_seen (key INTEGER PRIMARY KEY)",
-        "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY, target TEXT NOT"
-        " NULL)",
+        "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY,"
+        " target TEXT NOT NULL)",
     )
-    tables = {"recall_fts": "rowid", "recall_seen": "key", "recall_memory": "rowid"}
+    tables = {"recall_fts": "rowid", "recall_memory": "rowid"}
     digest_select = {
         "recall_fts": "rowid, text, kind, session, seq, role",
         "recall_memory": "rowid, target",
@@ -591,79 +600,71 @@ class RecallProjection(TableProjection):
 
     def __init__(self) -> None:
         self._rows: list[tuple[int, str, str, str, int, str]] = []
-        self._keys: list[tuple[int]] = []
         self._next_rowid: int | None = None
 
     def drop(self, conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS recall_vocab")
+        conn.execute("DROP TABLE IF EXISTS recall_seen")  # version 2 kept a table of its own
         super().drop(conn)
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         if event.type == "memory_write":
             self._index_memory(conn, bindable_text(str(_mapping(event.body).get("target"))))
-        elif event.type == "turn":
-            for role, text, key in self._texts(conn, event, "messages"):
-                self._add(conn, text, "turn", event, role)
-                self._keys.append((key,))
-            if len(self._rows) >= self.batch_rows:
-                self.flush(conn)
-        else:
-            self.flush(conn)  # the turns before this checkpoint are in recall_seen now
-            for role, text, key in self._texts(conn, event, "evidence"):
-                if conn.execute("INSERT OR IGNORE INTO recall_seen VALUES (?)", (key,)).rowcount:
-                    self._add(conn, text, "checkpoint", event, role)
-            self.flush(conn)
-
-    @staticmethod
-    def _texts(
-        conn: sqlite3.Connection, event: StoredEvent, field_name: str
-    ) -> Iterator[tuple[str, str, int]]:
-        """(role, text, seen key) of each user/assistant message with prose."""
-        carried = event.parts if isinstance(event, LoadedEvent) else {}
-        prefix = event.session.encode("utf-8", "surrogatepass") + b"\x00"
-        for digest in _digests(_mapping(event.body).get(field_name)):
-            body = carried.get(digest)
-            # only role and text are read, so the plain decoder will do
-            message = (
-                _read_json(body.decode()) if body is not None else event_part(conn, event, digest)
-            )
-            if not isinstance(message, dict):
-                continue
-            role = message.get("role")
-            if role != "user" and role != "assistant":
-                continue
-            text = bindable_text(message_text(message))
-            if text and not text.isspace():
-                yield (
-                    role,
-                    text,
-                    int.from_bytes(blake3(prefix + text.encode()).digest(8), "big", signed=True),
-                )
-
-    def _add(
-        self, conn: sqlite3.Connection, text: str, kind: str, event: StoredEvent, role: str
-    ) -> None:
+            return
         if self._next_rowid is None:
             top = conn.execute("SELECT max(rowid) FROM recall_fts").fetchone()[0]
             self._next_rowid = max(int(top or 0), 0) + 1
-        self._rows.append((self._next_rowid, text, kind, event.session, event.seq, role))
-        self._next_rowid += 1
+        rows, rowid, session, seq = self._rows, self._next_rowid, event.session, event.seq
+        if event.type == "turn":
+            for role, text in _prose(conn, event, "messages"):
+                rows.append((rowid, text, "turn", session, seq, role))
+                rowid += 1
+        else:
+            for role, text in self._unseen_evidence(conn, event):
+                rows.append((rowid, text, "checkpoint", session, seq, role))
+                rowid += 1
+        self._next_rowid = rowid
+        if len(rows) >= self.batch_rows:
+            self.flush(conn)
+
+    @staticmethod
+    def _unseen_evidence(conn: sqlite3.Connection, event: StoredEvent) -> list[tuple[str, str]]:
+        """The checkpoint's messages its session's earlier turns and checkpoints did not hold."""
+        earlier = (
+            " FROM events e, json_each(e.parts) j{} WHERE e.session = ?"
+            " AND e.type IN ('turn', 'checkpoint') AND e.seq < ?"
+        )
+        args = (event.session, event.seq)
+        held = {row[0] for row in conn.execute("SELECT j.value" + earlier.format(""), args)}
+        digests = [d for d in _digests(_mapping(event.body).get("evidence")) if d not in held]
+        if not digests:
+            return []
+        said: set[tuple[str, str]] = set()
+        for (body,) in conn.execute(
+            "SELECT p.body" + earlier.format(" JOIN payloads p ON p.digest = j.value"), args
+        ):
+            message = _read_json(bytes(body).decode())
+            if isinstance(message, dict) and isinstance(message.get("role"), str):
+                said.add((message["role"], bindable_text(message_text(message))))
+        fresh = []
+        for item in _prose(conn, event, "evidence", digests):
+            if item not in said:
+                said.add(item)
+                fresh.append(item)
+        return fresh
 
     def flush(self, conn: sqlite3.Connection) -> None:
         if self._rows:
             conn.executemany(
-                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role) VALUES (?, ?, ?, ?,"
-                " ?, ?)",
+                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 self._rows,
             )
-        if self._keys:
-            conn.executemany("INSERT OR IGNORE INTO recall_seen VALUES (?)", self._keys)
-        self.discard()
+            self._rows.clear()
 
     def discard(self) -> None:
         self._rows.clear()
-        self._keys.clear()
-        self._next_rowid = None
+        self._next_rowid = None  # read again: outside a replay another writer may have added rows
 
     @staticmethod
     def _index_memory(conn: sqlite3.Connection, target: str) -> None:
@@ -684,14 +685,33 @@ class RecallProjection(TableProjection):
             conn.execute("DELETE FROM recall_memory WHERE rowid = ?", (rowid,))
         for rowid in sorted(wanted.keys() - held):
             conn.execute(
-                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role) VALUES (?, ?,"
-                " 'memory', '', ?, ?)",
+                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
+                " VALUES (?, ?, 'memory', '', ?, ?)",
                 (rowid, wanted[rowid], -rowid, target),
             )
             conn.execute("INSERT INTO recall_memory VALUES (?, ?)", (rowid, target))
 
 
-_read_json = json.JSONDecoder().decode
+_read_json = json.JSONDecoder().decode  # messages: only role and text are read
+
+
+def _prose(
+    conn: sqlite3.Connection, event: StoredEvent, field_name: str, digests: list[str] | None = None
+) -> Iterator[tuple[str, str]]:
+    """(role, text) of each user/assistant message of the event that has prose."""
+    carried = event.parts if isinstance(event, LoadedEvent) else {}
+    if digests is None:
+        digests = _digests(_mapping(event.body).get(field_name))
+    for digest in digests:
+        body = carried.get(digest)
+        message = _read_json(body.decode()) if body is not None else event_part(conn, event, digest)
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "user" or role == "assistant":
+            text = bindable_text(message_text(message))
+            if text and not text.isspace():
+                yield role, text
 
 
 # -- checkpoints and recalls served ----------------------------------------------------

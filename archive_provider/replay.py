@@ -122,36 +122,34 @@ def apply_events(
     generic = [p for p in behind if not isinstance(p, TableProjection)]
     types = None if generic else set().union(*(p.handles for p in behind))
     tables = [p for p in behind if isinstance(p, TableProjection)]
-    by_type: dict[str, list[Any]] = {}
+    steps: dict[str, list[tuple[Callable[[sqlite3.Connection, Any], None], int]]] = {}
     count = 0
     try:
         for event in iter_events(
             source or conn, min(start[id(p)] for p in behind), until_seq, types
         ):
-            handlers = by_type.get(event.type)
-            if handlers is None:
-                handlers = by_type[event.type] = [
-                    p
+            todo = steps.get(event.type)
+            if todo is None:
+                todo = steps[event.type] = [
+                    (p.reduce, start[id(p)])
+                    if isinstance(p, TableProjection)
+                    else (p.apply, start[id(p)])
                     for p in behind
                     if not isinstance(p, TableProjection) or event.type in p.handles
                 ]
-            for projection in handlers:
-                if event.seq <= start[id(projection)]:
-                    continue
-                if isinstance(projection, TableProjection):
-                    projection.reduce(conn, event)
-                else:
-                    projection.apply(conn, event)
+            seq = event.seq
+            for step, after in todo:
+                if seq > after:
+                    step(conn, event)
             count += 1
             if progress is not None and count % PROGRESS_EVERY == 0:
-                progress(event.seq)
+                progress(seq)
         for projection in tables:
             projection.flush(conn)
             projection.set_last_seq(conn, until_seq)
-    except BaseException:
+    finally:
         for projection in tables:
             projection.discard()
-        raise
     if progress is not None:
         progress(until_seq)
     return count

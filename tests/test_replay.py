@@ -570,3 +570,22 @@ def test_replay_speed_is_reported(tmp_path: Path) -> None:
 def test_asof_projections_are_a_subset_in_order() -> None:
     names = [p.name for p in asof_projections()]
     assert names == ["sessions", "memory", "checkpoints", "recalls_served"]
+
+
+def test_loaded_events_decode_bodies_as_canonical_decode_does() -> None:
+    from archive_provider.canonical import canonical_bytes, decode
+    from archive_provider.digests import Envelope
+    from archive_provider.projections import LoadedEvent
+
+    value = {
+        "a": 2**63 - 1,
+        "b": -(2**63),
+        "c": 2.0**63,
+        "d": 1.5,
+        "e": "x\ud800",
+        "f": [None, True, 1e-7],
+    }
+    body = canonical_bytes(value)
+    event = LoadedEvent(Envelope(1, "t", "turn", "s", "{}", "i", "p", "[]"), "c", body)
+    assert event.body == decode(body)
+    assert [type(v) for v in event.body.values()] == [type(v) for v in decode(body).values()]
