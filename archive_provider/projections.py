@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -203,19 +203,17 @@ class SessionsProjection(TableProjection):
     name = "sessions"
     version = 2
     ddl = (
-        "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY, first_seq INTEGER NOT NULL,"
-        " last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT, turns INTEGER NOT NULL DEFAULT"
-        " 0,"
-        " memory_writes INTEGER NOT NULL DEFAULT 0, checkpoints INTEGER NOT NULL DEFAULT 0,"
-        " platform TEXT,"
-        " agent_context TEXT)",
+        "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY,"
+        " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT,"
+        " turns INTEGER NOT NULL DEFAULT 0, memory_writes INTEGER NOT NULL DEFAULT 0,"
+        " checkpoints INTEGER NOT NULL DEFAULT 0, platform TEXT, agent_context TEXT)",
         "CREATE TABLE IF NOT EXISTS session_links (seq INTEGER PRIMARY KEY, session TEXT NOT NULL,"
         " parent TEXT NOT NULL, relation TEXT NOT NULL, reason TEXT, reset INTEGER NOT NULL,"
         " rewound INTEGER NOT NULL)",
         "CREATE INDEX IF NOT EXISTS session_links_session ON session_links(session, seq)",
         "CREATE TABLE IF NOT EXISTS transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
-        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position)) WITHOUT"
-        " ROWID",
+        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
+        " WITHOUT ROWID",
     )
     tables = {"sessions": "session", "session_links": "seq", "transcript": "session, position"}
     handles = frozenset(
@@ -256,11 +254,9 @@ class SessionsProjection(TableProjection):
             body = _mapping(event.body)
             conn.execute(
                 "INSERT INTO sessions (session, first_seq, last_seq, started_at, platform,"
-                " agent_context)"
-                " VALUES (?1, ?2, ?2, ?3, ?4, ?5) ON CONFLICT(session) DO UPDATE SET"
-                " started_at = coalesce(started_at, excluded.started_at), platform ="
-                " excluded.platform,"
-                " agent_context = excluded.agent_context",
+                " agent_context) VALUES (?1, ?2, ?2, ?3, ?4, ?5) ON CONFLICT(session) DO UPDATE"
+                " SET started_at = coalesce(started_at, excluded.started_at),"
+                " platform = excluded.platform, agent_context = excluded.agent_context",
                 (
                     session,
                     seq,
@@ -292,9 +288,9 @@ class SessionsProjection(TableProjection):
             )
         elif kind == "session_ended":
             conn.execute(
-                "INSERT INTO sessions (session, first_seq, last_seq, ended_at) VALUES (?1, ?2, ?2,"
-                " ?3)"
-                " ON CONFLICT(session) DO UPDATE SET ended_at = excluded.ended_at",
+                "INSERT INTO sessions (session, first_seq, last_seq, ended_at)"
+                " VALUES (?1, ?2, ?2, ?3) ON CONFLICT(session) DO UPDATE SET"
+                " ended_at = excluded.ended_at",
                 (session, seq, event.time),
             )
         if len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events:
@@ -350,13 +346,9 @@ class SessionsProjection(TableProjection):
 
 
 def _text_or_none(value: Any) -> str | None:
-    return (
-        bindable_text(value)
-        if isinstance(value, str)
-        else None
-        if value is None
-        else canonical_text(value)
-    )
+    if value is None:
+        return None
+    return bindable_text(value) if isinstance(value, str) else canonical_text(value)
 
 
 def transcript_digests(conn: sqlite3.Connection, session: str) -> list[str]:
@@ -428,16 +420,13 @@ class MemoryProjection(TableProjection):
     name = "memory"
     version = 2
     ddl = (
-        "CREATE TABLE IF NOT EXISTS memory_entries (target TEXT NOT NULL, position INTEGER NOT"
-        " NULL,"
-        " content TEXT NOT NULL, entry INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (target,"
-        " position))",
+        "CREATE TABLE IF NOT EXISTS memory_entries (target TEXT NOT NULL,"
+        " position INTEGER NOT NULL, content TEXT NOT NULL, entry INTEGER NOT NULL,"
+        " seq INTEGER NOT NULL, PRIMARY KEY (target, position))",
         "CREATE TABLE IF NOT EXISTS memory_history (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
         " session TEXT NOT NULL, target TEXT NOT NULL, action TEXT NOT NULL, entry INTEGER,"
-        " position INTEGER,"
-        " before TEXT, after TEXT, resolution TEXT NOT NULL, candidates INTEGER NOT NULL, merged"
-        " INTEGER,"
-        " metadata TEXT NOT NULL)",
+        " position INTEGER, before TEXT, after TEXT, resolution TEXT NOT NULL,"
+        " candidates INTEGER NOT NULL, merged INTEGER, metadata TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS memory_history_entry ON memory_history(entry)",
     )
     tables = {"memory_entries": "target, position", "memory_history": "seq"}
@@ -446,18 +435,14 @@ class MemoryProjection(TableProjection):
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         body = _mapping(event.body)
         metadata = body.get("metadata")
-        content = (
-            event_part(conn, event, body["content"])
-            if isinstance(body.get("content"), str)
-            else None
-        )
+        digest = body.get("content")
+        content = event_part(conn, event, digest) if isinstance(digest, str) else None
         write = MemoryWrite.from_host(body.get("action"), body.get("target"), content, metadata)
-        write = MemoryWrite(
-            bindable_text(write.action),
-            bindable_text(write.target),
-            bindable_text(write.content),
-            write.old_text,
-            write.previous_content,
+        write = replace(  # stored text must be bindable; the search texts are only compared
+            write,
+            action=bindable_text(write.action),
+            target=bindable_text(write.target),
+            content=bindable_text(write.content),
         )
         before = memory_entries(conn, write.target)
         after, change = apply_write(before, write, event.seq)
@@ -526,7 +511,7 @@ class MemoryEvent:
     resolution: str
     candidates: int
     merged: int | None
-    metadata: dict[str, Any]  # the host's origin metadata (write_origin, session_id, old_text ...)
+    metadata: Any  # the host's origin metadata (write_origin, session_id, old_text ...)
 
 
 def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
@@ -541,8 +526,7 @@ def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
         MemoryEvent(*row[:11], decode(row[11]))
         for row in conn.execute(
             "SELECT seq, time, session, target, action, entry, before, after, resolution,"
-            " candidates, merged,"
-            " metadata FROM memory_history ORDER BY seq"
+            " candidates, merged, metadata FROM memory_history ORDER BY seq"
         )
     ]
     if not needle:
@@ -603,8 +587,8 @@ class RecallProjection(TableProjection):
         self._next_rowid: int | None = None
 
     def drop(self, conn: sqlite3.Connection) -> None:
-        conn.execute("DROP TABLE IF EXISTS recall_vocab")
-        conn.execute("DROP TABLE IF EXISTS recall_seen")  # version 2 kept a table of its own
+        for table in ("recall_vocab", "recall_indexed", "recall_seen"):  # the last two: v1, v2
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
         super().drop(conn)
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
@@ -721,13 +705,12 @@ class CheckpointsProjection(TableProjection):
     name = "checkpoints"
     ddl = (
         "CREATE TABLE IF NOT EXISTS checkpoints (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
-        " session TEXT NOT NULL,"
-        " parent_session TEXT, evidence_digest TEXT NOT NULL, messages INTEGER NOT NULL,"
-        " host_api_version INTEGER,"
+        " session TEXT NOT NULL, parent_session TEXT, evidence_digest TEXT NOT NULL,"
+        " messages INTEGER NOT NULL, host_api_version INTEGER,"
         " require_checkpoint INTEGER NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS checkpoint_failures (seq INTEGER PRIMARY KEY, time TEXT NOT"
-        " NULL,"
-        " session TEXT NOT NULL, error TEXT NOT NULL, require_checkpoint INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS checkpoint_failures (seq INTEGER PRIMARY KEY,"
+        " time TEXT NOT NULL, session TEXT NOT NULL, error TEXT NOT NULL,"
+        " require_checkpoint INTEGER NOT NULL)",
     )
     tables = {"checkpoints": "seq", "checkpoint_failures": "seq"}
     handles = frozenset({"checkpoint", "checkpoint_failed"})
@@ -767,8 +750,8 @@ class RecallsServedProjection(TableProjection):
     name = "recalls_served"
     ddl = (
         "CREATE TABLE IF NOT EXISTS recalls_served (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
-        " session TEXT NOT NULL,"
-        " turn INTEGER NOT NULL, query TEXT NOT NULL, result TEXT NOT NULL, sources TEXT NOT NULL)",
+        " session TEXT NOT NULL, turn INTEGER NOT NULL, query TEXT NOT NULL,"
+        " result TEXT NOT NULL, sources TEXT NOT NULL)",
         "CREATE INDEX IF NOT EXISTS recalls_served_session ON recalls_served(session, seq)",
     )
     tables = {"recalls_served": "seq"}

@@ -82,19 +82,14 @@ class QueryPlan:
 
 
 # Function words carry no topic; they are dropped unless a query has nothing else.
-_STOPWORDS = (
-    "a about above after again all am an and any are as at be because been before being below"
-    " between both "
-    "but by can could did do does doing down during each few for from further had has have having"
-    " he her "
-    "here hers him his how i if in into is it its itself just me more most my myself no nor not now"
-    " of off "
-    "on once only or other our ours out over own same she should so some such than that the their"
-    " theirs "
-    "them then there these they this those through to too under until up very was we were what when"
-    " where "
-    "which while who whom why will with would you your yours s t don didn doesn isn wasn"
-)
+_STOPWORDS = """
+a about above after again all am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having
+he her here hers him his how i if in into is it its itself just me more most my myself no nor not
+now of off on once only or other our ours out over own same she should so some such than that the
+their theirs them then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours s t don didn doesn isn wasn
+"""
 STOPWORDS = frozenset(_STOPWORDS.split())
 
 
@@ -105,12 +100,12 @@ def fts_literal(term: str) -> str:
 def tokenize(conn: sqlite3.Connection, text: str) -> list[str]:
     """Distinct terms of ``text`` in order, as the recall index's tokenizer makes them."""
     conn.execute(
-        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_query USING fts5(text, tokenize ="
-        f" '{TOKENIZER}')"
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_query"
+        f" USING fts5(text, tokenize = '{TOKENIZER}')"
     )
     conn.execute(
-        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_query_terms USING fts5vocab(temp,"
-        " recall_query, 'instance')"
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.recall_query_terms"
+        " USING fts5vocab(temp, recall_query, 'instance')"
     )
     conn.execute("DELETE FROM temp.recall_query")
     conn.execute(

@@ -130,8 +130,7 @@ def test_session_rows_keep_start_end_and_counters(store: EventStore) -> None:
     )
     row = store.conn.execute(
         "SELECT first_seq, last_seq, started_at IS NOT NULL, ended_at IS NOT NULL, memory_writes,"
-        " platform,"
-        " agent_context FROM sessions"
+        " platform, agent_context FROM sessions"
     ).fetchone()
     assert row == (1, 4, 1, 1, 1, "telegram", None)
 

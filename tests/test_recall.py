@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive_provider import builders, corpus
@@ -246,24 +246,30 @@ def test_render_never_exceeds_its_budget(bodies: list[str], budget: int) -> None
 # -- prefetch through the provider ------------------------------------------------------------
 
 
-def test_prefetch_never_raises_on_hostile_text(make_provider: Callable[..., Any]) -> None:
-    provider = make_provider()
-    provider.sync_turn("my locker code is 4711", "noted: locker code 4711")
-    assert provider._writer.flush(10)
-    for query in [
-        '"',
-        "NEAR(",
-        "text:x",
-        "*",
-        "^",
-        "(((",
-        "AND OR NOT",
-        "\ud800",
-        "\x00",
-        "😀" * 5000,
-    ]:
-        assert isinstance(provider.prefetch(query), str)
-    assert "4711" in provider.prefetch("what is my locker code?")
+@pytest.fixture
+def provider(make_provider: Callable[..., Any]) -> Any:
+    made = make_provider()
+    made.sync_turn("my locker code is 4711", "noted: locker code 4711")
+    assert made._writer.flush(10)
+    return made
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(query=QUERIES)
+def test_prefetch_never_fails_on_hostile_text(
+    provider: Any, query: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.clear()
+    assert isinstance(provider.prefetch(query), str)
+    assert not [r for r in caplog.records if "prefetch failed" in r.getMessage()]
+
+
+def test_prefetch_fences_what_it_finds(provider: Any) -> None:
+    text = provider.prefetch("what is my locker code?")
+    assert "4711" in text and text.startswith(FENCE_OPEN) and text.endswith(FENCE_CLOSE)
+    assert provider.prefetch("\U0001f600" * 5000) == ""
 
 
 # -- a planted fact among 100k turns ----------------------------------------------------------
