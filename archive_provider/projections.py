@@ -511,7 +511,11 @@ class MemoryEvent:
     resolution: str
     candidates: int
     merged: int | None
-    metadata: Any  # the host's origin metadata (write_origin, session_id, old_text ...)
+    metadata: dict[str, Any]  # the host's origin metadata (write_origin, session_id, old_text...)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"$value": value}
 
 
 def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
@@ -523,7 +527,7 @@ def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
     """
     needle = text.strip().casefold()
     rows = [
-        MemoryEvent(*row[:11], decode(row[11]))
+        MemoryEvent(*row[:11], _as_dict(decode(row[11])))
         for row in conn.execute(
             "SELECT seq, time, session, target, action, entry, before, after, resolution,"
             " candidates, merged, metadata FROM memory_history ORDER BY seq"
@@ -533,7 +537,7 @@ def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
         return rows
 
     def mentions(row: MemoryEvent) -> bool:
-        old_text = row.metadata.get("old_text") if isinstance(row.metadata, dict) else None
+        old_text = row.metadata.get("old_text")
         texts = (row.before, row.after, old_text if isinstance(old_text, str) else None)
         return any(t is not None and needle in t.casefold() for t in texts)
 

@@ -309,6 +309,7 @@ def test_reducers_accept_payloads_they_do_not_expect(store: EventStore) -> None:
     for event in odd:
         assert store.append([event])[0].outcome == "appended"
     assert store.broken_projections == {}
+    assert [c.metadata for c in history(store.conn, "")] == [{}, {"$value": "x"}]
     live = projection_digests(store.conn)
     rebuild(store)
     assert projection_digests(store.conn) == live
