@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hivemind_agents import call, logged
+from hivemind_agents import call, logged, wait_for
 
 from archive_provider.install import install_plugin
 from hivemind import HivemindProvider, register
@@ -142,7 +142,8 @@ def test_an_unreachable_homeserver_delays_nothing_and_shutdown_is_bounded(
     provider = HivemindProvider()
     provider.initialize("s1", hermes_home=str(tmp_path), platform="cli")
     assert time.monotonic() - started < 3
-    assert "unreachable" in call(provider, "hivemind_list_peers")["not_connected_because"]
+    wait_for(lambda: "unreachable" in call(provider, "hivemind_list_peers")[
+        "not_connected_because"], deadline_s=10, what="the first failed attempt")
     started = time.monotonic()
     provider.shutdown()
     assert time.monotonic() - started < 8 and hivemind_threads() == []
