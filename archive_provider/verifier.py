@@ -244,11 +244,11 @@ _ROWS_SQL = (
 def verify_database(
     conn: sqlite3.Connection, key: bytes, progress: Callable[[int], None] | None = None
 ) -> Report:
-    """Verify a whole archive database through an open connection."""
-    meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-    if int(meta.get("format_version", 0)) != SUPPORTED_FORMAT:
-        return Report().fail(None, f"unsupported format version {meta.get('format_version')!r}")
-    head_row = conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
+    """Verify a whole archive database through an open connection.
+
+    The head, the envelopes and the payloads are read in one read transaction, so a writer
+    in another process appending meanwhile can never make the head look stale.
+    """
     payload_cursor = conn.cursor()
 
     def payload_of(digest: str) -> bytes | None:
@@ -257,8 +257,12 @@ def verify_database(
         ).fetchone()
         return bytes(row[0]) if row else None
 
-    conn.execute("BEGIN")  # one read snapshot for the whole pass
+    conn.execute("BEGIN")  # one read snapshot for the whole pass (head included)
     try:
+        meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+        if int(meta.get("format_version", 0)) != SUPPORTED_FORMAT:
+            return Report().fail(None, f"unsupported format version {meta.get('format_version')!r}")
+        head_row = conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
         return verify_rows(
             conn.execute(_ROWS_SQL),
             store_id=meta["store_id"],
