@@ -1,10 +1,12 @@
 """Time travel: what the archive knew at a sequence number or a moment.
 
 :func:`as_of` replays the log prefix up to the chosen event into a private in-memory
-SQLite database with the very projection classes the live archive uses (all but the recall
-index, which as-of does not need), then asks that database the questions the live one
-would answer. So its answer is, by construction, the projection built from the log prefix:
-the property tests check it equals the live projection as it stood after that event.
+SQLite database with the very projection classes the live archive uses, then asks that
+database the questions the live one would answer, so its answer is the projection built
+from the log prefix (the property tests check it against the live projections as they stood
+after every event). Only the event types the answer depends on are read (memory writes,
+session starts and switches, checkpoints, recalls served): turns, the bulk of any log, are
+skipped, so going back in a long archive costs a scan of its envelopes, not a replay.
 """
 
 from __future__ import annotations
@@ -34,6 +36,19 @@ if TYPE_CHECKING:
     from .store import EventStore
 
 
+#: what an as-of answer reads; SessionsProjection only for its session_links (no turns)
+ASOF_TYPES = frozenset(
+    {
+        "session_started",
+        "session_switched",
+        "memory_write",
+        "checkpoint",
+        "checkpoint_failed",
+        "recall_served",
+    }
+)
+
+
 def asof_projections() -> list[TableProjection]:
     """The projections an as-of answer is read from, in the order they are applied."""
     return [
@@ -42,6 +57,10 @@ def asof_projections() -> list[TableProjection]:
         CheckpointsProjection(),
         RecallsServedProjection(),
     ]
+
+
+#: projections an as-of rebuilds completely (their digests equal the live ones at that seq)
+COMPLETE = ("memory", "checkpoints", "recalls_served")
 
 
 @dataclass(frozen=True)
@@ -55,7 +74,7 @@ class AsOf:
     lineage: list[SessionLink]  # from ``session`` back to where its conversation began
     links: list[SessionLink]  # every session switch so far (of ``session``, when given)
     recalls: list[RecallServed]  # recall served so far (to ``session``, when given)
-    digests: dict[str, str]  # digest of each projection built from the prefix
+    digests: dict[str, str]  # digest of memory, checkpoints and recalls served at ``seq``
 
     @property
     def recall(self) -> RecallServed | None:
@@ -101,7 +120,7 @@ def as_of(
         scratch.execute("BEGIN")
         for projection in projections:
             projection.create(scratch)
-        apply_events(scratch, projections, until_seq=until, source=conn)
+        apply_events(scratch, projections, until_seq=until, source=conn, types=ASOF_TYPES)
         scratch.execute("COMMIT")
         return read_asof(scratch, until, event_time(conn, until), session)
     finally:
@@ -118,7 +137,7 @@ def read_asof(conn: sqlite3.Connection, seq: int, time: str | None, session: str
         lineage=lineage(conn, session) if session is not None else [],
         links=session_links(conn, session),
         recalls=recalls_served(conn, session),
-        digests={p.name: p.digest(conn) for p in asof_projections()},
+        digests={p.name: p.digest(conn) for p in asof_projections() if p.name in COMPLETE},
     )
 
 

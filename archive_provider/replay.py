@@ -105,11 +105,13 @@ def apply_events(
     until_seq: int,
     progress: Progress | None = None,
     source: sqlite3.Connection | None = None,
+    types: Iterable[str] | None = None,
 ) -> int:
     """Bring every projection from its own ``last_seq`` to ``until_seq``; return events applied.
 
     Runs inside the caller's transaction; events are read from ``source`` (as-of replays a
-    file's log into an in-memory database), by default from ``conn`` itself.
+    file's log into an in-memory database), by default from ``conn`` itself, and only of
+    ``types`` when given (as-of needs no turns).
     :class:`TableProjection` instances get the fast path (reduce only the types they
     handle, flush batches, one ``last_seq`` write at the end); any other projection (the
     store's ``Projection`` protocol) gets ``apply`` per event.
@@ -120,13 +122,15 @@ def apply_events(
     if not behind:
         return 0
     generic = [p for p in behind if not isinstance(p, TableProjection)]
-    types = None if generic else set().union(*(p.handles for p in behind))
+    handled = None if generic else set().union(*(p.handles for p in behind))
+    if types is not None:
+        handled = set(types) if handled is None else handled & set(types)
     tables = [p for p in behind if isinstance(p, TableProjection)]
     steps: dict[str, list[tuple[Callable[[sqlite3.Connection, Any], None], int]]] = {}
     count = 0
     try:
         for event in iter_events(
-            source or conn, min(start[id(p)] for p in behind), until_seq, types
+            source or conn, min(start[id(p)] for p in behind), until_seq, handled
         ):
             todo = steps.get(event.type)
             if todo is None:
