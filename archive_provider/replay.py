@@ -168,6 +168,9 @@ def rebuild_connection(
     conn: sqlite3.Connection, projections: Sequence[Any], progress: Progress | None = None
 ) -> int:
     """Drop, recreate and replay ``projections`` on ``conn`` (inside the caller's transaction)."""
+    cannot = [getattr(p, "name", repr(p)) for p in projections if not hasattr(p, "drop")]
+    if cannot:
+        raise ReplayError(f"projections without drop() cannot be rebuilt from scratch: {cannot}")
     for projection in reversed(projections):
         projection.drop(conn)
     for projection in projections:

@@ -345,6 +345,17 @@ def test_rebuild_returns_events_replayed_and_reports_progress(tmp_path: Path) ->
     store.close()
 
 
+def test_rebuild_refuses_a_projection_it_cannot_drop(tmp_path: Path) -> None:
+    class Plain:
+        name = "plain"
+
+    store = EventStore.open(tmp_path / "a")
+    store.projections = [Plain()]  # type: ignore[list-item]
+    with pytest.raises(ReplayError, match="plain"):
+        rebuild(store)
+    store.close()
+
+
 def test_rebuild_without_projections_uses_the_default_set(tmp_path: Path) -> None:
     store = EventStore.open(tmp_path / "a")
     fill(store, 5)
