@@ -142,7 +142,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
             if big:
                 # the big logs: each size continues the previous one (copied first)
                 previous: Path | None = None
-                built_turns = 0
+                built_turns = built_events = 0
                 for index, events in enumerate(config.log_sizes):
                     home = work.fresh(f"log-{events}")
                     if previous is not None:
@@ -156,10 +156,11 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     )
                     built = build_log(archive_dir(home), turns, seed=100 + index, projections=False)
                     built_turns += turns
+                    built_events += built.events
                     info["logs"][str(events)] = {
                         "turns": built_turns,
-                        "appended": built.events,
-                        "seconds": round(built.seconds, 1),
+                        "events": built_events,
+                        "seconds": round(built.seconds, 1),  # this stage (it continues the last)
                     }
                     homes[events] = home
                     previous = home

@@ -36,7 +36,7 @@ def table_bytes(db: Path) -> dict[str, int]:
                 if name.startswith(prefix):
                     name = prefix
             sizes[name] = sizes.get(name, 0) + int(size)
-        return dict(sorted(sizes.items(), key=lambda item: -item[1]))
+        return dict(sorted(((k, v) for k, v in sizes.items() if v), key=lambda item: -item[1]))
     finally:
         conn.close()
 
@@ -134,7 +134,9 @@ def resend(work: Workdir, text: Text, turns: int, say: Report) -> list[Row]:
     say(f"  re-sent transcripts: +{growth} B, rows added {rows_added}")
     turns_in, raw = text_bytes(db)
     grown = {
-        k: round((v - empty_tables.get(k, 0)) / turns_in, 1) for k, v in table_bytes(db).items()
+        k: round((v - empty_tables.get(k, 0)) / turns_in, 1)
+        for k, v in table_bytes(db).items()
+        if v > empty_tables.get(k, 0)
     }
     return [
         Row(
