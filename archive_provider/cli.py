@@ -21,7 +21,7 @@ EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
 def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
     """--home and --json, accepted before or after the command (nested ones never reset them)."""
-    default: dict[str, object] = {"default": argparse.SUPPRESS} if nested else {}
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
     parser.add_argument("--home", help="profile folder (default: $HERMES_HOME, else ~/.hermes)", **default)
     parser.add_argument("--json", action="store_true", help="machine-readable output", **default)
 

@@ -75,7 +75,7 @@ def archivable(value: Any, _depth: int = 0) -> Any:
 def archivable_message(message: Any) -> dict[str, Any]:
     """A transcript row as archived: dicts as sent (made encodable), anything else tagged."""
     if isinstance(message, Mapping):
-        return archivable(message)  # type: ignore[no-any-return]
+        return dict(archivable(message))
     return {"role": "$invalid", "$value": archivable(message)}
 
 

@@ -411,7 +411,7 @@ class FakeLLM:
                 part = {"index": i, "function": {"arguments": args[start : start + max(step, 16)]}}
                 yield chunk({"tool_calls": [part]})
         yield chunk({}, reply.resolved_finish_reason)
-        final = {
+        final: dict[str, Any] = {
             "id": cid,
             "object": "chat.completion.chunk",
             "created": created,

@@ -54,7 +54,7 @@ except Exception:
 def spawn_thread(target: Callable[[], None], *, name: str, daemon: bool = True) -> threading.Thread:
     """An unstarted thread that keeps the caller's contextvars (profile scope, secrets)."""
     if _host_spawn is not None:
-        return _host_spawn(target, name=name, daemon=daemon)  # type: ignore[no-any-return]
+        return _host_spawn(target, name=name, daemon=daemon)
     return context_thread(target, name=name, daemon=daemon)
 
 
@@ -67,7 +67,7 @@ except Exception:
 def get_secret(name: str, default: str | None = None) -> str | None:
     """Read a credential through the host's per-profile secret scope when it has one."""
     if _host_get_secret is not None:
-        return _host_get_secret(name, default)  # type: ignore[no-any-return]
+        return _host_get_secret(name, default)
     return os.environ.get(name, default)
 
 

@@ -13,6 +13,7 @@ as an event when the log can still take one.
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -54,7 +55,7 @@ class CheckpointError(RuntimeError):
     """A required pre-compress checkpoint could not be made durable; nothing was claimed."""
 
 
-class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
+class ArchiveProvider(MemoryProviderBase):
     """Event-sourced archiving memory provider (checkpoint API v2, fail-closed)."""
 
     pre_compress_checkpoint_api_version = 2
@@ -431,8 +432,12 @@ class ArchiveProvider(MemoryProviderBase):  # type: ignore[misc]
             log.warning("archive: %s not archived: the archive is not initialized", label)
             return
         future = writer.submit(build, label=label)
-        future.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.error(
-            "archive: %s could not be archived: %s", label, f.exception()))
+
+        def report(done: Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.error("archive: %s could not be archived: %s", label, done.exception())
+
+        future.add_done_callback(report)
 
 
 def register(ctx: Any) -> None:

@@ -26,7 +26,8 @@ def _load(*parts: str) -> dict[str, Any]:
     node = schema_root()
     for part in parts:
         node = node.joinpath(part)
-    return json.loads(node.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    data: dict[str, Any] = json.loads(node.read_text(encoding="utf-8"))
+    return data
 
 
 @cache
@@ -36,7 +37,8 @@ def _tool_schema(name: str) -> str:
 
 def load_tool_schema(name: str) -> dict[str, Any]:
     """A tool's OpenAI function schema ``{name, description, parameters}`` (a fresh copy)."""
-    return json.loads(_tool_schema(name))  # type: ignore[no-any-return]
+    schema: dict[str, Any] = json.loads(_tool_schema(name))
+    return schema
 
 
 def load_event_schema(event_type: str) -> dict[str, Any]:

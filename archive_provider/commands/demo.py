@@ -27,8 +27,12 @@ def run(ctx: CommandContext) -> int:
         from archive_provider.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra
         raise UsageError(f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})") from None
-    narration = io.StringIO()
-    say = (lambda line: narration.write(line + "\n")) if ctx.json else (lambda line: ctx.out.write(line + "\n"))
+    narration = io.StringIO()  # under --json the narration stays out of the JSON document
+    stream = narration if ctx.json else ctx.out
+
+    def say(line: str) -> None:
+        stream.write(line + "\n")
+
     try:
         result = run_demo(ctx.home, say=say)
     except DemoRefused as exc:
