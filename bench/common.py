@@ -14,8 +14,6 @@ import resource
 import shutil
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -157,24 +155,6 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def run_small_parent(code: str, *args: str, timeout: float | None = None) -> str:
-    """Run ``code`` in a fresh, small interpreter and return its stdout.
-
-    Children it starts then inherit its small ``ru_maxrss`` high-water mark, not this
-    (large) process's, so their self-reported peak RSS is their own.
-    """
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed ({done.returncode}): {done.stderr[-2000:]}")
-    return done.stdout
 
 
 def folder_bytes(folder: Path) -> int:
