@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int], None]
 PROGRESS_EVERY = 10000
+BULK_EVENTS = 10000  # from this many events behind, projections are told a bulk load follows
 
 _EVENT_COLUMNS = (
     "e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, p.body"
@@ -128,6 +129,9 @@ def apply_events(
     tables = [p for p in behind if isinstance(p, TableProjection)]
     steps: dict[str, list[tuple[Callable[[sqlite3.Connection, Any], None], int]]] = {}
     count = 0
+    bulk = [p for p in tables if until_seq - start[id(p)] >= BULK_EVENTS]
+    for projection in bulk:
+        projection.begin_bulk(conn)
     try:
         for event in iter_events(
             source or conn, min(start[id(p)] for p in behind), until_seq, handled
@@ -151,6 +155,8 @@ def apply_events(
         for projection in tables:
             projection.flush(conn)
             projection.set_last_seq(conn, until_seq)
+        for projection in bulk:
+            projection.end_bulk(conn)
     finally:
         for projection in tables:
             projection.discard()

@@ -600,3 +600,19 @@ def test_loaded_events_decode_bodies_as_canonical_decode_does() -> None:
     event = LoadedEvent(Envelope(1, "t", "turn", "s", "{}", "i", "p", "[]"), "c", body)
     assert event.body == decode(body)
     assert [type(v) for v in event.body.values()] == [type(v) for v in decode(body).values()]
+
+
+def test_a_bulk_replay_tunes_fts_merging_and_restores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import archive_provider.replay as replay_module
+
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    fill(store, 300)
+    live = projection_digests(store.conn)
+    monkeypatch.setattr(replay_module, "BULK_EVENTS", 1)
+    rebuild(store)
+    assert projection_digests(store.conn) == live
+    config = store.conn.execute("SELECT v FROM recall_fts_config WHERE k = 'automerge'").fetchone()
+    assert config == (RecallProjection.automerge,)
+    store.close()
