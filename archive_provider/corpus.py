@@ -21,7 +21,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from . import builders
-from .events import Hasher, NewEvent
+from .events import Hasher, NewEvent, Part
 
 if TYPE_CHECKING:
     from .store import EventStore
@@ -146,7 +146,7 @@ def corpus_events(
             builders.session_started(session, at=f"{session_no}", details={"platform": "corpus"}),
             False,
         )
-        recent: list = []
+        recent: list[Part] = []
         for ordinal in range(1, min(turns_per_session, turns - done) + 1):
             planted = plant_at == done
             user = vocab.text(rng, rng.randint(1, 3))
@@ -192,7 +192,8 @@ def build(
     plant_at: int | None = None,
     batch: int = 5000,
     progress: Callable[[int], None] | None = None,
-    **options: int,
+    turns_per_session: int = 40,
+    near_misses: int = 200,
 ) -> CorpusInfo:
     """Append a corpus of ``turns`` turns to ``store`` in transactions of ``batch`` events."""
     pending: list[NewEvent] = []
@@ -211,7 +212,12 @@ def build(
             progress(events)
 
     for event, planted in corpus_events(
-        store.hasher, turns, seed=seed, plant_at=plant_at, **options
+        store.hasher,
+        turns,
+        seed=seed,
+        turns_per_session=turns_per_session,
+        plant_at=plant_at,
+        near_misses=near_misses,
     ):
         if planted:
             planted_index = len(pending)

@@ -385,7 +385,8 @@ class SessionLink:
 
 def session_links(conn: sqlite3.Connection, session: str | None = None) -> list[SessionLink]:
     """Every recorded switch (of one session, when given), in log order."""
-    sql, args = "SELECT seq, session, parent, relation, reason FROM session_links", ()
+    sql = "SELECT seq, session, parent, relation, reason FROM session_links"
+    args: tuple[str, ...] = ()
     if session is not None:
         sql, args = sql + " WHERE session = ?", (session,)
     return [SessionLink(*row) for row in conn.execute(sql + " ORDER BY seq", args)]
@@ -524,6 +525,11 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"$value": value}
 
 
+def _memory_event(row: list[Any]) -> MemoryEvent:
+    row[-1] = _as_dict(decode(row[-1]))  # metadata
+    return MemoryEvent(*row)
+
+
 def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
     """Every change to the memory entries whose text ever contained ``text``, in log order.
 
@@ -533,7 +539,7 @@ def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
     """
     needle = text.strip().casefold()
     rows = [
-        MemoryEvent(*row[:11], _as_dict(decode(row[11])))
+        _memory_event(list(row))
         for row in conn.execute(
             "SELECT seq, time, session, target, action, entry, before, after, resolution,"
             " candidates, merged, metadata FROM memory_history ORDER BY seq"
@@ -811,12 +817,15 @@ class RecallServed:
 
 def recalls_served(conn: sqlite3.Connection, session: str | None = None) -> list[RecallServed]:
     """What the provider returned as recall (for one session, when given), in log order."""
-    sql, args = "SELECT seq, time, session, turn, query, result, sources FROM recalls_served", ()
+    sql = "SELECT seq, time, session, turn, query, result, sources FROM recalls_served"
+    args: tuple[str, ...] = ()
     if session is not None:
         sql, args = sql + " WHERE session = ?", (session,)
-    return [
-        RecallServed(*row[:6], decode(row[6])) for row in conn.execute(sql + " ORDER BY seq", args)
-    ]
+    served = []
+    for row in map(list, conn.execute(sql + " ORDER BY seq", args)):
+        row[-1] = decode(row[-1])  # sources
+        served.append(RecallServed(*row))
+    return served
 
 
 def default_projections() -> list[TableProjection]:

@@ -143,7 +143,8 @@ def _child(kind: str, folder: Path) -> dict[str, Any]:
         capture_output=True,
         text=True,
     ).stdout
-    return json.loads(output.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return result
 
 
 def run(events: int, *, workdir: Path | None = None, keep: bool = False) -> dict[str, Any]:
