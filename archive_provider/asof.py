@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from .clock import format_time, parse_time
@@ -99,7 +99,10 @@ def resolve_seq(
         return seq
     if time is None:
         return head
-    moment = format_time(time if isinstance(time, datetime) else parse_time(time))
+    if isinstance(time, datetime):
+        moment = format_time(time if time.tzinfo else time.replace(tzinfo=timezone.utc))
+    else:
+        moment = format_time(parse_time(time))  # naive means UTC, as everywhere in the archive
     row = conn.execute("SELECT min(seq) FROM events WHERE time > ?", (moment,)).fetchone()
     return head if row[0] is None else int(row[0]) - 1
 

@@ -110,6 +110,8 @@ def test_asof_answers_for_a_time_a_session_and_the_recall_of_that_turn(tmp_path:
         ]
         assert [r.session for r in now.recalls] == ["s2"] and now.recall.query == "q"  # type: ignore[union-attr]
         assert as_of(store, time="2000-01-01").seq == 0
+        naive = (START + timedelta(minutes=30)).replace(tzinfo=None)
+        assert as_of(store, time=naive).seq == 2  # a naive time is UTC, not local time
         store.close()
 
 
