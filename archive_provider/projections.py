@@ -91,9 +91,10 @@ class TableProjection:
 
     Subclasses set ``tables`` (table -> ORDER BY that makes its rows deterministic),
     ``handles`` (event types ``reduce`` is called for; other events only move
-    ``last_seq``) and ``requires`` (projections whose tables ``reduce`` reads, which must
-    be applied before it for the same event). ``reduce`` may buffer rows; ``flush``
-    writes them, and ``apply`` flushes after every event.
+    ``last_seq``), ``reads_parts`` (the handled types whose parts' bodies ``reduce`` reads;
+    a replay fetches no others) and ``requires`` (projections whose tables ``reduce``
+    reads, which must be applied before it for the same event). ``reduce`` may buffer
+    rows; ``flush`` writes them, and ``apply`` flushes after every event.
     """
 
     name = ""
@@ -103,7 +104,11 @@ class TableProjection:
     #: table -> select list for the digest, when it is not ``*`` (e.g. to include a rowid)
     digest_select: dict[str, str] = {}
     handles: frozenset[str] = frozenset()
+    reads_parts: frozenset[str] | None = None  # None: every handled type
     requires: tuple[str, ...] = ()
+
+    def part_types(self) -> frozenset[str]:
+        return self.handles if self.reads_parts is None else self.reads_parts & self.handles
 
     def create(self, conn: sqlite3.Connection) -> None:
         """Create the tables; a projection stored by another version is dropped first."""
@@ -233,6 +238,7 @@ class SessionsProjection(TableProjection):
         }
     )
 
+    reads_parts: frozenset[str] = frozenset()
     batch_events = 5000
     _COUNTERS = {"turn": 2, "memory_write": 3, "checkpoint": 4}
 
@@ -595,6 +601,7 @@ class RecallProjection(TableProjection):
         "recall_memory": "rowid, target",
     }
     handles = frozenset({"turn", "checkpoint", "memory_write"})
+    reads_parts = frozenset({"turn", "checkpoint"})  # memory rows come from memory_entries
     requires = ("memory",)
     batch_rows = 2000
     #: FTS5 merges segments when this many share a level; 4 is its default. A bulk load
@@ -744,6 +751,7 @@ class CheckpointsProjection(TableProjection):
     )
     tables = {"checkpoints": "seq", "checkpoint_failures": "seq"}
     handles = frozenset({"checkpoint", "checkpoint_failed"})
+    reads_parts: frozenset[str] = frozenset()
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         body = _mapping(event.body)

@@ -51,35 +51,35 @@ def iter_events(
     after_seq: int = 0,
     until_seq: int | None = None,
     types: Iterable[str] | None = None,
+    part_types: Iterable[str] | None = None,
 ) -> Iterator[LoadedEvent]:
     """Events in sequence order with their payload and parts' bodies, streamed.
 
     Two statements walk ``events`` by rowid side by side (no sort, no per-part query): one
-    yields each event with its payload, the other each part (``json_each`` over the
-    envelope's part list, in list order) with its body. A part whose body is missing (an
-    erasure) is simply not carried.
+    yields each event (of ``types``, when given) with its payload, the other each part
+    (``json_each`` over the envelope's part list, in list order) with its body, for events
+    of ``part_types`` only when given. A part whose body is missing (an erasure) is simply
+    not carried.
     """
-    where = " WHERE e.seq > ?"
-    args: list[Any] = [after_seq]
-    if until_seq is not None:
-        where += " AND e.seq <= ?"
-        args.append(until_seq)
-    if types is not None:
-        wanted = sorted(set(types))
-        if not wanted:
-            return
-        where += f" AND +e.type IN ({', '.join('?' * len(wanted))})"  # '+': scan by rowid, not type
-        args.extend(wanted)
+    if types is not None and not set(types):
+        return
+    where, args = _range(after_seq, until_seq, types)
     events = conn.execute(
         f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN payloads p ON p.digest = e.payload{where}"
         " ORDER BY e.seq",
         args,
     )
-    parts = conn.execute(
-        "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
-        f" JOIN payloads q ON q.digest = j.value{where} AND e.parts != '[]' ORDER BY e.seq",
-        args,
+    part_where, part_args = _range(
+        after_seq, until_seq, part_types if part_types is not None else types
     )
+    parts = iter(())
+    if part_types is None or set(part_types):
+        parts = conn.execute(
+            "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
+            f" JOIN payloads q ON q.digest = j.value{part_where} AND e.parts != '[]'"
+            " ORDER BY e.seq",
+            part_args,
+        )
     part = next(parts, None)
     for row in events:
         seq = row[0]
@@ -89,6 +89,19 @@ def iter_events(
                 carried[part[1]] = part[2]
             part = next(parts, None)
         yield _loaded(row, carried)
+
+
+def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[str, list[Any]]:
+    where = " WHERE e.seq > ?"
+    args: list[Any] = [after]
+    if until is not None:
+        where += " AND e.seq <= ?"
+        args.append(until)
+    if types is not None:
+        wanted = sorted(set(types))
+        where += f" AND +e.type IN ({', '.join('?' * len(wanted))})"  # '+': scan by rowid
+        args.extend(wanted)
+    return where, args
 
 
 def _loaded(row: Sequence[Any], parts: dict[str, bytes]) -> LoadedEvent:
@@ -126,6 +139,9 @@ def apply_events(
     handled = None if generic else set().union(*(p.handles for p in behind))
     if types is not None:
         handled = set(types) if handled is None else handled & set(types)
+    with_parts = None if generic else set().union(*(p.part_types() for p in behind))
+    if with_parts is not None and handled is not None:
+        with_parts &= handled
     tables = [p for p in behind if isinstance(p, TableProjection)]
     steps: dict[str, list[tuple[Callable[[sqlite3.Connection, Any], None], int]]] = {}
     count = 0
@@ -134,7 +150,7 @@ def apply_events(
         projection.begin_bulk(conn)
     try:
         for event in iter_events(
-            source or conn, min(start[id(p)] for p in behind), until_seq, handled
+            source or conn, min(start[id(p)] for p in behind), until_seq, handled, with_parts
         ):
             todo = steps.get(event.type)
             if todo is None:
