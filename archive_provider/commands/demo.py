@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import sys
 from dataclasses import asdict
 
 from archive_provider.commands import CommandContext, UsageError
@@ -33,8 +35,11 @@ def run(ctx: CommandContext) -> int:
     def say(line: str) -> None:
         stream.write(line + "\n")
 
+    # under --json whatever the host itself prints goes to stderr: stdout is one JSON document
+    quiet = contextlib.redirect_stdout(sys.stderr) if ctx.json else contextlib.nullcontext()
     try:
-        result = run_demo(ctx.home, say=say)
+        with quiet:
+            result = run_demo(ctx.home, say=say)
     except DemoRefused as exc:
         raise UsageError(str(exc)) from None
     data = asdict(result) | {"home": str(result.home), "fact_recalled": result.fact_recalled}
