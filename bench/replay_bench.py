@@ -6,8 +6,8 @@ children, each timed alone with its peak RSS:
 
 * baseline: the least work any replay must do for recall: one streaming read of every
   turn and checkpoint with its parts, JSON decode of each payload and message, and
-  batched inserts of the user/assistant texts into a fresh FTS5 table with the same
-  tokenizer, in one transaction;
+  batched inserts of the turns' user/assistant texts (the rows the replay indexes) into a
+  fresh FTS5 table with the same tokenizer, in one transaction, committed;
 * replay: :func:`archive_provider.replay.rebuild`, every projection from scratch in one
   transaction, committed.
 
@@ -71,7 +71,12 @@ def build(folder: Path, events: int) -> dict[str, Any]:
 
 
 def baseline(folder: Path) -> dict[str, Any]:
-    """Read + decode + FTS5 insert of the same rows, nothing else."""
+    """Read + decode + FTS5 insert of the same rows, committed like the replay's; nothing else.
+
+    Reads and decodes what the replay reads for recall (turns and checkpoints with their
+    messages) and inserts what it indexes (the turns' user/assistant texts: the corpus's
+    checkpoint evidence repeats them). The table is dropped afterwards, untimed.
+    """
     import sqlite3
 
     from archive_provider.recall import TOKENIZER
@@ -97,14 +102,16 @@ def baseline(folder: Path) -> dict[str, Any]:
             loads(body)
             last = seq
         message = loads(part)
-        if message.get("role") in ("user", "assistant") and isinstance(message.get("content"), str):
-            rows.append((message["content"], type_, session, seq, message["role"]))
+        role, content = message.get("role"), message.get("content")
+        if type_ == "turn" and role in ("user", "assistant") and isinstance(content, str):
+            rows.append((content, type_, session, seq, role))
             if len(rows) >= BATCH:
                 conn.executemany("INSERT INTO bench_fts VALUES (?, ?, ?, ?, ?)", rows)
                 rows.clear()
     conn.executemany("INSERT INTO bench_fts VALUES (?, ?, ?, ?, ?)", rows)
+    conn.execute("COMMIT")
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    conn.execute("ROLLBACK")
+    conn.execute("DROP TABLE bench_fts")
     conn.close()
     return {"seconds": elapsed, "cpu_seconds": cpu, "peak_rss_mb": _peak_mb()}
 
