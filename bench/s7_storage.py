@@ -83,7 +83,9 @@ def per_turn(db: Path, label: str, say: Report) -> list[Row]:
             extra={
                 "turns": turns,
                 "file_bytes": used,
-                "per_turn_by_table": {k: round(v / turns, 1) for k, v in tables.items()},
+                "per_turn_by_table": {
+                    k: round(v / turns, 1) for k, v in tables.items() if v / turns >= 0.05
+                },
             },
         )
     ]
