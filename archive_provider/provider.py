@@ -12,11 +12,13 @@ as an event when the log can still take one.
 
 from __future__ import annotations
 
+import copy
 import json
-from concurrent.futures import Future
 import logging
 import threading
+from concurrent.futures import Future
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,14 @@ def session_text(value: Any) -> str:
     return bindable_text(str(value)) if value else ""
 
 
+@dataclass
+class _Transcript:
+    """The last transcript archived for a session: a cache for the delta, never the truth."""
+
+    turns: int  # the session's turn count once it was archived
+    raw: list[Any]  # deep copies of the messages as the host sent them
+
+
 class CheckpointError(RuntimeError):
     """A required pre-compress checkpoint could not be made durable; nothing was claimed."""
 
@@ -72,6 +82,7 @@ class ArchiveProvider(MemoryProviderBase):
         self._turn = 0
         self._reader: Any = None
         self._reader_lock = threading.Lock()
+        self._transcripts: dict[str, _Transcript] = {}  # writer-thread cache of the last transcript
 
     # -- identity and availability -----------------------------------------------------
 
@@ -182,22 +193,51 @@ class ArchiveProvider(MemoryProviderBase):
         redact = self._settings.redact_secrets
         self._submit(lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn")
 
-    @staticmethod
     def _turn_events(
-        store: EventStore, session: str, messages: Sequence[Any], legacy: bool, redact: bool = True
+        self, store: EventStore, session: str, messages: Sequence[Any], legacy: bool, redact: bool = True
     ) -> list[NewEvent]:
-        rows, redactions = redact_rows([archivable_message(message) for message in messages], redact, "/messages")
-        parts = [store.hasher.part(row) for row in rows]
-        if legacy:
-            start = 0
-        else:
-            previous = transcript_digests(store.conn, session)
-            start = new_messages_start(previous, [p.digest for p in parts], [r.get("role") for r in rows])
-        if start >= len(parts):
-            return []  # nothing new: the host re-sent what is archived
+        """The turn event for what is new in ``messages`` (runs on the writer thread).
+
+        Fast path: when the last transcript this provider archived for the session is an
+        unchanged prefix of ``messages`` (0.19.0 re-sends the whole conversation every turn)
+        and no one else archived a turn since, only the new tail is normalized, redacted and
+        hashed. Anything else takes the full path against the transcript projection.
+        """
         turns, _ = session_counters(store.conn, session)
-        return [builders.turn(store.hasher, session, turns + 1, parts[start:], start=start, legacy=legacy,
-                              redactions=renumber(redactions, start, "/messages"))]
+        cached = None if legacy else self._transcripts.get(session)
+        fast = (
+            cached is not None
+            and cached.turns == turns
+            and len(cached.raw) <= len(messages)
+            and all(old == new for old, new in zip(cached.raw, messages))
+        )
+        if fast and cached is not None:
+            start = len(cached.raw)
+            rows, redactions = redact_rows(
+                [archivable_message(m) for m in messages[start:]], redact, "/messages"
+            )
+            new_parts = [store.hasher.part(row) for row in rows]
+            found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
+        else:
+            rows, redactions = redact_rows(
+                [archivable_message(m) for m in messages], redact, "/messages"
+            )
+            parts = [store.hasher.part(row) for row in rows]
+            if legacy:
+                start = 0
+            else:
+                previous = transcript_digests(store.conn, session)
+                roles = [r.get("role") for r in rows]
+                start = new_messages_start(previous, [p.digest for p in parts], roles)
+            new_parts = parts[start:]
+            found = renumber(redactions, start, "/messages")
+        if not new_parts:
+            return []  # nothing new: the host re-sent what is archived
+        if not legacy:
+            kept = cached.raw if fast and cached is not None else copy.deepcopy(list(messages[:start]))
+            self._transcripts[session] = _Transcript(turns + 1, [*kept, *copy.deepcopy(messages[start:])])
+        return [builders.turn(store.hasher, session, turns + 1, new_parts, start=start, legacy=legacy,
+                              redactions=found)]
 
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         """Archive whatever the last sync did not cover, then mark the end."""
@@ -223,6 +263,7 @@ class ArchiveProvider(MemoryProviderBase):
         **kwargs: Any,
     ) -> None:
         previous = self._session
+        self._transcripts.clear()  # a rewind or rewrite may follow; the next turn takes the full path
         self._session = session_text(new_session_id) or previous
         self._parent_session = session_text(parent_session_id) or previous
         if not self._writes_turns:

@@ -305,3 +305,47 @@ def test_shutdown_drains_and_releases_the_writer(make_provider, tmp_path: Path) 
     provider.shutdown()
     assert archive_dir(tmp_path / "home").resolve() not in writers._writers
     assert [t for _, t, _ in event_rows(tmp_path / "home")].count("memory_write") == 500
+
+
+def archived_turns(home: Path) -> list[tuple[list[dict[str, object]], list[object]]]:
+    store = open_log(home)
+    try:
+        return [
+            ([decode(store.payload(d) or b"") for d in e.body["messages"]], e.body.get("redactions", []))
+            for e in store.events()
+            if e.type == "turn"
+        ]
+    finally:
+        store.close()
+
+
+def test_the_cached_delta_archives_exactly_what_the_full_path_does(make_provider, tmp_path: Path) -> None:
+    """One provider keeps its transcript cache; the other is new each turn (full path only)."""
+    secret = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"
+    cached = make_provider(tmp_path / "cached")
+    messages: list[dict[str, object]] = [SYSTEM]
+    script = [("hello", "hi"), (f"my key is {secret}", "noted"), ("again", "sure"), ("bye", "bye")]
+    for user, answer in script:
+        messages = messages + [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        cached.sync_turn(user, answer, session_id="s1", messages=list(messages))
+        fresh = make_provider(tmp_path / "full")
+        fresh.sync_turn(user, answer, session_id="s1", messages=list(messages))
+        fresh.shutdown()
+    flush(cached)
+    assert archived_turns(tmp_path / "cached") == archived_turns(tmp_path / "full")
+    assert archived_turns(tmp_path / "cached")[1][1] == [
+        {"path": "/messages/0/content", "kind": "api_key", "at": 10}
+    ]
+
+
+def test_a_message_changed_in_place_is_not_hidden_by_the_cache(make_provider, tmp_path: Path) -> None:
+    """The cache keeps copies: an answer the host edits in place is archived, not missed."""
+    provider = make_provider()
+    messages = convo(("first", "one"))
+    provider.sync_turn("first", "one", session_id="s1", messages=messages)
+    flush(provider)
+    messages[2]["content"] = "one, edited"  # the host rewrote its last answer in the same list
+    provider.sync_turn("first", "one, edited", session_id="s1", messages=messages)
+    flush(provider)
+    turns = [rows for rows, _ in archived_turns(tmp_path / "home")]
+    assert turns[1] == [{"role": "user", "content": "first"}, {"role": "assistant", "content": "one, edited"}]
