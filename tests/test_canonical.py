@@ -26,6 +26,7 @@ from archive_provider.canonical import (
     decode,
     encode_text,
     format_float,
+    slow_canonical_text,
 )
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -340,3 +341,23 @@ def test_non_finite_is_refused_by_format_float() -> None:
     for value in (math.nan, math.inf, -math.inf):
         with pytest.raises(CanonicalEncodingError):
             format_float(value)
+
+
+_plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_plain_values)
+def test_the_json_fast_path_writes_exactly_the_reference_bytes(value: object) -> None:
+    """canonical_text takes json.dumps for plain values; it must equal the reference encoder."""
+    try:
+        reference = slow_canonical_text(value)
+    except CanonicalEncodingError:
+        with pytest.raises(CanonicalEncodingError):
+            canonical_text(value)
+        return
+    assert canonical_text(value) == reference
