@@ -19,7 +19,9 @@ def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tupl
     return tuple(hasher.part(message) for message in messages)
 
 
-def _with_redactions(body: dict[str, Any], redactions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _with_redactions(
+    body: dict[str, Any], redactions: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     """Add the ``redactions`` list (redaction.py) to a body when anything was redacted."""
     if redactions:
         body["redactions"] = [dict(item) for item in redactions]
@@ -151,12 +153,18 @@ def memory_write(
 
 
 def session_started(session: str, *, at: str, details: Mapping[str, Any]) -> NewEvent:
-    return NewEvent("session_started", session, {"session": session, "at": at}, archivable(dict(details)))
+    return NewEvent(
+        "session_started", session, {"session": session, "at": at}, archivable(dict(details))
+    )
 
 
-def session_switched(session: str, *, previous: str, at: str, details: Mapping[str, Any]) -> NewEvent:
+def session_switched(
+    session: str, *, previous: str, at: str, details: Mapping[str, Any]
+) -> NewEvent:
     body = archivable({"from": previous, **details})
-    return NewEvent("session_switched", session, {"session": session, "from": previous, "at": at}, body)
+    return NewEvent(
+        "session_switched", session, {"session": session, "from": previous, "at": at}, body
+    )
 
 
 def session_ended(session: str, *, at: str, message_count: int) -> NewEvent:
@@ -187,9 +195,20 @@ def recall_served(
     return NewEvent(
         "recall_served",
         session,
-        {"session": session, "turn": turn, "query": query_part.digest, "result": result_part.digest, "at": at},
+        {
+            "session": session,
+            "turn": turn,
+            "query": query_part.digest,
+            "result": result_part.digest,
+            "at": at,
+        },
         _with_redactions(
-            {"turn": turn, "query": query_part.digest, "result": result_part.digest, "sources": list(sources)},
+            {
+                "turn": turn,
+                "query": query_part.digest,
+                "result": result_part.digest,
+                "sources": list(sources),
+            },
             redactions,
         ),
         (query_part, result_part),
@@ -214,12 +233,22 @@ def delegation(
         redactions = found + more
     task_part, result_part = hasher.part(task), hasher.part(result)
     body = archivable(
-        {"task": task_part.digest, "result": result_part.digest, "child_session": child_session, **details}
+        {
+            "task": task_part.digest,
+            "result": result_part.digest,
+            "child_session": child_session,
+            **details,
+        }
     )
     return NewEvent(
         "delegation",
         session,
-        {"session": session, "child": child_session, "task": task_part.digest, "result": result_part.digest},
+        {
+            "session": session,
+            "child": child_session,
+            "task": task_part.digest,
+            "result": result_part.digest,
+        },
         _with_redactions(body, redactions),
         (task_part, result_part),
     )
@@ -228,6 +257,8 @@ def delegation(
 def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
     """A hook's input could not be archived: recorded, never silently dropped."""
     return NewEvent(
-        "write_failed", session, {"session": session, "hook": hook, "at": at},
+        "write_failed",
+        session,
+        {"session": session, "hook": hook, "at": at},
         {"hook": hook, "error": archivable_text(error)},
     )

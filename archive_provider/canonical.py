@@ -30,7 +30,15 @@ MAX_DEPTH = 64
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 
@@ -95,7 +103,9 @@ def _encode(value: Any, out: list[str], depth: int, path: str) -> None:
         out.append(_text_at(value, path))
     elif isinstance(value, int):
         if not INT_MIN <= value <= INT_MAX:
-            raise CanonicalEncodingError(f"{path}: integer {value} is outside the signed 64-bit range")
+            raise CanonicalEncodingError(
+                f"{path}: integer {value} is outside the signed 64-bit range"
+            )
         out.append(str(int(value)))
     elif isinstance(value, float):
         try:
@@ -148,7 +158,10 @@ def _plain(value: Any, depth: int) -> bool:
     if depth >= MAX_DEPTH:
         return False
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(k, depth) and _plain(v, depth + 1) for k, v in value.items())
+        return all(
+            isinstance(k, str) and _plain(k, depth) and _plain(v, depth + 1)
+            for k, v in value.items()
+        )
     if isinstance(value, (list, tuple)):
         return all(_plain(item, depth + 1) for item in value)
     return False

@@ -22,7 +22,9 @@ EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
     """--home and --json, accepted before or after the command (nested ones never reset them)."""
     default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
-    parser.add_argument("--home", help="profile folder (default: $HERMES_HOME, else ~/.hermes)", **default)
+    parser.add_argument(
+        "--home", help="profile folder (default: $HERMES_HOME, else ~/.hermes)", **default
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output", **default)
 
 
@@ -48,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     """Run a parsed command; the one dispatcher both doors share."""
     runner = getattr(args, "archive_run", None)
     if runner is None:
-        print("usage: hermes-archive [--home DIR] [--json] COMMAND ... (see --help)", file=sys.stderr)
+        print(
+            "usage: hermes-archive [--home DIR] [--json] COMMAND ... (see --help)", file=sys.stderr
+        )
         return EXIT_USAGE
     try:
         return int(runner(CommandContext.from_args(args)))

@@ -58,7 +58,9 @@ def prepare_home(home: Path) -> None:
     """Create a fresh demo profile; refuse a non-empty folder the demo did not make."""
     if home.exists() and any(home.iterdir()):
         if not (home / MARKER).exists():
-            raise DemoRefused(f"{home} is not empty and was not made by the demo; choose another --home")
+            raise DemoRefused(
+                f"{home} is not empty and was not made by the demo; choose another --home"
+            )
         shutil.rmtree(home)
     home.mkdir(parents=True, exist_ok=True)
     (home / MARKER).write_text("made by `hermes-archive demo`; safe to delete\n")
@@ -90,8 +92,15 @@ def scripted_model(body: dict[str, Any]) -> Any:
     if "I'm Dana" in question:
         return ToolCall("memory", {"action": "add", "target": "user", "content": "Name: Dana"})
     if "call me Dee" in question:
-        return ToolCall("memory", {"action": "replace", "target": "user", "old_text": "Name: Dana",
-                                   "content": "Name: Dee (born Dana)"})
+        return ToolCall(
+            "memory",
+            {
+                "action": "replace",
+                "target": "user",
+                "old_text": "Name: Dana",
+                "content": "Name: Dee (born Dana)",
+            },
+        )
     if "17 * 23" in question:
         return "17 × 23 = 391."
     return "Happy to."
@@ -101,8 +110,14 @@ def _agent(fake: FakeLLM) -> Any:
     from run_agent import AIAgent
 
     return AIAgent(
-        base_url=fake.base_url, api_key="sk-demo-offline", provider="custom", model=fake.model,
-        quiet_mode=True, skip_context_files=True, enabled_toolsets=["memory"], tool_delay=0.0,
+        base_url=fake.base_url,
+        api_key="sk-demo-offline",
+        provider="custom",
+        model=fake.model,
+        quiet_mode=True,
+        skip_context_files=True,
+        enabled_toolsets=["memory"],
+        tool_delay=0.0,
     )
 
 
@@ -120,7 +135,10 @@ def run_demo(home: Path, say: Callable[[str], None] = print) -> DemoResult:
         for text in SESSION_ONE:
             reply = agent.run_conversation(text, conversation_history=messages)
             messages = reply["messages"]
-            result.transcript += [(agent.session_id, "user", text), (agent.session_id, "agent", reply["final_response"])]
+            result.transcript += [
+                (agent.session_id, "user", text),
+                (agent.session_id, "agent", reply["final_response"]),
+            ]
             say(f"  user>  {text}\n  agent> {reply['final_response']}")
         agent._memory_manager.flush_pending(5)
         result.checkpoint_receipt = _compress(agent, messages)
@@ -133,9 +151,14 @@ def run_demo(home: Path, say: Callable[[str], None] = print) -> DemoResult:
         result.answer = reply["final_response"]
         request_text = str(fake.requests[-1]["messages"][-1].get("content"))
         start = request_text.find(FENCE_OPEN)
-        result.recall_in_request = request_text[start:].split("</memory-context>")[0].strip() if start >= 0 else ""
+        result.recall_in_request = (
+            request_text[start:].split("</memory-context>")[0].strip() if start >= 0 else ""
+        )
         say(f"  user>  {QUESTION}")
-        say("  recall that reached the model's request:\n    " + result.recall_in_request.replace("\n", "\n    "))
+        say(
+            "  recall that reached the model's request:\n    "
+            + result.recall_in_request.replace("\n", "\n    ")
+        )
         say(f"  agent> {result.answer}")
         second.shutdown_memory_provider(reply["messages"])
     result.verified, result.timeline = _audit(home)
@@ -159,7 +182,9 @@ def _compress(agent: Any, messages: list[dict[str, Any]]) -> str:
 
     compressor.compress = compress
     try:
-        compress_context(agent, messages, agent._cached_system_prompt or "", approx_tokens=100_000, force=True)
+        compress_context(
+            agent, messages, agent._cached_system_prompt or "", approx_tokens=100_000, force=True
+        )
     finally:
         compressor.compress = original
     return receipts[0] if receipts else ""
@@ -170,7 +195,13 @@ def _audit(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     try:
         report = verify_database(store.conn, store.key).as_dict()
         timeline = [
-            {"seq": e.seq, "time": e.time, "type": e.type, "session": e.session, "summary": summarize(store, e.type, e.body)}
+            {
+                "seq": e.seq,
+                "time": e.time,
+                "type": e.type,
+                "session": e.session,
+                "summary": summarize(store, e.type, e.body),
+            }
             for e in store.events()
         ]
     finally:

@@ -32,7 +32,9 @@ def payload_digest(key: bytes, body: bytes) -> str:
 
 def identity_digest(event_type: str, identity_key: Any) -> str:
     """Digest of what makes an event *that* event: its type and its identity key."""
-    return blake3(DOMAIN_IDENTITY + canonical_bytes({"type": event_type, "key": identity_key})).hexdigest()
+    return blake3(
+        DOMAIN_IDENTITY + canonical_bytes({"type": event_type, "key": identity_key})
+    ).hexdigest()
 
 
 def genesis_chain(store_id: str) -> str:
@@ -57,10 +59,23 @@ class Envelope:
         """Canonical bytes of the envelope; equals canonical_bytes(self.as_value())."""
         # Built by concatenation (keys already sorted) because verify runs this per event.
         return (
-            '{"identity":"' + self.identity + '","key":' + self.key + ',"parts":' + self.parts
-            + ',"payload":"' + self.payload + '","seq":' + str(self.seq) + ',"session":'
-            + encode_text(self.session) + ',"time":' + encode_text(self.time) + ',"type":'
-            + encode_text(self.type) + "}"
+            '{"identity":"'
+            + self.identity
+            + '","key":'
+            + self.key
+            + ',"parts":'
+            + self.parts
+            + ',"payload":"'
+            + self.payload
+            + '","seq":'
+            + str(self.seq)
+            + ',"session":'
+            + encode_text(self.session)
+            + ',"time":'
+            + encode_text(self.time)
+            + ',"type":'
+            + encode_text(self.type)
+            + "}"
         ).encode("utf-8")
 
     def as_value(self) -> dict[str, Any]:

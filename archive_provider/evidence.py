@@ -107,7 +107,9 @@ def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
     return kept
 
 
-def new_messages_start(previous: Sequence[str], current: Sequence[str], roles: Sequence[Any]) -> int:
+def new_messages_start(
+    previous: Sequence[str], current: Sequence[str], roles: Sequence[Any]
+) -> int:
     """Index in ``current`` where the messages not yet archived begin.
 
     ``previous`` and ``current`` are message digests of the last archived transcript and
@@ -127,7 +129,9 @@ def new_messages_start(previous: Sequence[str], current: Sequence[str], roles: S
         return count
     if 0 < count <= len(current):
         turn_start = next((i for i in range(count - 1, -1, -1) if roles[i] == "user"), None)
-        if turn_start is not None and list(current[turn_start:count]) == list(previous[turn_start:]):
+        if turn_start is not None and list(current[turn_start:count]) == list(
+            previous[turn_start:]
+        ):
             return count
     for index in range(len(roles) - 1, -1, -1):
         if roles[index] == "user":

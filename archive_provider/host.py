@@ -38,7 +38,9 @@ except Exception:  # pragma: no cover - exercised only where hermes is absent
 
 
 try:
-    from agent.memory_provider import PRE_COMPRESS_CHECKPOINT_API_VERSION as HOST_CHECKPOINT_API_VERSION
+    from agent.memory_provider import (
+        PRE_COMPRESS_CHECKPOINT_API_VERSION as HOST_CHECKPOINT_API_VERSION,
+    )
 except Exception:
     HOST_CHECKPOINT_API_VERSION = None  # 0.19.0: no checkpoint API v2 on the host side
 

@@ -88,7 +88,7 @@ def set_memory_provider(text: str, name: str) -> str:
     body = text[start:end]
     line = _PROVIDER_LINE.search(body)
     if line:
-        body = body[: line.start()] + f"{line.group(1)}provider: {name}" + body[line.end():]
+        body = body[: line.start()] + f"{line.group(1)}provider: {name}" + body[line.end() :]
     else:
         indent = re.search(r"^([ \t]+)\S", body, re.MULTILINE)
         body = f"\n{indent.group(1) if indent else '  '}provider: {name}" + body

@@ -16,8 +16,8 @@ import copy
 import json
 import logging
 import threading
-from concurrent.futures import Future
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,8 @@ class ArchiveProvider(MemoryProviderBase):
             log.error(
                 "archive: this provider is bound to %s and refuses to write into %s; "
                 "register() must create one provider per profile",
-                self._home, home,
+                self._home,
+                home,
             )
             return
         self._home = home
@@ -132,13 +133,23 @@ class ArchiveProvider(MemoryProviderBase):
         if self._writes_turns:
             details = {
                 key: kwargs[key]
-                for key in ("platform", "agent_context", "agent_identity", "agent_workspace", "parent_session_id",
-                            "user_id", "session_title", "thread_id", "gateway_session_key")
+                for key in (
+                    "platform",
+                    "agent_context",
+                    "agent_identity",
+                    "agent_workspace",
+                    "parent_session_id",
+                    "user_id",
+                    "session_title",
+                    "thread_id",
+                    "gateway_session_key",
+                )
                 if isinstance(kwargs.get(key), (str, int, bool))
             }
             details.update(host=host_version(), provider=PROVIDER_VERSION)
+            session, at = self._session, now_text()
             self._submit(
-                lambda store, s=self._session, at=now_text(): [builders.session_started(s, at=at, details=details)],
+                lambda store: [builders.session_started(session, at=at, details=details)],
                 "session_started",
             )
 
@@ -147,8 +158,11 @@ class ArchiveProvider(MemoryProviderBase):
         if writer is not None:
             report = writers.release(writer, timeout=self._settings.drain_timeout_s)
             if report is not None and not report.complete:
-                log.error("archive: %d events could not be written before shutdown: %s",
-                          len(report.unwritten), report.unwritten[:10])
+                log.error(
+                    "archive: %d events could not be written before shutdown: %s",
+                    len(report.unwritten),
+                    report.unwritten[:10],
+                )
         with self._reader_lock:
             if self._reader is not None:
                 self._reader.close()
@@ -185,16 +199,25 @@ class ArchiveProvider(MemoryProviderBase):
             return
         session = session_text(session_id) or self._session
         if messages is None:
-            snapshot: list[Any] = [{"role": "user", "content": user_content},
-                                   {"role": "assistant", "content": assistant_content}]
+            snapshot: list[Any] = [
+                {"role": "user", "content": user_content},
+                {"role": "assistant", "content": assistant_content},
+            ]
             legacy = True
         else:
             snapshot, legacy = list(messages), False
         redact = self._settings.redact_secrets
-        self._submit(lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn")
+        self._submit(
+            lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn"
+        )
 
     def _turn_events(
-        self, store: EventStore, session: str, messages: Sequence[Any], legacy: bool, redact: bool = True
+        self,
+        store: EventStore,
+        session: str,
+        messages: Sequence[Any],
+        legacy: bool,
+        redact: bool = True,
     ) -> list[NewEvent]:
         """The turn event for what is new in ``messages`` (runs on the writer thread).
 
@@ -209,7 +232,7 @@ class ArchiveProvider(MemoryProviderBase):
             cached is not None
             and cached.turns == turns
             and len(cached.raw) <= len(messages)
-            and all(old == new for old, new in zip(cached.raw, messages))
+            and all(old == new for old, new in zip(cached.raw, messages, strict=False))
         )
         if fast and cached is not None:
             start = len(cached.raw)
@@ -234,10 +257,23 @@ class ArchiveProvider(MemoryProviderBase):
         if not new_parts:
             return []  # nothing new: the host re-sent what is archived
         if not legacy:
-            kept = cached.raw if fast and cached is not None else copy.deepcopy(list(messages[:start]))
-            self._transcripts[session] = _Transcript(turns + 1, [*kept, *copy.deepcopy(messages[start:])])
-        return [builders.turn(store.hasher, session, turns + 1, new_parts, start=start, legacy=legacy,
-                              redactions=found)]
+            kept = (
+                cached.raw if fast and cached is not None else copy.deepcopy(list(messages[:start]))
+            )
+            self._transcripts[session] = _Transcript(
+                turns + 1, [*kept, *copy.deepcopy(messages[start:])]
+            )
+        return [
+            builders.turn(
+                store.hasher,
+                session,
+                turns + 1,
+                new_parts,
+                start=start,
+                legacy=legacy,
+                redactions=found,
+            )
+        ]
 
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         """Archive whatever the last sync did not cover, then mark the end."""
@@ -249,7 +285,10 @@ class ArchiveProvider(MemoryProviderBase):
 
         def build(store: EventStore) -> list[NewEvent]:
             events = self._turn_events(store, session, snapshot, False, redact) if snapshot else []
-            return [*events, builders.session_ended(session, at=now_text(), message_count=len(snapshot))]
+            return [
+                *events,
+                builders.session_ended(session, at=now_text(), message_count=len(snapshot)),
+            ]
 
         self._submit(build, "session_ended")
 
@@ -268,44 +307,75 @@ class ArchiveProvider(MemoryProviderBase):
         self._parent_session = session_text(parent_session_id) or previous
         if not self._writes_turns:
             return
-        details = {"parent_session_id": parent_session_id, "reset": bool(reset), "rewound": bool(rewound)}
-        details.update({k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool)) or v is None})
+        details = {
+            "parent_session_id": parent_session_id,
+            "reset": bool(reset),
+            "rewound": bool(rewound),
+        }
+        details.update(
+            {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool)) or v is None}
+        )
         session, at = self._session, now_text()
         self._submit(
-            lambda store: [builders.session_switched(session, previous=previous, at=at, details=details)],
+            lambda store: [
+                builders.session_switched(session, previous=previous, at=at, details=details)
+            ],
             "session_switched",
         )
 
-    def on_memory_write(self, action: str, target: str, content: str, metadata: dict[str, Any] | None = None) -> None:
+    def on_memory_write(
+        self, action: str, target: str, content: str, metadata: dict[str, Any] | None = None
+    ) -> None:
         if not self._writes_turns:
             return
-        session = (session_text(metadata.get("session_id")) if isinstance(metadata, Mapping) else "") or self._session
-        meta = dict(metadata) if isinstance(metadata, Mapping) else ({} if metadata is None else {"$value": metadata})
+        session = (
+            session_text(metadata.get("session_id")) if isinstance(metadata, Mapping) else ""
+        ) or self._session
+        meta = (
+            dict(metadata)
+            if isinstance(metadata, Mapping)
+            else ({} if metadata is None else {"$value": metadata})
+        )
         redact = self._settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
             _, writes = session_counters(store.conn, session)
-            return [builders.memory_write(store.hasher, session, writes + 1, action, target, content, meta,
-                                          redact=redact)]
+            return [
+                builders.memory_write(
+                    store.hasher, session, writes + 1, action, target, content, meta, redact=redact
+                )
+            ]
 
         self._submit(build, "memory_write")
 
-    def on_delegation(self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any) -> None:
+    def on_delegation(
+        self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any
+    ) -> None:
         if not self._writes_turns:
             return
         session = self._session
         details = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool))}
         redact = self._settings.redact_secrets
         self._submit(
-            lambda store: [builders.delegation(store.hasher, session, task=task, result=result,
-                                               child_session=str(child_session_id), details=details,
-                                               redact=redact)],
+            lambda store: [
+                builders.delegation(
+                    store.hasher,
+                    session,
+                    task=task,
+                    result=result,
+                    child_session=str(child_session_id),
+                    details=details,
+                    redact=redact,
+                )
+            ],
             "delegation",
         )
 
     # -- checkpoints (API v2) ------------------------------------------------------------
 
-    def on_pre_compress(self, messages: list[dict[str, Any]], *, require_checkpoint: bool = False, **kwargs: Any) -> str:
+    def on_pre_compress(
+        self, messages: list[dict[str, Any]], *, require_checkpoint: bool = False, **kwargs: Any
+    ) -> str:
         """Archive the direct evidence durably before returning; raise when required and it fails."""
         try:
             receipt = self._checkpoint(messages, bool(require_checkpoint))
@@ -327,7 +397,9 @@ class ArchiveProvider(MemoryProviderBase):
                 "the archive is not initialized for this profile (initialize() failed or was not called)"
             )
         if not isinstance(messages, (list, tuple)):
-            raise CheckpointError(f"checkpoint evidence must be a list of messages, got {type(messages).__name__}")
+            raise CheckpointError(
+                f"checkpoint evidence must be a list of messages, got {type(messages).__name__}"
+            )
         evidence = [archivable_message(m) for m in direct_evidence(messages)]
         session, parent = self._session, self._parent_session
         redact = self._settings.redact_secrets
@@ -335,14 +407,23 @@ class ArchiveProvider(MemoryProviderBase):
         def build(store: EventStore) -> list[NewEvent]:
             rows, redactions = redact_rows(evidence, redact, "/evidence")
             parts = [store.hasher.part(row) for row in rows]
-            return [builders.checkpoint(
-                store.hasher, session, parts, parent_session=parent, host_api_version=HOST_CHECKPOINT_API_VERSION,
-                require_checkpoint=require_checkpoint, received=len(messages),
-                redactions=renumber(redactions, 0, "/evidence"),
-            )]
+            return [
+                builders.checkpoint(
+                    store.hasher,
+                    session,
+                    parts,
+                    parent_session=parent,
+                    host_api_version=HOST_CHECKPOINT_API_VERSION,
+                    require_checkpoint=require_checkpoint,
+                    received=len(messages),
+                    redactions=renumber(redactions, 0, "/evidence"),
+                )
+            ]
 
         try:
-            results = writer.append_durable(build, timeout=self._settings.checkpoint_timeout_s, label="checkpoint")
+            results = writer.append_durable(
+                build, timeout=self._settings.checkpoint_timeout_s, label="checkpoint"
+            )
         except WriterUnavailable as exc:
             raise CheckpointError(str(exc)) from exc
         if not results:
@@ -357,14 +438,23 @@ class ArchiveProvider(MemoryProviderBase):
             f"({result.new_parts} newly stored), event seq {result.seq}."
         )
 
-    def _record_checkpoint_failure(self, error: str, require_checkpoint: bool, messages: Any) -> None:
+    def _record_checkpoint_failure(
+        self, error: str, require_checkpoint: bool, messages: Any
+    ) -> None:
         count = len(messages) if isinstance(messages, (list, tuple)) else 0
         session, at = self._session, now_text()
         redact = self._settings.redact_secrets
         self._submit(
-            lambda store: [builders.checkpoint_failed(session, at=at, error=error,
-                                                      require_checkpoint=require_checkpoint, evidence_count=count,
-                                                      redact=redact)],
+            lambda store: [
+                builders.checkpoint_failed(
+                    session,
+                    at=at,
+                    error=error,
+                    require_checkpoint=require_checkpoint,
+                    evidence_count=count,
+                    redact=redact,
+                )
+            ],
             "checkpoint_failed",
         )
 
@@ -387,8 +477,18 @@ class ArchiveProvider(MemoryProviderBase):
             sources = sorted({hit.seq for hit in hits if hit.seq})
             redact = self._settings.redact_secrets
             self._submit(
-                lambda store: [builders.recall_served(store.hasher, session, turn=turn, query=query,
-                                                      result=text, sources=sources, at=at, redact=redact)],
+                lambda store: [
+                    builders.recall_served(
+                        store.hasher,
+                        session,
+                        turn=turn,
+                        query=query,
+                        result=text,
+                        sources=sources,
+                        at=at,
+                        redact=redact,
+                    )
+                ],
                 "recall_served",
             )
         return text
@@ -448,7 +548,14 @@ class ArchiveProvider(MemoryProviderBase):
         return {
             "query": query,
             "results": [
-                {"text": h.text, "kind": h.kind, "role": h.role, "session": h.session, "seq": h.seq, "time": h.time}
+                {
+                    "text": h.text,
+                    "kind": h.kind,
+                    "role": h.role,
+                    "session": h.session,
+                    "seq": h.seq,
+                    "time": h.time,
+                }
                 for h in hits
             ],
         }

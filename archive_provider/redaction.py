@@ -76,8 +76,19 @@ def marker(kind: str) -> str:
 # "secret" in any case; text holding none of them cannot match, and checking that with
 # substring search is ~100x cheaper than running the combined regex over it.
 _TRIGGERS = (
-    "-----BEGIN", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
-    "AKIA", "ASIA", "xox", "AIza", "://",
+    "-----BEGIN",
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "AKIA",
+    "ASIA",
+    "xox",
+    "AIza",
+    "://",
 )
 
 

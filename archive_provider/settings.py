@@ -31,15 +31,32 @@ class Settings:
     def config_schema() -> list[dict[str, Any]]:
         """Fields for `hermes memory setup` (none are secrets; the archive is local)."""
         return [
-            {"key": "recall_budget_chars", "description": "Characters of archive recall injected per turn",
-             "default": Settings.recall_budget_chars},
-            {"key": "recall_limit", "description": "Excerpts recalled per turn at most", "default": Settings.recall_limit},
-            {"key": "checkpoint_timeout_s", "description": "Seconds a pre-compress checkpoint may wait for the database",
-             "default": Settings.checkpoint_timeout_s},
-            {"key": "redact_secrets", "description": "Mask secret-shaped strings before archiving",
-             "default": Settings.redact_secrets, "choices": [True, False]},
-            {"key": "witness_dir", "description": "Folder outside HERMES_HOME that keeps the chain head (rollback detection)",
-             "default": ""},
+            {
+                "key": "recall_budget_chars",
+                "description": "Characters of archive recall injected per turn",
+                "default": Settings.recall_budget_chars,
+            },
+            {
+                "key": "recall_limit",
+                "description": "Excerpts recalled per turn at most",
+                "default": Settings.recall_limit,
+            },
+            {
+                "key": "checkpoint_timeout_s",
+                "description": "Seconds a pre-compress checkpoint may wait for the database",
+                "default": Settings.checkpoint_timeout_s,
+            },
+            {
+                "key": "redact_secrets",
+                "description": "Mask secret-shaped strings before archiving",
+                "default": Settings.redact_secrets,
+                "choices": [True, False],
+            },
+            {
+                "key": "witness_dir",
+                "description": "Folder outside HERMES_HOME that keeps the chain head (rollback detection)",
+                "default": "",
+            },
         ]
 
 
@@ -51,7 +68,11 @@ def _coerce(settings: Settings, values: dict[str, Any]) -> Settings:
         raw = values[field.name]
         default = getattr(Settings, field.name)
         if isinstance(default, bool):
-            value: Any = raw if isinstance(raw, bool) else str(raw).strip().lower() in ("1", "true", "yes", "on")
+            value: Any = (
+                raw
+                if isinstance(raw, bool)
+                else str(raw).strip().lower() in ("1", "true", "yes", "on")
+            )
         elif isinstance(default, int):
             value = int(raw)
         elif isinstance(default, float):
@@ -77,14 +98,21 @@ def _read_config(home: Path) -> dict[str, Any]:
 def load_settings(home: Path) -> Settings:
     settings = _coerce(Settings(), _read_config(home))
     prefix = "ARCHIVE_"
-    env = {f.name: os.environ[prefix + f.name.upper()] for f in fields(Settings) if prefix + f.name.upper() in os.environ}
+    env = {
+        f.name: os.environ[prefix + f.name.upper()]
+        for f in fields(Settings)
+        if prefix + f.name.upper() in os.environ
+    }
     return _coerce(settings, env)
 
 
 def save_settings(home: Path, values: dict[str, Any]) -> None:
     """Merge ``values`` (checked against the field types) into the profile's config.json."""
     checked = _coerce(Settings(), values)
-    merged = {**_read_config(home), **{f.name: getattr(checked, f.name) for f in fields(Settings) if f.name in values}}
+    merged = {
+        **_read_config(home),
+        **{f.name: getattr(checked, f.name) for f in fields(Settings) if f.name in values},
+    }
     path = config_path(home)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")

@@ -118,7 +118,9 @@ def _read_key(path: Path) -> bytes:
             "backup` includes it; give it mode 0600 again)."
         ) from None
     except ValueError:
-        raise StoreError(f"the payload key {path} is not hex text; restore it from backup") from None
+        raise StoreError(
+            f"the payload key {path} is not hex text; restore it from backup"
+        ) from None
     if len(key) != KEY_BYTES:
         raise StoreError(f"the payload key {path} must hold {KEY_BYTES} bytes, found {len(key)}")
     return key
@@ -132,10 +134,17 @@ def _write_private(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
 
 
-def connect(path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+def connect(
+    path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
     """Open a connection with the settings every part of the package relies on."""
     if readonly:
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
     else:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
@@ -145,7 +154,14 @@ def connect(path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAUL
 class EventStore:
     """One archive database: append, read, head. Not thread-safe: one owner at a time."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, key: bytes, store_id: str, projections: Sequence[Projection] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        key: bytes,
+        store_id: str,
+        projections: Sequence[Projection] = (),
+    ) -> None:
         self.path = path
         self.conn = conn
         self.key = key
@@ -198,7 +214,9 @@ class EventStore:
                 "names the first bad event of a readable copy."
             ) from exc
         if version != FORMAT_VERSION:
-            raise StoreError(f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}")
+            raise StoreError(
+                f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}"
+            )
         store = cls(db_path, conn, key, store_id, projections)
         if not readonly:
             store._create_projections()
@@ -208,14 +226,20 @@ class EventStore:
     def _initialise(conn: sqlite3.Connection) -> None:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
-            raise StoreError(f"SQLite refused WAL mode (got {mode!r}); is the folder on a network filesystem?")
+            raise StoreError(
+                f"SQLite refused WAL mode (got {mode!r}); is the folder on a network filesystem?"
+            )
         conn.execute("BEGIN IMMEDIATE")
         try:
             for statement in SCHEMA.split(";\n"):
                 if statement.strip():
                     conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (secrets.token_hex(16),))
+            conn.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (secrets.token_hex(16),)
+            )
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (now_text(),))
             conn.execute("COMMIT")
         except BaseException:
@@ -226,7 +250,9 @@ class EventStore:
     def _meta(conn: sqlite3.Connection, name: str) -> str:
         row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise StoreError(f"the archive has no {name!r} in its meta table; it is not a hermes-archive store")
+            raise StoreError(
+                f"the archive has no {name!r} in its meta table; it is not a hermes-archive store"
+            )
         return str(row[0])
 
     def _create_projections(self) -> None:
@@ -336,7 +362,9 @@ class EventStore:
                 continue
             body = canonical_bytes(event.body)
             payload = self.hasher.digest(body)
-            conn.execute("INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)", (payload, body))
+            conn.execute(
+                "INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)", (payload, body)
+            )
             stored = 0
             if event.parts:
                 stored = conn.executemany(
@@ -345,14 +373,30 @@ class EventStore:
                 ).rowcount
             seq += 1
             envelope = Envelope(
-                seq, time, event.type, event.session, key, identity, payload,
+                seq,
+                time,
+                event.type,
+                event.session,
+                key,
+                identity,
+                payload,
                 parts_text([part.digest for part in event.parts]),
             )
             chain = chain_hash(chain, envelope)
             conn.execute(
                 "INSERT INTO events (seq, time, type, session, key, identity, payload, parts, chain) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (seq, time, event.type, event.session, key, identity, payload, envelope.parts, chain),
+                (
+                    seq,
+                    time,
+                    event.type,
+                    event.session,
+                    key,
+                    identity,
+                    payload,
+                    envelope.parts,
+                    chain,
+                ),
             )
             record = StoredEvent(envelope, chain, body)
             for projection in self.projections:
@@ -383,9 +427,15 @@ class EventStore:
             raise
         except Exception as exc:
             self.conn.execute("ROLLBACK TO projection")
-            self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
-            log.error("archive projection %s failed at seq %d and is left behind: %s",
-                      projection.name, event.seq, exc)
+            self.broken_projections[projection.name] = (
+                f"seq {event.seq}: {type(exc).__name__}: {exc}"
+            )
+            log.error(
+                "archive projection %s failed at seq %d and is left behind: %s",
+                projection.name,
+                event.seq,
+                exc,
+            )
         self.conn.execute("RELEASE projection")
 
 
@@ -394,7 +444,13 @@ def stored_event(row: Sequence[object]) -> StoredEvent:
     seq, time, type_, session, key, identity, payload, parts, chain, body = row
     envelope = Envelope(
         int(seq),  # type: ignore[call-overload]
-        str(time), str(type_), str(session), str(key), str(identity), str(payload), str(parts),
+        str(time),
+        str(type_),
+        str(session),
+        str(key),
+        str(identity),
+        str(payload),
+        str(parts),
     )
     if body is None:
         raise StoreError(f"event {seq}: its payload {payload} is missing from the payloads table")

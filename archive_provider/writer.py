@@ -50,7 +50,9 @@ MAX_BATCH_JOBS = 512
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
-def context_thread(target: Callable[[], None], *, name: str, daemon: bool = True) -> threading.Thread:
+def context_thread(
+    target: Callable[[], None], *, name: str, daemon: bool = True
+) -> threading.Thread:
     """An unstarted thread that runs ``target`` in a copy of the caller's contextvars.
 
     The fallback for hosts without ``agent.memory_provider.spawn_context_thread`` (0.19.0).
@@ -190,17 +192,23 @@ class Writer:
 
     # -- API ------------------------------------------------------------------------------
 
-    def submit(self, build: Build, *, durable: bool = False, label: str = "") -> Future[list[AppendResult]]:
+    def submit(
+        self, build: Build, *, durable: bool = False, label: str = ""
+    ) -> Future[list[AppendResult]]:
         """Queue a job; returns at once. The future resolves when its events are committed."""
         job = Job(build, durable, label)
         if self._closing:
-            job.future.set_exception(WriterUnavailable("the archive writer is closed; this write was rejected"))
+            job.future.set_exception(
+                WriterUnavailable("the archive writer is closed; this write was rejected")
+            )
             return job.future
         self._queue.put(job)
         self._ensure_thread()
         return job.future
 
-    def append_durable(self, build: Build, *, timeout: float, label: str = "") -> list[AppendResult]:
+    def append_durable(
+        self, build: Build, *, timeout: float, label: str = ""
+    ) -> list[AppendResult]:
         """Run a durable job and wait (bounded) until it is committed with synchronous=FULL."""
         future = self.submit(build, durable=True, label=label)
         deadline = time.monotonic() + timeout
@@ -252,13 +260,19 @@ class Writer:
             self._queue.put(None)  # the drain took the stop marker; a blocked thread needs one
         unwritten = []
         for job in leftover:
-            described = [f"{e.type}:{e.session}:{e.key}" for e in (job.events or ())] or [job.label or "unbuilt job"]
+            described = [f"{e.type}:{e.session}:{e.key}" for e in (job.events or ())] or [
+                job.label or "unbuilt job"
+            ]
             unwritten.extend(described)
             if not job.future.done():
-                job.future.set_exception(WriterUnavailable("the archive writer closed before this write landed"))
+                job.future.set_exception(
+                    WriterUnavailable("the archive writer closed before this write landed")
+                )
         report = DrainReport(unwritten, self.last_error)
         if unwritten:
-            log.error("archive writer closed with %d unwritten events: %s", len(unwritten), unwritten[:20])
+            log.error(
+                "archive writer closed with %d unwritten events: %s", len(unwritten), unwritten[:20]
+            )
         return report
 
     @property
@@ -286,7 +300,9 @@ class Writer:
         fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
         try:
             store = EventStore.open(
-                self.folder, projections=self._projections_factory(), busy_timeout_ms=self._busy_timeout_ms
+                self.folder,
+                projections=self._projections_factory(),
+                busy_timeout_ms=self._busy_timeout_ms,
             )
         except Exception as exc:  # corrupt, read-only, missing key...
             message = diagnose(exc, self.folder, self._busy_timeout_ms)
@@ -296,7 +312,9 @@ class Writer:
             return None
         if self._verify_on_open:
             try:
-                proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=self.witness)
+                proof = open_proof(
+                    store.conn, store.key, store.store_id, fast=fast, witness=self.witness
+                )
             except Exception as exc:
                 store.close()
                 self.last_error = diagnose(exc, self.folder, self._busy_timeout_ms)
@@ -383,7 +401,11 @@ class Writer:
         block = not self._pending
         while len(self._pending) < MAX_BATCH_JOBS:
             try:
-                item = self._queue.get(block=block, timeout=None) if block else self._queue.get_nowait()
+                item = (
+                    self._queue.get(block=block, timeout=None)
+                    if block
+                    else self._queue.get_nowait()
+                )
             except queue.Empty:
                 break
             block = False
@@ -397,7 +419,9 @@ class Writer:
                     item.future.set_exception(
                         WriterUnavailable("the archive writer closed before this write landed")
                     )
-                    log.error("archive writer closed; a late write was not archived: %s", item.label)
+                    log.error(
+                        "archive writer closed; a late write was not archived: %s", item.label
+                    )
                     continue
                 self._pending.append(item)
             if item.durable:
@@ -410,7 +434,9 @@ class Writer:
             if self._abandoned:
                 return False
             if store is None:
-                self._fail_durable(WriterUnavailable(self.last_error or "archive store unavailable"))
+                self._fail_durable(
+                    WriterUnavailable(self.last_error or "archive store unavailable")
+                )
                 return False
             return self._write_batch(store)
 
@@ -473,8 +499,12 @@ class Writer:
             (known.seq,),
         )
         report = verify_rows(
-            rows, store_id=store.store_id, key=store.key, payload_of=payload_of,
-            head=(head.seq, head.chain), start=(known.seq, known.chain),
+            rows,
+            store_id=store.store_id,
+            key=store.key,
+            payload_of=payload_of,
+            head=(head.seq, head.chain),
+            start=(known.seq, known.chain),
         )
         if not report.ok:
             raise _Refused(

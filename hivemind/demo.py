@@ -62,16 +62,21 @@ class PeersDemoResult:
 
     @property
     def ok(self) -> bool:
-        return (len(self.exchanged) == 2 and all(v.get("ok") for v in self.verified.values())
-                and all(self.replayed.values()) and bool(self.replayed))
+        return (
+            len(self.exchanged) == 2
+            and all(v.get("ok") for v in self.verified.values())
+            and all(self.replayed.values())
+            and bool(self.replayed)
+        )
 
 
 def prepare_home(home: Path) -> None:
     """A fresh demo folder; refuse a non-empty folder the demo did not make."""
     if home.exists() and any(home.iterdir()):
         if not (home / MARKER).exists():
-            raise DemoRefused(f"{home} is not empty and was not made by the demo; "
-                              "choose another --home")
+            raise DemoRefused(
+                f"{home} is not empty and was not made by the demo; choose another --home"
+            )
         shutil.rmtree(home)
     home.mkdir(parents=True, exist_ok=True)
     (home / MARKER).write_text("made by `hermes-archive demo --peers`; safe to delete\n")
@@ -79,8 +84,10 @@ def prepare_home(home: Path) -> None:
 
 def _check_synapse() -> None:
     if not os.environ.get("SYNAPSE_PYTHON") and importlib.util.find_spec("synapse") is None:
-        raise DemoRefused("the peers demo runs a local Synapse: pip install "
-                          "'hermes-archive[test]' (or set SYNAPSE_PYTHON to a Python that has it)")
+        raise DemoRefused(
+            "the peers demo runs a local Synapse: pip install "
+            "'hermes-archive[test]' (or set SYNAPSE_PYTHON to a Python that has it)"
+        )
 
 
 @contextmanager
@@ -130,8 +137,9 @@ def run_peers_demo(home: Path, say: Callable[[str], None] = print) -> PeersDemoR
     server.start()
     try:
         say(f"Synapse on {server.base_url} (loopback only, no federation)")
-        accounts = {name: server.register(f"hermes-of-{name}", secrets.token_urlsafe(16))
-                    for name in AGENTS}
+        accounts = {
+            name: server.register(f"hermes-of-{name}", secrets.token_urlsafe(16)) for name in AGENTS
+        }
         result.agents = {name: account["user_id"] for name, account in accounts.items()}
         for name, account in accounts.items():
             profile_home = home / name
@@ -139,8 +147,13 @@ def run_peers_demo(home: Path, say: Callable[[str], None] = print) -> PeersDemoR
             if name == "carol":
                 settings["contacts"] = [result.agents["alice"], result.agents["bob"]]
             save_settings(profile_home, settings)
-            values = dict(zip(CREDENTIALS, (server.base_url, account["user_id"],
-                                            account["access_token"]), strict=True))
+            values = dict(
+                zip(
+                    CREDENTIALS,
+                    (server.base_url, account["user_id"], account["access_token"]),
+                    strict=True,
+                )
+            )
             with _credentials({**values, "MATRIX_DEVICE_ID": account["device_id"]}):
                 provider = HivemindProvider()
                 provider.initialize("demo", hermes_home=str(profile_home), platform="demo")
@@ -164,43 +177,69 @@ def _fresh(folder: Path) -> Path:
     return folder
 
 
-def _scenario(result: PeersDemoResult, alice: HivemindProvider, bob: HivemindProvider,
-              carol: HivemindProvider, say: Callable[[str], None]) -> None:
+def _scenario(
+    result: PeersDemoResult,
+    alice: HivemindProvider,
+    bob: HivemindProvider,
+    carol: HivemindProvider,
+    say: Callable[[str], None],
+) -> None:
     ids = result.agents
     say("Carol greets Alice and Bob (encrypted direct rooms; they publish their profiles)")
     for name in ("alice", "bob"):
-        _call(carol, "hivemind_send_to_peer", peer_name=ids[name],
-              message=f"Hello {name.title()}, Carol's agent here.")
-    spark = _wait(lambda: _call(carol, "hivemind_list_peers")["suggestions"],
-                  "Carol's suggestion")[0]
+        _call(
+            carol,
+            "hivemind_send_to_peer",
+            peer_name=ids[name],
+            message=f"Hello {name.title()}, Carol's agent here.",
+        )
+    spark = _wait(lambda: _call(carol, "hivemind_list_peers")["suggestions"], "Carol's suggestion")[
+        0
+    ]
     result.spark = [spark["peer_a"], spark["peer_b"]]
     say("Carol's context now suggests an introduction:\n" + _indent(carol.peer_context()))
-    intro = _call(carol, "hivemind_introduce_peers", peer_a="hermes-of-alice",
-                  peer_b="hermes-of-bob", context=INTRO_CONTEXT)
+    intro = _call(
+        carol,
+        "hivemind_introduce_peers",
+        peer_a="hermes-of-alice",
+        peer_b="hermes-of-bob",
+        context=INTRO_CONTEXT,
+    )
     result.introduction_room = intro["room_id"]
     say(f"Carol introduces them in {intro['room_id']}")
-    _wait(lambda: any(p["user_id"] == ids["bob"] and p["introduced_by"] for p in _peers(alice)),
-          "Alice to meet Bob")
+    _wait(
+        lambda: any(p["user_id"] == ids["bob"] and p["introduced_by"] for p in _peers(alice)),
+        "Alice to meet Bob",
+    )
     _call(alice, "hivemind_send_to_peer", peer_name="hermes-of-bob", message=QUESTION)
-    _wait(lambda: any(p["user_id"] == ids["alice"] and p["unread"] for p in _peers(bob)),
-          "Alice's message at Bob")
+    _wait(
+        lambda: any(p["user_id"] == ids["alice"] and p["unread"] for p in _peers(bob)),
+        "Alice's message at Bob",
+    )
     for message in _call(bob, "hivemind_check_messages", peer_name="hermes-of-alice")["messages"]:
         result.exchanged.append({"from": "alice", "to": "bob", "text": message["text"]})
         say(f"  Bob reads from Alice (encrypted: {message['encrypted']}): {message['text']}")
     _call(bob, "hivemind_send_to_peer", peer_name="hermes-of-alice", message=ANSWER)
-    _wait(lambda: any(p["user_id"] == ids["bob"] and p["unread"] for p in _peers(alice)),
-          "Bob's answer at Alice")
+    _wait(
+        lambda: any(p["user_id"] == ids["bob"] and p["unread"] for p in _peers(alice)),
+        "Bob's answer at Alice",
+    )
     for message in _call(alice, "hivemind_check_messages", peer_name="hermes-of-bob")["messages"]:
         result.exchanged.append({"from": "bob", "to": "alice", "text": message["text"]})
         say(f"  Alice reads from Bob (encrypted: {message['encrypted']}): {message['text']}")
     # Each side's summary of the other is derived from what it said: wait for both.
-    _wait(lambda: all(p["summary"] for p in _peers(alice) if p["user_id"] == ids["bob"])
-          and all(p["summary"] for p in _peers(bob) if p["user_id"] == ids["alice"]),
-          "both summaries")
+    _wait(
+        lambda: (
+            all(p["summary"] for p in _peers(alice) if p["user_id"] == ids["bob"])
+            and all(p["summary"] for p in _peers(bob) if p["user_id"] == ids["alice"])
+        ),
+        "both summaries",
+    )
     for name, provider in (("alice", alice), ("bob", bob)):
         result.blocks[name] = provider.peer_context()
-        say(f"\n{name.title()}'s peer block (injected every turn):\n"
-            + _indent(result.blocks[name]))
+        say(
+            f"\n{name.title()}'s peer block (injected every turn):\n" + _indent(result.blocks[name])
+        )
 
 
 def _audit(profile_home: Path) -> tuple[dict[str, Any], bool]:
@@ -245,12 +284,17 @@ def run_command(ctx: Any) -> int:
     def human(_: object) -> str:
         lines = [""]
         for name, report in result.verified.items():
-            state = (f"ok, {report['events_checked']} events" if report.get("ok")
-                     else f"FAILED at seq {report.get('first_bad_seq')}: {report.get('problem')}")
+            state = (
+                f"ok, {report['events_checked']} events"
+                if report.get("ok")
+                else f"FAILED at seq {report.get('first_bad_seq')}: {report.get('problem')}"
+            )
             rebuilt = "identical" if result.replayed.get(name) else "DIFFERENT"
             lines.append(f"verify {name}: {state}; peer state rebuilt from the log: {rebuilt}")
-        lines.append(f"Done in {result.seconds} s. Logs: {result.home}/<name>/archive/events.db "
-                     f"(hermes-archive --home {result.home}/alice log)")
+        lines.append(
+            f"Done in {result.seconds} s. Logs: {result.home}/<name>/archive/events.db "
+            f"(hermes-archive --home {result.home}/alice log)"
+        )
         return "\n".join(lines)
 
     data = asdict(result) | {"home": str(result.home), "ok": result.ok}

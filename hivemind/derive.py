@@ -50,8 +50,11 @@ def derived_events(conn: sqlite3.Connection, hasher: Hasher) -> list[NewEvent]:
     interests: dict[str, dict[str, Any]] = {}
     for user_id, peer in current.items():
         about = peer.profile.get("about")
-        text = " ".join(t for t in (about if isinstance(about, str) else "",
-                                    summaries.get(user_id, peer.summary)) if t)
+        text = " ".join(
+            t
+            for t in (about if isinstance(about, str) else "", summaries.get(user_id, peer.summary))
+            if t
+        )
         interests[user_id] = {"interests": peer.profile.get("interests", []), "summary": text}
     excluded = introduced_pairs(conn) | co_member_pairs(conn) | suggested_pairs(conn)
     for spark in detect_sparks(interests, excluded, dismissed_pairs(conn)):

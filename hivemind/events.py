@@ -68,8 +68,12 @@ def member_seen(
     room_id: str, user_id: str, display_name: str | None, membership: str, event_id: str
 ) -> NewEvent:
     """A membership event of another user in a room we are in."""
-    body: dict[str, Any] = {"source": "member", "user_id": user_id, "room_id": room_id,
-                            "membership": _text(membership, 32)}
+    body: dict[str, Any] = {
+        "source": "member",
+        "user_id": user_id,
+        "room_id": room_id,
+        "membership": _text(membership, 32),
+    }
     if display_name:
         body["display_name"] = _text(display_name, MAX_NAME_CHARS)
     return NewEvent("peer_seen", PEER_SESSION, {"source": "member", "event_id": event_id}, body)
@@ -80,29 +84,51 @@ def profile_seen(
 ) -> NewEvent:
     """A peer's self-published profile (state keyed by its own user id)."""
     return NewEvent(
-        "peer_seen", PEER_SESSION, {"source": "profile", "event_id": event_id},
-        {"source": "profile", "user_id": user_id, "room_id": room_id,
-         "origin_server_ts": origin_server_ts, "profile": clean_profile(profile)},
+        "peer_seen",
+        PEER_SESSION,
+        {"source": "profile", "event_id": event_id},
+        {
+            "source": "profile",
+            "user_id": user_id,
+            "room_id": room_id,
+            "origin_server_ts": origin_server_ts,
+            "profile": clean_profile(profile),
+        },
     )
 
 
 def contact_seen(user_id: str) -> NewEvent:
     """A peer the operator configured as a contact: known before any room is shared."""
     return NewEvent(
-        "peer_seen", PEER_SESSION, {"source": "contact", "user_id": user_id},
+        "peer_seen",
+        PEER_SESSION,
+        {"source": "contact", "user_id": user_id},
         {"source": "contact", "user_id": user_id},
     )
 
 
 def message_received(
-    hasher: Hasher, *, event_id: str, room_id: str, sender: str, text: str,
-    origin_server_ts: int, encrypted: bool,
+    hasher: Hasher,
+    *,
+    event_id: str,
+    room_id: str,
+    sender: str,
+    text: str,
+    origin_server_ts: int,
+    encrypted: bool,
 ) -> NewEvent:
     part = hasher.part(archivable_text(text))
     return NewEvent(
-        "peer_message_received", PEER_SESSION, {"event_id": event_id},
-        {"room_id": room_id, "sender": sender, "text": part.digest,
-         "origin_server_ts": origin_server_ts, "encrypted": encrypted},
+        "peer_message_received",
+        PEER_SESSION,
+        {"event_id": event_id},
+        {
+            "room_id": room_id,
+            "sender": sender,
+            "text": part.digest,
+            "origin_server_ts": origin_server_ts,
+            "encrypted": encrypted,
+        },
         (part,),
     )
 
@@ -111,29 +137,47 @@ def message_undecryptable(
     *, event_id: str, room_id: str, sender: str, origin_server_ts: int, session_id: str
 ) -> NewEvent:
     return NewEvent(
-        "peer_message_undecryptable", PEER_SESSION, {"event_id": event_id},
-        {"room_id": room_id, "sender": sender, "origin_server_ts": origin_server_ts,
-         "megolm_session": session_id},
+        "peer_message_undecryptable",
+        PEER_SESSION,
+        {"event_id": event_id},
+        {
+            "room_id": room_id,
+            "sender": sender,
+            "origin_server_ts": origin_server_ts,
+            "megolm_session": session_id,
+        },
     )
 
 
 def invite_ignored(*, room_id: str, inviter: str, is_direct: bool) -> NewEvent:
     """An invite the policy refused: we did not join, so nothing from that room reaches us."""
     return NewEvent(
-        "peer_invite_ignored", PEER_SESSION, {"room_id": room_id, "inviter": inviter},
+        "peer_invite_ignored",
+        PEER_SESSION,
+        {"room_id": room_id, "inviter": inviter},
         {"room_id": room_id, "inviter": inviter, "is_direct": is_direct},
     )
 
 
 def introduction_seen(
-    hasher: Hasher, *, room_id: str, introducer: str, peers: Sequence[str], event_id: str,
+    hasher: Hasher,
+    *,
+    room_id: str,
+    introducer: str,
+    peers: Sequence[str],
+    event_id: str,
 ) -> NewEvent:
     """Someone introduced us (one of ``peers``) in ``room_id``; the sender is the introducer."""
     return _introduced(hasher, PEER_SESSION, room_id, introducer, peers, "", event_id, False)
 
 
 def introduction_made(
-    hasher: Hasher, session: str, *, room_id: str, introducer: str, peers: Sequence[str],
+    hasher: Hasher,
+    session: str,
+    *,
+    room_id: str,
+    introducer: str,
+    peers: Sequence[str],
     context: str,
 ) -> NewEvent:
     """We introduced two peers (the room exists and the introduction text was accepted)."""
@@ -141,38 +185,70 @@ def introduction_made(
 
 
 def _introduced(
-    hasher: Hasher, session: str, room_id: str, introducer: str, peers: Sequence[str],
-    context: str, event_id: str, outgoing: bool,
+    hasher: Hasher,
+    session: str,
+    room_id: str,
+    introducer: str,
+    peers: Sequence[str],
+    context: str,
+    event_id: str,
+    outgoing: bool,
 ) -> NewEvent:
     part = hasher.part(archivable_text(context))
-    body: dict[str, Any] = {"room_id": room_id, "introducer": introducer,
-                            "peers": sorted(peers), "outgoing": outgoing, "context": part.digest}
+    body: dict[str, Any] = {
+        "room_id": room_id,
+        "introducer": introducer,
+        "peers": sorted(peers),
+        "outgoing": outgoing,
+        "context": part.digest,
+    }
     if event_id:
         body["marker_event_id"] = event_id
     return NewEvent("peers_introduced", session, {"room_id": room_id}, body, (part,))
 
 
 def message_sent(
-    hasher: Hasher, session: str, *, event_id: str, room_id: str, recipient: str, text: str,
+    hasher: Hasher,
+    session: str,
+    *,
+    event_id: str,
+    room_id: str,
+    recipient: str,
+    text: str,
     txn_id: str,
 ) -> NewEvent:
     """A message the homeserver accepted (``event_id`` is what it returned)."""
     part = hasher.part(archivable_text(text))
     return NewEvent(
-        "peer_message_sent", session, {"event_id": event_id},
+        "peer_message_sent",
+        session,
+        {"event_id": event_id},
         {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id},
         (part,),
     )
 
 
 def send_failed(
-    hasher: Hasher, session: str, *, txn_id: str, recipients: Sequence[str], text: str,
-    error: str, retryable: bool, room_id: str | None = None, action: str = "send",
+    hasher: Hasher,
+    session: str,
+    *,
+    txn_id: str,
+    recipients: Sequence[str],
+    text: str,
+    error: str,
+    retryable: bool,
+    room_id: str | None = None,
+    action: str = "send",
 ) -> NewEvent:
     """A send (or introduction) the homeserver did not acknowledge: nothing is marked sent."""
     part = hasher.part(archivable_text(text))
-    body: dict[str, Any] = {"action": action, "recipients": list(recipients), "text": part.digest,
-                            "error": _text(error, MAX_ERROR_CHARS), "retryable": retryable}
+    body: dict[str, Any] = {
+        "action": action,
+        "recipients": list(recipients),
+        "text": part.digest,
+        "error": _text(error, MAX_ERROR_CHARS),
+        "retryable": retryable,
+    }
     if room_id:
         body["room_id"] = room_id
     return NewEvent("peer_send_failed", session, {"txn_id": txn_id}, body, (part,))
@@ -182,21 +258,28 @@ def messages_read(hasher: Hasher, session: str, event_ids: Iterable[str]) -> New
     """The messages a ``hivemind_check_messages`` call returned, now read."""
     ids = sorted(set(event_ids))
     return NewEvent(
-        "peer_messages_read", session, {"messages": hasher.digest(canonical_bytes(ids))},
+        "peer_messages_read",
+        session,
+        {"messages": hasher.digest(canonical_bytes(ids))},
         {"messages": ids},
     )
 
 
-def summary_updated(
-    hasher: Hasher, *, peer: str, summary: str, covers: Sequence[str]
-) -> NewEvent:
+def summary_updated(hasher: Hasher, *, peer: str, summary: str, covers: Sequence[str]) -> NewEvent:
     """A peer's summary, extracted from the messages ``covers`` names (oldest first)."""
     digest = hasher.digest(canonical_bytes(list(covers)))
     part = hasher.part(archivable_text(summary))
     return NewEvent(
-        "peer_summary_updated", PEER_SESSION, {"peer": peer, "covers": digest},
-        {"peer": peer, "summary": part.digest, "covers": list(covers), "covers_digest": digest,
-         "method": "extractive"},
+        "peer_summary_updated",
+        PEER_SESSION,
+        {"peer": peer, "covers": digest},
+        {
+            "peer": peer,
+            "summary": part.digest,
+            "covers": list(covers),
+            "covers_digest": digest,
+            "method": "extractive",
+        },
         (part,),
     )
 
@@ -204,7 +287,9 @@ def summary_updated(
 def spark_suggested(peer_a: str, peer_b: str, shared: Sequence[str], score: int) -> NewEvent:
     a, b = pair_key(peer_a, peer_b)
     return NewEvent(
-        "spark_suggested", PEER_SESSION, {"pair": [a, b]},
+        "spark_suggested",
+        PEER_SESSION,
+        {"pair": [a, b]},
         {"peer_a": a, "peer_b": b, "shared": list(shared), "score": score},
     )
 
@@ -214,8 +299,9 @@ def spark_dismissed(session: str, peer_a: str, peer_b: str) -> NewEvent:
     return NewEvent("spark_dismissed", session, {"pair": [a, b]}, {"peer_a": a, "peer_b": b})
 
 
-def sync_position(next_batch: str, *, limited_rooms: Sequence[str] = (),
-                  left_rooms: Sequence[str] = ()) -> NewEvent:
+def sync_position(
+    next_batch: str, *, limited_rooms: Sequence[str] = (), left_rooms: Sequence[str] = ()
+) -> NewEvent:
     """Where the next sync resumes: every event of the syncs before it is in the log."""
     body: dict[str, Any] = {"next_batch": next_batch}
     if limited_rooms:
@@ -233,18 +319,42 @@ def from_sync(hasher: Hasher, result: SyncResult) -> list[NewEvent]:
     for p in result.profiles:
         events.append(profile_seen(p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile))
     for intro in result.introductions:
-        events.append(introduction_seen(hasher, room_id=intro.room_id, introducer=intro.introducer,
-                                        peers=intro.peers, event_id=intro.event_id))
+        events.append(
+            introduction_seen(
+                hasher,
+                room_id=intro.room_id,
+                introducer=intro.introducer,
+                peers=intro.peers,
+                event_id=intro.event_id,
+            )
+        )
     for invite in result.invites:
         if not invite.accepted:
-            events.append(invite_ignored(room_id=invite.room_id, inviter=invite.inviter,
-                                         is_direct=invite.is_direct))
+            events.append(
+                invite_ignored(
+                    room_id=invite.room_id, inviter=invite.inviter, is_direct=invite.is_direct
+                )
+            )
     for u in result.undecryptable:
-        events.append(message_undecryptable(event_id=u.event_id, room_id=u.room_id,
-                                            sender=u.sender, origin_server_ts=u.origin_server_ts,
-                                            session_id=u.session_id))
+        events.append(
+            message_undecryptable(
+                event_id=u.event_id,
+                room_id=u.room_id,
+                sender=u.sender,
+                origin_server_ts=u.origin_server_ts,
+                session_id=u.session_id,
+            )
+        )
     for r in result.messages:
-        events.append(message_received(hasher, event_id=r.event_id, room_id=r.room_id,
-                                       sender=r.sender, text=r.body,
-                                       origin_server_ts=r.origin_server_ts, encrypted=r.encrypted))
+        events.append(
+            message_received(
+                hasher,
+                event_id=r.event_id,
+                room_id=r.room_id,
+                sender=r.sender,
+                text=r.body,
+                origin_server_ts=r.origin_server_ts,
+                encrypted=r.encrypted,
+            )
+        )
     return events

@@ -104,8 +104,11 @@ def _log_config(log_file: Path) -> dict[str, Any]:
         "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
         "handlers": {
-            "file": {"class": "logging.FileHandler", "filename": str(log_file),
-                     "formatter": "plain"}
+            "file": {
+                "class": "logging.FileHandler",
+                "filename": str(log_file),
+                "formatter": "plain",
+            }
         },
         "root": {"level": "WARNING", "handlers": ["file"]},
     }
@@ -219,10 +222,10 @@ class Homeserver:
     ) -> dict[str, Any]:
         """A raw client-server API call, for set-ups the backend deliberately cannot do."""
         request = urllib.request.Request(
-            f"{self.base_url}{path}", method=method,
+            f"{self.base_url}{path}",
+            method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {access_token}",
-                     "Content-Type": "application/json"},
+            headers={"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"},
         )
         with _NO_PROXY.open(request, timeout=10) as response:
             return json.load(response)
@@ -232,12 +235,24 @@ class Homeserver:
         url = f"{self.base_url}/_synapse/admin/v1/register"
         with _NO_PROXY.open(url, timeout=10) as response:
             nonce = json.load(response)["nonce"]
-        signed = b"\x00".join([nonce.encode(), username.encode(), password.encode(),
-                               b"admin" if admin else b"notadmin"])
+        signed = b"\x00".join(
+            [
+                nonce.encode(),
+                username.encode(),
+                password.encode(),
+                b"admin" if admin else b"notadmin",
+            ]
+        )
         mac = hmac.new(self.shared_secret.encode(), signed, hashlib.sha1).hexdigest()
-        payload = {"nonce": nonce, "username": username, "password": password,
-                   "admin": admin, "mac": mac}
-        request = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                         headers={"Content-Type": "application/json"})
+        payload = {
+            "nonce": nonce,
+            "username": username,
+            "password": password,
+            "admin": admin,
+            "mac": mac,
+        }
+        request = urllib.request.Request(
+            url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
         with _NO_PROXY.open(request, timeout=10) as response:
             return json.load(response)

@@ -98,8 +98,10 @@ class PeerLink:
     def start(self) -> None:
         with _stores_lock:
             if self._crypto_dir in _stores_in_use:
-                raise LinkRefused(f"{self._crypto_dir} is already in use by another hivemind "
-                                  "provider in this process (one Matrix device per profile)")
+                raise LinkRefused(
+                    f"{self._crypto_dir} is already in use by another hivemind "
+                    "provider in this process (one Matrix device per profile)"
+                )
             _stores_in_use.add(self._crypto_dir)
         self._thread = spawn_thread(self._run, name=f"hivemind-sync-{self.user_id}")
         self._thread.start()
@@ -183,10 +185,15 @@ class PeerLink:
             except Exception as exc:
                 log.warning("hivemind: cannot read the sync position from the log: %s", exc)
         backend = MatrixBackend(
-            self._homeserver, self.user_id, self._crypto_dir,
-            access_token=self._access_token, device_id=self._device_id,
-            allow_users=self._settings.allow_users, allow_servers=self._settings.allow_servers,
-            thread_factory=backend_thread, op_timeout=self._settings.op_timeout_s,
+            self._homeserver,
+            self.user_id,
+            self._crypto_dir,
+            access_token=self._access_token,
+            device_id=self._device_id,
+            allow_users=self._settings.allow_users,
+            allow_servers=self._settings.allow_servers,
+            thread_factory=backend_thread,
+            op_timeout=self._settings.op_timeout_s,
         )
         with self._lock:
             if self._stop.is_set():
@@ -199,8 +206,11 @@ class PeerLink:
             return None
         except MatrixRequestError as exc:
             if token:  # the server may no longer know the logged position: start afresh
-                log.warning("hivemind: resuming from the logged sync position failed (%s); "
-                            "starting from the client's own position", exc)
+                log.warning(
+                    "hivemind: resuming from the logged sync position failed (%s); "
+                    "starting from the client's own position",
+                    exc,
+                )
                 self._resume_from_log = False
                 return None
             self._give_up(f"Matrix refused this agent's credentials: {exc}")
@@ -240,28 +250,43 @@ class PeerLink:
 
     def record_sync(self, result: SyncResult) -> Future[list[AppendResult]] | None:
         """Hand one sync's events (and its position) to the writer; then derive."""
-        news = (result.messages or result.members or result.profiles or result.introductions
-                or result.invites or result.undecryptable)
+        news = (
+            result.messages
+            or result.members
+            or result.profiles
+            or result.introductions
+            or result.invites
+            or result.undecryptable
+        )
         if not (news or result.limited_rooms or result.left_rooms):
             return None
         if result.limited_rooms:  # also normal for a room just joined; the log records it
-            log.info("hivemind: more news than one sync returns in %s; messages there may be "
-                     "missing", ", ".join(result.limited_rooms))
+            log.info(
+                "hivemind: more news than one sync returns in %s; messages there may be missing",
+                ", ".join(result.limited_rooms),
+            )
 
         def build(store: EventStore) -> list[NewEvent]:
             candidates = events.from_sync(store.hasher, result)
-            fresh = [e for e in candidates
-                     if store.has_identity(identity_digest(e.type, e.key)) is None]
+            fresh = [
+                e for e in candidates if store.has_identity(identity_digest(e.type, e.key)) is None
+            ]
             if not fresh and not (result.limited_rooms or result.left_rooms):
                 return []
-            return [*fresh, events.sync_position(result.next_batch,
-                                                 limited_rooms=result.limited_rooms,
-                                                 left_rooms=result.left_rooms)]
+            return [
+                *fresh,
+                events.sync_position(
+                    result.next_batch,
+                    limited_rooms=result.limited_rooms,
+                    left_rooms=result.left_rooms,
+                ),
+            ]
 
         done = self._submit(build, "peer sync")
         if news:
-            done = self._submit(lambda store: derived_events(store.conn, store.hasher),
-                                "peer derivations")
+            done = self._submit(
+                lambda store: derived_events(store.conn, store.hasher), "peer derivations"
+            )
         return done
 
     def _publish_profile(self, backend: MatrixBackend) -> None:

@@ -308,22 +308,38 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
             if isinstance(event, RoomMemberEvent):
                 name = event.content.get("displayname")
                 if event.state_key != own_user_id:
-                    into.members.append(MemberSeen(
-                        room_id, event.state_key, name if isinstance(name, str) else None,
-                        event.membership, event.event_id,
-                    ))
+                    into.members.append(
+                        MemberSeen(
+                            room_id,
+                            event.state_key,
+                            name if isinstance(name, str) else None,
+                            event.membership,
+                            event.event_id,
+                        )
+                    )
             elif sender == own_user_id:
                 continue
             elif isinstance(event, (RoomMessageText, RoomMessageNotice)):
-                into.messages.append(ReceivedMessage(
-                    event.event_id, room_id, event.sender, event.body,
-                    event.server_timestamp, bool(event.decrypted),
-                ))
+                into.messages.append(
+                    ReceivedMessage(
+                        event.event_id,
+                        room_id,
+                        event.sender,
+                        event.body,
+                        event.server_timestamp,
+                        bool(event.decrypted),
+                    )
+                )
             elif isinstance(event, MegolmEvent):
-                into.undecryptable.append(UndecryptableMessage(
-                    event.event_id, room_id, event.sender, event.server_timestamp,
-                    event.session_id,
-                ))
+                into.undecryptable.append(
+                    UndecryptableMessage(
+                        event.event_id,
+                        room_id,
+                        event.sender,
+                        event.server_timestamp,
+                        event.session_id,
+                    )
+                )
             else:
                 _digest_custom_state(event, room_id, into)
     into.left_rooms.extend(response.rooms.leave)
@@ -425,8 +441,10 @@ class MatrixBackend:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._loop else "new"
-        return (f"MatrixBackend(user_id={self.user_id!r}, device_id={self._device_id!r}, "
-                f"homeserver={self.homeserver!r}, {state})")
+        return (
+            f"MatrixBackend(user_id={self.user_id!r}, device_id={self._device_id!r}, "
+            f"homeserver={self.homeserver!r}, {state})"
+        )
 
     @property
     def session(self) -> MatrixSession | None:
@@ -664,8 +682,9 @@ class MatrixBackend:
             request_timeout=self._op_timeout,
             store=serialized_store(),
         )
-        client = AsyncClient(self.homeserver, self.user_id, store_path=str(self.store_dir),
-                             config=config)
+        client = AsyncClient(
+            self.homeserver, self.user_id, store_path=str(self.store_dir), config=config
+        )
         self._client = client
         if self._password is not None:
             login = await client.login(self._password, device_name=self._device_name)
@@ -681,11 +700,13 @@ class MatrixBackend:
             if not isinstance(whoami, WhoamiResponse):
                 raise self._failure("whoami", whoami)
             if whoami.user_id != self.user_id:
-                raise MatrixError(f"the access token belongs to {whoami.user_id}, "
-                                  f"not {self.user_id}")
+                raise MatrixError(
+                    f"the access token belongs to {whoami.user_id}, not {self.user_id}"
+                )
             if self._device_id and whoami.device_id and whoami.device_id != self._device_id:
-                raise MatrixError(f"the access token belongs to device {whoami.device_id}, "
-                                  f"not {self._device_id}")
+                raise MatrixError(
+                    f"the access token belongs to device {whoami.device_id}, not {self._device_id}"
+                )
             device_id = self._device_id or whoami.device_id
             if not device_id:
                 raise MatrixError("cannot tell this access token's device id: pass device_id")
@@ -718,7 +739,9 @@ class MatrixBackend:
         async with self._sync_lock:
             client = self._nio
             response = await client.sync(
-                timeout=timeout_ms, sync_filter=self._sync_filter, since=since or None,
+                timeout=timeout_ms,
+                sync_filter=self._sync_filter,
+                since=since or None,
                 full_state=full_state or None,
             )
             if not isinstance(response, SyncResponse):
@@ -736,8 +759,9 @@ class MatrixBackend:
                 if accepted:
                     self._to_join[room_id] = inviter
                 else:
-                    logger.info("hivemind: ignoring invite to %s from %s (invite policy)",
-                                room_id, inviter)
+                    logger.info(
+                        "hivemind: ignoring invite to %s from %s (invite policy)", room_id, inviter
+                    )
             await self._maintain_keys()
             await self._join_invited()
 
@@ -768,8 +792,7 @@ class MatrixBackend:
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise MatrixUnavailable(f"room {room_id} did not show up in sync",
-                                        room_id=room_id)
+                raise MatrixUnavailable(f"room {room_id} did not show up in sync", room_id=room_id)
             await self._sync_once(int(min(remaining, 1.0) * 1000))
 
     async def _send_text(self, room_id: str, text: str, txn_id: str | None) -> str:
@@ -780,8 +803,9 @@ class MatrixBackend:
                 raise MatrixError(f"send: not a member of {room_id}", room_id=room_id)
             content = {"msgtype": "m.text", "body": text}
             try:
-                sent = await client.room_send(room_id, "m.room.message", content, tx_id=txn_id,
-                                              ignore_unverified_devices=True)
+                sent = await client.room_send(
+                    room_id, "m.room.message", content, tx_id=txn_id, ignore_unverified_devices=True
+                )
             except BaseException:
                 self._reset_group_session(room_id)
                 raise
@@ -808,14 +832,18 @@ class MatrixBackend:
         assert self._room_lock is not None
         async with self._room_lock:  # two callers must not create two rooms
             existing = sorted(
-                room_id for room_id, room in self._nio.rooms.items()
+                room_id
+                for room_id, room in self._nio.rooms.items()
                 if room.encrypted and set(room.users) == {self.user_id, user_id}
             )
             if existing:
                 return existing[0]
             created = await self._nio.room_create(
-                is_direct=True, invite=[user_id], preset=RoomPreset.private_chat,
-                initial_state=[_ENCRYPTION_STATE], power_level_override=_POWER_LEVELS,
+                is_direct=True,
+                invite=[user_id],
+                preset=RoomPreset.private_chat,
+                initial_state=[_ENCRYPTION_STATE],
+                power_level_override=_POWER_LEVELS,
             )
             if not isinstance(created, RoomCreateResponse):
                 raise self._failure("create direct room", created)
@@ -829,8 +857,10 @@ class MatrixBackend:
             "content": {"introducer": self.user_id, "peers": sorted([user_a, user_b])},
         }
         created = await self._nio.room_create(
-            invite=[user_a, user_b], preset=RoomPreset.private_chat,
-            initial_state=[_ENCRYPTION_STATE, marker], power_level_override=_POWER_LEVELS,
+            invite=[user_a, user_b],
+            preset=RoomPreset.private_chat,
+            initial_state=[_ENCRYPTION_STATE, marker],
+            power_level_override=_POWER_LEVELS,
         )
         if not isinstance(created, RoomCreateResponse):
             raise self._failure("create introduction room", created)
@@ -856,8 +886,9 @@ class MatrixBackend:
         await self._await_room(room_id, [])
 
     async def _publish_profile(self, room_id: str, content: dict[str, Any]) -> str:
-        put = await self._nio.room_put_state(room_id, PROFILE_EVENT_TYPE, content,
-                                             state_key=self.user_id)
+        put = await self._nio.room_put_state(
+            room_id, PROFILE_EVENT_TYPE, content, state_key=self.user_id
+        )
         if not isinstance(put, RoomPutStateResponse):
             raise self._failure("publish profile", put, room_id)
         return put.event_id

@@ -175,11 +175,19 @@ class PeersProjection(TableProjection):
         "peer_dismissals": "peer_a, peer_b",
         "peer_sync": "id",
     }
-    handles = frozenset({
-        "peer_seen", "peer_message_received", "peer_message_sent", "peer_messages_read",
-        "peers_introduced", "spark_suggested", "spark_dismissed", "peer_summary_updated",
-        "peer_sync_position",
-    })
+    handles = frozenset(
+        {
+            "peer_seen",
+            "peer_message_received",
+            "peer_message_sent",
+            "peer_messages_read",
+            "peers_introduced",
+            "spark_suggested",
+            "spark_dismissed",
+            "peer_summary_updated",
+            "peer_sync_position",
+        }
+    )
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         body, seq, kind = _mapping(event.body), event.seq, event.type
@@ -188,8 +196,10 @@ class PeersProjection(TableProjection):
         elif kind in ("peer_message_received", "peer_message_sent"):
             self._message(conn, event, body)
         elif kind == "peer_messages_read":
-            conn.executemany("UPDATE peer_messages SET unread = 0 WHERE event_id = ?",
-                             [(i,) for i in read_ids(body)])
+            conn.executemany(
+                "UPDATE peer_messages SET unread = 0 WHERE event_id = ?",
+                [(i,) for i in read_ids(body)],
+            )
         elif kind == "peers_introduced":
             self._introduced(conn, event, body)
         elif kind == "peer_summary_updated":
@@ -197,16 +207,26 @@ class PeersProjection(TableProjection):
             if is_user_id(peer):
                 covers = body.get("covers_digest")
                 summary = _part_text(conn, event, body.get("summary"))
-                self._store(conn, summarized(load_peer(conn, peer), peer, summary,
-                                             covers if isinstance(covers, str) else "", seq))
+                self._store(
+                    conn,
+                    summarized(
+                        load_peer(conn, peer),
+                        peer,
+                        summary,
+                        covers if isinstance(covers, str) else "",
+                        seq,
+                    ),
+                )
         elif kind in ("spark_suggested", "spark_dismissed"):
             self._pair(conn, kind, body, seq)
         elif kind == "peer_sync_position":
             token = body.get("next_batch")
             if isinstance(token, str) and token:
-                conn.execute("INSERT INTO peer_sync VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE"
-                             " SET next_batch = excluded.next_batch, seq = excluded.seq",
-                             (bindable_text(token), seq))
+                conn.execute(
+                    "INSERT INTO peer_sync VALUES (1, ?, ?) ON CONFLICT(id) DO UPDATE"
+                    " SET next_batch = excluded.next_batch, seq = excluded.seq",
+                    (bindable_text(token), seq),
+                )
 
     def _seen(self, conn: sqlite3.Connection, body: Mapping[str, Any], seq: int) -> None:
         user_id = body.get("user_id")
@@ -234,9 +254,18 @@ class PeersProjection(TableProjection):
         ts = body.get("origin_server_ts")
         conn.execute(
             "INSERT OR IGNORE INTO peer_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (bindable_text(key), event.seq, event.time, _text(body.get("room_id")) or "", peer,
-             "in" if incoming else "out", _part_text(conn, event, body.get("text")),
-             ts if isinstance(ts, int) else None, int(bool(body.get("encrypted"))), int(incoming)),
+            (
+                bindable_text(key),
+                event.seq,
+                event.time,
+                _text(body.get("room_id")) or "",
+                peer,
+                "in" if incoming else "out",
+                _part_text(conn, event, body.get("text")),
+                ts if isinstance(ts, int) else None,
+                int(bool(body.get("encrypted"))),
+                int(incoming),
+            ),
         )
         self._store(conn, touch(load_peer(conn, peer), peer, event.seq))
 
@@ -248,8 +277,14 @@ class PeersProjection(TableProjection):
             return
         conn.execute(
             "INSERT OR IGNORE INTO peer_introductions VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (bindable_text(room), event.seq, introducer, *pair, int(bool(body.get("outgoing"))),
-             _part_text(conn, event, body.get("context"))),
+            (
+                bindable_text(room),
+                event.seq,
+                introducer,
+                *pair,
+                int(bool(body.get("outgoing"))),
+                _part_text(conn, event, body.get("context")),
+            ),
         )
 
     @staticmethod
@@ -263,8 +298,10 @@ class PeersProjection(TableProjection):
         shared = body.get("shared")
         words = [w for w in shared if isinstance(w, str)] if isinstance(shared, list) else []
         score = body.get("score")
-        conn.execute("INSERT OR IGNORE INTO peer_sparks VALUES (?, ?, ?, ?, ?)",
-                     (*pair, seq, canonical_text(words), score if isinstance(score, int) else 0))
+        conn.execute(
+            "INSERT OR IGNORE INTO peer_sparks VALUES (?, ?, ?, ?, ?)",
+            (*pair, seq, canonical_text(words), score if isinstance(score, int) else 0),
+        )
 
     @staticmethod
     def _store(conn: sqlite3.Connection, peer: Peer) -> None:
@@ -273,8 +310,15 @@ class PeersProjection(TableProjection):
             " display_name = excluded.display_name, profile = excluded.profile,"
             " summary = excluded.summary, summary_covers = excluded.summary_covers,"
             " last_seq = excluded.last_seq",
-            (peer.user_id, peer.display_name, canonical_text(dict(peer.profile)), peer.summary,
-             peer.summary_covers, peer.first_seq, peer.last_seq),
+            (
+                peer.user_id,
+                peer.display_name,
+                canonical_text(dict(peer.profile)),
+                peer.summary,
+                peer.summary_covers,
+                peer.first_seq,
+                peer.last_seq,
+            ),
         )
 
 
@@ -284,7 +328,9 @@ class PeersProjection(TableProjection):
 def load_peer(conn: sqlite3.Connection, user_id: str) -> Peer | None:
     row = conn.execute(
         "SELECT user_id, display_name, profile, summary, summary_covers, first_seq, last_seq"
-        " FROM peers WHERE user_id = ?", (user_id,)).fetchone()
+        " FROM peers WHERE user_id = ?",
+        (user_id,),
+    ).fetchone()
     if row is None:
         return None
     profile = decode(row[2])
@@ -306,14 +352,16 @@ def introducer_of(conn: sqlite3.Connection, user_id: str) -> str | None:
     """Who first introduced ``user_id`` to us (an introduction we did not make)."""
     row = conn.execute(
         "SELECT introducer FROM peer_introductions WHERE outgoing = 0 AND introducer != ?"
-        " AND (peer_a = ? OR peer_b = ?) ORDER BY seq LIMIT 1", (user_id, user_id, user_id),
+        " AND (peer_a = ? OR peer_b = ?) ORDER BY seq LIMIT 1",
+        (user_id, user_id, user_id),
     ).fetchone()
     return row[0] if row else None
 
 
 def unread_counts(conn: sqlite3.Connection) -> dict[str, int]:
-    return dict(conn.execute(
-        "SELECT peer, count(*) FROM peer_messages WHERE unread = 1 GROUP BY peer"))
+    return dict(
+        conn.execute("SELECT peer, count(*) FROM peer_messages WHERE unread = 1 GROUP BY peer")
+    )
 
 
 @dataclass(frozen=True)
@@ -330,7 +378,10 @@ class Message:
 
 
 def messages(
-    conn: sqlite3.Connection, *, peer: str | None = None, unread_only: bool = False,
+    conn: sqlite3.Connection,
+    *,
+    peer: str | None = None,
+    unread_only: bool = False,
     limit: int = 50,
 ) -> list[Message]:
     """Messages in log order (the latest ``limit`` of them)."""
@@ -343,9 +394,23 @@ def messages(
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     rows = conn.execute(
         "SELECT event_id, seq, time, room_id, peer, direction, text, encrypted, unread"
-        f" FROM peer_messages{clause} ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
-    return [Message(event_id=r[0], seq=r[1], time=r[2], room_id=r[3], peer=r[4], direction=r[5],
-                    text=r[6], encrypted=bool(r[7]), unread=bool(r[8])) for r in reversed(rows)]
+        f" FROM peer_messages{clause} ORDER BY seq DESC LIMIT ?",
+        (*args, limit),
+    ).fetchall()
+    return [
+        Message(
+            event_id=r[0],
+            seq=r[1],
+            time=r[2],
+            room_id=r[3],
+            peer=r[4],
+            direction=r[5],
+            text=r[6],
+            encrypted=bool(r[7]),
+            unread=bool(r[8]),
+        )
+        for r in reversed(rows)
+    ]
 
 
 def inbound_by_peer(conn: sqlite3.Connection, per_peer: int) -> dict[str, list[tuple[str, str]]]:
@@ -354,15 +419,20 @@ def inbound_by_peer(conn: sqlite3.Connection, per_peer: int) -> dict[str, list[t
     for peer, event_id, text in conn.execute(
         "SELECT peer, event_id, text FROM (SELECT peer, event_id, text, seq, row_number() OVER"
         " (PARTITION BY peer ORDER BY seq DESC) AS n FROM peer_messages WHERE direction = 'in')"
-        " WHERE n <= ? ORDER BY peer, seq", (per_peer,)):
+        " WHERE n <= ? ORDER BY peer, seq",
+        (per_peer,),
+    ):
         out.setdefault(peer, []).append((event_id, text))
     return out
 
 
 def rooms_of(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str]]:
-    return list(conn.execute(
-        "SELECT room_id, membership FROM peer_rooms WHERE user_id = ? ORDER BY room_id",
-        (user_id,)))
+    return list(
+        conn.execute(
+            "SELECT room_id, membership FROM peer_rooms WHERE user_id = ? ORDER BY room_id",
+            (user_id,),
+        )
+    )
 
 
 def introduced_pairs(conn: sqlite3.Connection) -> set[tuple[str, str]]:
@@ -382,7 +452,8 @@ def co_member_pairs(conn: sqlite3.Connection) -> set[tuple[str, str]]:
     rows = conn.execute(
         "SELECT a.user_id, b.user_id FROM peer_rooms a JOIN peer_rooms b ON a.room_id = b.room_id"
         " AND a.user_id < b.user_id WHERE a.membership IN ('join', 'invite')"
-        " AND b.membership IN ('join', 'invite')")
+        " AND b.membership IN ('join', 'invite')"
+    )
     return {(a, b) for a, b in rows}
 
 
@@ -401,7 +472,8 @@ def active_suggestions(conn: sqlite3.Connection) -> list[Suggestion]:
         " WHERE NOT EXISTS (SELECT 1 FROM peer_dismissals d WHERE d.peer_a = s.peer_a"
         " AND d.peer_b = s.peer_b) AND NOT EXISTS (SELECT 1 FROM peer_introductions i"
         " WHERE i.peer_a = s.peer_a AND i.peer_b = s.peer_b)"
-        " ORDER BY s.score DESC, s.peer_a, s.peer_b")
+        " ORDER BY s.score DESC, s.peer_a, s.peer_b"
+    )
     out = []
     for a, b, shared, score in rows:
         words = decode(shared)
@@ -423,17 +495,27 @@ def peer_cards(conn: sqlite3.Connection) -> tuple[list[PeerCard], list[Suggestio
     for peer in known:
         introducer = introducer_of(conn, peer.user_id)
         listed, about = peer.profile.get("interests"), peer.profile.get("about")
-        cards.append(PeerCard(
-            peer.user_id, names[peer.user_id],
-            introduced_by=names.get(introducer, introducer) if introducer else None,
-            about=about if isinstance(about, str) else "",
-            interests=tuple(i for i in listed if isinstance(i, str))
-            if isinstance(listed, list) else (),
-            summary=peer.summary, unread=unread.get(peer.user_id, 0),
-        ))
+        cards.append(
+            PeerCard(
+                peer.user_id,
+                names[peer.user_id],
+                introduced_by=names.get(introducer, introducer) if introducer else None,
+                about=about if isinstance(about, str) else "",
+                interests=tuple(i for i in listed if isinstance(i, str))
+                if isinstance(listed, list)
+                else (),
+                summary=peer.summary,
+                unread=unread.get(peer.user_id, 0),
+            )
+        )
     suggestions = [
-        SuggestionCard(s.peer_a, s.peer_b, names.get(s.peer_a, s.peer_a),
-                       names.get(s.peer_b, s.peer_b), s.shared)
+        SuggestionCard(
+            s.peer_a,
+            s.peer_b,
+            names.get(s.peer_a, s.peer_a),
+            names.get(s.peer_b, s.peer_b),
+            s.shared,
+        )
         for s in active_suggestions(conn)
     ]
     return cards, suggestions

@@ -164,8 +164,17 @@ class HivemindProvider(ArchiveProvider):
         if block and self._writes_turns:
             session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
             self._submit(
-                lambda store: [builders.recall_served(store.hasher, session, turn=turn, query=query,
-                                                      result=block, sources=[], at=at)],
+                lambda store: [
+                    builders.recall_served(
+                        store.hasher,
+                        session,
+                        turn=turn,
+                        query=query,
+                        result=block,
+                        sources=[],
+                        at=at,
+                    )
+                ],
                 "recall_served",
             )
         return "\n\n".join(part for part in (recall, block) if part)
@@ -200,8 +209,11 @@ class HivemindProvider(ArchiveProvider):
             from .tools import PeerTools
 
             self._tools = PeerTools(
-                read=self._read, record=self._record, link=lambda: self._link,
-                session=lambda: self._session, unavailable=lambda: self._peers_off,
+                read=self._read,
+                record=self._record,
+                link=lambda: self._link,
+                session=lambda: self._session,
+                unavailable=lambda: self._peers_off,
             )
         return self._tools
 
@@ -209,20 +221,37 @@ class HivemindProvider(ArchiveProvider):
 
     def get_config_schema(self) -> list[dict[str, Any]]:
         """Matrix credentials (written to the profile's .env), hivemind and archive settings."""
+
         def text(key: str, description: str) -> dict[str, Any]:
             return {"key": key, "description": description, "default": ""}
 
         return [
-            {"key": "homeserver", "description": "Matrix homeserver URL",
-             "env_var": "MATRIX_HOMESERVER", "required": True},
-            {"key": "user_id", "description": "This agent's Matrix user id (@name:server)",
-             "env_var": "MATRIX_USER_ID", "required": True},
-            {"key": "access_token", "description": "This agent's Matrix access token",
-             "secret": True, "env_var": "MATRIX_ACCESS_TOKEN", "required": True},
+            {
+                "key": "homeserver",
+                "description": "Matrix homeserver URL",
+                "env_var": "MATRIX_HOMESERVER",
+                "required": True,
+            },
+            {
+                "key": "user_id",
+                "description": "This agent's Matrix user id (@name:server)",
+                "env_var": "MATRIX_USER_ID",
+                "required": True,
+            },
+            {
+                "key": "access_token",
+                "description": "This agent's Matrix access token",
+                "secret": True,
+                "env_var": "MATRIX_ACCESS_TOKEN",
+                "required": True,
+            },
             text("contacts", "Peers known from the start (user ids, comma-separated)"),
             text("allow_users", "Users who may invite this agent, from any server"),
-            text("allow_servers", "Servers whose users may invite this agent "
-                                  "(blank: our own; 'none': only allow_users)"),
+            text(
+                "allow_servers",
+                "Servers whose users may invite this agent "
+                "(blank: our own; 'none': only allow_users)",
+            ),
             text("about", "One line about this agent, published to peers"),
             text("interests", "Interests published to peers (comma-separated)"),
             *Settings.config_schema(),
@@ -275,7 +304,6 @@ class HivemindProvider(ArchiveProvider):
             return self._read(projection.sync_token)
         except sqlite3.OperationalError:
             return None
-
 
 
 def _block(conn: sqlite3.Connection) -> str:

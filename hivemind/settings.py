@@ -80,8 +80,11 @@ def load_settings(home: Path) -> HivemindSettings:
     path = config_path(home, CONFIG_SECTION)
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     settings = _coerce(HivemindSettings(), data if isinstance(data, dict) else {})
-    env = {f.name: os.environ[f"HIVEMIND_{f.name.upper()}"] for f in fields(HivemindSettings)
-           if f"HIVEMIND_{f.name.upper()}" in os.environ}
+    env = {
+        f.name: os.environ[f"HIVEMIND_{f.name.upper()}"]
+        for f in fields(HivemindSettings)
+        if f"HIVEMIND_{f.name.upper()}" in os.environ
+    }
     return _coerce(settings, env)
 
 

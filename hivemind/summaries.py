@@ -37,7 +37,8 @@ def clean(text: str) -> str:
     """NFKC, control and format characters removed, whitespace collapsed to single spaces."""
     text = unicodedata.normalize("NFKC", text)
     text = "".join(
-        " " if ch.isspace() else ch for ch in text
+        " " if ch.isspace() else ch
+        for ch in text
         if ch.isspace() or not unicodedata.category(ch).startswith("C")
     )
     return _SPACE.sub(" ", text).strip()
@@ -56,7 +57,8 @@ def keywords(text: str) -> list[str]:
     """Normalized content words of ``text`` in order (casefolded, stopwords and numbers out)."""
     words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
     return [
-        _fold(word) for word in words
+        _fold(word)
+        for word in words
         if len(word) >= 2 and word not in STOPWORDS and not word.isdigit()
     ]
 

@@ -75,8 +75,15 @@ class PeerTools:
         cards, suggestions = self.read(projection.peer_cards)
         result: dict[str, Any] = {
             "peers": [_card(card) for card in cards],
-            "suggestions": [{"peer_a": s.peer_a, "peer_b": s.peer_b, "names": [s.name_a, s.name_b],
-                             "shared": list(s.shared)} for s in suggestions],
+            "suggestions": [
+                {
+                    "peer_a": s.peer_a,
+                    "peer_b": s.peer_b,
+                    "names": [s.name_a, s.name_b],
+                    "shared": list(s.shared),
+                }
+                for s in suggestions
+            ],
         }
         reason = self._connection()
         result["connected"] = reason is None
@@ -98,13 +105,21 @@ class PeerTools:
         found, total, names = self.read(read)
         if found:
             session, ids = self.session(), [m.event_id for m in found]
-            self.record(lambda store: [events.messages_read(store.hasher, session, ids)],
-                        "peer_messages_read")
+            self.record(
+                lambda store: [events.messages_read(store.hasher, session, ids)],
+                "peer_messages_read",
+            )
         return {
             "messages": [
-                {"from": m.peer, "name": names.get(m.peer, m.peer), "text": m.text,
-                 "time": m.time, "encrypted": m.encrypted, "room_id": m.room_id,
-                 "event_id": m.event_id}
+                {
+                    "from": m.peer,
+                    "name": names.get(m.peer, m.peer),
+                    "text": m.text,
+                    "time": m.time,
+                    "encrypted": m.encrypted,
+                    "room_id": m.room_id,
+                    "event_id": m.event_id,
+                }
                 for m in found
             ],
             "remaining_unread": max(0, total - len(found)),
@@ -119,11 +134,18 @@ class PeerTools:
             assert known is not None  # resolved from the same table
             card = next(_card(c) for c in projection.peer_cards(conn)[0] if c.user_id == peer)
             card["profile"] = dict(known.profile)
-            card["rooms"] = [{"room_id": room, "membership": membership}
-                             for room, membership in projection.rooms_of(conn, peer)]
+            card["rooms"] = [
+                {"room_id": room, "membership": membership}
+                for room, membership in projection.rooms_of(conn, peer)
+            ]
             card["messages"] = [
-                {"direction": "from them" if m.direction == "in" else "from us", "text": m.text,
-                 "time": m.time, "unread": m.unread, "event_id": m.event_id}
+                {
+                    "direction": "from them" if m.direction == "in" else "from us",
+                    "text": m.text,
+                    "time": m.time,
+                    "unread": m.unread,
+                    "event_id": m.event_id,
+                }
                 for m in projection.messages(conn, peer=peer, limit=HISTORY_LIMIT)
             ]
             return card
@@ -143,13 +165,30 @@ class PeerTools:
             room_id = backend.direct_room_for(peer)
             event_id = backend.send_text(room_id, message, txn_id=txn_id)
         except (MatrixError, ToolError) as exc:
-            raise self._failed(exc, "send", txn_id, [peer], message,
-                               getattr(exc, "room_id", None) or room_id) from None
-        logged = self.record(lambda store: [events.message_sent(
-            store.hasher, session, event_id=event_id, room_id=room_id, recipient=peer,
-            text=message, txn_id=txn_id)], "peer_message_sent")
-        return {"sent": True, "to": peer, "event_id": event_id, "room_id": room_id,
-                "logged": logged}
+            raise self._failed(
+                exc, "send", txn_id, [peer], message, getattr(exc, "room_id", None) or room_id
+            ) from None
+        logged = self.record(
+            lambda store: [
+                events.message_sent(
+                    store.hasher,
+                    session,
+                    event_id=event_id,
+                    room_id=room_id,
+                    recipient=peer,
+                    text=message,
+                    txn_id=txn_id,
+                )
+            ],
+            "peer_message_sent",
+        )
+        return {
+            "sent": True,
+            "to": peer,
+            "event_id": event_id,
+            "room_id": room_id,
+            "logged": logged,
+        }
 
     def introduce_peers(self, args: Mapping[str, Any]) -> dict[str, Any]:
         peer_a = self._resolve(_required_text(args, "peer_a"))
@@ -158,21 +197,32 @@ class PeerTools:
             raise ToolError("peer_a and peer_b are the same peer")
         context = _optional_text(args, "context", MAX_CONTEXT_CHARS).strip()
         names = self.read(_labels)
-        text = (f"Introduction: {names[peer_a]} ({peer_a}), meet {names[peer_b]} ({peer_b})."
-                + (f" Why: {context}" if context else ""))
+        text = f"Introduction: {names[peer_a]} ({peer_a}), meet {names[peer_b]} ({peer_b})." + (
+            f" Why: {context}" if context else ""
+        )
         session, txn_id = self.session(), f"hivemind-{secrets.token_hex(12)}"
         try:
             backend = self._backend()
             room_id = backend.create_introduction_room(peer_a, peer_b, text)
         except (MatrixError, ToolError) as exc:
-            raise self._failed(exc, "introduce", txn_id, [peer_a, peer_b], text,
-                               getattr(exc, "room_id", None)) from None
+            raise self._failed(
+                exc, "introduce", txn_id, [peer_a, peer_b], text, getattr(exc, "room_id", None)
+            ) from None
         own = backend.user_id
-        logged = self.record(lambda store: [events.introduction_made(
-            store.hasher, session, room_id=room_id, introducer=own, peers=[peer_a, peer_b],
-            context=context)], "peers_introduced")
-        return {"introduced": [peer_a, peer_b], "room_id": room_id, "text": text,
-                "logged": logged}
+        logged = self.record(
+            lambda store: [
+                events.introduction_made(
+                    store.hasher,
+                    session,
+                    room_id=room_id,
+                    introducer=own,
+                    peers=[peer_a, peer_b],
+                    context=context,
+                )
+            ],
+            "peers_introduced",
+        )
+        return {"introduced": [peer_a, peer_b], "room_id": room_id, "text": text, "logged": logged}
 
     def dismiss_spark(self, args: Mapping[str, Any]) -> dict[str, Any]:
         peer_a = self._resolve(_required_text(args, "peer_a"))
@@ -182,25 +232,49 @@ class PeerTools:
         pair = tuple(sorted((peer_a, peer_b)))
         suggested = self.read(lambda conn: pair in projection.suggested_pairs(conn))
         session = self.session()
-        logged = self.record(lambda store: [events.spark_dismissed(session, peer_a, peer_b)],
-                             "spark_dismissed")
+        logged = self.record(
+            lambda store: [events.spark_dismissed(session, peer_a, peer_b)], "spark_dismissed"
+        )
         return {"dismissed": list(pair), "was_suggested": suggested, "logged": logged}
 
     # -- plumbing ----------------------------------------------------------------------
 
     def _failed(
-        self, exc: Exception, action: str, txn_id: str, recipients: list[str], text: str,
+        self,
+        exc: Exception,
+        action: str,
+        txn_id: str,
+        recipients: list[str],
+        text: str,
         room_id: str | None,
     ) -> ToolError:
         """Log the attempt the homeserver did not acknowledge; the error the agent sees."""
         session, error = self.session(), str(exc)
         retryable = not isinstance(exc, MatrixError) or isinstance(exc, MatrixUnavailable)
-        logged = self.record(lambda store: [events.send_failed(
-            store.hasher, session, txn_id=txn_id, recipients=recipients, text=text, error=error,
-            retryable=retryable, room_id=room_id, action=action)], "peer_send_failed")
+        logged = self.record(
+            lambda store: [
+                events.send_failed(
+                    store.hasher,
+                    session,
+                    txn_id=txn_id,
+                    recipients=recipients,
+                    text=text,
+                    error=error,
+                    retryable=retryable,
+                    room_id=room_id,
+                    action=action,
+                )
+            ],
+            "peer_send_failed",
+        )
         done = "sent" if action == "send" else "introduced"
-        return ToolError(f"not {done}: {error}", **{done: False}, room_id=room_id,
-                         retryable=retryable, logged=logged)
+        return ToolError(
+            f"not {done}: {error}",
+            **{done: False},
+            room_id=room_id,
+            retryable=retryable,
+            logged=logged,
+        )
 
     def _resolve(self, name: str) -> str:
         known = self.read(projection.peer_names)
@@ -231,9 +305,16 @@ def _labels(conn: sqlite3.Connection) -> dict[str, str]:
 
 
 def _card(card: PeerCard) -> dict[str, Any]:
-    return {"user_id": card.user_id, "name": card.name, "introduced_by": card.introduced_by,
-            "about": card.about, "interests": list(card.interests), "summary": card.summary,
-            "unread": card.unread}
+    return {
+        "user_id": card.user_id,
+        "name": card.name,
+        "introduced_by": card.introduced_by,
+        "about": card.about,
+        "interests": list(card.interests),
+        "summary": card.summary,
+        "unread": card.unread,
+    }
+
 
 def _arguments(args: Any) -> Mapping[str, Any]:
     if isinstance(args, str):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -91,7 +90,9 @@ def test_non_dict_messages_are_archived_tagged() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text() | st.integers(), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text() | st.integers(), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -128,6 +129,10 @@ def test_a_repeated_message_in_a_later_turn_is_new() -> None:
 
 def test_message_text_reads_text_parts_only() -> None:
     assert message_text({"content": "plain"}) == "plain"
-    parts = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}}, {"type": "text", "text": "b"}]
+    parts = [
+        {"type": "text", "text": "a"},
+        {"type": "image_url", "image_url": {}},
+        {"type": "text", "text": "b"},
+    ]
     assert message_text({"content": parts}) == "a\nb"
     assert message_text({"content": None}) == ""

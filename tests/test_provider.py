@@ -71,8 +71,13 @@ def test_full_transcript_resends_archive_only_new_messages(make_provider, tmp_pa
     first = convo(("My cat is Miso", "Nice"))
     second = first + [
         {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
-                                                               "function": {"name": "calc", "arguments": "{bad"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": "{bad"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "4"},
         {"role": "assistant", "content": "4"},
     ]
@@ -95,15 +100,22 @@ def test_a_repeated_answer_in_a_later_turn_is_a_new_event(make_provider, tmp_pat
     assert [len(t) for t in turn_messages(tmp_path / "home")] == [3, 2]
 
 
-def test_legacy_hosts_without_messages_archive_user_and_assistant(make_provider, tmp_path: Path) -> None:
+def test_legacy_hosts_without_messages_archive_user_and_assistant(
+    make_provider, tmp_path: Path
+) -> None:
     provider = make_provider()
     provider.sync_turn("hi", "hello")
     provider.sync_turn("hi", "hello")
     flush(provider)
-    assert turn_messages(tmp_path / "home") == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]] * 2
+    assert (
+        turn_messages(tmp_path / "home")
+        == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]] * 2
+    )
 
 
-def test_checkpoint_is_durable_before_return_and_visible_to_another_connection(make_provider, tmp_path: Path) -> None:
+def test_checkpoint_is_durable_before_return_and_visible_to_another_connection(
+    make_provider, tmp_path: Path
+) -> None:
     provider = make_provider()
     messages = convo(("alpha", "beta"), ("gamma", "delta"))
     receipt = provider.on_pre_compress(messages, require_checkpoint=True)
@@ -113,19 +125,28 @@ def test_checkpoint_is_durable_before_return_and_visible_to_another_connection(m
         "SELECT p.body FROM events e JOIN payloads p ON p.digest = e.payload WHERE e.type = 'checkpoint'"
     ).fetchone()
     evidence = decode(bytes(body))["evidence"]
-    stored = [decode(bytes(conn.execute("SELECT body FROM payloads WHERE digest = ?", (d,)).fetchone()[0])) for d in evidence]
+    stored = [
+        decode(
+            bytes(conn.execute("SELECT body FROM payloads WHERE digest = ?", (d,)).fetchone()[0])
+        )
+        for d in evidence
+    ]
     assert stored == direct_evidence(messages)
     conn.close()
 
 
-def test_checkpoints_are_idempotent_and_grow_by_the_new_messages(make_provider, tmp_path: Path) -> None:
+def test_checkpoints_are_idempotent_and_grow_by_the_new_messages(
+    make_provider, tmp_path: Path
+) -> None:
     provider = make_provider()
     messages = convo(("alpha", "beta"), ("gamma", "delta"))
     first = provider.on_pre_compress(messages, require_checkpoint=True)
     again = provider.on_pre_compress(list(messages), require_checkpoint=True)
     assert "already archived (0 newly stored)" in again
     assert first.split(":")[0] == again.split(":")[0]  # the same checkpoint digest
-    grown = provider.on_pre_compress(messages + [{"role": "user", "content": "epsilon"}], require_checkpoint=True)
+    grown = provider.on_pre_compress(
+        messages + [{"role": "user", "content": "epsilon"}], require_checkpoint=True
+    )
     assert "5 messages archived (1 newly stored)" in grown
     rows = event_rows(tmp_path / "home")
     assert [t for _, t, _ in rows].count("checkpoint") == 2
@@ -136,7 +157,9 @@ def test_concurrent_identical_checkpoints_make_one(make_provider, tmp_path: Path
     messages = convo(("same", "evidence"))
     receipts: list[str] = []
     threads = [
-        threading.Thread(target=lambda p=p: receipts.append(p.on_pre_compress(messages, require_checkpoint=True)))
+        threading.Thread(
+            target=lambda p=p: receipts.append(p.on_pre_compress(messages, require_checkpoint=True))
+        )
         for p in providers * 4
     ]
     for thread in threads:
@@ -148,7 +171,9 @@ def test_concurrent_identical_checkpoints_make_one(make_provider, tmp_path: Path
     assert [t for _, t, _ in event_rows(tmp_path / "home")].count("checkpoint") == 1
 
 
-def test_required_checkpoint_raises_when_the_database_is_locked(make_provider, tmp_path: Path, monkeypatch) -> None:
+def test_required_checkpoint_raises_when_the_database_is_locked(
+    make_provider, tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.setenv("ARCHIVE_BUSY_TIMEOUT_S", "0.2")
     monkeypatch.setenv("ARCHIVE_CHECKPOINT_TIMEOUT_S", "5")
     provider = make_provider()
@@ -169,7 +194,9 @@ def test_required_checkpoint_raises_when_the_database_is_locked(make_provider, t
     assert "5 messages" not in provider.on_pre_compress(convo(("a", "b")), require_checkpoint=True)
 
 
-def test_non_primary_contexts_write_no_turns_but_checkpoints_are_archived(make_provider, tmp_path: Path) -> None:
+def test_non_primary_contexts_write_no_turns_but_checkpoints_are_archived(
+    make_provider, tmp_path: Path
+) -> None:
     provider = make_provider(agent_context="subagent")
     provider.sync_turn("u", "a", messages=convo(("u", "a")))
     provider.on_memory_write("add", "memory", "fact")
@@ -182,11 +209,21 @@ def test_hostile_messages_are_archived_faithfully(make_provider, tmp_path: Path)
     huge = "x" * (5 * 1024 * 1024)
     messages = [
         "not a dict",
-        {"role": "user", "content": [{"type": "text", "text": "parts"}, {"type": "image_url", "image_url": {"url": "u"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "parts"},
+                {"type": "image_url", "image_url": {"url": "u"}},
+            ],
+        },
         {"role": "assistant", "content": None},
         {"role": "weird-role", "content": "lone \ud800 surrogate and \u2028"},
         {"role": "user", "content": huge},
-        {"role": "assistant", "content": "t", "tool_calls": [{"function": {"arguments": "{" * 100_000}}]},
+        {
+            "role": "assistant",
+            "content": "t",
+            "tool_calls": [{"function": {"arguments": "{" * 100_000}}],
+        },
         {"role": "user", "content": b"raw \xff bytes"},
     ]
     provider.sync_turn("", "", session_id="s1", messages=messages)
@@ -204,23 +241,34 @@ def test_two_profiles_in_one_process_never_mix(make_provider, tmp_path: Path) ->
     def drive(provider: ArchiveProvider, tag: str) -> None:
         messages: list[dict[str, object]] = [SYSTEM]
         for i in range(50):
-            messages += [{"role": "user", "content": f"{tag} {i}"}, {"role": "assistant", "content": f"{tag} ok"}]
+            messages += [
+                {"role": "user", "content": f"{tag} {i}"},
+                {"role": "assistant", "content": f"{tag} ok"},
+            ]
             provider.sync_turn("", "", session_id="s1", messages=list(messages))
 
-    threads = [threading.Thread(target=drive, args=(a, "alpha")), threading.Thread(target=drive, args=(b, "bravo"))]
+    threads = [
+        threading.Thread(target=drive, args=(a, "alpha")),
+        threading.Thread(target=drive, args=(b, "bravo")),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     flush(a)
     flush(b)
-    for home, tag, other in ((tmp_path / "a", "alpha", "bravo"), (tmp_path / "b", "bravo", "alpha")):
+    for home, tag, other in (
+        (tmp_path / "a", "alpha", "bravo"),
+        (tmp_path / "b", "bravo", "alpha"),
+    ):
         texts = [m["content"] for turn in turn_messages(home) for m in turn if m["role"] == "user"]
         assert texts == [f"{tag} {i}" for i in range(50)]
         assert not any(other in str(t) for t in texts)
 
 
-def test_two_instances_of_one_profile_share_a_writer_and_one_chain(make_provider, tmp_path: Path) -> None:
+def test_two_instances_of_one_profile_share_a_writer_and_one_chain(
+    make_provider, tmp_path: Path
+) -> None:
     a, b = make_provider(session="s1"), make_provider(session="s2")
     assert a._writer is b._writer
     for i in range(20):
@@ -245,13 +293,18 @@ def test_initialize_refuses_to_rebind_to_another_home(make_provider, tmp_path: P
 
 def test_prefetch_recalls_fenced_and_records_what_it_served(make_provider, tmp_path: Path) -> None:
     provider = make_provider()
-    provider.sync_turn("", "", session_id="s1", messages=convo(("My sister's name is Ingrid", "Noted")))
+    provider.sync_turn(
+        "", "", session_id="s1", messages=convo(("My sister's name is Ingrid", "Noted"))
+    )
     provider.on_memory_write("add", "user", "Sister: Ingrid, lives in Oslo")
     flush(provider)
     provider.on_turn_start(2, "what is my sister called?")
     text = provider.prefetch("what is my sister called?")
     assert "Ingrid" in text
-    assert text.splitlines()[0].startswith("[archive recall") and "not instructions" in text.splitlines()[0]
+    assert (
+        text.splitlines()[0].startswith("[archive recall")
+        and "not instructions" in text.splitlines()[0]
+    )
     flush(provider)
     store = open_log(tmp_path / "home")
     try:
@@ -268,9 +321,21 @@ def test_archive_search_tool_answers_json_and_never_raises(make_provider) -> Non
     flush(provider)
     result = json.loads(provider.handle_tool_call("archive_search", {"query": "tangerine"}))
     assert result["results"][0]["text"] == "The launch code is tangerine"
-    for bad in ({}, {"query": 5}, {"query": "x", "limit": "many"}, "not json", None, {"query": "x", "since": 3}):
+    for bad in (
+        {},
+        {"query": 5},
+        {"query": "x", "limit": "many"},
+        "not json",
+        None,
+        {"query": "x", "since": 3},
+    ):
         assert "error" in json.loads(provider.handle_tool_call("archive_search", bad))  # type: ignore[arg-type]
-    assert json.loads(provider.handle_tool_call("archive_search", {"query": '"NEAR( text: * AND'}))["results"] == []
+    assert (
+        json.loads(provider.handle_tool_call("archive_search", {"query": '"NEAR( text: * AND'}))[
+            "results"
+        ]
+        == []
+    )
     assert "error" in json.loads(provider.handle_tool_call("nope", {}))
 
 
@@ -291,8 +356,16 @@ def test_every_event_matches_its_schema(make_provider, tmp_path: Path) -> None:
         events = list(store.events())
     finally:
         store.close()
-    assert {e.type for e in events} >= {"session_started", "turn", "memory_write", "delegation", "checkpoint",
-                                        "session_switched", "recall_served", "session_ended"}
+    assert {e.type for e in events} >= {
+        "session_started",
+        "turn",
+        "memory_write",
+        "delegation",
+        "checkpoint",
+        "session_switched",
+        "recall_served",
+        "session_ended",
+    }
     for event in events:
         jsonschema.validate(event.envelope.as_value(), load_envelope_schema())
         jsonschema.validate(event.body, load_event_schema(event.type))
@@ -311,7 +384,10 @@ def archived_turns(home: Path) -> list[tuple[list[dict[str, object]], list[objec
     store = open_log(home)
     try:
         return [
-            ([decode(store.payload(d) or b"") for d in e.body["messages"]], e.body.get("redactions", []))
+            (
+                [decode(store.payload(d) or b"") for d in e.body["messages"]],
+                e.body.get("redactions", []),
+            )
             for e in store.events()
             if e.type == "turn"
         ]
@@ -319,14 +395,19 @@ def archived_turns(home: Path) -> list[tuple[list[dict[str, object]], list[objec
         store.close()
 
 
-def test_the_cached_delta_archives_exactly_what_the_full_path_does(make_provider, tmp_path: Path) -> None:
+def test_the_cached_delta_archives_exactly_what_the_full_path_does(
+    make_provider, tmp_path: Path
+) -> None:
     """One provider keeps its transcript cache; the other is new each turn (full path only)."""
     secret = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"
     cached = make_provider(tmp_path / "cached")
     messages: list[dict[str, object]] = [SYSTEM]
     script = [("hello", "hi"), (f"my key is {secret}", "noted"), ("again", "sure"), ("bye", "bye")]
     for user, answer in script:
-        messages = messages + [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        messages = messages + [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": answer},
+        ]
         cached.sync_turn(user, answer, session_id="s1", messages=list(messages))
         fresh = make_provider(tmp_path / "full")
         fresh.sync_turn(user, answer, session_id="s1", messages=list(messages))
@@ -338,7 +419,9 @@ def test_the_cached_delta_archives_exactly_what_the_full_path_does(make_provider
     ]
 
 
-def test_a_message_changed_in_place_is_not_hidden_by_the_cache(make_provider, tmp_path: Path) -> None:
+def test_a_message_changed_in_place_is_not_hidden_by_the_cache(
+    make_provider, tmp_path: Path
+) -> None:
     """The cache keeps copies: an answer the host edits in place is archived, not missed."""
     provider = make_provider()
     messages = convo(("first", "one"))
@@ -348,4 +431,7 @@ def test_a_message_changed_in_place_is_not_hidden_by_the_cache(make_provider, tm
     provider.sync_turn("first", "one, edited", session_id="s1", messages=messages)
     flush(provider)
     turns = [rows for rows, _ in archived_turns(tmp_path / "home")]
-    assert turns[1] == [{"role": "user", "content": "first"}, {"role": "assistant", "content": "one, edited"}]
+    assert turns[1] == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "one, edited"},
+    ]

@@ -16,8 +16,11 @@ HELP = "run a real Hermes agent (fake local LLM) with the archive, compress, rec
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """--home picks the (demo-only) folder; --peers runs the hivemind demo instead."""
-    parser.add_argument("--peers", action="store_true",
-                        help="hivemind: three agents on a local Synapse; two meet through a third")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="hivemind: three agents on a local Synapse; two meet through a third",
+    )
 
 
 def run(ctx: CommandContext) -> int:
@@ -28,7 +31,9 @@ def run(ctx: CommandContext) -> int:
     try:
         from archive_provider.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra
-        raise UsageError(f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})") from None
+        raise UsageError(
+            f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})"
+        ) from None
     narration = io.StringIO()  # under --json the narration stays out of the JSON document
     stream = narration if ctx.json else ctx.out
 
@@ -47,13 +52,20 @@ def run(ctx: CommandContext) -> int:
     def human(_: object) -> str:
         verified = result.verified
         lines = ["", "Timeline of the archive:"]
-        lines += [f"  {t['seq']:>3} {t['time'][11:19]} {t['type']:<16} {t['summary']}" for t in result.timeline]
+        lines += [
+            f"  {t['seq']:>3} {t['time'][11:19]} {t['type']:<16} {t['summary']}"
+            for t in result.timeline
+        ]
         lines.append("")
         lines.append(
             f"verify: ok, {verified['events_checked']} events and {verified['payloads_checked']} payloads"
-            if verified.get("ok") else f"verify: FAILED at seq {verified.get('first_bad_seq')}: {verified.get('problem')}"
+            if verified.get("ok")
+            else f"verify: FAILED at seq {verified.get('first_bad_seq')}: {verified.get('problem')}"
         )
-        lines.append("The fact from session 1 reached session 2 through recall: " + ("yes" if result.fact_recalled else "NO"))
+        lines.append(
+            "The fact from session 1 reached session 2 through recall: "
+            + ("yes" if result.fact_recalled else "NO")
+        )
         return "\n".join(lines)
 
     ctx.emit(data, human)

@@ -13,7 +13,9 @@ HELP = "install the provider as a plugin folder in the profile (and optionally a
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="archive")
-    parser.add_argument("--activate", action="store_true", help="set memory.provider in config.yaml")
+    parser.add_argument(
+        "--activate", action="store_true", help="set memory.provider in config.yaml"
+    )
 
 
 def run(ctx: CommandContext) -> int:
@@ -21,10 +23,15 @@ def run(ctx: CommandContext) -> int:
     ctx.home.mkdir(parents=True, exist_ok=True)
     folder = install_plugin(ctx.home, name)
     config = activate(ctx.home, name) if ctx.args.activate else None
-    data = {"provider": name, "plugin_dir": str(folder), "activated": bool(config),
-            "config": str(config) if config else None}
+    data = {
+        "provider": name,
+        "plugin_dir": str(folder),
+        "activated": bool(config),
+        "config": str(config) if config else None,
+    }
     human = f"Installed the {name} provider in {folder}." + (
-        f"\nActivated it: memory.provider = {name} in {config}." if config
+        f"\nActivated it: memory.provider = {name} in {config}."
+        if config
         else f"\nActivate it with: hermes-archive --home {ctx.home} install --provider {name} --activate"
     )
     ctx.emit(data, human)

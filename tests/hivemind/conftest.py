@@ -55,9 +55,7 @@ def make_user(homeserver: Any) -> Callable[..., TestUser]:
 
 
 @pytest.fixture
-def make_backend(
-    homeserver: Any, tmp_path: Path
-) -> Iterator[Callable[..., MatrixBackend]]:
+def make_backend(homeserver: Any, tmp_path: Path) -> Iterator[Callable[..., MatrixBackend]]:
     """Build (not start) backends with a per-user crypto store; all are closed afterwards,
     and their loop threads must be gone within close()'s bound."""
     backends: list[MatrixBackend] = []
@@ -98,8 +96,9 @@ def make_agent(
 
     started: list[HivemindProvider] = []
 
-    def make(user: TestUser, *, home: Path | None = None, session: str = "s1",
-             **config: Any) -> HivemindProvider:
+    def make(
+        user: TestUser, *, home: Path | None = None, session: str = "s1", **config: Any
+    ) -> HivemindProvider:
         home = home or tmp_path / user.user_id.split(":")[0].lstrip("@")
         write_config(home, **config)
         monkeypatch.setenv("MATRIX_HOMESERVER", homeserver.base_url)
@@ -108,14 +107,16 @@ def make_agent(
         monkeypatch.setenv("MATRIX_DEVICE_ID", user.device_id)
         provider = HivemindProvider()
         assert provider.is_available()
-        provider.initialize(session, hermes_home=str(home), platform="cli",
-                            agent_context="primary")
+        provider.initialize(session, hermes_home=str(home), platform="cli", agent_context="primary")
         started.append(provider)
         return provider
 
     yield make
     for provider in started:
         provider.shutdown()
-    lingering = [t.name for t in threading.enumerate()
-                 if t.name.startswith(("hivemind-", "archive-writer")) and t.is_alive()]
+    lingering = [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("hivemind-", "archive-writer")) and t.is_alive()
+    ]
     assert lingering == []

@@ -51,7 +51,9 @@ TOKEN = "syt_c2VjcmV0_not_a_real_token_123456"
     ],
 )
 def test_invite_policy(
-    inviter: str, allow_users: tuple[str, ...], allow_servers: tuple[str, ...] | None,
+    inviter: str,
+    allow_users: tuple[str, ...],
+    allow_servers: tuple[str, ...] | None,
     allowed: bool,
 ) -> None:
     assert invite_allowed(inviter, allow_users, allow_servers, "home.example") is allowed
@@ -62,12 +64,18 @@ def test_server_name_keeps_ports() -> None:
     assert server_name("!room:hs") is None
 
 
-def _sync(join_events: list[dict[str, Any]], state: list[dict[str, Any]] | None = None,
-          invite_state: list[dict[str, Any]] | None = None) -> SyncResponse:
+def _sync(
+    join_events: list[dict[str, Any]],
+    state: list[dict[str, Any]] | None = None,
+    invite_state: list[dict[str, Any]] | None = None,
+) -> SyncResponse:
     rooms: dict[str, Any] = {
-        "join": {"!r:hs": {"timeline": {"events": join_events, "limited": False,
-                                        "prev_batch": "p"},
-                           "state": {"events": state or []}}},
+        "join": {
+            "!r:hs": {
+                "timeline": {"events": join_events, "limited": False, "prev_batch": "p"},
+                "state": {"events": state or []},
+            }
+        },
         "invite": {},
         "leave": {},
     }
@@ -79,8 +87,14 @@ def _sync(join_events: list[dict[str, Any]], state: list[dict[str, Any]] | None 
 
 
 def _event(kind: str, sender: str, content: dict[str, Any], n: int, **extra: Any) -> dict:
-    return {"type": kind, "sender": sender, "event_id": f"${n}", "origin_server_ts": n,
-            "content": content, **extra}
+    return {
+        "type": kind,
+        "sender": sender,
+        "event_id": f"${n}",
+        "origin_server_ts": n,
+        "content": content,
+        **extra,
+    }
 
 
 def test_digest_reports_peer_data_and_drops_spoofs_and_own_events() -> None:
@@ -90,17 +104,24 @@ def test_digest_reports_peer_data_and_drops_spoofs_and_own_events() -> None:
         _event("m.room.message", OWN, {"msgtype": "m.text", "body": "mine"}, 2),
         _event(PROFILE_EVENT_TYPE, peer, {"interests": ["rust"]}, 3, state_key=peer),
         _event(PROFILE_EVENT_TYPE, peer, {"interests": ["lies"]}, 4, state_key="@other:hs"),
-        _event(INTRODUCTION_EVENT_TYPE, "@carol:hs",
-               {"introducer": "@someone-else:hs", "peers": [peer, OWN]}, 5, state_key=""),
-        _event("m.room.member", peer, {"membership": "join", "displayname": "Peer"}, 6,
-               state_key=peer),
+        _event(
+            INTRODUCTION_EVENT_TYPE,
+            "@carol:hs",
+            {"introducer": "@someone-else:hs", "peers": [peer, OWN]},
+            5,
+            state_key="",
+        ),
+        _event(
+            "m.room.member", peer, {"membership": "join", "displayname": "Peer"}, 6, state_key=peer
+        ),
     ]
     pending = _Pending()
     _digest(_sync(events), OWN, pending)
     result = pending.result("s1")
     assert result.messages == (ReceivedMessage("$1", "!r:hs", peer, "hi", 1, False),)
     assert [(p.user_id, dict(p.profile)) for p in result.profiles] == [
-        (peer, {"interests": ["rust"]})]
+        (peer, {"interests": ["rust"]})
+    ]
     assert result.introductions == (
         IntroductionSeen("!r:hs", "@carol:hs", tuple(sorted([peer, OWN])), "$5", 5),
     )
@@ -109,10 +130,18 @@ def test_digest_reports_peer_data_and_drops_spoofs_and_own_events() -> None:
 
 def test_invites_name_the_inviter_of_our_membership() -> None:
     invite_state = [
-        {"type": "m.room.member", "sender": "@x:hs", "state_key": "@x:hs",
-         "content": {"membership": "join"}},
-        {"type": "m.room.member", "sender": "@inviter:hs", "state_key": OWN,
-         "content": {"membership": "invite", "is_direct": True}},
+        {
+            "type": "m.room.member",
+            "sender": "@x:hs",
+            "state_key": "@x:hs",
+            "content": {"membership": "join"},
+        },
+        {
+            "type": "m.room.member",
+            "sender": "@inviter:hs",
+            "state_key": OWN,
+            "content": {"membership": "invite", "is_direct": True},
+        },
     ]
     assert list(_invites(_sync([], invite_state=invite_state), OWN)) == [
         ("!inv:hs", "@inviter:hs", True)
@@ -156,8 +185,14 @@ def test_unreachable_homeserver_fails_fast_and_leaves_no_thread(tmp_path: Path) 
         made.append(threading.Thread(target=target, name=name, daemon=True))
         return made[-1]
 
-    backend = MatrixBackend(f"http://127.0.0.1:{_closed_port()}", OWN, tmp_path,
-                            access_token=TOKEN, thread_factory=factory, op_timeout=5)
+    backend = MatrixBackend(
+        f"http://127.0.0.1:{_closed_port()}",
+        OWN,
+        tmp_path,
+        access_token=TOKEN,
+        thread_factory=factory,
+        op_timeout=5,
+    )
     started = time.monotonic()
     with pytest.raises(MatrixUnavailable) as info:
         backend.start()

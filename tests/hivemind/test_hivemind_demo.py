@@ -20,8 +20,10 @@ def test_the_peers_demo_runs_end_to_end_and_verifies_every_log(tmp_path: Path) -
     assert result.spark == [result.agents["alice"], result.agents["bob"]]
     assert [m["text"] for m in result.exchanged] == [QUESTION, ANSWER]
     for name, other in (("alice", "bob"), ("bob", "alice")):
-        assert f"- hermes-of-{other} ({result.agents[other]}, introduced by hermes-of-carol)" in (
-            result.blocks[name])
+        assert (
+            f"- hermes-of-{other} ({result.agents[other]}, introduced by hermes-of-carol)"
+            in (result.blocks[name])
+        )
     assert any(line.startswith("Carol introduces them in !") for line in lines)
     assert not (tmp_path / "demo" / "synapse").exists()  # the homeserver is gone
     assert [t.name for t in threading.enumerate() if t.name.startswith("hivemind-")] == []

@@ -43,8 +43,9 @@ def invite_from(user_id: str) -> Callable[[SyncResult], Any]:
     return lambda r: next((i for i in r.invites if i.inviter == user_id), None)
 
 
-def connected_pair(make_user: Any, make_backend: Any) -> tuple[Any, Any, MatrixBackend,
-                                                                MatrixBackend, str]:
+def connected_pair(
+    make_user: Any, make_backend: Any
+) -> tuple[Any, Any, MatrixBackend, MatrixBackend, str]:
     """Alice and Bob, started, sharing an encrypted direct room that both have joined."""
     alice, bob = make_user("alice"), make_user("bob")
     a, b = make_backend(alice), make_backend(bob)
@@ -64,7 +65,11 @@ def test_plain_and_encrypted_messages_flow_both_ways(
     sent = a.send_text(room, "hello Bob, this is encrypted")
     got, _ = sync_until(b, message(sent))
     assert (got.room_id, got.sender, got.body, got.encrypted) == (
-        room, alice.user_id, "hello Bob, this is encrypted", True)
+        room,
+        alice.user_id,
+        "hello Bob, this is encrypted",
+        True,
+    )
     assert got.origin_server_ts > 0
 
     assert b.direct_room_for(alice.user_id) == room  # found, not created again
@@ -73,8 +78,12 @@ def test_plain_and_encrypted_messages_flow_both_ways(
     assert (got.sender, got.body, got.encrypted) == (bob.user_id, "hi Alice", True)
 
     # A plain room, made outside the backend (it only ever creates encrypted ones).
-    plain = homeserver.client_api(alice.access_token, "POST", "/_matrix/client/v3/createRoom",
-                                  {"preset": "private_chat", "invite": [bob.user_id]})["room_id"]
+    plain = homeserver.client_api(
+        alice.access_token,
+        "POST",
+        "/_matrix/client/v3/createRoom",
+        {"preset": "private_chat", "invite": [bob.user_id]},
+    )["room_id"]
     sync_until(b, invite_from(alice.user_id))
     a.join(plain)  # already a member: waits until sync knows the room
     sent = a.send_text(plain, "plain hello")
@@ -142,20 +151,28 @@ def test_introduction_room_is_joined_by_both_and_profiles_are_seen(
     room = c.create_introduction_room(alice.user_id, bob.user_id, text)
 
     for backend in (a, b):
-        got, seen = sync_until(backend, lambda r: next(
-            (m for m in r.messages if m.room_id == room), None))
+        got, seen = sync_until(
+            backend, lambda r: next((m for m in r.messages if m.room_id == room), None)
+        )
         assert (got.sender, got.body, got.encrypted) == (carol.user_id, text, True)
         intros = [i for r in seen for i in r.introductions]
         assert [(i.room_id, i.introducer, i.peers) for i in intros] == [
-            (room, carol.user_id, tuple(sorted([alice.user_id, bob.user_id])))]
+            (room, carol.user_id, tuple(sorted([alice.user_id, bob.user_id])))
+        ]
         assert all(i.accepted for r in seen for i in r.invites)
 
     a.publish_profile(room, {"interests": ["TEE attestation"], "summary": "Alice's agent"})
-    profile, _ = sync_until(b, lambda r: next(
-        (p for p in r.profiles if p.user_id == alice.user_id), None))
+    profile, _ = sync_until(
+        b, lambda r: next((p for p in r.profiles if p.user_id == alice.user_id), None)
+    )
     assert profile.room_id == room and profile.profile["interests"] == ["TEE attestation"]
-    joined, _ = sync_until(c, lambda r: {m.user_id for m in r.members if m.membership == "join"}
-                           >= {alice.user_id, bob.user_id} or None)
+    joined, _ = sync_until(
+        c,
+        lambda r: (
+            {m.user_id for m in r.members if m.membership == "join"} >= {alice.user_id, bob.user_id}
+            or None
+        ),
+    )
     assert joined
 
 
@@ -216,8 +233,12 @@ def test_a_room_we_were_removed_from_is_forgotten(
 ) -> None:
     alice, bob, a, b, room = connected_pair(make_user, make_backend)
     quoted = urllib.parse.quote(room, safe="")
-    homeserver.client_api(alice.access_token, "POST", f"/_matrix/client/v3/rooms/{quoted}/kick",
-                          {"user_id": bob.user_id, "reason": "test"})
+    homeserver.client_api(
+        alice.access_token,
+        "POST",
+        f"/_matrix/client/v3/rooms/{quoted}/kick",
+        {"user_id": bob.user_id, "reason": "test"},
+    )
     sync_until(b, lambda r: room in r.left_rooms)
     with pytest.raises(MatrixError, match="not a member") as info:
         b.send_text(room, "still there?")
@@ -226,7 +247,10 @@ def test_a_room_we_were_removed_from_is_forgotten(
 
 
 def test_outage_fails_fast_then_sync_and_send_resume(
-    make_user: Any, make_backend: Any, homeserver: Any, tmp_path: Any,
+    make_user: Any,
+    make_backend: Any,
+    homeserver: Any,
+    tmp_path: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)

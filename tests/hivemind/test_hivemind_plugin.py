@@ -17,11 +17,20 @@ from archive_provider.install import install_plugin
 from hivemind import HivemindProvider, register
 from hivemind.settings import HivemindSettings, load_settings, save_settings
 
-CREDENTIALS = {"MATRIX_HOMESERVER": "http://127.0.0.1:9", "MATRIX_USER_ID": "@me:localhost",
-               "MATRIX_ACCESS_TOKEN": "syt_bWU_secret_secret_0000"}
-TOOLS = ["archive_search", "hivemind_list_peers", "hivemind_check_messages",
-         "hivemind_send_to_peer", "hivemind_get_peer_info", "hivemind_introduce_peers",
-         "hivemind_dismiss_spark"]
+CREDENTIALS = {
+    "MATRIX_HOMESERVER": "http://127.0.0.1:9",
+    "MATRIX_USER_ID": "@me:localhost",
+    "MATRIX_ACCESS_TOKEN": "syt_bWU_secret_secret_0000",
+}
+TOOLS = [
+    "archive_search",
+    "hivemind_list_peers",
+    "hivemind_check_messages",
+    "hivemind_send_to_peer",
+    "hivemind_get_peer_info",
+    "hivemind_introduce_peers",
+    "hivemind_dismiss_spark",
+]
 
 
 class Collector:
@@ -62,8 +71,10 @@ def test_register_makes_a_new_cheap_provider_each_time(
 
 def test_registration_and_schemas_do_not_import_matrix() -> None:
     """Discovery (`hermes memory status`) must work, cheaply, without matrix-nio."""
-    code = ("import sys, hivemind; p = hivemind.HivemindProvider(); p.get_tool_schemas(); "
-            "p.is_available(); p.system_prompt_block(); assert 'nio' not in sys.modules")
+    code = (
+        "import sys, hivemind; p = hivemind.HivemindProvider(); p.get_tool_schemas(); "
+        "p.is_available(); p.system_prompt_block(); assert 'nio' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -83,8 +94,11 @@ def test_the_plugin_folder_loads_through_hermes(
     schema = get_provider_config_schema("hivemind")
     assert schema is not None and schema.name == "hivemind" and schema.storage == STORAGE_FLAT_JSON
     secrets = {f.key: f.env_key for f in schema.fields if f.is_secret}
-    assert secrets == {"homeserver": "MATRIX_HOMESERVER", "user_id": "MATRIX_USER_ID",
-                       "access_token": "MATRIX_ACCESS_TOKEN"}
+    assert secrets == {
+        "homeserver": "MATRIX_HOMESERVER",
+        "user_id": "MATRIX_USER_ID",
+        "access_token": "MATRIX_ACCESS_TOKEN",
+    }
     settings = set(HivemindSettings.__dataclass_fields__)
     assert {f.key for f in schema.fields} - set(secrets) <= settings
 
@@ -97,14 +111,21 @@ def test_without_credentials_the_archive_works_and_tools_say_why(
     try:
         listed = call(provider, "hivemind_list_peers")
         assert listed["connected"] is False and listed["peers"] == []
-        assert "MATRIX_HOMESERVER, MATRIX_USER_ID, MATRIX_ACCESS_TOKEN not set" in (
-            listed["not_connected_because"])
-        assert "No peers are known yet" in call(
-            provider, "hivemind_send_to_peer", peer_name="bob", message="hi")["error"]
+        assert (
+            "MATRIX_HOMESERVER, MATRIX_USER_ID, MATRIX_ACCESS_TOKEN not set"
+            in (listed["not_connected_because"])
+        )
+        assert (
+            "No peers are known yet"
+            in call(provider, "hivemind_send_to_peer", peer_name="bob", message="hi")["error"]
+        )
         wrong = call(provider, "hivemind_check_messages", peer_name=7)
         assert wrong["error"] == "'peer_name' must be text"
         assert call(provider, "hivemind_check_messages") == {
-            "messages": [], "remaining_unread": 0, "notice": listed["notice"]}
+            "messages": [],
+            "remaining_unread": 0,
+            "notice": listed["notice"],
+        }
         provider.sync_turn("remember the blue heron", "noted", session_id="s1")
         found = json.loads(provider.handle_tool_call("archive_search", {"query": "heron"}))
         assert "error" not in found
@@ -142,8 +163,11 @@ def test_an_unreachable_homeserver_delays_nothing_and_shutdown_is_bounded(
     provider = HivemindProvider()
     provider.initialize("s1", hermes_home=str(tmp_path), platform="cli")
     assert time.monotonic() - started < 3
-    wait_for(lambda: "unreachable" in call(provider, "hivemind_list_peers")[
-        "not_connected_because"], deadline_s=10, what="the first failed attempt")
+    wait_for(
+        lambda: "unreachable" in call(provider, "hivemind_list_peers")["not_connected_because"],
+        deadline_s=10,
+        what="the first failed attempt",
+    )
     started = time.monotonic()
     provider.shutdown()
     assert time.monotonic() - started < 8 and hivemind_threads() == []
@@ -153,8 +177,15 @@ def test_settings_files_environment_and_save_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert load_settings(tmp_path) == HivemindSettings()
-    save_settings(tmp_path, {"allow_servers": "none", "contacts": "@a:hs, @b:hs\n@c:hs",
-                             "interests": ["Rust", " TEE "], "poll_ms": "2500"})
+    save_settings(
+        tmp_path,
+        {
+            "allow_servers": "none",
+            "contacts": "@a:hs, @b:hs\n@c:hs",
+            "interests": ["Rust", " TEE "],
+            "poll_ms": "2500",
+        },
+    )
     settings = load_settings(tmp_path)
     assert settings.allow_servers == () and settings.contacts == ("@a:hs", "@b:hs", "@c:hs")
     assert settings.interests == ("Rust", "TEE") and settings.poll_ms == 2500
@@ -164,8 +195,9 @@ def test_settings_files_environment_and_save_config(
     monkeypatch.setenv("HIVEMIND_ALLOW_SERVERS", "partner.example, other.example")
     assert load_settings(tmp_path).allow_servers == ("partner.example", "other.example")
 
-    HivemindProvider().save_config({"about": "Rust agent", "recall_limit": 3,
-                                    "access_token": "syt_secret"}, str(tmp_path))
+    HivemindProvider().save_config(
+        {"about": "Rust agent", "recall_limit": 3, "access_token": "syt_secret"}, str(tmp_path)
+    )
     assert json.loads((tmp_path / "hivemind" / "config.json").read_text())["about"] == "Rust agent"
     assert json.loads((tmp_path / "archive" / "config.json").read_text())["recall_limit"] == 3
     written = "".join(p.read_text() for p in tmp_path.rglob("*.json"))

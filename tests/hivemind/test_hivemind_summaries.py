@@ -52,6 +52,9 @@ def test_duplicates_and_empty_input() -> None:
 
 def test_keywords_normalize() -> None:
     assert keywords("The TEE-based Libraries, C++ and keys in 2024!") == [
-        "tee-based", "library", "c++", "key",
+        "tee-based",
+        "library",
+        "c++",
+        "key",
     ]
     assert clean("  a\tb\n\nc ") == "a b c"

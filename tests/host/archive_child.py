@@ -44,8 +44,12 @@ def read() -> dict[str, object]:
                 }
             )
         report = verify_database(store.conn, store.key)
-        return {"events": total, "checkpoints": checkpoints, "verify_ok": report.ok,
-                "problem": report.problem}
+        return {
+            "events": total,
+            "checkpoints": checkpoints,
+            "verify_ok": report.ok,
+            "problem": report.problem,
+        }
     finally:
         store.close()
 

@@ -96,8 +96,13 @@ class Recorder:
             def make(hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 @functools.wraps(fn)
                 def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    call = Call(hook, threading.current_thread().name, args, dict(kwargs),
-                                args_before=copy.deepcopy(args))
+                    call = Call(
+                        hook,
+                        threading.current_thread().name,
+                        args,
+                        dict(kwargs),
+                        args_before=copy.deepcopy(args),
+                    )
                     with self._lock:
                         self.calls.append(call)
                     try:

@@ -24,7 +24,11 @@ def run_demo(home: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HERMES_HOME"}
     return subprocess.run(
         [sys.executable, "-m", "archive_provider.cli", "--home", str(home), *extra, "demo"],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
     )
 
 
@@ -40,7 +44,10 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_demo_recalls_the_fact_verifies_and_orders_the_hooks(demo_home: Path) -> None:
     result = json.loads((demo_home / "demo-output.json").read_text())
     assert result["fact_recalled"] is True
-    assert "BLUE HERON" in result["recall_in_request"] and "not instructions" in result["recall_in_request"]
+    assert (
+        "BLUE HERON" in result["recall_in_request"]
+        and "not instructions" in result["recall_in_request"]
+    )
     assert result["verified"]["ok"] is True
     assert result["checkpoint_receipt"].startswith("Archive checkpoint ")
     types = [event["type"] for event in result["timeline"]]
@@ -69,7 +76,9 @@ def test_every_audit_command_works_on_the_demo_archive_in_both_doors(
     sessions = json.loads((demo_home / "demo-output.json").read_text())["timeline"]
     first_session = sessions[0]["session"]
     for line in command_lines(demo_home, tmp_path):
-        line = [first_session if arg == "sess-2" else "dee" if arg == "ziggy" else arg for arg in line]
+        line = [
+            first_session if arg == "sess-2" else "dee" if arg == "ziggy" else arg for arg in line
+        ]
         args = ["--home", str(demo_home), *(["--json"] if as_json else []), *line]
         code, out, err = doors(capsys, args)  # hermes-archive and hermes archive must agree
         assert code == 0 and out.strip() and not err, (line, out, err)

@@ -11,8 +11,12 @@ from v2_host import direct_messages_for_pre_compress_memory
 
 from archive_provider.evidence import direct_evidence
 
-content = st.none() | st.text(max_size=8) | st.lists(
-    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=4)}), max_size=2
+content = (
+    st.none()
+    | st.text(max_size=8)
+    | st.lists(
+        st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=4)}), max_size=2
+    )
 )
 tool_calls = st.none() | st.lists(st.fixed_dictionaries({"id": st.text(max_size=3)}), max_size=2)
 row = st.fixed_dictionaries(

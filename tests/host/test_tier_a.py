@@ -89,7 +89,9 @@ def test_a1_user_dir_discovery_lists_loads_and_describes_the_provider(hermes_hom
     )
 
     folder = install_archive(hermes_home)
-    description = yaml.safe_load((folder / "plugin.yaml").read_text(encoding="utf-8"))["description"]
+    description = yaml.safe_load((folder / "plugin.yaml").read_text(encoding="utf-8"))[
+        "description"
+    ]
 
     assert NAME in list_memory_provider_names()
     assert find_provider_dir(NAME) == folder
@@ -116,7 +118,9 @@ def test_a1_register_and_is_available_create_no_files_and_no_threads(
     discover_memory_providers()  # register() + is_available() for every provider
     plugin = sys.modules[f"{hostkit.USER_MEMORY_NAMESPACE}.{NAME}"]
     registered: list[Any] = []
-    plugin.register(type("Ctx", (), {"register_memory_provider": lambda self, p: registered.append(p)})())
+    plugin.register(
+        type("Ctx", (), {"register_memory_provider": lambda self, p: registered.append(p)})()
+    )
     assert len(registered) == 1 and registered[0].is_available()
 
     assert _snapshot(tmp_path) == files
@@ -386,7 +390,11 @@ def test_a6_after_a_real_compaction_resent_transcripts_add_nothing(
     agent = offline_agent()
     archive_provider_of(agent)  # our provider is the active one
     agent.context_compressor.compress = lambda messages, **_: [
-        {"role": "user", "content": "[CONTEXT COMPACTION] earlier turns", "_compressed_summary": True},
+        {
+            "role": "user",
+            "content": "[CONTEXT COMPACTION] earlier turns",
+            "_compressed_summary": True,
+        },
         *messages[-2:],
     ]
 
@@ -505,7 +513,9 @@ def test_a8_store_failure_is_swallowed_recorded_and_leaves_no_partial_archive(
         assert failed.body["evidence_count"] == 2
         # ...and still no half checkpoint: one checkpoint, the lost text stored nowhere.
         assert len(events(hermes_home, "checkpoint")) == 1
-        assert not any("UNIQUE-LOST-TEXT-5150" in json.dumps(v) for v in all_payload_values(hermes_home))
+        assert not any(
+            "UNIQUE-LOST-TEXT-5150" in json.dumps(v) for v in all_payload_values(hermes_home)
+        )
         assert query(hermes_home, "SELECT count(*) FROM checkpoint_failures") == [(1,)]
 
         # The marker can be surfaced later: the status command reports it.
@@ -545,7 +555,9 @@ def test_a9_real_compress_context_checkpoints_before_the_compressor_and_hands_ov
     agent.context_compressor.compress = fake_compress
     messages = copy.deepcopy(RAW_TRANSCRIPT[2:])
 
-    compressed, _prompt = compress_context(agent, messages, "sys", approx_tokens=100_000, force=True)
+    compressed, _prompt = compress_context(
+        agent, messages, "sys", approx_tokens=100_000, force=True
+    )
 
     (pre,) = recorder.of("on_pre_compress")
     assert pre.error is None and pre.kwargs == {}  # 0.19.0: raw list, no flags
@@ -596,7 +608,7 @@ def test_a10_two_real_turns_then_shutdown(
     assert provider.system_prompt_block() in FakeLLM.system_prompt(first)
     assert NAME + "_search" in FakeLLM.tool_names(first)
     user_text = FakeLLM.user_texts(second)[-1]
-    block = user_text[user_text.index("<memory-context>"):]
+    block = user_text[user_text.index("<memory-context>") :]
     assert FENCE_OPEN in block and "My cat is called Miso" in block
     assert recorder.of("prefetch")[-1].result and "Miso" in recorder.of("prefetch")[-1].result
 
@@ -644,7 +656,10 @@ def test_a11_tool_dispatch_json_errors_and_unknown_tools(
     # Bad input and internal failures come back as JSON errors, never as exceptions.
     assert "error" in json.loads(mm.handle_tool_call("archive_search", {"query": ""}))
     monkeypatch.setattr(provider_module, "search", lambda *a, **k: 1 / 0)
-    assert "ZeroDivisionError" in json.loads(mm.handle_tool_call("archive_search", {"query": "x"}))["error"]
+    assert (
+        "ZeroDivisionError"
+        in json.loads(mm.handle_tool_call("archive_search", {"query": "x"}))["error"]
+    )
 
     # If the provider itself raised, the host wraps it.
     def explode(*_a: Any, **_k: Any) -> str:
@@ -744,7 +759,7 @@ def test_a13_session_boundary_ends_before_it_switches_and_later_events_carry_the
     s1_turns = [messages_of(hermes_home, e) for e in log[:ended] if e.type == "turn"]
     assert [m["content"] for turn in s1_turns for m in turn] == ["old one", "ok", "old two", "ok2"]
     assert [e.session for e in log[switched:]] == ["s2"] * len(log[switched:])
-    assert {"memory_write", "turn", "checkpoint"} <= {e.type for e in log[switched + 1:]}
+    assert {"memory_write", "turn", "checkpoint"} <= {e.type for e in log[switched + 1 :]}
 
 
 # -- A14 shutdown drain --------------------------------------------------------------------
@@ -759,7 +774,10 @@ def test_a14_shutdown_drains_closes_rejects_late_writes_and_the_log_replays(
     mm, provider = manager
     transcript: list[dict[str, Any]] = []
     for i in range(1, 9):
-        transcript += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+        transcript += [
+            {"role": "user", "content": f"q{i}"},
+            {"role": "assistant", "content": f"a{i}"},
+        ]
         mm.sync_all(f"q{i}", f"a{i}", session_id="s1", messages=list(transcript))
     writer = provider._writer
     assert writer is not None

@@ -172,7 +172,7 @@ def test_b3_checkpoint_is_committed_with_full_sync_and_visible_to_another_proces
     # on_pre_compress returned (SQLite only changes the level between transactions).
     full = at_return.index("PRAGMA synchronous = FULL")
     assert at_return[full + 1] == "BEGIN IMMEDIATE"
-    assert "COMMIT" in at_return[full + 2:]
+    assert "COMMIT" in at_return[full + 2 :]
 
     seen = run_child("read", hermes_home)  # a fresh connection in another process
     (checkpoint,) = seen["checkpoints"]
@@ -188,7 +188,12 @@ def test_b3_kill_9_right_after_the_return_loses_nothing(tmp_path: Path, hermes_h
     transcript = tmp_path / "transcript.json"
     transcript.write_text(json.dumps(RAW), encoding="utf-8")
     child = subprocess.Popen(
-        [sys.executable, str(HOST_TESTS / "archive_child.py"), "checkpoint_then_hang", str(transcript)],
+        [
+            sys.executable,
+            str(HOST_TESTS / "archive_child.py"),
+            "checkpoint_then_hang",
+            str(transcript),
+        ],
         env=child_env(home),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -258,8 +263,9 @@ def test_b4_armed_compress_context_never_calls_the_compressor_and_is_retryable(
     messages = copy.deepcopy(RAW[2:])
     before = copy.deepcopy(messages)
 
-    with write_lock_held(hermes_home), pytest.raises(
-        h.CompressionCheckpointUnavailable, match="^BLOCKED_MISSING_PREREQUISITE"
+    with (
+        write_lock_held(hermes_home),
+        pytest.raises(h.CompressionCheckpointUnavailable, match="^BLOCKED_MISSING_PREREQUISITE"),
     ):
         h.compress_context_v2(agent, messages, "sys", approx_tokens=100_000, force=True,
                               checkpoint_required=True)  # fmt: skip
@@ -301,7 +307,9 @@ def test_b5_failed_required_checkpoint_leaves_nothing_half_written_and_an_audit_
     assert not any("UNIQUE-B5-TEXT-7731" in json.dumps(v) for v in all_payload_values(hermes_home))
 
     # A retry commits the complete checkpoint in one go.
-    mm.on_pre_compress(copy.deepcopy(raw), evidence_messages=evidence_of(raw), require_checkpoint=True)
+    mm.on_pre_compress(
+        copy.deepcopy(raw), evidence_messages=evidence_of(raw), require_checkpoint=True
+    )
     (checkpoint,) = checkpoint_events(hermes_home)
     assert messages_of(hermes_home, checkpoint) == evidence_of(raw)
     assert checkpoint.seq > failed.seq
@@ -615,8 +623,9 @@ def test_b12_a_bare_signature_variant_still_archives_and_counts_as_a_checkpoint(
     mm.initialize_all("s1", platform="cli", agent_context="primary")
     try:
         assert not h.accepts_require_checkpoint(bare.on_pre_compress)
-        receipt = mm.on_pre_compress(copy.deepcopy(RAW), evidence_messages=evidence_of(RAW),
-                                     require_checkpoint=True)  # no "No active memory provider"
+        receipt = mm.on_pre_compress(
+            copy.deepcopy(RAW), evidence_messages=evidence_of(RAW), require_checkpoint=True
+        )  # no "No active memory provider"
         assert receipt and "archived" in receipt
         (checkpoint,) = checkpoint_events(hermes_home)
         assert messages_of(hermes_home, checkpoint) == EVIDENCE
@@ -665,7 +674,10 @@ def test_b13_replay_equals_live_and_every_checkpoint_names_its_lineage(
     assert verify(hermes_home).ok
 
     checkpoints = checkpoint_events(hermes_home)
-    assert [(c.session, c.body["parent_session"]) for c in checkpoints] == [("s1", "s0"), ("s2", "s1")]
+    assert [(c.session, c.body["parent_session"]) for c in checkpoints] == [
+        ("s1", "s0"),
+        ("s2", "s1"),
+    ]
     with open_view(hermes_home) as store:
         for checkpoint in checkpoints:
             body = checkpoint.body

@@ -206,8 +206,20 @@ def test_archive_folder_and_files_are_private(
         os.umask(old)
 
 
-_FRAGMENTS = [*ALL_SECRETS, *(t for t, _ in CONTEXTUAL.values()), "sk-", "ghp_", "://", "@", "Bearer ",
-              "AWS_SECRET_ACCESS_KEY=", "-----BEGIN ", "AIza", "xoxb-", "AKIA"]
+_FRAGMENTS = [
+    *ALL_SECRETS,
+    *(t for t, _ in CONTEXTUAL.values()),
+    "sk-",
+    "ghp_",
+    "://",
+    "@",
+    "Bearer ",
+    "AWS_SECRET_ACCESS_KEY=",
+    "-----BEGIN ",
+    "AIza",
+    "xoxb-",
+    "AKIA",
+]
 
 
 @settings(max_examples=500, deadline=None)
