@@ -54,16 +54,21 @@ class DemoResult:
         return FACT in self.recall_in_request and FACT in self.answer
 
 
-def prepare_home(home: Path) -> None:
-    """Create a fresh demo profile; refuse a non-empty folder the demo did not make."""
+def fresh_demo_home(home: Path, marker: str, made_by: str) -> None:
+    """Empty ``home`` for a demo run; refuse a non-empty folder a demo did not make."""
     if home.exists() and any(home.iterdir()):
-        if not (home / MARKER).exists():
+        if not (home / marker).exists():
             raise DemoRefused(
                 f"{home} is not empty and was not made by the demo; choose another --home"
             )
         shutil.rmtree(home)
     home.mkdir(parents=True, exist_ok=True)
-    (home / MARKER).write_text("made by `hermes-archive demo`; safe to delete\n")
+    (home / marker).write_text(f"made by `{made_by}`; safe to delete\n")
+
+
+def prepare_home(home: Path) -> None:
+    """A fresh demo profile with the archive installed and active, built-in memory on."""
+    fresh_demo_home(home, MARKER, "hermes-archive demo")
     install_plugin(home, "archive")
     activate(home, "archive")
     with (home / "config.yaml").open("a", encoding="utf-8") as config:

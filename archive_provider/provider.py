@@ -472,26 +472,30 @@ class ArchiveProvider(MemoryProviderBase):
             return ""
         hits = self._search(query, limit=self._settings.recall_limit)
         text = render(hits, self._settings.recall_budget_chars)
-        if text and self._writes_turns:
-            session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
-            sources = sorted({hit.seq for hit in hits if hit.seq})
-            redact = self._settings.redact_secrets
-            self._submit(
-                lambda store: [
-                    builders.recall_served(
-                        store.hasher,
-                        session,
-                        turn=turn,
-                        query=query,
-                        result=text,
-                        sources=sources,
-                        at=at,
-                        redact=redact,
-                    )
-                ],
-                "recall_served",
-            )
+        self._record_recall(session_id, query, text, sorted({hit.seq for hit in hits if hit.seq}))
         return text
+
+    def _record_recall(self, session_id: str, query: str, result: str, sources: list[int]) -> None:
+        """Log what prefetch returned for this turn as ``recall_served`` (the host may trim it)."""
+        if not result or not self._writes_turns:
+            return
+        session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
+        redact = self._settings.redact_secrets
+        self._submit(
+            lambda store: [
+                builders.recall_served(
+                    store.hasher,
+                    session,
+                    turn=turn,
+                    query=query,
+                    result=result,
+                    sources=sources,
+                    at=at,
+                    redact=redact,
+                )
+            ],
+            "recall_served",
+        )
 
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         """Nothing to warm: recall is an indexed query answered in milliseconds."""

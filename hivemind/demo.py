@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archive_provider.demo import DemoRefused
+from archive_provider.demo import DemoRefused, fresh_demo_home
 from archive_provider.store import EventStore, archive_dir
 from archive_provider.verifier import verify_database
 
@@ -72,14 +72,7 @@ class PeersDemoResult:
 
 def prepare_home(home: Path) -> None:
     """A fresh demo folder; refuse a non-empty folder the demo did not make."""
-    if home.exists() and any(home.iterdir()):
-        if not (home / MARKER).exists():
-            raise DemoRefused(
-                f"{home} is not empty and was not made by the demo; choose another --home"
-            )
-        shutil.rmtree(home)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / MARKER).write_text("made by `hermes-archive demo --peers`; safe to delete\n")
+    fresh_demo_home(home, MARKER, "hermes-archive demo --peers")
 
 
 def _check_synapse() -> None:

@@ -24,11 +24,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from archive_provider import builders
-from archive_provider.clock import now_text
 from archive_provider.events import NewEvent
 from archive_provider.host import get_secret
-from archive_provider.provider import ArchiveProvider, session_text
+from archive_provider.provider import ArchiveProvider
 from archive_provider.schemas import load_tool_schema
 from archive_provider.settings import Settings
 from archive_provider.settings import save_settings as save_archive_settings
@@ -161,22 +159,7 @@ class HivemindProvider(ArchiveProvider):
             log.warning("archive: recall failed: %s", exc)
             recall = ""
         block = self.peer_context()
-        if block and self._writes_turns:
-            session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
-            self._submit(
-                lambda store: [
-                    builders.recall_served(
-                        store.hasher,
-                        session,
-                        turn=turn,
-                        query=query,
-                        result=block,
-                        sources=[],
-                        at=at,
-                    )
-                ],
-                "recall_served",
-            )
+        self._record_recall(session_id, query, block, [])
         return "\n\n".join(part for part in (recall, block) if part)
 
     def peer_context(self) -> str:
