@@ -398,11 +398,15 @@ def test_through_the_real_hermes_memory_manager(
             )
         )
         assert sent["sent"] is True
+        # Bob answers what he has read: until his sync loop has logged Alice's message, Alice
+        # is no known peer to him and send_to_peer refuses her (by design, names.py).
+        wait_for(lambda: unread_from(b, alice.user_id) == 1, what="Alice's message at Bob")
         answer = call(b, "hivemind_send_to_peer", peer_name=alice.user_id, message="got it")
+        assert answer["sent"] is True, answer
+        assert answer["room_id"] == sent["room_id"]  # one direct room, not a second one
         wait_for(
             lambda: "1 unread" in manager.prefetch_all("any news from peers?"),
             what="the answer in the host's prefetch",
         )
-        assert answer["sent"]
     finally:
         manager.shutdown_all()
