@@ -27,8 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.canonical import canonical_bytes
-from archive_provider.events import Hasher, NewEvent
+from archive_provider.events import Hasher, NewEvent, Part
 from archive_provider.evidence import archivable_text
+from archive_provider.redaction import redact_value
 
 from .sparks import pair_key
 
@@ -107,6 +108,14 @@ def contact_seen(user_id: str) -> NewEvent:
     )
 
 
+def _text_part(hasher: Hasher, text: str, redact: bool) -> tuple[Part, list[dict[str, Any]]]:
+    """A peer's text as a part, secret-shaped spans masked when ``redact`` (as for turns)."""
+    value, found = (
+        redact_value(archivable_text(text), "/text") if redact else (archivable_text(text), [])
+    )
+    return hasher.part(value), found
+
+
 def message_received(
     hasher: Hasher,
     *,
@@ -116,21 +125,19 @@ def message_received(
     text: str,
     origin_server_ts: int,
     encrypted: bool,
+    redact: bool = False,
 ) -> NewEvent:
-    part = hasher.part(archivable_text(text))
-    return NewEvent(
-        "peer_message_received",
-        PEER_SESSION,
-        {"event_id": event_id},
-        {
-            "room_id": room_id,
-            "sender": sender,
-            "text": part.digest,
-            "origin_server_ts": origin_server_ts,
-            "encrypted": encrypted,
-        },
-        (part,),
-    )
+    part, found = _text_part(hasher, text, redact)
+    body: dict[str, Any] = {
+        "room_id": room_id,
+        "sender": sender,
+        "text": part.digest,
+        "origin_server_ts": origin_server_ts,
+        "encrypted": encrypted,
+    }
+    if found:
+        body["redactions"] = found
+    return NewEvent("peer_message_received", PEER_SESSION, {"event_id": event_id}, body, (part,))
 
 
 def message_undecryptable(
@@ -216,14 +223,23 @@ def message_sent(
     recipient: str,
     text: str,
     txn_id: str,
+    redact: bool = False,
 ) -> NewEvent:
     """A message the homeserver accepted (``event_id`` is what it returned)."""
-    part = hasher.part(archivable_text(text))
+    part, found = _text_part(hasher, text, redact)
+    body: dict[str, Any] = {
+        "room_id": room_id,
+        "recipient": recipient,
+        "text": part.digest,
+        "txn_id": txn_id,
+    }
+    if found:
+        body["redactions"] = found
     return NewEvent(
         "peer_message_sent",
         session,
         {"event_id": event_id},
-        {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id},
+        body,
         (part,),
     )
 
@@ -311,7 +327,7 @@ def sync_position(
     return NewEvent("peer_sync_position", PEER_SESSION, {"next_batch": next_batch}, body)
 
 
-def from_sync(hasher: Hasher, result: SyncResult) -> list[NewEvent]:
+def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> list[NewEvent]:
     """Every loggable fact of one sync result, in a fixed order (no position event)."""
     events: list[NewEvent] = []
     for m in result.members:
@@ -355,6 +371,7 @@ def from_sync(hasher: Hasher, result: SyncResult) -> list[NewEvent]:
                 text=r.body,
                 origin_server_ts=r.origin_server_ts,
                 encrypted=r.encrypted,
+                redact=redact,
             )
         )
     return events

@@ -70,8 +70,10 @@ class PeerLink:
         settings: HivemindSettings,
         submit: Submit,
         read_token: Callable[[], str | None],
+        redact: bool = False,
     ) -> None:
         self.user_id = user_id
+        self.redact = redact  # mask secret-shaped spans in peer text (archive redact_secrets)
         self._crypto_dir = crypto_dir
         self._homeserver = homeserver
         self._access_token = access_token
@@ -267,7 +269,7 @@ class PeerLink:
             )
 
         def build(store: EventStore) -> list[NewEvent]:
-            candidates = events.from_sync(store.hasher, result)
+            candidates = events.from_sync(store.hasher, result, redact=self.redact)
             fresh = [
                 e for e in candidates if store.has_identity(identity_digest(e.type, e.key)) is None
             ]

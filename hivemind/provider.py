@@ -124,6 +124,7 @@ class HivemindProvider(ArchiveProvider):
                 settings=self._peer_settings,
                 submit=self._submit_job,
                 read_token=self._logged_sync_token,
+                redact=self._settings.redact_secrets,
             )
             link.start()
         except Exception as exc:
@@ -197,6 +198,7 @@ class HivemindProvider(ArchiveProvider):
                 link=lambda: self._link,
                 session=lambda: self._session,
                 unavailable=lambda: self._peers_off,
+                redact=self._settings.redact_secrets,
             )
         return self._tools
 

@@ -56,6 +56,7 @@ class PeerTools:
     link: Callable[[], PeerLink | None]
     session: Callable[[], str]
     unavailable: Callable[[], str]  # why peers are off, when there is no link
+    redact: bool = False  # mask secret-shaped spans in what we log of our own messages
 
     def handle(self, name: str, args: Any) -> dict[str, Any]:
         """Run tool ``name`` (one of the provider's TOOL_NAMES, ``hivemind_<method>``)."""
@@ -178,6 +179,7 @@ class PeerTools:
                     recipient=peer,
                     text=message,
                     txn_id=txn_id,
+                    redact=self.redact,
                 )
             ],
             "peer_message_sent",

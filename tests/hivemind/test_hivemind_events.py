@@ -7,6 +7,7 @@ from types import MappingProxyType
 import jsonschema
 import pytest
 
+from archive_provider.canonical import decode
 from archive_provider.digests import identity_digest
 from archive_provider.events import EVENT_TYPES, Hasher, NewEvent
 from archive_provider.schemas import load_event_schema
@@ -169,3 +170,34 @@ def test_errors_are_bounded() -> None:
         HASHER, "s", txn_id="t", recipients=[ALICE], text="x", error="e" * 5000, retryable=True
     )
     assert len(failed.body["error"]) == events.MAX_ERROR_CHARS
+
+
+def test_peer_text_is_redacted_like_turns_when_the_setting_is_on() -> None:
+    secret = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"
+    for redact in (True, False):
+        built = events.message_received(
+            HASHER,
+            event_id="$e1",
+            room_id="!r",
+            sender="@bob:localhost",
+            text=f"my key is {secret}",
+            origin_server_ts=1,
+            encrypted=True,
+            redact=redact,
+        )
+        text = decode(built.parts[0].body)
+        assert (secret in text) is not redact
+        assert ("redactions" in built.body) is redact
+        jsonschema.validate(built.body, load_event_schema("peer_message_received"))
+    sent = events.message_sent(
+        HASHER,
+        "s1",
+        event_id="$e2",
+        room_id="!r",
+        recipient="@bob:localhost",
+        text=f"use {secret}",
+        txn_id="t",
+        redact=True,
+    )
+    assert decode(sent.parts[0].body) == "use [redacted:api_key]"
+    assert sent.body["redactions"] == [{"path": "/text", "kind": "api_key", "at": 4}]
