@@ -420,6 +420,10 @@ class EventStore:
         """
         if projection.name in self.broken_projections:
             return
+        handles = getattr(projection, "handles", None)
+        if isinstance(handles, frozenset) and event.type not in handles:
+            projection.apply(self.conn, event)  # only moves last_seq: no savepoint needed
+            return
         self.conn.execute("SAVEPOINT projection")
         try:
             projection.apply(self.conn, event)
