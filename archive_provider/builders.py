@@ -19,7 +19,7 @@ def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tupl
     return tuple(hasher.part(message) for message in messages)
 
 
-def _with_redactions(
+def with_redactions(
     body: dict[str, Any], redactions: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """Add the ``redactions`` list (redaction.py) to a body when anything was redacted."""
@@ -44,7 +44,7 @@ def turn(
         "turn",
         session,
         {"session": session, "turn": ordinal, "messages": digests},
-        _with_redactions(
+        with_redactions(
             {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
             redactions,
         ),
@@ -70,7 +70,7 @@ def checkpoint(
         "checkpoint",
         session,
         {"session": session, "evidence": evidence},
-        _with_redactions(
+        with_redactions(
             {
                 "evidence": digests,
                 "evidence_digest": evidence,
@@ -100,7 +100,7 @@ def checkpoint_failed(
         "checkpoint_failed",
         session,
         {"session": session, "at": at},
-        _with_redactions(
+        with_redactions(
             {
                 "error": archivable_text(text),
                 "require_checkpoint": require_checkpoint,
@@ -138,7 +138,7 @@ def memory_write(
         "memory_write",
         session,
         {"session": session, "order": order, "content": part.digest},
-        _with_redactions(
+        with_redactions(
             {
                 "order": order,
                 "action": archivable(action),
@@ -202,7 +202,7 @@ def recall_served(
             "result": result_part.digest,
             "at": at,
         },
-        _with_redactions(
+        with_redactions(
             {
                 "turn": turn,
                 "query": query_part.digest,
@@ -249,7 +249,7 @@ def delegation(
             "task": task_part.digest,
             "result": result_part.digest,
         },
-        _with_redactions(body, redactions),
+        with_redactions(body, redactions),
         (task_part, result_part),
     )
 

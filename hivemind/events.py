@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from archive_provider.builders import with_redactions
 from archive_provider.canonical import canonical_bytes
 from archive_provider.events import Hasher, NewEvent, Part
 from archive_provider.evidence import archivable_text
@@ -128,16 +129,20 @@ def message_received(
     redact: bool = False,
 ) -> NewEvent:
     part, found = _text_part(hasher, text, redact)
-    body: dict[str, Any] = {
+    body = {
         "room_id": room_id,
         "sender": sender,
         "text": part.digest,
         "origin_server_ts": origin_server_ts,
         "encrypted": encrypted,
     }
-    if found:
-        body["redactions"] = found
-    return NewEvent("peer_message_received", PEER_SESSION, {"event_id": event_id}, body, (part,))
+    return NewEvent(
+        "peer_message_received",
+        PEER_SESSION,
+        {"event_id": event_id},
+        with_redactions(body, found),
+        (part,),
+    )
 
 
 def message_undecryptable(
@@ -227,19 +232,12 @@ def message_sent(
 ) -> NewEvent:
     """A message the homeserver accepted (``event_id`` is what it returned)."""
     part, found = _text_part(hasher, text, redact)
-    body: dict[str, Any] = {
-        "room_id": room_id,
-        "recipient": recipient,
-        "text": part.digest,
-        "txn_id": txn_id,
-    }
-    if found:
-        body["redactions"] = found
+    body = {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id}
     return NewEvent(
         "peer_message_sent",
         session,
         {"event_id": event_id},
-        body,
+        with_redactions(body, found),
         (part,),
     )
 
