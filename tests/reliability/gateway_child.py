@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from archive_provider import ArchiveProvider
 
@@ -31,6 +32,7 @@ def main() -> None:
         return
     messages: list[dict[str, str]] = []
     for n in range(turns):
+        time.sleep(delay)  # pace the writes like a gateway's turns, so readers overlap them
         messages += [
             {"role": "user", "content": f"{tag} question {n} about zebras"},
             {"role": "assistant", "content": f"{tag} answer {n}"},

@@ -65,8 +65,10 @@ def expected_texts(tag: str, turns: int) -> list[str]:
 
 def test_gateway_writer_with_cli_readers_in_other_processes(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    # the writer paces its turns (about 10 s in all) so that CLI readers, each a new Python
+    # process, overlap it many times even on a loaded 2-core machine
     turns = 200
-    writer = gateway(home, "gw", turns, "--delay", "0.03")
+    writer = gateway(home, "gw", turns, "--delay", "0.05")
     commands = {
         "status": ["status"],
         "verify": ["verify"],
