@@ -140,6 +140,7 @@ def _encode(value: Any, out: list[str], depth: int, path: str) -> None:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _plain(value: Any, depth: int) -> bool:
@@ -170,7 +171,7 @@ def _plain(value: Any, depth: int) -> bool:
 def canonical_text(value: Any) -> str:
     """Return the canonical encoding of ``value`` as text (ASCII-safe only if the input is)."""
     if _plain(value, 0):  # the C encoder writes the same bytes, several times faster
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return _JSON.encode(value)
     return slow_canonical_text(value)
 
 

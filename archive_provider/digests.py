@@ -15,7 +15,7 @@ from typing import Any
 
 from blake3 import blake3
 
-from .canonical import canonical_bytes, canonical_text, decode, encode_text
+from .canonical import canonical_text, decode, encode_text
 
 FORMAT_VERSION = 1
 DOMAIN_IDENTITY = b"hermes-archive/v1/identity\x00"
@@ -32,9 +32,13 @@ def payload_digest(key: bytes, body: bytes) -> str:
 
 def identity_digest(event_type: str, identity_key: Any) -> str:
     """Digest of what makes an event *that* event: its type and its identity key."""
-    return blake3(
-        DOMAIN_IDENTITY + canonical_bytes({"type": event_type, "key": identity_key})
-    ).hexdigest()
+    return identity_of_key_text(event_type, canonical_text(identity_key))
+
+
+def identity_of_key_text(event_type: str, key: str) -> str:
+    """The identity from the key's canonical text (equal to canonical({"key", "type"}))."""
+    document = '{"key":' + key + ',"type":' + encode_text(event_type) + "}"
+    return blake3(DOMAIN_IDENTITY + document.encode("utf-8")).hexdigest()
 
 
 def genesis_chain(store_id: str) -> str:

@@ -30,7 +30,7 @@ from .digests import (
     Envelope,
     chain_hash,
     genesis_chain,
-    identity_digest,
+    identity_of_key_text,
     key_text,
     parts_text,
 )
@@ -355,7 +355,7 @@ class EventStore:
         time = now_text()
         for event in events:
             key = key_text(event.key)
-            identity = identity_digest(event.type, event.key)
+            identity = identity_of_key_text(event.type, key)
             existing = self.has_identity(identity)
             if existing is not None:
                 results.append(AppendResult("already_archived", existing, identity, event.type))
