@@ -355,8 +355,13 @@ def test_show_prefix_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 2 and "give more digits" in err
     code, _, err = run_text(capsys, tmp_path, "show", "abc")
     assert code == 2 and "neither" in err
-    code, data = run_json(capsys, tmp_path, "show", "9999")
-    assert code == 1 and data == {"ok": False, "error": "no event matches '9999'"}
+    numeric = next(d for d in identities if d[:6].isdigit())  # about one digest in sixteen
+    code, data = run_json(capsys, tmp_path, "show", numeric[:6])
+    assert code == 0 and [e["identity"] for e in data["events"]] == [numeric]
+    code, data = run_json(capsys, tmp_path, "show", "800")  # an existing seq wins
+    assert code == 0 and [e["seq"] for e in data["events"]] == [800]
+    code, data = run_json(capsys, tmp_path, "show", "99999999999999999")
+    assert code == 1 and data == {"ok": False, "error": "no event matches '99999999999999999'"}
     code, _, err = run_text(capsys, tmp_path, "show", "ffffffffffffffff0000")
     assert code == 1 and "no event matches" in err
 

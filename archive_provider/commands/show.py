@@ -30,12 +30,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def find(store: EventStore, ref: str) -> list[StoredEvent]:
     """Events named by ``ref``: a seq, or a digest prefix matching exactly one digest value.
 
+    A number is a seq when that event exists; otherwise, from four digits on, it is read as a
+    digest prefix, since about one digest in forty starts with eight decimal digits.
+
     An identity names one event; a payload digest may be shared by several events with the
     same payload (it is stored once), and then all of them are shown.
     """
-    if ref.isdigit() and len(ref) <= 12:
+    if ref.isdigit() and len(ref) <= 18:
         event = store.event(int(ref))
-        return [event] if event else []
+        if event is not None or len(ref) < 4:
+            return [event] if event else []
     prefix = ref.lower()
     if not _PREFIX.fullmatch(prefix):
         raise UsageError(
