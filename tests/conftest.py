@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from archive_provider import ArchiveProvider
 from archive_provider.store import EventStore, archive_dir
+
+# The suite is a gate: the same examples every run, and no wall-clock deadlines on a slow CI
+# box. HYPOTHESIS_PROFILE=explore draws fresh examples, to hunt for new failures.
+settings.register_profile("repeatable", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture
