@@ -88,7 +88,6 @@ class AppendResult:
     seq: int
     identity: str
     type: str
-    new_parts: int = 0  # parts (messages) this append stored that were not there before
 
 
 @dataclass(frozen=True)

@@ -404,9 +404,12 @@ class ArchiveProvider(MemoryProviderBase):
         session, parent = self._session, self._parent_session
         redact = self._settings.redact_secrets
 
+        fresh: list[int] = []  # how many evidence messages this checkpoint stores anew
+
         def build(store: EventStore) -> list[NewEvent]:
             rows, redactions = redact_rows(evidence, redact, "/evidence")
             parts = [store.hasher.part(row) for row in rows]
+            fresh[:] = [len(store.unstored(part.digest for part in parts))]
             return [
                 builders.checkpoint(
                     store.hasher,
@@ -428,14 +431,14 @@ class ArchiveProvider(MemoryProviderBase):
             raise CheckpointError(str(exc)) from exc
         if not results:
             raise CheckpointError("the checkpoint produced no event")
-        return self._receipt(results[0], len(evidence))
+        return self._receipt(results[0], len(evidence), fresh[0])
 
     @staticmethod
-    def _receipt(result: AppendResult, count: int) -> str:
+    def _receipt(result: AppendResult, count: int, fresh: int) -> str:
         state = "archived" if result.outcome == "appended" else "already archived"
         return (
             f"Archive checkpoint {result.identity[:16]}: {count} messages {state} "
-            f"({result.new_parts} newly stored), event seq {result.seq}."
+            f"({fresh} newly stored), event seq {result.seq}."
         )
 
     def _record_checkpoint_failure(

@@ -169,6 +169,8 @@ class EventStore:
         self.hasher = Hasher(key)
         self.projections = list(projections)
         self.broken_projections: dict[str, str] = {}
+        self._head: Head | None = None  # the head as appended so far, inside a transaction
+        self._time = ""  # the time of the open transaction: every event it appends has it
 
     # -- opening -------------------------------------------------------------------------
 
@@ -294,6 +296,12 @@ class EventStore:
     # -- reading -------------------------------------------------------------------------
 
     def head(self) -> Head:
+        """The last event's seq and chain value (inside a transaction: as appended so far)."""
+        if self._head is not None:
+            return self._head
+        return self._read_head()
+
+    def _read_head(self) -> Head:
         row = self.conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
         return Head(row[0], row[1]) if row else Head(0, genesis_chain(self.store_id))
 
@@ -317,6 +325,21 @@ class EventStore:
         row = self.conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
         return bytes(row[0]) if row else None
 
+    def unstored(self, digests: Iterable[str]) -> set[str]:
+        """The payload digests among ``digests`` that the payloads table does not hold yet."""
+        wanted = set(digests)
+        chunk = list(wanted)
+        for start in range(0, len(chunk), 500):
+            part = chunk[start : start + 500]
+            wanted.difference_update(
+                row[0]
+                for row in self.conn.execute(
+                    f"SELECT digest FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            )
+        return wanted
+
     def has_identity(self, identity: str) -> int | None:
         row = self.conn.execute("SELECT seq FROM events WHERE identity = ?", (identity,)).fetchone()
         return int(row[0]) if row else None
@@ -334,43 +357,81 @@ class EventStore:
 
     @contextmanager
     def transaction(self, *, durable: bool = False) -> Iterator[None]:
-        """One write transaction; the head is read and moved inside it."""
+        """One write transaction: the head is read at its start and written once at its end.
+
+        Its events share one time, read from the clock when it begins: the time they were
+        written together.
+        """
         conn = self.conn
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("BEGIN IMMEDIATE")
         try:
+            self._head = start = self._read_head()
+            self._time = now_text()
             yield
+            end = self._head
+            if end != start:
+                conn.execute(
+                    "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
+                    (end.seq, end.chain),
+                )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self._head = None
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Undo the enclosed appends if it raises anything but an SQLite error.
+
+        SQLite errors propagate without a rollback to the savepoint: they fail the whole
+        transaction (the connection may no longer be in one).
+        """
+        head = self._head
+        self.conn.execute("SAVEPOINT part")
+        try:
+            yield
+        except sqlite3.Error:
+            raise
+        except BaseException:
+            self.conn.execute("ROLLBACK TO part")
+            self.conn.execute("RELEASE part")
+            self._head = head
+            raise
+        self.conn.execute("RELEASE part")
 
     def append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
-        """Append inside an open :meth:`transaction`; later reads in it see these events."""
+        """Append inside an open :meth:`transaction`; later reads in it see these events.
+
+        Everything that can fail on the input (encoding, hashing) happens before the first
+        insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
+        with one ``executemany`` each, and the projections see the events in order (they may
+        read the rows just inserted).
+        """
+        if self._head is None:
+            raise RuntimeError("append_in_transaction needs an open transaction()")
         conn = self.conn
-        head = self.head()
-        seq, chain = head.seq, head.chain
+        seq, chain, time = self._head.seq, self._head.chain, self._time
         results: list[AppendResult] = []
-        time = now_text()
+        payload_rows: list[tuple[str, bytes]] = []
+        event_rows: list[tuple[object, ...]] = []
+        records: list[StoredEvent] = []
+        batch: dict[str, int] = {}  # identities appended by this call
         for event in events:
             key = key_text(event.key)
             identity = identity_of_key_text(event.type, key)
-            existing = self.has_identity(identity)
+            existing = batch.get(identity) or self.has_identity(identity)
             if existing is not None:
                 results.append(AppendResult("already_archived", existing, identity, event.type))
                 continue
             body = canonical_bytes(event.body)
             payload = self.hasher.digest(body)
-            conn.execute(
-                "INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)", (payload, body)
-            )
-            stored = 0
-            if event.parts:
-                stored = conn.executemany(
-                    "INSERT OR IGNORE INTO payloads (digest, body) VALUES (?, ?)",
-                    [(part.digest, part.body) for part in event.parts],
-                ).rowcount
+            payload_rows.append((payload, body))
+            payload_rows.extend((part.digest, part.body) for part in event.parts)
             seq += 1
             envelope = Envelope(
                 seq,
@@ -383,9 +444,7 @@ class EventStore:
                 parts_text([part.digest for part in event.parts]),
             )
             chain = chain_hash(chain, envelope)
-            conn.execute(
-                "INSERT INTO events (seq, time, type, session, key, identity, payload, parts, chain) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            event_rows.append(
                 (
                     seq,
                     time,
@@ -396,18 +455,24 @@ class EventStore:
                     payload,
                     envelope.parts,
                     chain,
-                ),
+                )
             )
-            record = StoredEvent(envelope, chain, body)
+            records.append(StoredEvent(envelope, chain, body))
+            batch[identity] = seq
+            results.append(AppendResult("appended", seq, identity, event.type))
+        if not event_rows:
+            return results
+        _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
+        _insert(
+            conn,
+            "INSERT INTO events (seq, time, type, session, key, identity, payload, parts, chain) "
+            "VALUES ",
+            event_rows,
+        )
+        self._head = Head(seq, chain)
+        for record in records:
             for projection in self.projections:
                 self._apply_projection(projection, record)
-            results.append(AppendResult("appended", seq, identity, event.type, stored))
-        if seq != head.seq:
-            conn.execute(
-                "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
-                (seq, chain),
-            )
         return results
 
     def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
@@ -441,6 +506,22 @@ class EventStore:
                 exc,
             )
         self.conn.execute("RELEASE projection")
+
+
+_ROWS_PER_STATEMENT = 8
+
+
+def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[object]]) -> None:
+    """Insert ``rows``: a few in one multi-row statement, many with ``executemany``.
+
+    The writer appends one small job at a time, where one statement with a few rows costs
+    less than ``executemany`` stepping one row per call.
+    """
+    marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+    if len(rows) > _ROWS_PER_STATEMENT:
+        conn.executemany(head + marks, rows)
+    else:
+        conn.execute(head + ", ".join([marks] * len(rows)), [v for row in rows for v in row])
 
 
 def stored_event(row: Sequence[object]) -> StoredEvent:

@@ -68,6 +68,7 @@ class Job:
     label: str = ""
     future: Future[list[AppendResult]] = field(default_factory=Future)
     events: Sequence[NewEvent] | None = None
+    failed: bool = False  # its own input could not be archived; its future holds why
 
 
 @dataclass(frozen=True)
@@ -450,6 +451,9 @@ class Writer:
                 for job in batch:
                     results.append(self._append_job(job, store))
                 end = store.head()
+        except _Redo:
+            self._pending = [job for job in batch if not job.failed]
+            return self._write_batch(store)
         except _Refused as exc:
             self.refused = self.last_error = str(exc)
             self._refused_state = self._file_state()
@@ -517,26 +521,27 @@ class Writer:
     def _append_job(job: Job, store: EventStore) -> list[AppendResult]:
         """Build (inside the transaction, so it sees the jobs before it) and append one job.
 
-        A job whose own input cannot be archived fails alone, under a savepoint, so it can
-        never wedge the queue; database errors fail the whole batch, which is retried.
+        A job whose own input cannot be archived fails alone, so it can never wedge the
+        queue. Builds only read and ``append_in_transaction`` checks its input before its
+        first insert, so such a failure has written nothing and needs no savepoint; should it
+        have written anyway, :class:`_Redo` rolls the batch back and it is written again
+        without the job. Database errors fail the whole batch, which is retried.
         """
-        store.conn.execute("SAVEPOINT job")
+        changes = store.conn.total_changes
         try:
             if job.events is None:
                 job.events = list(job.build(store))
-            results = store.append_in_transaction(job.events)
+            return store.append_in_transaction(job.events)
         except sqlite3.Error:
             raise
         except Exception as exc:
-            store.conn.execute("ROLLBACK TO job")
-            store.conn.execute("RELEASE job")
             log.exception("archive job %s could not be archived", job.label or "?")
-            job.events = []
+            job.events, job.failed = [], True
             if not job.future.done():
                 job.future.set_exception(exc)
+            if store.conn.total_changes != changes:
+                raise _Redo from exc
             return []
-        store.conn.execute("RELEASE job")
-        return results
 
     def _fail_durable(self, error: Exception) -> None:
         """Durable jobs fail fast (their caller raises); ordinary jobs stay queued."""
@@ -596,6 +601,10 @@ class Writer:
 
 class _Refused(Exception):
     """The log cannot be built upon (failed verification, went backwards)."""
+
+
+class _Redo(Exception):
+    """A failed job had written rows: roll the batch back and write it again without it."""
 
 
 class _Registry:

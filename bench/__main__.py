@@ -2,7 +2,7 @@
 
 Each row holds the project's figure, a baseline measured in the same run, their ratio and
 the target; see docs/PERFORMANCE.md for what each number means. Big logs are built with
-bulk appends in large transactions at ``synchronous=OFF`` and without projections (setup
+bulk appends in 5,000-event transactions and without projections (setup
 only, never how the project writes); the replay of row 5 then builds their projections
 with the project's own code, and every measurement runs at the project's own settings.
 """
@@ -152,7 +152,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     )  # corpus sessions: 40 turns + 3 events
                     section(
                         f"building a log of ~{events:,} events ({turns:,} more turns; "
-                        "synchronous=OFF, setup only)"
+                        "5,000-event transactions, setup only)"
                     )
                     built = build_log(archive_dir(home), turns, seed=100 + index, projections=False)
                     built_turns += turns

@@ -97,31 +97,20 @@ class BuiltLog:
 
 
 def bulk_append(store: EventStore, events: Iterator[NewEvent], batch: int = 5000) -> int:
-    """Setup only: big transactions with ``synchronous=OFF`` (never how the project writes)."""
-    conn = store.conn
-    conn.execute("PRAGMA synchronous = OFF")
+    """Setup only: big transactions of ``batch`` events (never how the project writes)."""
     count = 0
     chunk: list[NewEvent] = []
-
-    def commit() -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            store.append_in_transaction(chunk)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
     for event in events:
         chunk.append(event)
         if len(chunk) >= batch:
-            commit()
+            with store.transaction():
+                store.append_in_transaction(chunk)
             count += len(chunk)
             chunk = []
     if chunk:
-        commit()
+        with store.transaction():
+            store.append_in_transaction(chunk)
         count += len(chunk)
-    conn.execute("PRAGMA synchronous = NORMAL")
     return count
 
 

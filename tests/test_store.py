@@ -830,6 +830,13 @@ def test_writer_an_unencodable_event_does_not_wedge_the_queue(folder: Path) -> N
         assert durable.seq == 3
     finally:
         assert writer.close().complete
+    store = EventStore.open(folder)
+    try:  # the job that failed after inserting its payload (SQLite refused its session) left none
+        named = {e.envelope.payload for e in store.events()}
+        stored = {row[0] for row in store.conn.execute("SELECT digest FROM payloads")}
+        assert stored == named and len(named) == 3
+    finally:
+        store.close()
 
 
 def test_writer_refuses_to_build_on_a_damaged_log(folder: Path) -> None:
