@@ -172,7 +172,18 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                 label = s3_provider.size_label(size).removeprefix("log of ")
                 if want("2"):
                     section(f"2 verify @ {label}")
-                    rows += s2_verify.run(folder, size, config.verify_repeats, _say)
+                    verify_rows = s2_verify.run(folder, size, config.verify_repeats, _say)
+                    rows += verify_rows
+                    rows.append(
+                        s2_verify.eventsourcing_row(
+                            work,
+                            text,
+                            config.verify_es,
+                            config.repeats,
+                            verify_rows[0].figure,
+                            _say,
+                        )
+                    )
                 # the big log was appended without projections; the replay (row 5) builds them
                 section(f"5 replay @ {label} (builds the projections the next rows read)")
                 replay_rows, info["replay"] = _replay_rows(folder, label, size)

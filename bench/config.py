@@ -27,6 +27,7 @@ class Config:
     #: row 8: facts added through holographic's add_fact at each size
     holo_adds: int = 300
     verify_repeats: int = 3
+    verify_es: int = 2000  # turns in the eventsourcing log that row 2 reads back
 
 
 SMOKE = Config(
@@ -43,6 +44,7 @@ SMOKE = Config(
     resend_turns=20,
     holo_adds=20,
     verify_repeats=1,
+    verify_es=200,
 )
 
 QUICK = Config(
@@ -62,6 +64,7 @@ QUICK = Config(
     resend_turns=100,
     holo_adds=100,
     verify_repeats=1,
+    verify_es=5000,
 )
 
 FULL = Config(
@@ -81,6 +84,7 @@ FULL = Config(
     resend_turns=400,
     holo_adds=1000,
     verify_repeats=2,
+    verify_es=20000,
 )
 
 MODES = {"smoke": SMOKE, "quick": QUICK, "full": FULL}

@@ -26,7 +26,9 @@ from archive_provider.verifier import (
     verify_database,
 )
 
-from .common import Row, interleaved
+from .common import Row, Workdir, interleaved, median
+from .peers import eventsourcing_read_back, eventsourcing_turns
+from .workload import Text, sessions
 
 _ENVELOPES = (
     "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain,"
@@ -90,7 +92,10 @@ def warm(folder: Path) -> None:
                     pass
 
 
-def run(folder: Path, events: int, repeats: int, say: Callable[[str], None]) -> list[Row]:
+Report = Callable[[str], None]
+
+
+def run(folder: Path, events: int, repeats: int, say: Report) -> list[Row]:
     key = bytes.fromhex((folder / "payload.key").read_text().strip())
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
     conn.execute("PRAGMA cache_size = -262144")
@@ -137,3 +142,32 @@ def run(folder: Path, events: int, repeats: int, say: Callable[[str], None]) -> 
             extra={"events": n, "seconds": all_ours, "loop_seconds": all_theirs},
         )
     ]
+
+
+def eventsourcing_row(
+    work: Workdir, text: Text, count: int, repeats: int, verify_rate: float, say: Report
+) -> Row:
+    """Verify beside the eventsourcing library reading its own log of ``count`` turns back."""
+    path = work.fresh("es-read") / "es.db"
+    turns = [
+        (session.name, session.messages[-2:]) for session, _, _ in sessions("es", text, 500, count)
+    ]
+    eventsourcing_turns(path, turns, synchronous="OFF")  # setup; the read is what is timed
+    runs = [eventsourcing_read_back(path) for _ in range(repeats)]
+    events = runs[0][1]
+    rate = events / median([seconds for seconds, _ in runs])
+    say(f"  eventsourcing reads its log back at {rate:,.0f}/s ({events:,} events)")
+    return Row(
+        "2",
+        "verify vs eventsourcing reading its own log back (read and decode, no checks)",
+        verify_rate,
+        "events/s",
+        rate,
+        "eventsourcing read",
+        target_kind="min",
+        target_value=10,
+        target_text=">= 10x eventsourcing",
+        extra={"events": events, "seconds": [seconds for seconds, _ in runs]},
+        note="eventsourcing's log of 500 B turns, one aggregate per session, read through "
+        "its notification log and mapped to domain events",
+    )
