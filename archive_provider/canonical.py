@@ -160,30 +160,25 @@ def _plain(value: Any, depth: int) -> bool:
     if kind is str:
         return _plain_text(value)
     if kind is dict:
-        if depth >= MAX_DEPTH:
-            return False
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str or not _plain_text(key):
                 return False
-            if type(item) is str:
-                if not _plain_text(item):
-                    return False
-            elif not _plain(item, depth + 1):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        if depth >= MAX_DEPTH:
-            return False
-        for item in value:
-            if type(item) is str:
-                if not _plain_text(item):
-                    return False
-            elif not _plain(item, depth + 1):
-                return False
-        return True
-    if kind is int:
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    elif kind is int:
         return INT_MIN <= value <= INT_MAX
-    return value is None or kind is bool
+    else:
+        return value is None or kind is bool
+    if depth >= MAX_DEPTH:
+        return False
+    for item in items:
+        if type(item) is str:
+            if not _plain_text(item):
+                return False
+        elif not _plain(item, depth + 1):
+            return False
+    return True
 
 
 def canonical_text(value: Any) -> str:
