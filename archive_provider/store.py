@@ -384,26 +384,6 @@ class EventStore:
         finally:
             self._head = None
 
-    @contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """Undo the enclosed appends if it raises anything but an SQLite error.
-
-        SQLite errors propagate without a rollback to the savepoint: they fail the whole
-        transaction (the connection may no longer be in one).
-        """
-        head = self._head
-        self.conn.execute("SAVEPOINT part")
-        try:
-            yield
-        except sqlite3.Error:
-            raise
-        except BaseException:
-            self.conn.execute("ROLLBACK TO part")
-            self.conn.execute("RELEASE part")
-            self._head = head
-            raise
-        self.conn.execute("RELEASE part")
-
     def append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
         """Append inside an open :meth:`transaction`; later reads in it see these events.
 
@@ -433,7 +413,7 @@ class EventStore:
             payload_rows.append((payload, body))
             payload_rows.extend((part.digest, part.body) for part in event.parts)
             seq += 1
-            envelope = Envelope(
+            fields = (
                 seq,
                 time,
                 event.type,
@@ -442,21 +422,10 @@ class EventStore:
                 identity,
                 payload,
                 parts_text([part.digest for part in event.parts]),
-            )
+            )  # the envelope, in the order of the events table's columns
+            envelope = Envelope(*fields)
             chain = chain_hash(chain, envelope)
-            event_rows.append(
-                (
-                    seq,
-                    time,
-                    event.type,
-                    event.session,
-                    key,
-                    identity,
-                    payload,
-                    envelope.parts,
-                    chain,
-                )
-            )
+            event_rows.append((*fields, chain))
             records.append(StoredEvent(envelope, chain, body))
             batch[identity] = seq
             results.append(AppendResult("appended", seq, identity, event.type))
