@@ -28,6 +28,14 @@ def with_redactions(
     return body
 
 
+def _masked(redact: bool, **fields: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The fields, secret-shaped spans masked when ``redact``, and the redactions made.
+
+    Each redaction's path starts with its field's name (``/query``, ``/metadata/...``).
+    """
+    return redact_value(fields) if redact else (fields, [])
+
+
 def turn(
     hasher: Hasher,
     session: str,
@@ -127,12 +135,8 @@ def memory_write(
     With ``redact``, secret-shaped spans of the content and metadata are masked first
     (redaction.py) and listed under ``redactions`` (paths ``/content``, ``/metadata/...``).
     """
-    content, metadata = archivable(content), archivable(metadata)
-    redactions: list[dict[str, Any]] = []
-    if redact:
-        content, found = redact_value(content, "/content")
-        metadata, more = redact_value(metadata, "/metadata")
-        redactions = found + more
+    fields, redactions = _masked(redact, content=archivable(content), metadata=archivable(metadata))
+    content, metadata = fields["content"], fields["metadata"]
     part = hasher.part(content)
     return NewEvent(
         "memory_write",
@@ -185,12 +189,10 @@ def recall_served(
     redact: bool = False,
 ) -> NewEvent:
     """What the provider returned as recall for which turn (the host may still trim it)."""
-    query, result = archivable_text(query), archivable_text(result)
-    redactions: list[dict[str, Any]] = []
-    if redact:
-        query, found = redact_value(query, "/query")
-        result, more = redact_value(result, "/result")
-        redactions = found + more
+    fields, redactions = _masked(
+        redact, query=archivable_text(query), result=archivable_text(result)
+    )
+    query, result = fields["query"], fields["result"]
     query_part, result_part = hasher.part(query), hasher.part(result)
     return NewEvent(
         "recall_served",
@@ -225,12 +227,8 @@ def delegation(
     details: Mapping[str, Any],
     redact: bool = False,
 ) -> NewEvent:
-    task, result = archivable(task), archivable(result)
-    redactions: list[dict[str, Any]] = []
-    if redact:
-        task, found = redact_value(task, "/task")
-        result, more = redact_value(result, "/result")
-        redactions = found + more
+    fields, redactions = _masked(redact, task=archivable(task), result=archivable(result))
+    task, result = fields["task"], fields["result"]
     task_part, result_part = hasher.part(task), hasher.part(result)
     body = archivable(
         {
