@@ -60,6 +60,19 @@ class _Transcript:
     turns: int  # the session's turn count once it was archived
     raw: list[Any]  # deep copies of the messages as the host sent them
 
+    def is_prefix_of(self, messages: Sequence[Any]) -> bool:
+        """Whether ``messages`` starts with the cached transcript, unchanged.
+
+        A message whose comparison raises or is not a plain truth value (an array, say)
+        counts as changed: the full path then decides what is new.
+        """
+        if len(self.raw) > len(messages):
+            return False
+        try:
+            return all(bool(old == new) for old, new in zip(self.raw, messages, strict=False))
+        except Exception:
+            return False
+
 
 class CheckpointError(RuntimeError):
     """A required pre-compress checkpoint could not be made durable; nothing was claimed."""
@@ -228,12 +241,7 @@ class ArchiveProvider(MemoryProviderBase):
         """
         turns, _ = session_counters(store.conn, session)
         cached = None if legacy else self._transcripts.get(session)
-        fast = (
-            cached is not None
-            and cached.turns == turns
-            and len(cached.raw) <= len(messages)
-            and all(old == new for old, new in zip(cached.raw, messages, strict=False))
-        )
+        fast = cached is not None and cached.turns == turns and cached.is_prefix_of(messages)
         if fast and cached is not None:
             start = len(cached.raw)
             rows, redactions = redact_rows(
@@ -257,12 +265,7 @@ class ArchiveProvider(MemoryProviderBase):
         if not new_parts:
             return []  # nothing new: the host re-sent what is archived
         if not legacy:
-            kept = (
-                cached.raw if fast and cached is not None else copy.deepcopy(list(messages[:start]))
-            )
-            self._transcripts[session] = _Transcript(
-                turns + 1, [*kept, *copy.deepcopy(messages[start:])]
-            )
+            self._remember(session, turns + 1, messages, cached if fast else None)
         return [
             builders.turn(
                 store.hasher,
@@ -274,6 +277,25 @@ class ArchiveProvider(MemoryProviderBase):
                 redactions=found,
             )
         ]
+
+    def _remember(
+        self, session: str, turns: int, messages: Sequence[Any], prefix: _Transcript | None
+    ) -> None:
+        """Cache copies of ``messages`` for the next turn's delta, reusing ``prefix``'s copies.
+
+        Best effort: a message that cannot be deep-copied (it holds a lock, a socket...) only
+        costs the cache, never the turn; the next turn then takes the full path.
+        """
+        kept = prefix.raw if prefix is not None else []
+        try:
+            copies = copy.deepcopy(list(messages[len(kept) :]))
+        except Exception as exc:
+            self._transcripts.pop(session, None)
+            log.debug(
+                "archive: transcript of %s not cached (%s); full path next turn", session, exc
+            )
+            return
+        self._transcripts[session] = _Transcript(turns, [*kept, *copies])
 
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         """Archive whatever the last sync did not cover, then mark the end."""

@@ -435,3 +435,48 @@ def test_a_message_changed_in_place_is_not_hidden_by_the_cache(
         {"role": "user", "content": "first"},
         {"role": "assistant", "content": "one, edited"},
     ]
+
+
+class _Uncopyable:
+    """A host object deepcopy refuses (it holds a lock), as tool results sometimes carry."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "<uncopyable>"
+
+
+class _Incomparable:
+    """A host object whose comparison raises, like an array's truth value."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value is ambiguous")
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "<incomparable>"
+
+
+@pytest.mark.parametrize("odd", [_Uncopyable, _Incomparable])
+def test_a_message_the_cache_cannot_copy_or_compare_still_archives_every_turn(
+    make_provider, tmp_path: Path, odd: type
+) -> None:
+    """The transcript cache is best effort: such a message costs the fast path, not the turn."""
+    cached = make_provider(tmp_path / "cached")
+    messages: list[dict[str, object]] = [SYSTEM, {"role": "user", "content": "hi", "x": odd()}]
+    messages.append({"role": "assistant", "content": "hello"})
+    for user, answer in [("hi", "hello"), ("more", "sure"), ("last", "bye")]:
+        if user != "hi":
+            messages = [*messages, {"role": "user", "content": user}]
+            messages.append({"role": "assistant", "content": answer})
+        cached.sync_turn(user, answer, session_id="s1", messages=list(messages))
+        fresh = make_provider(tmp_path / "full")
+        fresh.sync_turn(user, answer, session_id="s1", messages=list(messages))
+        fresh.shutdown()
+    flush(cached)
+    turns = [rows for rows, _ in archived_turns(tmp_path / "cached")]
+    assert turns == [rows for rows, _ in archived_turns(tmp_path / "full")]
+    assert [len(rows) for rows in turns] == [3, 2, 2]
+    assert turns[0][1]["x"] == {"$type": odd.__name__, "$text": repr(odd())}  # tagged, kept
