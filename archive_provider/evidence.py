@@ -58,7 +58,7 @@ def archivable(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "surrogateescape")
     if _depth >= _DEPTH_BUDGET and isinstance(value, (Mapping, list, tuple)):
-        return {"$type": "deep", "$text": repr(value)}
+        return {"$type": "deep", "$text": _described(value)}
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -69,7 +69,15 @@ def archivable(value: Any, _depth: int = 0) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [archivable(item, _depth + 1) for item in value]
-    return {"$type": type(value).__name__, "$text": archivable_text(repr(value))}
+    return {"$type": type(value).__name__, "$text": _described(value)}
+
+
+def _described(value: Any) -> str:
+    """``repr(value)`` as archivable text, or why there is none: a broken repr costs no row."""
+    try:
+        return archivable_text(repr(value))
+    except Exception as exc:  # a raising __repr__, or RecursionError on a cyclic structure
+        return f"<{type(value).__name__} without a repr: {type(exc).__name__}>"
 
 
 def archivable_message(message: Any) -> dict[str, Any]:
@@ -77,6 +85,18 @@ def archivable_message(message: Any) -> dict[str, Any]:
     if isinstance(message, Mapping):
         return dict(archivable(message))
     return {"role": "$invalid", "$value": archivable(message)}
+
+
+def transcript_snapshot(messages: Any) -> list[Any]:
+    """The transcript a hook received, as a list taken now (the host may reuse its list).
+
+    A list or tuple is copied shallowly and ``None`` is empty. Any other value (text, a
+    mapping, a generator) becomes one row, which :func:`archivable_message` tags: nothing
+    the host sent is reinterpreted, consumed or dropped.
+    """
+    if isinstance(messages, (list, tuple)):
+        return list(messages)
+    return [] if messages is None else [messages]
 
 
 def _has_prose(content: Any) -> bool:

@@ -13,19 +13,26 @@ as an event when the log can still take one.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from . import builders
 from .clock import now_text
 from .events import AppendResult, NewEvent
-from .evidence import archivable_message, bindable_text, direct_evidence, new_messages_start
+from .evidence import (
+    archivable_message,
+    bindable_text,
+    direct_evidence,
+    new_messages_start,
+    transcript_snapshot,
+)
 from .host import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
@@ -72,6 +79,24 @@ class _Transcript:
             return all(bool(old == new) for old, new in zip(self.raw, messages, strict=False))
         except Exception:
             return False
+
+
+Hook = TypeVar("Hook", bound=Callable[..., None])
+
+
+def _survives(hook: Hook) -> Hook:
+    """Guard a write hook: the host swallows its errors at DEBUG, which would lose the input
+    without a trace, so a failure is logged as an error and recorded as ``write_failed``."""
+
+    @functools.wraps(hook)
+    def guarded(self: ArchiveProvider, *args: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except Exception as exc:
+            log.exception("archive: %s failed; its input was not archived", hook.__name__)
+            self._record_write_failure(hook.__name__, exc)
+
+    return cast(Hook, guarded)
 
 
 class CheckpointError(RuntimeError):
@@ -198,6 +223,7 @@ class ArchiveProvider(MemoryProviderBase):
         except (TypeError, ValueError):
             self._turn += 1
 
+    @_survives
     def sync_turn(
         self,
         user_content: str,
@@ -218,7 +244,7 @@ class ArchiveProvider(MemoryProviderBase):
             ]
             legacy = True
         else:
-            snapshot, legacy = list(messages), False
+            snapshot, legacy = transcript_snapshot(messages), False
         redact = self._settings.redact_secrets
         self._submit(
             lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn"
@@ -297,12 +323,13 @@ class ArchiveProvider(MemoryProviderBase):
             return
         self._transcripts[session] = _Transcript(turns, [*kept, *copies])
 
+    @_survives
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         """Archive whatever the last sync did not cover, then mark the end."""
         if not self._writes_turns:
             return
         session = self._session
-        snapshot = list(messages or [])
+        snapshot = transcript_snapshot(messages)
         redact = self._settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
@@ -314,6 +341,7 @@ class ArchiveProvider(MemoryProviderBase):
 
         self._submit(build, "session_ended")
 
+    @_survives
     def on_session_switch(
         self,
         new_session_id: str,
@@ -345,6 +373,7 @@ class ArchiveProvider(MemoryProviderBase):
             "session_switched",
         )
 
+    @_survives
     def on_memory_write(
         self, action: str, target: str, content: str, metadata: dict[str, Any] | None = None
     ) -> None:
@@ -370,6 +399,7 @@ class ArchiveProvider(MemoryProviderBase):
 
         self._submit(build, "memory_write")
 
+    @_survives
     def on_delegation(
         self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any
     ) -> None:
@@ -611,10 +641,25 @@ class ArchiveProvider(MemoryProviderBase):
         future = writer.submit(build, label=label)
 
         def report(done: Future[Any]) -> None:
-            if not done.cancelled() and done.exception() is not None:
-                log.error("archive: %s could not be archived: %s", label, done.exception())
+            error = None if done.cancelled() else done.exception()
+            if error is None:
+                return
+            log.error("archive: %s could not be archived: %s", label, error)
+            if not isinstance(error, WriterUnavailable):  # this input, not the store, failed
+                self._record_write_failure(label, error)
 
         future.add_done_callback(report)
+
+    def _record_write_failure(self, hook: str, error: BaseException) -> None:
+        """Put a hook whose input could not be archived on the record (never twice over)."""
+        if hook == "write_failed":
+            return
+        session, at = self._session, now_text()
+        text = f"{type(error).__name__}: {error}"
+        self._submit(
+            lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
+            "write_failed",
+        )
 
 
 def register(ctx: Any) -> None:

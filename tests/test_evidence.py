@@ -136,3 +136,16 @@ def test_message_text_reads_text_parts_only() -> None:
     ]
     assert message_text({"content": parts}) == "a\nb"
     assert message_text({"content": None}) == ""
+
+
+class _BrokenRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr refuses")
+
+
+def test_a_value_whose_repr_raises_is_tagged_not_lost() -> None:
+    row = archivable_message({"role": "tool", "content": _BrokenRepr()})
+    assert row == {
+        "role": "tool",
+        "content": {"$type": "_BrokenRepr", "$text": "<_BrokenRepr without a repr: RuntimeError>"},
+    }

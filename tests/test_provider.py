@@ -350,6 +350,7 @@ def test_every_event_matches_its_schema(make_provider, tmp_path: Path) -> None:
     provider.on_turn_start(1, "a")
     provider.prefetch("a b")
     provider.on_session_end(convo(("a", "b"), ("c", "d")))
+    provider.sync_turn("", "", session_id=_Unprintable(), messages=convo(("e", "f")))
     flush(provider)
     store = open_log(tmp_path / "home")
     try:
@@ -357,6 +358,7 @@ def test_every_event_matches_its_schema(make_provider, tmp_path: Path) -> None:
     finally:
         store.close()
     assert {e.type for e in events} >= {
+        "write_failed",
         "session_started",
         "turn",
         "memory_write",
@@ -480,3 +482,61 @@ def test_a_message_the_cache_cannot_copy_or_compare_still_archives_every_turn(
     assert turns == [rows for rows, _ in archived_turns(tmp_path / "full")]
     assert [len(rows) for rows in turns] == [3, 2, 2]
     assert turns[0][1]["x"] == {"$type": odd.__name__, "$text": repr(odd())}  # tagged, kept
+
+
+class _Unprintable:
+    """A session id whose text cannot be taken: the hook itself fails on the caller's thread."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this id")
+
+
+def test_a_transcript_that_is_not_a_list_is_archived_as_one_tagged_row(
+    make_provider, tmp_path: Path
+) -> None:
+    """Whatever shape arrives is archived as sent: nothing consumed, split or dropped."""
+    provider = make_provider()
+    odd: list[object] = [42, "a transcript as text", {"role": "user", "content": "one dict"}]
+    for index, value in enumerate(odd):
+        provider.sync_turn("u", "a", session_id=f"s{index}", messages=value)
+    rows = (m for m in [{"role": "user", "content": "lazy"}])
+    provider.sync_turn("u", "a", session_id="lazy", messages=rows)
+    provider.on_session_end(7)
+    flush(provider)
+    turns = turn_messages(tmp_path / "home")
+    assert turns[:3] == [
+        [{"role": "$invalid", "$value": 42}],
+        [{"role": "$invalid", "$value": "a transcript as text"}],
+        [{"role": "user", "content": "one dict"}],
+    ]
+    assert turns[3][0]["$value"]["$type"] == "generator"
+    assert next(rows) == {"role": "user", "content": "lazy"}  # the host's iterator is untouched
+    assert turns[4] == [{"role": "$invalid", "$value": 7}]
+
+
+def test_a_hook_that_fails_leaves_a_write_failed_event(
+    make_provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host swallows hook errors at DEBUG; the log must still show that input was lost."""
+    provider = make_provider()
+    provider.sync_turn("u", "a", session_id=_Unprintable(), messages=convo(("u", "a")))
+
+    def broken_builder(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("injected builder fault")
+
+    monkeypatch.setattr("archive_provider.builders.memory_write", broken_builder)
+    provider.on_memory_write("add", "memory", "lost", {})
+    provider.sync_turn("next", "fine", session_id="s1", messages=convo(("next", "fine")))
+    flush(provider)
+    flush(provider)  # the failure record is queued when the failed job is reported
+    store = open_log(tmp_path / "home")
+    try:
+        events = list(store.events())
+    finally:
+        store.close()
+    failed = [e.body for e in events if e.type == "write_failed"]
+    assert failed == [
+        {"hook": "sync_turn", "error": "RuntimeError: no text for this id"},
+        {"hook": "memory_write", "error": "RuntimeError: injected builder fault"},
+    ]
+    assert [e.type for e in events].count("turn") == 1  # the hooks after a failure still work
