@@ -125,9 +125,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                 rows += s1_append.run(work, text, config.append, config.repeats, _say)
             if want("3"):
                 section("3 sustained ingest through the provider")
-                rows += s3_provider.ingest_rows(
-                    work, text, config.ingest, config.ingest_es, config.repeats, _say
-                )
+                rows += s3_provider.ingest_rows(work, text, config.ingest, config.repeats, _say)
             if want("4"):
                 section("4 durable checkpoints")
                 rows += s4_checkpoint.run(

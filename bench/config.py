@@ -10,13 +10,14 @@ class Config:
     name: str
     #: events in the big log(s) that verify, replay, recall, storage and sync_turn run on
     log_sizes: tuple[int, ...]
-    #: row 1: per event size, events for one-per-transaction, group/bulk, eventsourcing
+    #: row 1: per event size, events for one-per-transaction and for group/bulk (eventsourcing
+    #: records the group run's events)
     append: dict[int, dict[str, int]] = field(default_factory=dict)
     repeats: int = 3
     #: row 3: sync_turn calls timed per log size, and turns of sustained ingest per size
+    #: (eventsourcing records the same turns)
     sync_calls: int = 2000
     ingest: dict[int, int] = field(default_factory=dict)
-    ingest_es: dict[int, int] = field(default_factory=dict)
     #: row 4: checkpoint sizes (messages of ~1 KB) and repetitions
     checkpoints: tuple[int, ...] = (50, 200, 1000)
     checkpoint_repeats: int = 5
@@ -33,11 +34,10 @@ class Config:
 SMOKE = Config(
     name="smoke",
     log_sizes=(2000,),
-    append={500: {"one": 50, "many": 200, "es": 50}},
+    append={500: {"one": 50, "many": 200}},
     repeats=1,
     sync_calls=100,
     ingest={500: 100},
-    ingest_es={500: 50},
     checkpoints=(50,),
     checkpoint_repeats=1,
     queries=20,
@@ -51,13 +51,12 @@ QUICK = Config(
     name="quick",
     log_sizes=(100_000,),
     append={
-        500: {"one": 500, "many": 2000, "es": 200},
-        10_000: {"one": 120, "many": 300, "es": 100},
+        500: {"one": 500, "many": 2000},
+        10_000: {"one": 120, "many": 300},
     },
     repeats=3,
     sync_calls=1000,
     ingest={500: 800, 10_000: 60},
-    ingest_es={500: 200, 10_000: 60},
     checkpoints=(50, 200, 1000),
     checkpoint_repeats=3,
     queries=100,
@@ -71,13 +70,12 @@ FULL = Config(
     name="full",
     log_sizes=(100_000, 1_000_000),
     append={
-        500: {"one": 5000, "many": 20000, "es": 2000},
-        10_000: {"one": 1000, "many": 3000, "es": 1000},
+        500: {"one": 5000, "many": 20000},
+        10_000: {"one": 1000, "many": 3000},
     },
     repeats=5,
     sync_calls=3000,
     ingest={500: 4000, 10_000: 400},
-    ingest_es={500: 1000, 10_000: 400},
     checkpoints=(50, 200, 1000),
     checkpoint_repeats=7,
     queries=500,
