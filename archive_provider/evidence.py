@@ -99,27 +99,41 @@ def transcript_snapshot(messages: Any) -> list[Any]:
     return [] if messages is None else [messages]
 
 
+def _is_set(value: Any) -> bool:
+    """Python truthiness that cannot raise: a value whose truth is ambiguous (an array's)
+    counts as set, so an odd host value never aborts a checkpoint."""
+    try:
+        return bool(value)
+    except Exception:
+        return True
+
+
 def _has_prose(content: Any) -> bool:
     """The v2 host's test: non-blank text, or any other non-empty content (e.g. parts)."""
-    return bool(content.strip() if isinstance(content, str) else content)
+    return bool(content.strip()) if isinstance(content, str) else _is_set(content)
 
 
 def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
     """The v2 host's direct-evidence filter, applied to whatever list arrives.
 
-    Mirrors upstream's ``_direct_messages_for_pre_compress_memory`` exactly, so archives are
-    the same on 0.19.0 (raw list) and on v2 hosts (pre-filtered list): keeps user/assistant
+    Mirrors upstream's ``_direct_messages_for_pre_compress_memory``, so archives are the
+    same on 0.19.0 (raw list) and on v2 hosts (pre-filtered list): keeps user/assistant
     rows only; drops non-dicts, system and tool rows and rows marked ``_compressed_summary``;
     an assistant row with non-empty ``tool_calls`` is kept only when it has prose, and the
-    kept copy loses ``tool_calls``. Idempotent; never mutates its input.
+    kept copy loses ``tool_calls``. Idempotent; never mutates its input. Where upstream
+    would raise on a value (a role that is a list, an array's truth), this decides as
+    :func:`_is_set` says, because on 0.19.0 a raise here loses the checkpoint.
     """
     kept: list[dict[str, Any]] = []
     for message in messages:
-        if not isinstance(message, Mapping) or message.get("role") not in DIRECT_ROLES:
+        if not isinstance(message, Mapping):
             continue
-        if message.get(COMPRESSED_SUMMARY_KEY):
+        role = message.get("role")
+        if not isinstance(role, str) or role not in DIRECT_ROLES:
             continue
-        if message.get("role") == "assistant" and message.get("tool_calls"):
+        if _is_set(message.get(COMPRESSED_SUMMARY_KEY)):
+            continue
+        if role == "assistant" and _is_set(message.get("tool_calls")):
             if not _has_prose(message.get("content")):
                 continue
             message = {k: v for k, v in message.items() if k != "tool_calls"}

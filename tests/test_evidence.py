@@ -149,3 +149,30 @@ def test_a_value_whose_repr_raises_is_tagged_not_lost() -> None:
         "role": "tool",
         "content": {"$type": "_BrokenRepr", "$text": "<_BrokenRepr without a repr: RuntimeError>"},
     }
+
+
+class _Ambiguous:
+    """A value whose truth raises, as a NumPy array's does."""
+
+    def __bool__(self) -> bool:
+        raise ValueError("the truth value is ambiguous")
+
+
+def test_values_upstream_would_raise_on_never_abort_the_evidence_filter() -> None:
+    """On 0.19.0 a raise here would lose the checkpoint; each such value gets a decision."""
+    ambiguous = _Ambiguous()
+    rows = [
+        {"role": ["user"], "content": "a role that is a list"},
+        {"role": {"r": 1}, "content": "a role that is a dict"},
+        {"role": "user", "content": "kept", "_compressed_summary": False},
+        {"role": "assistant", "content": "prose", "tool_calls": ambiguous},
+        {"role": "assistant", "content": ambiguous, "tool_calls": [{"id": "t"}]},
+        {"role": "user", "content": "marked", "_compressed_summary": ambiguous},
+    ]
+    kept = direct_evidence(rows)
+    assert kept == [
+        {"role": "user", "content": "kept", "_compressed_summary": False},
+        {"role": "assistant", "content": "prose"},
+        {"role": "assistant", "content": ambiguous},
+    ]
+    assert direct_evidence(kept) == kept  # still idempotent

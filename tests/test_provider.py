@@ -540,3 +540,32 @@ def test_a_hook_that_fails_leaves_a_write_failed_event(
         {"hook": "memory_write", "error": "RuntimeError: injected builder fault"},
     ]
     assert [e.type for e in events].count("turn") == 1  # the hooks after a failure still work
+
+
+def test_a_required_checkpoint_of_odd_rows_is_archived_not_refused(
+    make_provider, tmp_path: Path
+) -> None:
+    """Rows whose role is a list or whose truth is ambiguous do not block compression."""
+
+    class Ambiguous:
+        def __bool__(self) -> bool:
+            raise ValueError("ambiguous")
+
+        def __repr__(self) -> str:
+            return "<ambiguous>"
+
+    provider = make_provider()
+    messages = [
+        *convo(("question", "answer")),
+        {"role": ["user"], "content": "odd role"},
+        {"role": "assistant", "content": "with prose", "tool_calls": Ambiguous()},
+    ]
+    receipt = provider.on_pre_compress(messages, require_checkpoint=True)
+    assert "3 messages archived" in receipt
+    store = open_log(tmp_path / "home")
+    try:
+        (checkpoint,) = [e for e in store.events() if e.type == "checkpoint"]
+        evidence = [decode(store.payload(d) or b"") for d in checkpoint.body["evidence"]]
+    finally:
+        store.close()
+    assert evidence[-1] == {"role": "assistant", "content": "with prose"}
