@@ -326,7 +326,7 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
                         room_id,
                         event.sender,
                         event.body,
-                        event.server_timestamp,
+                        _timestamp(event.server_timestamp),
                         bool(event.decrypted),
                     )
                 )
@@ -336,13 +336,22 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
                         event.event_id,
                         room_id,
                         event.sender,
-                        event.server_timestamp,
+                        _timestamp(event.server_timestamp),
                         event.session_id,
                     )
                 )
             else:
                 _digest_custom_state(event, room_id, into)
     into.left_rooms.extend(response.rooms.leave)
+
+
+def _timestamp(value: Any) -> int:
+    """A server timestamp the log can hold (a signed 64-bit integer); 0 when it is not one.
+
+    nio checks only that it is a non-negative integer, so a peer's server can send 2**70,
+    which would fail the whole sync's job at canonical encoding.
+    """
+    return value if type(value) is int and 0 <= value < 2**63 else 0
 
 
 def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:
@@ -353,9 +362,13 @@ def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:
     sender = source.get("sender")
     if not isinstance(content, dict) or not isinstance(sender, str):
         return
-    kind, state_key = source.get("type"), source["state_key"]
-    event_id, ts = source.get("event_id", ""), source.get("origin_server_ts")
-    ts = ts if isinstance(ts, int) else 0
+    kind, state_key, event_id = source.get("type"), source["state_key"], source.get("event_id")
+    if not (isinstance(state_key, str) and isinstance(event_id, str) and event_id):
+        logger.warning(
+            "hivemind: ignoring a %s state event without a usable id in %s", kind, room_id
+        )
+        return
+    ts = _timestamp(source.get("origin_server_ts"))
     if kind == PROFILE_EVENT_TYPE and state_key == sender and content:
         into.profiles.append(
             ProfileSeen(room_id, sender, event_id, ts, MappingProxyType(dict(content)))

@@ -55,7 +55,8 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def is_user_id(value: Any) -> TypeGuard[str]:
-    if not isinstance(value, str) or not value.startswith("@"):
+    """``@local:server`` text SQLite can bind (a lone surrogate is no Matrix id)."""
+    if not isinstance(value, str) or not value.startswith("@") or bindable_text(value) != value:
         return False
     local, sep, server = value[1:].partition(":")
     return bool(local and sep and server)

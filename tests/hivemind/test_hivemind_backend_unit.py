@@ -240,3 +240,25 @@ def test_two_clients_stores_on_two_threads_never_mix(tmp_path: Path) -> None:
         sys.setswitchinterval(interval)
     assert wrong == []
     assert [s.load_sync_token() for s in stores.values()] == ["a99", "b99"]
+
+
+def test_digest_keeps_a_sync_whole_when_a_peer_sends_odd_ids_and_timestamps() -> None:
+    """One event a peer's server got wrong must not cost the others in the same sync."""
+    peer = "@peer:hs"
+    events = [
+        _event(PROFILE_EVENT_TYPE, peer, {"interests": ["x"]}, 1, state_key=peer),
+        _event(INTRODUCTION_EVENT_TYPE, peer, {"peers": [peer, OWN]}, 2, state_key=""),
+        _event("m.room.message", peer, {"msgtype": "m.text", "body": "far future"}, 3),
+        _event("m.room.message", peer, {"msgtype": "m.text", "body": "fine"}, 4),
+    ]
+    events[0]["event_id"] = ["not", "text"]
+    del events[1]["event_id"]
+    events[2]["origin_server_ts"] = 2**70
+    pending = _Pending()
+    _digest(_sync(events), OWN, pending)
+    result = pending.result("s1")
+    assert result.profiles == () and result.introductions == ()  # no usable id: not recorded
+    assert result.messages == (
+        ReceivedMessage("$3", "!r:hs", peer, "far future", 0, False),  # out of range: unknown
+        ReceivedMessage("$4", "!r:hs", peer, "fine", 4, False),
+    )

@@ -286,3 +286,18 @@ def test_plain_archive_events_leave_the_projection_empty(store: EventStore) -> N
     append(store, builders.session_started("s1", at="2026-01-01T00:00:00Z", details={}))
     assert digest(store) == empty
     assert projection.all_peers(store.conn) == []
+
+
+def test_ids_with_lone_surrogates_leave_the_projection_working(store: EventStore) -> None:
+    """nio does not check user ids; such an event stays in the log and names no peer."""
+    odd = "@e\ud800ve:hs"
+    append(
+        store,
+        received(store, "$odd", odd, "from a broken id"),
+        events.member_seen(ROOM, "@m\udc00:hs", None, "join", "$odd-member"),
+        received(store, "$ok", ALICE, "from a good id"),
+    )
+    assert store.broken_projections == {}
+    assert projection.unread_counts(store.conn) == {ALICE: 1}
+    assert [e.type for e in store.events()].count("peer_message_received") == 2
+    assert rebuilt_digest(store) == digest(store)
