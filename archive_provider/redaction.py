@@ -28,8 +28,10 @@ MARKER = "[redacted:{kind}]"
 
 # kind -> pattern; a pattern with a group named after its kind redacts that group only
 _PATTERNS: dict[str, str] = {
+    # the body stops at the next BEGIN: many BEGIN lines without an END stay linear
     "private_key": (
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:(?!-----BEGIN )[\s\S])*?"
+        r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
     ),
     "api_key": r"(?<![A-Za-z0-9_-])sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{20,}",
     "github_token": r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})",

@@ -227,3 +227,16 @@ _FRAGMENTS = [
 def test_the_prefilter_never_changes_what_is_redacted(text: str) -> None:
     """The substring prefilter is only a shortcut: the result equals the full regex scan."""
     assert redact_text(text) == (scan_text(text) if len(text) >= 16 else (text, []))
+
+
+def test_a_key_body_stops_at_the_next_begin_line() -> None:
+    """Only the BEGIN that an END closes is a key; a stray BEGIN line above it is text.
+
+    (The pattern used to run from each BEGIN to the end of the text in search of an END,
+    so many BEGIN lines without one cost time quadratic in the text's length.)
+    """
+    stray = "-----BEGIN PRIVATE KEY-----\n"
+    key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
+    assert redact_text(stray + key) == (stray + marker("private_key"), [("private_key", 28)])
+    lines = stray * 2000
+    assert redact_text(lines) == (lines, [])
