@@ -45,7 +45,8 @@ def archivable(value: Any, _depth: int = 0) -> Any:
 
     bytes become text via UTF-8 with ``surrogateescape`` (the bytes are recoverable);
     numbers JSON cannot carry and unknown objects become ``{"$type": ..., "$text": ...}``;
-    non-text keys become text (``"$key:<repr>"`` when that would collide).
+    a non-text key becomes ``"$key:<repr>"``, and a key that reads like one before it gets
+    ``#2``, ``#3``... appended, so no value is ever overwritten.
     """
     if value is None or isinstance(value, bool):
         return value
@@ -62,9 +63,11 @@ def archivable(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            name = archivable_text(key) if isinstance(key, str) else f"$key:{key!r}"
-            if name in out:
-                name = f"$key:{key!r}"
+            name = archivable_text(key) if isinstance(key, str) else "$key:" + _described(key)
+            base, count = name, 1
+            while name in out:  # two keys that read the same (two NaNs): number the later
+                count += 1
+                name = f"{base}#{count}"
             out[name] = archivable(item, _depth + 1)
         return out
     if isinstance(value, (list, tuple)):

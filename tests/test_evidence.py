@@ -176,3 +176,29 @@ def test_values_upstream_would_raise_on_never_abort_the_evidence_filter() -> Non
         {"role": "assistant", "content": ambiguous},
     ]
     assert direct_evidence(kept) == kept  # still idempotent
+
+
+class _SameRepr:
+    def __init__(self, raises: bool = False) -> None:
+        self.raises = raises
+
+    def __repr__(self) -> str:
+        if self.raises:
+            raise RuntimeError("no repr")
+        return "k"
+
+
+def test_keys_that_read_the_same_keep_every_value() -> None:
+    nan_a, nan_b = float("nan"), float("nan")
+    odd = {nan_a: "A", nan_b: "B", _SameRepr(): "C", _SameRepr(): "D", "$key:k": "E"}
+    odd[_SameRepr(raises=True)] = "F"
+    odd["\ud83d\ude00"] = "G"  # a surrogate pair spelled as two code points
+    assert archivable(odd) == {
+        "$key:nan": "A",
+        "$key:nan#2": "B",
+        "$key:k": "C",
+        "$key:k#2": "D",
+        "$key:k#3": "E",
+        "$key:<_SameRepr without a repr: RuntimeError>": "F",
+        "\U0001f600": "G",
+    }
