@@ -36,6 +36,15 @@ def _masked(redact: bool, **fields: Any) -> tuple[dict[str, Any], list[dict[str,
     return redact_value(fields) if redact else (fields, [])
 
 
+def _masked_body(
+    redact: bool, body: dict[str, Any], redactions: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """``body`` with its own text masked too when ``redact`` (digests never match a pattern),
+    and every redaction, its parts' first, listed."""
+    masked, found = redact_value(body) if redact else (body, [])
+    return with_redactions(masked, [*redactions, *found])
+
+
 def turn(
     hasher: Hasher,
     session: str,
@@ -135,7 +144,13 @@ def memory_write(
     With ``redact``, secret-shaped spans of the content and metadata are masked first
     (redaction.py) and listed under ``redactions`` (paths ``/content``, ``/metadata/...``).
     """
-    fields, redactions = _masked(redact, content=archivable(content), metadata=archivable(metadata))
+    fields, redactions = _masked(
+        redact,
+        content=archivable(content),
+        metadata=archivable(metadata),
+        action=archivable(action),
+        target=archivable(target),
+    )
     content, metadata = fields["content"], fields["metadata"]
     part = hasher.part(content)
     return NewEvent(
@@ -145,8 +160,8 @@ def memory_write(
         with_redactions(
             {
                 "order": order,
-                "action": archivable(action),
-                "target": archivable(target),
+                "action": fields["action"],
+                "target": fields["target"],
                 "content": part.digest,
                 "metadata": metadata,
             },
@@ -156,16 +171,17 @@ def memory_write(
     )
 
 
-def session_started(session: str, *, at: str, details: Mapping[str, Any]) -> NewEvent:
-    return NewEvent(
-        "session_started", session, {"session": session, "at": at}, archivable(dict(details))
-    )
+def session_started(
+    session: str, *, at: str, details: Mapping[str, Any], redact: bool = False
+) -> NewEvent:
+    body = _masked_body(redact, archivable(dict(details)))
+    return NewEvent("session_started", session, {"session": session, "at": at}, body)
 
 
 def session_switched(
-    session: str, *, previous: str, at: str, details: Mapping[str, Any]
+    session: str, *, previous: str, at: str, details: Mapping[str, Any], redact: bool = False
 ) -> NewEvent:
-    body = archivable({"from": previous, **details})
+    body = _masked_body(redact, archivable({"from": previous, **details}))
     return NewEvent(
         "session_switched", session, {"session": session, "from": previous, "at": at}, body
     )
@@ -238,6 +254,7 @@ def delegation(
             **details,
         }
     )
+    body = _masked_body(redact, body, redactions)
     return NewEvent(
         "delegation",
         session,
@@ -247,7 +264,7 @@ def delegation(
             "task": task_part.digest,
             "result": result_part.digest,
         },
-        with_redactions(body, redactions),
+        body,
         (task_part, result_part),
     )
 

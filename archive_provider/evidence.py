@@ -102,7 +102,7 @@ def transcript_snapshot(messages: Any) -> list[Any]:
     return [] if messages is None else [messages]
 
 
-def _is_set(value: Any) -> bool:
+def is_set(value: Any) -> bool:
     """Python truthiness that cannot raise: a value whose truth is ambiguous (an array's)
     counts as set, so an odd host value never aborts a checkpoint."""
     try:
@@ -113,7 +113,7 @@ def _is_set(value: Any) -> bool:
 
 def _has_prose(content: Any) -> bool:
     """The v2 host's test: non-blank text, or any other non-empty content (e.g. parts)."""
-    return bool(content.strip()) if isinstance(content, str) else _is_set(content)
+    return bool(content.strip()) if isinstance(content, str) else is_set(content)
 
 
 def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
@@ -125,7 +125,7 @@ def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
     an assistant row with non-empty ``tool_calls`` is kept only when it has prose, and the
     kept copy loses ``tool_calls``. Idempotent; never mutates its input. Where upstream
     would raise on a value (a role that is a list, an array's truth), this decides as
-    :func:`_is_set` says, because on 0.19.0 a raise here loses the checkpoint.
+    :func:`is_set` says, because on 0.19.0 a raise here loses the checkpoint.
     """
     kept: list[dict[str, Any]] = []
     for message in messages:
@@ -134,9 +134,9 @@ def direct_evidence(messages: Iterable[Any]) -> list[dict[str, Any]]:
         role = message.get("role")
         if not isinstance(role, str) or role not in DIRECT_ROLES:
             continue
-        if _is_set(message.get(COMPRESSED_SUMMARY_KEY)):
+        if is_set(message.get(COMPRESSED_SUMMARY_KEY)):
             continue
-        if role == "assistant" and _is_set(message.get("tool_calls")):
+        if role == "assistant" and is_set(message.get("tool_calls")):
             if not _has_prose(message.get("content")):
                 continue
             message = {k: v for k, v in message.items() if k != "tool_calls"}

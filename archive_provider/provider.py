@@ -28,8 +28,9 @@ from .clock import now_text
 from .events import AppendResult, NewEvent
 from .evidence import (
     archivable_message,
-    bindable_text,
+    archivable_text,
     direct_evidence,
+    is_set,
     new_messages_start,
     transcript_snapshot,
 )
@@ -56,8 +57,17 @@ TOOL_NAMES = ("archive_search",)
 
 
 def session_text(value: Any) -> str:
-    """A session id as the log stores it: text SQLite can hold ('' for none)."""
-    return bindable_text(str(value)) if value else ""
+    """A session id as the log stores it: text SQLite can hold ('' for none).
+
+    Total, so no hook loses its input to an odd id: an id without a text is described by
+    its type, and a lone surrogate is written as its escape (``\\ud800``), which keeps
+    two ids that differ there apart (U+FFFD would merge their sessions).
+    """
+    try:
+        text = str(value) if is_set(value) else ""
+    except Exception:
+        text = f"<{type(value).__name__} without a text>"
+    return archivable_text(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass
@@ -186,8 +196,11 @@ class ArchiveProvider(MemoryProviderBase):
             }
             details.update(host=host_version(), provider=PROVIDER_VERSION)
             session, at = self._session, now_text()
+            redact = self._settings.redact_secrets
             self._submit(
-                lambda store: [builders.session_started(session, at=at, details=details)],
+                lambda store: [
+                    builders.session_started(session, at=at, details=details, redact=redact)
+                ],
                 "session_started",
             )
 
@@ -366,9 +379,12 @@ class ArchiveProvider(MemoryProviderBase):
             {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool)) or v is None}
         )
         session, at = self._session, now_text()
+        redact = self._settings.redact_secrets
         self._submit(
             lambda store: [
-                builders.session_switched(session, previous=previous, at=at, details=details)
+                builders.session_switched(
+                    session, previous=previous, at=at, details=details, redact=redact
+                )
             ],
             "session_switched",
         )
@@ -415,7 +431,7 @@ class ArchiveProvider(MemoryProviderBase):
                     session,
                     task=task,
                     result=result,
-                    child_session=str(child_session_id),
+                    child_session=session_text(child_session_id),
                     details=details,
                     redact=redact,
                 )
@@ -429,13 +445,14 @@ class ArchiveProvider(MemoryProviderBase):
         self, messages: list[dict[str, Any]], *, require_checkpoint: bool = False, **kwargs: Any
     ) -> str:
         """Archive the direct evidence durably before returning; raise when required and it fails."""
+        required = is_set(require_checkpoint)
         try:
-            receipt = self._checkpoint(messages, bool(require_checkpoint))
+            receipt = self._checkpoint(messages, required)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("archive: pre-compress checkpoint failed: %s", error)
-            self._record_checkpoint_failure(error, bool(require_checkpoint), messages)
-            if require_checkpoint:
+            self._record_checkpoint_failure(error, required, messages)
+            if required:
                 if isinstance(exc, CheckpointError):
                     raise
                 raise CheckpointError(f"archive checkpoint failed: {error}") from exc

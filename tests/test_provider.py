@@ -339,7 +339,9 @@ def test_archive_search_tool_answers_json_and_never_raises(make_provider) -> Non
     assert "error" in json.loads(provider.handle_tool_call("nope", {}))
 
 
-def test_every_event_matches_its_schema(make_provider, tmp_path: Path) -> None:
+def test_every_event_matches_its_schema(
+    make_provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     provider = make_provider()
     provider.sync_turn("", "", messages=convo(("a", "b")))
     provider.on_memory_write("add", "memory", "m", {"write_origin": "tool"})
@@ -350,7 +352,8 @@ def test_every_event_matches_its_schema(make_provider, tmp_path: Path) -> None:
     provider.on_turn_start(1, "a")
     provider.prefetch("a b")
     provider.on_session_end(convo(("a", "b"), ("c", "d")))
-    provider.sync_turn("", "", session_id=_Unprintable(), messages=convo(("e", "f")))
+    monkeypatch.setattr("archive_provider.provider.transcript_snapshot", _fault)
+    provider.sync_turn("", "", messages=convo(("e", "f")))  # recorded as write_failed
     flush(provider)
     store = open_log(tmp_path / "home")
     try:
@@ -485,10 +488,15 @@ def test_a_message_the_cache_cannot_copy_or_compare_still_archives_every_turn(
 
 
 class _Unprintable:
-    """A session id whose text cannot be taken: the hook itself fails on the caller's thread."""
+    """A session id whose text cannot be taken."""
 
     def __str__(self) -> str:
         raise RuntimeError("no text for this id")
+
+
+def _fault(*args: object, **kwargs: object) -> None:
+    """An injected bug: what the hook guard exists for."""
+    raise RuntimeError("injected fault")
 
 
 def test_a_transcript_that_is_not_a_list_is_archived_as_one_tagged_row(
@@ -519,12 +527,10 @@ def test_a_hook_that_fails_leaves_a_write_failed_event(
 ) -> None:
     """The host swallows hook errors at DEBUG; the log must still show that input was lost."""
     provider = make_provider()
-    provider.sync_turn("u", "a", session_id=_Unprintable(), messages=convo(("u", "a")))
-
-    def broken_builder(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("injected builder fault")
-
-    monkeypatch.setattr("archive_provider.builders.memory_write", broken_builder)
+    with monkeypatch.context() as patched:  # a fault on the caller's thread
+        patched.setattr("archive_provider.provider.transcript_snapshot", _fault)
+        provider.sync_turn("u", "a", session_id="s1", messages=convo(("u", "a")))
+    monkeypatch.setattr("archive_provider.builders.memory_write", _fault)  # and in the writer
     provider.on_memory_write("add", "memory", "lost", {})
     provider.sync_turn("next", "fine", session_id="s1", messages=convo(("next", "fine")))
     flush(provider)
@@ -536,8 +542,8 @@ def test_a_hook_that_fails_leaves_a_write_failed_event(
         store.close()
     failed = [e.body for e in events if e.type == "write_failed"]
     assert failed == [
-        {"hook": "sync_turn", "error": "RuntimeError: no text for this id"},
-        {"hook": "memory_write", "error": "RuntimeError: injected builder fault"},
+        {"hook": "sync_turn", "error": "RuntimeError: injected fault"},
+        {"hook": "memory_write", "error": "RuntimeError: injected fault"},
     ]
     assert [e.type for e in events].count("turn") == 1  # the hooks after a failure still work
 
@@ -569,3 +575,21 @@ def test_a_required_checkpoint_of_odd_rows_is_archived_not_refused(
     finally:
         store.close()
     assert evidence[-1] == {"role": "assistant", "content": "with prose"}
+
+
+def test_odd_session_ids_are_archived_and_kept_apart(make_provider, tmp_path: Path) -> None:
+    """An id without a text is described; ids differing in a lone surrogate stay two sessions."""
+    provider = make_provider()
+    for session in (_Unprintable(), "a\ud800", "a\udfff"):
+        provider.sync_turn("u", "a", session_id=session, messages=convo(("u", "a")))
+    provider.on_delegation("t", "r", child_session_id="c\ud83d\ude00")  # a pair as two points
+    flush(provider)
+    rows = event_rows(tmp_path / "home")
+    turns = [session for _, kind, session in rows if kind == "turn"]
+    assert turns == ["<_Unprintable without a text>", "a\\ud800", "a\\udfff"]
+    store = open_log(tmp_path / "home")
+    try:
+        (delegation,) = [e for e in store.events() if e.type == "delegation"]
+    finally:
+        store.close()
+    assert delegation.body["child_session"] == "c\U0001f600"

@@ -91,7 +91,9 @@ def drive(provider: ArchiveProvider, text: str) -> None:
     )
     assert provider.on_pre_compress(messages, require_checkpoint=True)
     provider.prefetch(f"what about {SECRETS['api_key']}")
-    provider.on_delegation(text, text, child_session_id="c")
+    provider.on_delegation(text, text, child_session_id="c", note=f"key {SECRETS['api_key']}")
+    provider.on_memory_write("add", f"memory {SECRETS['slack_token']}", "x", {"session_id": "s1"})
+    provider.on_session_switch("s2", parent_session_id="s1", title=f"t {SECRETS['github_token']}")
     assert flush(provider)
 
 
