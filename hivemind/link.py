@@ -152,9 +152,12 @@ class PeerLink:
                 self._offline(exc, failures)
                 failures = self._back_off(failures)
                 continue
-            except Exception:
+            except Exception as exc:
                 if self._stop.is_set():  # the client was closed under a sync in flight
                     return
+                # e.g. nio failing on an event it cannot parse: the same response comes back
+                # on every retry, so say so where the tools and status look, not only in logs
+                self.error = f"peer sync fails ({type(exc).__name__}: {exc}); retrying"
                 log.exception("hivemind: sync failed unexpectedly")
                 failures = self._back_off(failures)
                 continue

@@ -90,7 +90,7 @@ class PeerTools:
         result["connected"] = reason is None
         if reason is not None:
             result["not_connected_because"] = reason
-        return {**result, "notice": NOTICE}
+        return {**result, **self._sync_problem(), "notice": NOTICE}
 
     def check_messages(self, args: Mapping[str, Any]) -> dict[str, Any]:
         name = _optional_text(args, "peer_name")
@@ -124,6 +124,7 @@ class PeerTools:
                 for m in found
             ],
             "remaining_unread": max(0, total - len(found)),
+            **self._sync_problem(),
             "notice": NOTICE,
         }
 
@@ -293,6 +294,13 @@ class PeerTools:
         if link.backend is not None:
             return None
         return link.error or "still connecting to the homeserver"
+
+    def _sync_problem(self) -> dict[str, str]:
+        """``{"sync_problem": why}`` while connected but syncs keep failing (news may be stale)."""
+        link = self.link()
+        if link is None or link.backend is None or not link.error:
+            return {}
+        return {"sync_problem": link.error}
 
     def _backend(self) -> MatrixBackend:
         link = self.link()

@@ -262,3 +262,63 @@ def test_digest_keeps_a_sync_whole_when_a_peer_sends_odd_ids_and_timestamps() ->
         ReceivedMessage("$3", "!r:hs", peer, "far future", 0, False),  # out of range: unknown
         ReceivedMessage("$4", "!r:hs", peer, "fine", 4, False),
     )
+
+
+class _UnparsableSyncs:
+    """A backend whose every sync fails the way nio does on an event it cannot parse."""
+
+    def __init__(self) -> None:
+        self.syncs = threading.Event()
+
+    def sync(self, timeout_ms: int) -> None:
+        self.syncs.set()
+        raise TypeError("'>' not supported between instances of 'str' and 'int'")
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+def test_a_sync_that_keeps_failing_is_reported_by_the_tools(tmp_path: Path) -> None:
+    """The same bad response returns on every retry: the tools must say news may be stale."""
+    from hivemind.link import PeerLink
+    from hivemind.settings import HivemindSettings
+    from hivemind.tools import PeerTools
+
+    backend = _UnparsableSyncs()
+    link = PeerLink(
+        crypto_dir=tmp_path / "crypto",
+        homeserver="http://127.0.0.1:9",
+        user_id=OWN,
+        access_token=TOKEN,
+        device_id=None,
+        settings=HivemindSettings(),
+        submit=lambda build, label: None,
+        read_token=lambda: None,
+    )
+
+    def connect(failures: int) -> Any:
+        link._backend, link._connected = backend, True
+        return backend
+
+    link._connect = connect
+    link.start()
+    try:
+        assert backend.syncs.wait(10)
+        deadline = time.monotonic() + 10
+        while link.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        tools = PeerTools(
+            read=lambda reader: ([], []),
+            record=lambda build, label: True,
+            link=lambda: link,
+            session=lambda: "s1",
+            unavailable=lambda: "off",
+        )
+        listed = tools.handle("hivemind_list_peers", {})
+    finally:
+        link.close(5)
+    assert listed["connected"] is True
+    assert listed["sync_problem"] == (
+        "peer sync fails (TypeError: '>' not supported between instances of 'str' and 'int');"
+        " retrying"
+    )
