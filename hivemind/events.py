@@ -127,15 +127,19 @@ def message_received(
     origin_server_ts: int,
     encrypted: bool,
     redact: bool = False,
+    msgtype: str = "m.text",
 ) -> NewEvent:
+    """A peer's message; ``msgtype`` is recorded when it is not plain text (``m.text``)."""
     part, found = _text_part(hasher, text, redact)
-    body = {
+    body: dict[str, Any] = {
         "room_id": room_id,
         "sender": sender,
         "text": part.digest,
         "origin_server_ts": origin_server_ts,
         "encrypted": encrypted,
     }
+    if msgtype != "m.text":
+        body["msgtype"] = archivable_text(msgtype)
     return NewEvent(
         "peer_message_received",
         PEER_SESSION,
@@ -370,6 +374,7 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 origin_server_ts=r.origin_server_ts,
                 encrypted=r.encrypted,
                 redact=redact,
+                msgtype=r.msgtype,
             )
         )
     return events

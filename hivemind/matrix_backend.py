@@ -48,6 +48,7 @@ from nio import (
     MegolmEvent,
     RoomCreateResponse,
     RoomMemberEvent,
+    RoomMessage,
     RoomMessageNotice,
     RoomMessageText,
     RoomPreset,
@@ -114,7 +115,11 @@ class MatrixSession:
 
 @dataclass(frozen=True)
 class ReceivedMessage:
-    """A text message from another user; ``event_id`` is its identity."""
+    """A message from another user; ``event_id`` is its identity.
+
+    Text and notices carry their body; any other message (an emote, a file, a msgtype
+    hivemind does not know) is kept too, with its ``msgtype`` and its body text if any.
+    """
 
     event_id: str
     room_id: str
@@ -122,6 +127,7 @@ class ReceivedMessage:
     body: str
     origin_server_ts: int
     encrypted: bool
+    msgtype: str = "m.text"
 
 
 @dataclass(frozen=True)
@@ -328,6 +334,21 @@ def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
                         event.body,
                         _timestamp(event.server_timestamp),
                         bool(event.decrypted),
+                    )
+                )
+            elif isinstance(event, RoomMessage):
+                content = event.source.get("content")
+                content = content if isinstance(content, dict) else {}
+                body, msgtype = content.get("body"), content.get("msgtype")
+                into.messages.append(
+                    ReceivedMessage(
+                        event.event_id,
+                        room_id,
+                        event.sender,
+                        body if isinstance(body, str) else "",
+                        _timestamp(event.server_timestamp),
+                        bool(event.decrypted),
+                        msgtype if isinstance(msgtype, str) else "",
                     )
                 )
             elif isinstance(event, MegolmEvent):

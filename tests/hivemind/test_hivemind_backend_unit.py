@@ -322,3 +322,27 @@ def test_a_sync_that_keeps_failing_is_reported_by_the_tools(tmp_path: Path) -> N
         "peer sync fails (TypeError: '>' not supported between instances of 'str' and 'int');"
         " retrying"
     )
+
+
+def test_messages_of_other_kinds_are_kept_with_their_msgtype() -> None:
+    """An emote, a file, a msgtype hivemind does not know: recorded, never dropped."""
+    peer = "@peer:hs"
+    events = [
+        _event("m.room.message", peer, {"msgtype": "m.emote", "body": "waves"}, 1),
+        _event(
+            "m.room.message",
+            peer,
+            {"msgtype": "m.file", "body": "notes.pdf", "url": "mxc://a/b"},
+            2,
+        ),
+        _event("m.room.message", peer, {"msgtype": "org.example.card", "body": "hello"}, 3),
+        _event("m.room.message", peer, {"msgtype": "org.example.blob", "data": [1, 2]}, 4),
+    ]
+    pending = _Pending()
+    _digest(_sync(events), OWN, pending)
+    assert [(m.event_id, m.body, m.msgtype) for m in pending.result("s1").messages] == [
+        ("$1", "waves", "m.emote"),
+        ("$2", "notes.pdf", "m.file"),
+        ("$3", "hello", "org.example.card"),
+        ("$4", "", "org.example.blob"),
+    ]

@@ -36,7 +36,10 @@ def identity(event: NewEvent) -> str:
 def sample_sync() -> SyncResult:
     return SyncResult(
         next_batch="s72_1",
-        messages=(ReceivedMessage("$m1", ROOM, ALICE, "hello", 1700000000000, True),),
+        messages=(
+            ReceivedMessage("$m1", ROOM, ALICE, "hello", 1700000000000, True),
+            ReceivedMessage("$m2", ROOM, ALICE, "waves", 1700000000004, True, "m.emote"),
+        ),
         undecryptable=(UndecryptableMessage("$u1", ROOM, ALICE, 1700000000001, "sess"),),
         invites=(
             InviteSeen("!spam:evil", "@mallory:evil", True, False),
@@ -117,6 +120,7 @@ def test_a_sync_becomes_events_in_a_fixed_order_and_refused_invites_only() -> No
         "peer_invite_ignored",
         "peer_message_undecryptable",
         "peer_message_received",
+        "peer_message_received",
     ]
     assert built[3].body == {"room_id": "!spam:evil", "inviter": "@mallory:evil", "is_direct": True}
     assert built[1].body["profile"] == {"interests": ["TEE attestation"]}  # unknown keys dropped
@@ -126,9 +130,9 @@ def test_identities_are_the_matrix_ids_whatever_the_store_key() -> None:
     first = events.from_sync(HASHER, sample_sync())
     again = events.from_sync(OTHER, sample_sync())  # another profile: other part digests
     assert [identity(e) for e in first] == [identity(e) for e in again]
-    received = first[-1]
+    received = first[-2]
     assert received.key == {"event_id": "$m1"}
-    assert received.body["text"] != again[-1].body["text"]  # keyed: not comparable across stores
+    assert received.body["text"] != again[-2].body["text"]  # keyed: not comparable across stores
     assert received.parts[0].digest == received.body["text"]
 
 
@@ -201,3 +205,10 @@ def test_peer_text_is_redacted_like_turns_when_the_setting_is_on() -> None:
     )
     assert decode(sent.parts[0].body) == "use [redacted:api_key]"
     assert sent.body["redactions"] == [{"path": "/text", "kind": "api_key", "at": 4}]
+
+
+def test_a_message_that_is_not_text_records_its_msgtype() -> None:
+    built = [
+        e for e in events.from_sync(HASHER, sample_sync()) if e.type == "peer_message_received"
+    ]
+    assert [e.body.get("msgtype") for e in built] == [None, "m.emote"]
