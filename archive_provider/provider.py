@@ -29,6 +29,7 @@ from .events import AppendResult, NewEvent
 from .evidence import (
     archivable_message,
     archivable_text,
+    bindable_text,
     direct_evidence,
     is_set,
     new_messages_start,
@@ -595,7 +596,8 @@ class ArchiveProvider(MemoryProviderBase):
         try:
             if tool_name != "archive_search":
                 return json.dumps({"error": f"unknown tool {tool_name!r}"})
-            return json.dumps(self._archive_search(args), ensure_ascii=False)
+            # bindable: a lone surrogate echoed from the query would fail the host's UTF-8
+            return bindable_text(json.dumps(self._archive_search(args), ensure_ascii=False))
         except Exception as exc:
             log.warning("archive: tool %s failed: %s", tool_name, exc)
             return json.dumps({"error": f"{type(exc).__name__}: {exc}"})

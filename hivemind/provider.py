@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from archive_provider.events import NewEvent
+from archive_provider.evidence import bindable_text
 from archive_provider.host import get_secret
 from archive_provider.provider import ArchiveProvider
 from archive_provider.schemas import load_tool_schema
@@ -186,7 +187,7 @@ class HivemindProvider(ArchiveProvider):
         except Exception as exc:  # never an exception into the host
             log.warning("hivemind: tool %s failed: %s", tool_name, exc)
             result = {"error": f"{type(exc).__name__}: {exc}"}
-        return json.dumps(result, ensure_ascii=False)
+        return bindable_text(json.dumps(result, ensure_ascii=False))  # UTF-8 the host can send
 
     def _peer_tools(self) -> PeerTools:
         if self._tools is None:

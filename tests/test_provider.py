@@ -593,3 +593,11 @@ def test_odd_session_ids_are_archived_and_kept_apart(make_provider, tmp_path: Pa
     finally:
         store.close()
     assert delegation.body["child_session"] == "c\U0001f600"
+
+
+def test_the_tool_answer_is_text_the_host_can_encode(make_provider) -> None:
+    """A lone surrogate in the query is echoed back; the answer must still be UTF-8."""
+    provider = make_provider()
+    answer = provider.handle_tool_call("archive_search", {"query": "zebra \ud800"})
+    answer.encode("utf-8")
+    assert isinstance(json.loads(answer), dict)
