@@ -11,9 +11,11 @@ like.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from .common import Row, Workdir, median
 
 _Conversation: Any = None
 
@@ -83,6 +85,56 @@ def eventsourcing_turns(
     seconds = time.perf_counter() - start
     app.close()
     return seconds
+
+
+def eventsourcing_rows(
+    work: Workdir,
+    row: str,
+    what: str,
+    figure: float,
+    unit: str,
+    turns: Sequence[tuple[str, list[dict[str, Any]]]],
+    runs: int,
+    say: Callable[[str], None],
+) -> list[Row]:
+    """``figure`` beside the library recording the very same ``turns`` (median of ``runs``):
+    as shipped, where the >= 10x target applies, and at synchronous=NORMAL (info)."""
+    shipped, normal = (
+        len(turns)
+        / median(
+            [
+                eventsourcing_turns(work.fresh("es") / "es.db", turns, synchronous=level)
+                for _ in range(runs)
+            ]
+        )
+        for level in (None, "NORMAL")
+    )
+    say(f"  eventsourcing: {shipped:,.0f}/s as shipped, {normal:,.0f}/s at NORMAL")
+    counted = {unit.split("/")[0]: len(turns)}
+    return [
+        Row(
+            row,
+            f"{what} vs eventsourcing (as shipped: synchronous=FULL)",
+            figure,
+            unit,
+            shipped,
+            "eventsourcing",
+            target_kind="min",
+            target_value=10,
+            target_text=">= 10x eventsourcing",
+            extra=counted,
+        ),
+        Row(
+            row,
+            f"{what} vs eventsourcing at synchronous=NORMAL (info)",
+            figure,
+            unit,
+            normal,
+            "eventsourcing NORMAL",
+            extra=counted,
+            note="same durability level as the project's ordinary appends; no target",
+        ),
+    ]
 
 
 def eventsourcing_read_back(path: Path) -> tuple[float, int]:

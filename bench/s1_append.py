@@ -23,7 +23,7 @@ from archive_provider.store import EventStore
 from archive_provider.writer import Writer
 
 from .common import Row, Workdir, median
-from .peers import eventsourcing_turns
+from .peers import eventsourcing_rows
 from .rawcopy import RawCopy, empty_like, event_batches, extract
 from .workload import Text, turn_events
 
@@ -122,53 +122,6 @@ def _session_messages(events: list[NewEvent]) -> list[tuple[str, list[dict[str, 
     return [(e.session, [decode(p.body) for p in e.parts]) for e in events]
 
 
-def _eventsourcing_rows(
-    work: Workdir,
-    label: str,
-    group_figure: float,
-    events: list[NewEvent],
-    repeats: int,
-    say: Report,
-) -> list[Row]:
-    """The eventsourcing library recording the very events the group-commit run appended."""
-    turns = _session_messages(events)
-    runs = max(1, repeats - 1)
-    shipped = len(turns) / median(
-        [eventsourcing_turns(work.fresh("es") / "es.db", turns) for _ in range(runs)]
-    )
-    normal = len(turns) / median(
-        [
-            eventsourcing_turns(work.fresh("es") / "es.db", turns, synchronous="NORMAL")
-            for _ in range(runs)
-        ]
-    )
-    say(f"  eventsourcing {label}: {shipped:,.0f}/s as shipped, {normal:,.0f}/s at NORMAL")
-    return [
-        Row(
-            "1",
-            f"append {label}, group-committed vs eventsourcing (as shipped: synchronous=FULL)",
-            group_figure,
-            "events/s",
-            shipped,
-            "eventsourcing",
-            target_kind="min",
-            target_value=10,
-            target_text=">= 10x eventsourcing",
-            extra={"events": len(turns)},
-        ),
-        Row(
-            "1",
-            f"append {label}, group-committed vs eventsourcing at synchronous=NORMAL (info)",
-            group_figure,
-            "events/s",
-            normal,
-            "eventsourcing NORMAL",
-            extra={"events": len(turns)},
-            note="same durability level as the project's ordinary appends; no target",
-        ),
-    ]
-
-
 def run(
     work: Workdir, text: Text, sizes: dict[int, dict[str, int]], repeats: int, say: Report
 ) -> list[Row]:
@@ -215,5 +168,14 @@ def run(
             say(f"  append {label} {mode}: {figure:,.0f}/s vs raw {baseline:,.0f}/s")
             if mode.startswith("group"):
                 group_figure, group_events = figure, events
-        rows += _eventsourcing_rows(work, label, group_figure, group_events, repeats, say)
+        rows += eventsourcing_rows(
+            work,
+            "1",
+            f"append {label}, group-committed",
+            group_figure,
+            "events/s",
+            _session_messages(group_events),
+            max(1, repeats - 1),
+            say,
+        )
     return rows

@@ -29,7 +29,7 @@ from archive_provider import ArchiveProvider
 from archive_provider.store import archive_dir
 
 from .common import Row, Workdir, median, percentile
-from .peers import eventsourcing_turns
+from .peers import eventsourcing_rows
 from .rawcopy import RawCopy, empty_like, event_batches, extract
 from .s1_append import count_batches
 from .workload import Session, Text, sessions
@@ -277,35 +277,7 @@ def ingest_rows(
                 extra={"turns": turns, "seconds": ours, "raw_seconds": raws},
             )
         )
-        # the eventsourcing library recording the very turns the last run ingested
-        shipped = len(new) / eventsourcing_turns(work.fresh("es") / "es.db", new)
-        normal = len(new) / eventsourcing_turns(
-            work.fresh("es") / "es.db", new, synchronous="NORMAL"
-        )
-        say(f"  eventsourcing {label}: {shipped:,.0f}/s as shipped, {normal:,.0f}/s at NORMAL")
-        rows.append(
-            Row(
-                "3",
-                f"ingest {label} via provider vs eventsourcing (as shipped)",
-                figure,
-                "turns/s",
-                shipped,
-                "eventsourcing",
-                target_kind="min",
-                target_value=10,
-                target_text=">= 10x eventsourcing",
-                extra={"turns": len(new)},
-            )
-        )
-        rows.append(
-            Row(
-                "3",
-                f"ingest {label} via provider vs eventsourcing at NORMAL (info)",
-                figure,
-                "turns/s",
-                normal,
-                "eventsourcing NORMAL",
-                extra={"turns": len(new)},
-            )
+        rows += eventsourcing_rows(  # on the very turns the last run ingested
+            work, "3", f"ingest {label} via provider", figure, "turns/s", new, 1, say
         )
     return rows
