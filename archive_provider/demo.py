@@ -23,6 +23,7 @@ from .install import activate, install_plugin
 from .recall import FENCE_OPEN
 from .store import EventStore, archive_dir
 from .verifier import verify_database
+from .witness import Witness
 
 MARKER = ".hermes-archive-demo"
 FACT = "BLUE HERON"
@@ -55,13 +56,18 @@ class DemoResult:
 
 
 def fresh_demo_home(home: Path, marker: str, made_by: str) -> None:
-    """Empty ``home`` for a demo run; refuse a non-empty folder a demo did not make."""
+    """Empty ``home`` for a demo run; refuse a non-empty folder a demo did not make.
+
+    The witness of the old demo archive goes too: it lives outside the home, and the new
+    archive would otherwise be refused as a replaced one (the demo could not run twice).
+    """
     if home.exists() and any(home.iterdir()):
         if not (home / marker).exists():
             raise DemoRefused(
                 f"{home} is not empty and was not made by the demo; choose another --home"
             )
         shutil.rmtree(home)
+        Witness.for_home(home).path.unlink(missing_ok=True)
     home.mkdir(parents=True, exist_ok=True)
     (home / marker).write_text(f"made by `{made_by}`; safe to delete\n")
 

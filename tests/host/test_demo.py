@@ -69,6 +69,17 @@ def test_the_demo_refuses_a_folder_it_did_not_make(tmp_path: Path) -> None:
     assert (precious / "config.yaml").read_text() == "memory:\n  provider: honcho\n"
 
 
+def test_the_demo_runs_again_in_the_home_it_made(tmp_path: Path) -> None:
+    """Running the README's first command twice must work twice (the witness of the first
+    archive lives outside the home and used to make the second refuse its appends)."""
+    home = tmp_path / "profile"
+    for _ in range(2):
+        done = run_demo(home, "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout)
+        assert result["fact_recalled"] is True and result["verified"]["ok"] is True
+
+
 @pytest.mark.parametrize("as_json", [False, True], ids=["human", "json"])
 def test_every_audit_command_works_on_the_demo_archive_in_both_doors(
     demo_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
