@@ -11,6 +11,7 @@ active memory provider), so it uses absolute imports only.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -57,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         return int(runner(CommandContext.from_args(args)))
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):  # machines read stdout, as for every other error
+            print(json.dumps({"ok": False, "error": str(exc), "usage": True}))
+        else:
+            print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

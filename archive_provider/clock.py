@@ -15,7 +15,8 @@ def utc_now() -> datetime:
 
 def format_time(moment: datetime) -> str:
     """Envelope time text: ISO 8601 UTC with microseconds and a ``Z`` (sorts as text)."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = moment.astimezone(timezone.utc)
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S.%f}Z"  # strftime's %Y does not pad year 999
 
 
 def parse_time(text: str) -> datetime:

@@ -529,3 +529,60 @@ def test_hermes_door_raises_system_exit_with_the_code(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exited:
         archive_command(namespace)
     assert exited.value.code == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--home", "~no-such-user-anywhere", "status"],
+        ["log", "--since", "0001-01-01T00:00:00+01:00"],
+        ["search", "x", "--until", "9999-12-31T23:59:59-01:00"],
+        ["log", "--limit", "9223372036854775808"],
+        ["show", "zz"],
+    ],
+    ids=["unknown-user-home", "since-before-year-1", "until-after-9999", "huge-limit", "bad-ref"],
+)
+def test_odd_arguments_are_usage_errors_in_every_door(
+    home: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    full = args if args[0] == "--home" else ["--home", str(home), *args]
+    code, out, err = doors(capsys, full)
+    assert code == 2 and out == "" and "Traceback" not in err and "error" in err
+    code, out, err = doors(capsys, ["--json", *full])
+    assert code == 2 and "Traceback" not in err
+    if args[0] in ("--home", "show"):  # errors after argparse are JSON on stdout under --json
+        assert json.loads(out) == {"ok": False, "error": json.loads(out)["error"], "usage": True}
+
+
+def test_times_before_year_1000_keep_sorting_as_text() -> None:
+    from datetime import datetime, timezone
+
+    from archive_provider.clock import format_time
+
+    early = format_time(datetime(999, 1, 1, tzinfo=timezone.utc))
+    assert early == "0999-01-01T00:00:00.000000Z"
+    assert early < format_time(datetime(2026, 1, 1, tzinfo=timezone.utc))
+
+
+def test_json_output_is_utf8_whatever_the_argument(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A non-UTF-8 argument arrives as a lone surrogate; --json must still be valid UTF-8."""
+    code, out, _ = doors(capsys, ["--home", str(home), "--json", "search", "zebra \udcff"])
+    out.encode("utf-8")
+    assert json.loads(out)["query"] == "zebra \udcff"
+
+
+def test_export_never_replaces_what_is_not_a_regular_file(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bundle lands by rename: a link or a pipe at OUT would be destroyed, not written."""
+    link = tmp_path / "link.zip"
+    link.symlink_to(tmp_path / "nowhere.zip")
+    pipe = tmp_path / "pipe.zip"
+    os.mkfifo(pipe)
+    for out, extra in ((link, []), (link, ["--force"]), (pipe, ["--force"])):
+        code, _, err = doors(capsys, ["--home", str(home), "export", str(out), *extra])
+        assert code == 2 and "not a regular file" in err
+    assert link.is_symlink() and not (tmp_path / "nowhere.zip").exists()
+    assert pipe.is_fifo()

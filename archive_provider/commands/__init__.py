@@ -40,28 +40,39 @@ class CommandError(Exception):
     """The command found a problem or could not do its work (exit code 1)."""
 
 
+def expanded(path: str | os.PathLike[str]) -> Path:
+    """``path`` with ``~`` expanded; an unknown ``~user`` is a usage error, not a traceback."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as exc:
+        raise UsageError(f"cannot expand {os.fspath(path)!r}: {exc}") from None
+
+
 def default_home() -> Path:
-    return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes").expanduser()
+    return expanded(os.environ.get("HERMES_HOME") or "~/.hermes")
 
 
 def time_arg(text: str) -> str:
     """argparse type for --since/--until: any ISO 8601 time (naive is UTC) as envelope time text."""
     try:
         return format_time(parse_time(text))
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an offset past year 1 or 9999
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an ISO 8601 time (e.g. 2026-11-30 or 2026-11-30T12:00:00Z)"
         ) from None
 
 
+MAX_COUNT = 2**63 - 1  # SQLite's largest integer
+
+
 def positive_int(text: str) -> int:
-    """argparse type for counts: 0 or more."""
+    """argparse type for counts: 0 or more, as large as SQLite takes."""
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (0 or more)")
+    if not 0 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {MAX_COUNT}")
     return value
 
 
@@ -76,7 +87,7 @@ class CommandContext:
 
     @classmethod
     def from_args(cls, args: Namespace) -> CommandContext:
-        home = Path(args.home).expanduser() if getattr(args, "home", None) else default_home()
+        home = expanded(args.home) if getattr(args, "home", None) else default_home()
         return cls(home=home, json=bool(getattr(args, "json", False)), args=args)
 
     @property
@@ -106,7 +117,8 @@ class CommandContext:
 
     def emit(self, data: Any, human: Callable[[Any], str] | str) -> None:
         if self.json:
-            self.out.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+            # ASCII: text from argv or the log may hold lone surrogates, which are not UTF-8
+            self.out.write(json.dumps(data, indent=2, default=str) + "\n")
         else:
             text = human(data) if callable(human) else human
             self.out.write(text.rstrip("\n") + "\n")

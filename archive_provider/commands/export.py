@@ -8,10 +8,9 @@ selected events only. docs/AUDIT.md explains what it proves.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, time_arg
+from archive_provider.commands import CommandContext, UsageError, expanded, time_arg
 
 NAME = "export"
 HELP = "export events (all, one session, a time range) to a sealed bundle an auditor can verify"
@@ -62,11 +61,13 @@ def run(ctx: CommandContext) -> int:
     from archive_provider.export import Selection, export_bundle
 
     args = ctx.args
-    out = Path(args.out).expanduser()
+    out = expanded(args.out)
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        # the bundle replaces OUT by rename: a link, device or pipe would be destroyed, not
+        # written through, so only a regular file may be overwritten (and only with --force)
+        raise UsageError(f"{out} is not a regular file; give a new file name for the bundle")
     if out.exists() and not args.force:
         raise UsageError(f"{out} exists; choose another path or pass --force")
-    if out.is_dir():
-        raise UsageError(f"{out} is a folder; give a file name for the bundle")
     if args.since and args.until and args.since > args.until:
         raise UsageError("--since is after --until")
     selection = Selection(args.session, args.since, args.until)

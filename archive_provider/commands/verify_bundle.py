@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError
+from archive_provider.commands import CommandContext, UsageError, expanded
 from archive_provider.verifier import MANIFEST, describe, verify_bundle
 
 NAME = "verify-bundle"
@@ -85,7 +85,7 @@ def compare(ctx: CommandContext, details: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(ctx: CommandContext) -> int:
-    path = Path(ctx.args.bundle).expanduser()
+    path = expanded(ctx.args.bundle)
     if not path.is_file():
         raise UsageError(f"{path} is not a file")
     with ctx.progress("verify-bundle", _claimed_head(path)) as progress:
