@@ -137,10 +137,18 @@ def _write_private(path: Path, text: str) -> None:
 def connect(
     path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> sqlite3.Connection:
-    """Open a connection with the settings every part of the package relies on."""
+    """Open a connection with the settings every part of the package relies on.
+
+    Read-only, a WAL database still needs its ``-shm`` file, which SQLite cannot create in
+    a folder it may not write (an archive copied to read-only media for an auditor). When
+    no ``-wal`` or ``-shm`` file exists, no connection has the database open in WAL mode,
+    so it is opened ``immutable`` instead: read as the file is, without the shared memory.
+    """
     if readonly:
+        quiescent = not any(path.with_name(path.name + end).exists() for end in ("-wal", "-shm"))
+        immutable = quiescent and not os.access(path.parent, os.W_OK)
         conn = sqlite3.connect(
-            f"{path.absolute().as_uri()}?mode=ro",
+            f"{path.absolute().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}",
             uri=True,
             isolation_level=None,
             check_same_thread=False,
@@ -204,7 +212,17 @@ class EventStore:
             store_id = cls._meta(conn, "store_id")
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+            reason = str(exc).lower()
+            if isinstance(exc, sqlite3.OperationalError) and (
+                "readonly" in reason or "unable to open" in reason
+            ):
+                raise StoreError(
+                    f"cannot open the archive {db_path}: {exc}. This user may not read the "
+                    "file, or SQLite may not create events.db-shm beside a database in WAL "
+                    "mode here: check the permissions, or copy the archive folder (events.db "
+                    "with its -wal file, and payload.key) somewhere you can write."
+                ) from exc
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in reason:
                 raise StoreError(
                     f"the archive {db_path} is locked by another connection beyond the busy "
                     f"timeout ({busy_timeout_ms} ms): {exc}. The file is not damaged; retry, or "

@@ -870,3 +870,33 @@ def test_registry_shares_one_writer_per_folder(folder: Path) -> None:
         assert fresh is not one
     finally:
         writers.release(fresh)
+
+
+def test_a_closed_archive_in_a_read_only_folder_can_be_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An auditor's copy on read-only media: no -wal/-shm, and SQLite may not create them.
+
+    Root may write anywhere, so as root the folder is made to read as unwritable.
+    """
+    folder = tmp_path / "archive"
+    store = EventStore.open(folder)
+    store.append([NewEvent("turn", "s1", {"n": 1}, {"text": "kept"})])
+    store.close()
+    assert sorted(p.name for p in folder.iterdir()) == [DB_NAME, KEY_NAME]
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        real_access = os.access
+        monkeypatch.setattr(
+            "archive_provider.store.os.access",
+            lambda path, mode: False if Path(path) == folder else real_access(path, mode),
+        )
+    try:
+        reader = EventStore.open(folder, create=False, readonly=True)
+        try:
+            assert [e.body for e in reader.events()] == [{"text": "kept"}]
+        finally:
+            reader.close()
+        assert sorted(p.name for p in folder.iterdir()) == [DB_NAME, KEY_NAME]  # nothing made
+    finally:
+        folder.chmod(0o755)
