@@ -65,6 +65,10 @@ _MEMORY_EMPTY = re.compile(r"^memory:[ \t]*(\{\s*\}|null|~)[ \t]*(#.*)?$", re.MU
 _MEMORY_INLINE = re.compile(r"^memory:[ \t]*[^\s#]", re.MULTILINE)
 
 
+class ConfigError(ValueError):
+    """config.yaml cannot be edited as it is; the message says where."""
+
+
 def set_memory_provider(text: str, name: str) -> str:
     """Set ``memory.provider`` in config.yaml text, leaving every other line as it was.
 
@@ -75,7 +79,16 @@ def set_memory_provider(text: str, name: str) -> str:
     if _MEMORY_INLINE.search(text):
         import yaml
 
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            raise ConfigError(
+                f"config.yaml is not valid YAML ({getattr(exc, 'problem', None) or 'unreadable'}"
+                f"{f' at line {where.line + 1}' if where else ''}); fix it and run again"
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("memory", {}), dict):
+            raise ConfigError("config.yaml has no mapping at its top or under memory:; fix it")
         data.setdefault("memory", {})["provider"] = name
         return str(yaml.safe_dump(data, sort_keys=False))
     block = _MEMORY_BLOCK.search(text)

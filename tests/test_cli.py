@@ -586,3 +586,30 @@ def test_export_never_replaces_what_is_not_a_regular_file(
         assert code == 2 and "not a regular file" in err
     assert link.is_symlink() and not (tmp_path / "nowhere.zip").exists()
     assert pipe.is_fifo()
+
+
+def test_a_damaged_archive_fails_export_with_its_own_message(
+    copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
+    conn.execute("DROP TRIGGER payloads_immutable")
+    conn.execute(
+        "UPDATE payloads SET body = CAST('{\"tampered\":1}' AS BLOB) "
+        "WHERE digest = (SELECT payload FROM events WHERE seq = 1)"
+    )
+    conn.commit()
+    conn.close()
+    out = tmp_path / "bundle.zip"
+    code, stdout, err = doors(capsys, ["--home", str(copy_home), "export", str(out)])
+    assert code == 1 and err.startswith("error: the export failed its own verification")
+    assert "unexpected" not in err and not out.exists()
+
+
+def test_install_names_a_broken_config_yaml_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("memory: {provider: honcho,\n  broken: [\n")
+    code, _, err = doors(capsys, ["--home", str(tmp_path), "install", "--activate"])
+    assert code == 1 and err.count("\n") == 1 and "config.yaml is not valid YAML" in err
+    assert config.read_text() == "memory: {provider: honcho,\n  broken: [\n"

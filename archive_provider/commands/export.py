@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, expanded, time_arg
+from archive_provider.commands import CommandContext, CommandError, UsageError, expanded, time_arg
 
 NAME = "export"
 HELP = "export events (all, one session, a time range) to a sealed bundle an auditor can verify"
@@ -58,7 +58,7 @@ def _human(data: dict[str, Any]) -> str:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider import __version__
-    from archive_provider.export import Selection, export_bundle
+    from archive_provider.export import ExportError, Selection, export_bundle
 
     args = ctx.args
     out = expanded(args.out)
@@ -74,14 +74,17 @@ def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
         total = store.head().seq
         with ctx.progress("export", total) as progress:
-            result = export_bundle(
-                store,
-                out,
-                selection,
-                chain_from=args.chain_from,
-                progress=progress,
-                created_by=f"hermes-archive {__version__}",
-            )
+            try:
+                result = export_bundle(
+                    store,
+                    out,
+                    selection,
+                    chain_from=args.chain_from,
+                    progress=progress,
+                    created_by=f"hermes-archive {__version__}",
+                )
+            except ExportError as exc:  # its message says what to do
+                raise CommandError(str(exc)) from None
     data = {
         "ok": True,
         "path": str(result.path),

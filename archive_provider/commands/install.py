@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from archive_provider.commands import CommandContext
-from archive_provider.install import PROVIDERS, activate, install_plugin
+from archive_provider.commands import CommandContext, CommandError
+from archive_provider.install import PROVIDERS, ConfigError, activate, install_plugin
 
 NAME = "install"
 HELP = "install the provider as a plugin folder in the profile (and optionally activate it)"
@@ -22,7 +22,10 @@ def run(ctx: CommandContext) -> int:
     name = ctx.args.provider
     ctx.home.mkdir(parents=True, exist_ok=True)
     folder = install_plugin(ctx.home, name)
-    config = activate(ctx.home, name) if ctx.args.activate else None
+    try:
+        config = activate(ctx.home, name) if ctx.args.activate else None
+    except ConfigError as exc:
+        raise CommandError(f"{ctx.home / 'config.yaml'}: {exc}") from None
     data = {
         "provider": name,
         "plugin_dir": str(folder),
