@@ -535,12 +535,20 @@ def test_hermes_door_raises_system_exit_with_the_code(tmp_path: Path) -> None:
     "args",
     [
         ["--home", "~no-such-user-anywhere", "status"],
+        ["--home", "", "status"],
         ["log", "--since", "0001-01-01T00:00:00+01:00"],
         ["search", "x", "--until", "9999-12-31T23:59:59-01:00"],
         ["log", "--limit", "9223372036854775808"],
         ["show", "zz"],
     ],
-    ids=["unknown-user-home", "since-before-year-1", "until-after-9999", "huge-limit", "bad-ref"],
+    ids=[
+        "unknown-user-home",
+        "empty-home",
+        "since-before-year-1",
+        "until-after-9999",
+        "huge-limit",
+        "bad-ref",
+    ],
 )
 def test_odd_arguments_are_usage_errors_in_every_door(
     home: Path, capsys: pytest.CaptureFixture[str], args: list[str]
@@ -613,3 +621,11 @@ def test_install_names_a_broken_config_yaml_in_one_line(
     code, _, err = doors(capsys, ["--home", str(tmp_path), "install", "--activate"])
     assert code == 1 and err.count("\n") == 1 and "config.yaml is not valid YAML" in err
     assert config.read_text() == "memory: {provider: honcho,\n  broken: [\n"
+
+
+def test_witness_show_without_archive_or_witness_claims_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = doors(capsys, ["--home", str(tmp_path / "none"), "witness", "show"])
+    assert code == 0 and out.rstrip().endswith("ok: nothing to compare yet (no witnessed head)")
+    assert "holds the witnessed head" not in out

@@ -87,7 +87,10 @@ class CommandContext:
 
     @classmethod
     def from_args(cls, args: Namespace) -> CommandContext:
-        home = expanded(args.home) if getattr(args, "home", None) else default_home()
+        given = getattr(args, "home", None)
+        if given == "":
+            raise UsageError("--home is empty; give the profile folder (HERMES_HOME)")
+        home = expanded(given) if given else default_home()
         return cls(home=home, json=bool(getattr(args, "json", False)), args=args)
 
     @property

@@ -74,9 +74,12 @@ def _human_show(data: dict[str, Any]) -> str:
             lines.append(f"Last accepted by {accepted.get('user')}: {accepted.get('reason')}")
     else:
         lines.append("Recorded: nothing yet (written after the first checkpoint or clean close)")
-    lines.append(
-        "ok: the archive holds the witnessed head" if data["ok"] else f"MISMATCH: {data['problem']}"
-    )
+    if not data["ok"]:
+        lines.append(f"MISMATCH: {data['problem']}")
+    elif recorded:
+        lines.append("ok: the archive holds the witnessed head")
+    else:
+        lines.append("ok: nothing to compare yet (no witnessed head)")
     return "\n".join(lines)
 
 
