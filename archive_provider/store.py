@@ -36,6 +36,7 @@ from .digests import (
 )
 from .events import AppendResult, Hasher, NewEvent, StoredEvent
 from .replay import apply_events
+from .verifier import schema_problem
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,10 @@ class EventStore:
             conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
             if not readonly:
                 cls._initialise(conn)
+            problem = schema_problem(conn)  # before reading anything a view could compute
+            if problem:
+                conn.close()
+                raise StoreError(f"cannot open {db_path}: {problem}")
             store_id = cls._meta(conn, "store_id")
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:

@@ -241,6 +241,27 @@ _ROWS_SQL = (
 )
 
 
+ARCHIVE_TABLES = ("meta", "events", "payloads", "head")
+
+
+def schema_problem(conn: sqlite3.Connection) -> str | None:
+    """Why this database cannot be an archive to read, checked before any query of its data.
+
+    A database under audit may come from a compromised system: a view named like one of
+    our tables could run any query (a recursive one never ends), so each must be a table.
+    """
+    kinds = dict(
+        conn.execute(
+            "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?, ?)", ARCHIVE_TABLES
+        ).fetchall()
+    )
+    for name in ARCHIVE_TABLES:
+        if kinds.get(name) != "table":
+            found = f"a {kinds[name]}" if name in kinds else "nothing"
+            return f"{name} is {found}, not a table: this is not a hermes-archive database"
+    return None
+
+
 def verify_database(
     conn: sqlite3.Connection, key: bytes, progress: Callable[[int], None] | None = None
 ) -> Report:
@@ -259,6 +280,9 @@ def verify_database(
 
     conn.execute("BEGIN")  # one read snapshot for the whole pass (head included)
     try:
+        problem = schema_problem(conn)
+        if problem:
+            return Report().fail(None, problem)
         meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
         if int(meta.get("format_version", 0)) != SUPPORTED_FORMAT:
             return Report().fail(None, f"unsupported format version {meta.get('format_version')!r}")
@@ -294,6 +318,9 @@ _END_OF_ZIP = b"PK\x05\x06"  # the end-of-central-directory record; the seal is 
 _END_RECORD = 22
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 _MAX_MANIFEST = 1 << 30
+_MAX_KEY_MEMBER = 256  # 64 hex digits and a newline; anything far larger is not a key
+_MAX_PAYLOAD = 1_000_000_000  # SQLite's largest value: no archive holds a larger payload
+_MAX_ENVELOPE_LINE = 1 << 30
 
 
 class BundleError(Exception):
@@ -444,7 +471,7 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
     """Parse ``envelopes.jsonl`` strictly: exact fields, exact types, ASCII only."""
     expected = set(ENVELOPE_FIELDS)
     with archive.open(ENVELOPES) as member:
-        for number, raw in enumerate(member, start=1):
+        for number, raw in enumerate(iter(lambda: member.readline(_MAX_ENVELOPE_LINE), b""), 1):
             seq_hint = first_seq + number
             try:
                 value = json.loads(raw.decode("ascii"))
@@ -524,6 +551,10 @@ def _verify_open_bundle(
         )
     if start[0] > head["seq"]:
         raise BundleError(f"{MANIFEST}: the proof starts after the head")
+    if members[KEY_MEMBER]["size"] > _MAX_KEY_MEMBER:
+        raise BundleError(
+            f"{KEY_MEMBER} is {members[KEY_MEMBER]['size']} bytes; a key is 64 hex digits"
+        )
     try:
         key = bytes.fromhex(archive.read(KEY_MEMBER).decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
@@ -539,6 +570,8 @@ def _verify_open_bundle(
         name = PAYLOAD_PREFIX + digest
         if name not in payload_names:
             return None
+        if members[name]["size"] > _MAX_PAYLOAD:  # checked against the content above
+            raise BundleError(f"member {name} is larger than any archive can hold")
         referenced.add(name)
         return archive.read(name)
 
@@ -625,9 +658,10 @@ def _verify_database_file(database: str, key_path: str | None) -> Report:
             key = bytes.fromhex(handle.read().strip())
         uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
         return verify_database(conn, key)
-    except (OSError, ValueError, sqlite3.Error, KeyError) as exc:
-        return Report().fail(None, f"cannot read the archive: {exc}")
+    except Exception as exc:  # an unreadable or hostile file is a failed check, never a crash
+        return Report().fail(None, f"cannot read the archive: {type(exc).__name__}: {exc}")
 
 
 def _is_database(path: str) -> bool:

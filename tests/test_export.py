@@ -25,7 +25,7 @@ from blake3 import blake3
 from archive_provider import verifier
 from archive_provider.builders import session_ended, session_started
 from archive_provider.export import Selection, export_bundle
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.store import EventStore, StoreError, archive_dir
 from archive_provider.verifier import (
     DOMAIN_CHAIN,
     DOMAIN_PAYLOAD,
@@ -41,7 +41,7 @@ from archive_provider.verifier import (
     verify_bundle,
 )
 
-from .test_cli import build_archive, rows, run_json, via_main
+from .test_cli import REPO, build_archive, rows, run_json, via_main
 
 VERIFIER = Path(verifier.__file__)
 ONLY_IN_SESSION_ONE = b"Herons are patient hunters."
@@ -497,3 +497,62 @@ def test_the_copied_out_verifier_runs_in_a_venv_with_only_blake3(
     assert (
         done.returncode == 1 and done.stdout.startswith("FAILED") and "Traceback" not in done.stderr
     )
+
+
+def test_a_resealed_oversized_key_is_refused_before_it_is_read(home: Path, tmp_path: Path) -> None:
+    """A bundle is untrusted: a member's size is checked before it is read into memory."""
+    bundle = export(home, tmp_path / "b.zip", Selection(session="sess-2"))
+
+    def swell(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        content["payload.key"] = content["payload.key"].strip() + b" " * 4096 + b"\n"
+
+    reseal(bundle, swell)
+    report = verify_bundle(bundle)
+    assert not report.ok and "a key is 64 hex digits" in report.problem
+
+
+def test_an_envelope_line_is_read_with_a_bound(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One endless line cannot be read whole: past the bound it is not an envelope record."""
+    bundle = export(home, tmp_path / "b.zip", Selection(session="sess-2"))
+    assert verify_bundle(bundle).ok
+    monkeypatch.setattr("archive_provider.verifier._MAX_ENVELOPE_LINE", 64)
+    report = verify_bundle(bundle)
+    assert not report.ok and "line 1 is not" in report.problem
+
+
+def test_a_hostile_database_is_refused_before_its_views_run(tmp_path: Path) -> None:
+    """An audited database may come from a compromised system: a view named meta never runs."""
+    folder = tmp_path / "archive"
+    EventStore.open(folder).close()
+    conn = sqlite3.connect(folder / "events.db")
+    conn.execute("DROP TABLE meta")
+    conn.execute(
+        "CREATE VIEW meta AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) "
+        "SELECT 'store_id' AS name, x AS value FROM r WHERE x < 0"
+    )
+    conn.commit()
+    conn.close()
+    done = subprocess.run(
+        [sys.executable, str(REPO / "archive_provider" / "verifier.py"), str(folder / "events.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "meta is a view, not a table" in done.stdout + done.stderr
+    with pytest.raises(StoreError, match="meta is a view, not a table"):
+        EventStore.open(folder, create=False, readonly=True)
+
+
+def test_the_progress_bar_never_reads_a_huge_manifest(tmp_path: Path) -> None:
+    """verify-bundle peeks at the claimed head before verifying; a bomb must not be read."""
+    from archive_provider.commands.verify_bundle import _claimed_head
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(MANIFEST, b" " * (65 << 20) + b'{"head": {"seq": 5}}')
+    small = tmp_path / "small.zip"
+    with zipfile.ZipFile(small, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(MANIFEST, b'{"head": {"seq": 5}}')
+    assert (_claimed_head(bomb), _claimed_head(small)) == (0, 5)
