@@ -47,6 +47,10 @@ ThreadFactory = Callable[..., threading.Thread]
 Build = Callable[[EventStore], Sequence[NewEvent]]
 
 MAX_BATCH_JOBS = 512
+#: how long a durable append may wait in all while the log is being proved on open (a full
+#: verify after an unclean stop: 30 s or more at a million events), inside the host's 120 s
+#: compression budget; waiting beats failing a required checkpoint closed
+PROOF_WAIT_S = 100.0
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -166,6 +170,7 @@ class Writer:
         self._abandoned = False
         self.last_error: str | None = None
         self.refused: str | None = None  # set when the log fails verification on open
+        self.proving = False  # the open-time proof (maybe a full verify) is running now
         self._ready = threading.Event()
         self._thread = self._start_thread()
 
@@ -210,22 +215,32 @@ class Writer:
     def append_durable(
         self, build: Build, *, timeout: float, label: str = ""
     ) -> list[AppendResult]:
-        """Run a durable job and wait (bounded) until it is committed with synchronous=FULL."""
+        """Run a durable job and wait (bounded) until it is committed with synchronous=FULL.
+
+        While the open-time proof runs (a full verify after an unclean stop) the wait goes on
+        past ``timeout``, up to :data:`PROOF_WAIT_S` in all: the log is being checked, not
+        stuck, and the checkpoint lands as soon as it is proved.
+        """
         future = self.submit(build, durable=True, label=label)
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline, proof_deadline = start + timeout, start + max(timeout, PROOF_WAIT_S)
         try:
             while True:  # wake up now and then to restart a writer thread that died
                 try:
                     return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
                 except TimeoutError:
-                    if time.monotonic() >= deadline:
-                        raise
+                    now = time.monotonic()
+                    if now >= deadline:
+                        if not (self.proving and now < proof_deadline):
+                            raise
+                        deadline = min(now + timeout, proof_deadline)  # its own time after
                     self._ensure_thread()
         except TimeoutError:
             future.cancel()
+            waited = time.monotonic() - start
             raise WriterUnavailable(
-                f"the archive did not commit within {timeout:.1f}s (database locked or disk stalled); "
-                "nothing was reported as archived"
+                f"the archive did not commit within {waited:.1f}s (database locked, disk stalled "
+                "or the log still being verified); nothing was reported as archived"
             ) from None
 
     def flush(self, timeout: float = 5.0) -> bool:
@@ -312,15 +327,18 @@ class Writer:
             self.last_error = message
             return None
         if self._verify_on_open:
+            self.proving = True
             try:
                 proof = open_proof(
                     store.conn, store.key, store.store_id, fast=fast, witness=self.witness
                 )
             except Exception as exc:
+                self.proving = False
                 store.close()
                 self.last_error = diagnose(exc, self.folder, self._busy_timeout_ms)
                 log.error("archive store unavailable: %s", self.last_error)
                 return None
+            self.proving = False
             self.last_proof = proof
             if not proof.ok:
                 if not proof.witness:

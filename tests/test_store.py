@@ -900,3 +900,27 @@ def test_a_closed_archive_in_a_read_only_folder_can_be_read(
         assert sorted(p.name for p in folder.iterdir()) == [DB_NAME, KEY_NAME]  # nothing made
     finally:
         folder.chmod(0o755)
+
+
+def test_a_durable_append_waits_for_the_open_time_proof_instead_of_failing(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an unclean stop the first open verifies the whole log (32 s at a million events
+    here); a checkpoint asked for meanwhile waits for the proof rather than failing closed."""
+    import archive_provider.writer as writer_module
+
+    real_proof = writer_module.open_proof
+
+    def slow_proof(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.5)  # a long verify, compressed
+        return real_proof(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "open_proof", slow_proof)
+    writer = Writer(folder)
+    try:  # the proof takes five times the timeout given
+        (result,) = writer.append_durable(
+            lambda store: [NewEvent("checkpoint", "s1", {"n": 1}, {"n": 1})], timeout=0.3
+        )
+    finally:
+        writer.close(10)
+    assert result.outcome == "appended"
