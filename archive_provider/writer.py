@@ -333,12 +333,12 @@ class Writer:
                     store.conn, store.key, store.store_id, fast=fast, witness=self.witness
                 )
             except Exception as exc:
-                self.proving = False
                 store.close()
                 self.last_error = diagnose(exc, self.folder, self._busy_timeout_ms)
                 log.error("archive store unavailable: %s", self.last_error)
                 return None
-            self.proving = False
+            finally:
+                self.proving = False
             self.last_proof = proof
             if not proof.ok:
                 if not proof.witness:

@@ -59,6 +59,8 @@ from nio import (
 )
 from nio import crypto as nio_crypto
 
+from archive_provider.canonical import INT_MAX
+
 logger = logging.getLogger(__name__)
 
 PROFILE_EVENT_TYPE = "org.hermes_archive.hivemind.profile"
@@ -372,7 +374,7 @@ def _timestamp(value: Any) -> int:
     nio checks only that it is a non-negative integer, so a peer's server can send 2**70,
     which would fail the whole sync's job at canonical encoding.
     """
-    return value if type(value) is int and 0 <= value < 2**63 else 0
+    return value if type(value) is int and 0 <= value <= INT_MAX else 0
 
 
 def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:

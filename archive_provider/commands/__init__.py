@@ -26,6 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
+from archive_provider.canonical import INT_MAX
 from archive_provider.clock import format_time, parse_time
 from archive_provider.store import DB_NAME, EventStore, StoreError, archive_dir
 
@@ -62,17 +63,14 @@ def time_arg(text: str) -> str:
         ) from None
 
 
-MAX_COUNT = 2**63 - 1  # SQLite's largest integer
-
-
 def positive_int(text: str) -> int:
     """argparse type for counts: 0 or more, as large as SQLite takes."""
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if not 0 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {MAX_COUNT}")
+    if not 0 <= value <= INT_MAX:  # SQLite's largest integer, as the log's encoding
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {INT_MAX}")
     return value
 
 
