@@ -208,7 +208,11 @@ def _number_token(token: str) -> int | float:
     return value if INT_MIN <= value <= INT_MAX else float(token)
 
 
+#: made once: json.loads with a parse_int hook builds a new decoder on every call
+_DECODER = json.JSONDecoder(parse_int=_number_token)
+
+
 def decode(data: bytes | str) -> Any:
     """Decode canonical bytes back into Python values (lone surrogates come back as written)."""
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-    return json.loads(text, parse_int=_number_token)
+    return _DECODER.decode(text)

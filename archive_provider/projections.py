@@ -49,17 +49,7 @@ class LoadedEvent(StoredEvent):
 
     @cached_property
     def body(self) -> Any:
-        return _decode_canonical(self.body_bytes.decode())[0]
-
-
-def _canonical_int(token: str) -> int | float:
-    # as canonical.decode: an integer token beyond 64 bits was written by an integral float
-    value = int(token)
-    return value if -(2**63) <= value < 2**63 else float(token)
-
-
-#: canonical.decode with one decoder made once (json.loads with hooks builds one per call)
-_decode_canonical = json.JSONDecoder(parse_int=_canonical_int).raw_decode
+        return decode(self.body_bytes)
 
 
 def event_part(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> Any:
