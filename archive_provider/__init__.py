@@ -5,7 +5,7 @@ Hermes discovers this package as the memory provider ``archive`` (entry point gr
 ``register(ctx)`` calls ``ctx.register_memory_provider()`` with a new provider each time.
 """
 
-from .provider import ArchiveProvider, register
+from .host.provider import ArchiveProvider, register
 
 __all__ = ["ArchiveProvider", "register"]
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 
 hermes allows this file to import only from ``plugins.memory.config_schema``. Storage is
 ``flat_json``: the dashboard writes ``<HERMES_HOME>/archive/config.json``, the same file
-``archive_provider.settings`` reads.
+``archive_provider.host.settings`` reads.
 """
 
 from plugins.memory.config_schema import (

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from . import (
     s1_append,

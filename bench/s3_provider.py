@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from archive_provider import ArchiveProvider
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from .common import Row, Workdir, median, percentile
 from .peers import eventsourcing_rows

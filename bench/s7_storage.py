@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from .common import Row, Workdir
 from .s3_provider import open_provider

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archive_provider.demo import DemoRefused, fresh_demo_home
-from archive_provider.store import EventStore, archive_dir
-from archive_provider.verifier import verify_database
+from archive_provider.demo.demo import DemoRefused, fresh_demo_home
+from archive_provider.format.verifier import verify_database
+from archive_provider.storage.store import EventStore, archive_dir
 
 from .homeserver import Homeserver
 from .peers import PeersProjection

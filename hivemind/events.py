@@ -1,6 +1,6 @@
 """Peer events: Matrix facts and peer-tool outcomes in, :class:`NewEvent` out.
 
-Pure given the store's keyed hasher, like :mod:`archive_provider.builders`. Each builder
+Pure given the store's keyed hasher, like :mod:`archive_provider.domain.builders`. Each builder
 decides what makes its event *that* event (its identity key), so a fact delivered twice
 (a resync, a restart from an older sync token) is stored once:
 
@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from archive_provider.builders import with_redactions
-from archive_provider.canonical import canonical_bytes
-from archive_provider.events import Hasher, NewEvent, Part
-from archive_provider.evidence import archivable_text
-from archive_provider.redaction import redact_value
+from archive_provider.domain.builders import with_redactions
+from archive_provider.domain.evidence import archivable_text
+from archive_provider.domain.redaction import redact_value
+from archive_provider.format.canonical import canonical_bytes
+from archive_provider.format.events import Hasher, NewEvent, Part
 
 from .sparks import pair_key
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from archive_provider.digests import identity_digest
-from archive_provider.events import AppendResult, NewEvent
-from archive_provider.host import spawn_thread
-from archive_provider.store import EventStore
+from archive_provider.format.digests import identity_digest
+from archive_provider.format.events import AppendResult, NewEvent
+from archive_provider.host.hermes import spawn_thread
+from archive_provider.storage.store import EventStore
 
 from . import events
 from .derive import derived_events

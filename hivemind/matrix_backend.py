@@ -59,7 +59,7 @@ from nio import (
 )
 from nio import crypto as nio_crypto
 
-from archive_provider.canonical import INT_MAX
+from archive_provider.format.canonical import INT_MAX
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from archive_provider.events import NewEvent
-from archive_provider.store import EventStore
+from archive_provider.format.events import NewEvent
+from archive_provider.storage.store import EventStore
 
 from . import events
 from . import peers as projection

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 from archive_provider import ArchiveProvider
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 
 # The suite is a gate: the same examples every run, and no wall-clock deadlines on a slow CI
 # box. HYPOTHESIS_PROFILE=explore draws fresh examples, to hunt for new failures.

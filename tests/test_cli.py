@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from archive_provider import ArchiveProvider
-from archive_provider.builders import session_ended
 from archive_provider.cli import archive_command, main, register_cli
 from archive_provider.commands import CommandContext
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.domain.builders import session_ended
+from archive_provider.storage.store import EventStore, archive_dir
 
 REPO = Path(__file__).resolve().parents[1]
 HERMES_ARCHIVE = REPO / ".venv" / "bin" / "hermes-archive"
@@ -565,7 +565,7 @@ def test_odd_arguments_are_usage_errors_in_every_door(
 def test_times_before_year_1000_keep_sorting_as_text() -> None:
     from datetime import datetime, timezone
 
-    from archive_provider.clock import format_time
+    from archive_provider.domain.clock import format_time
 
     early = format_time(datetime(999, 1, 1, tzinfo=timezone.utc))
     assert early == "0999-01-01T00:00:00.000000Z"

@@ -22,11 +22,10 @@ from typing import Any
 import pytest
 from blake3 import blake3
 
-from archive_provider import verifier
-from archive_provider.builders import session_ended, session_started
-from archive_provider.export import Selection, export_bundle
-from archive_provider.store import EventStore, StoreError, archive_dir
-from archive_provider.verifier import (
+from archive_provider.audit.export import Selection, export_bundle
+from archive_provider.domain.builders import session_ended, session_started
+from archive_provider.format import verifier
+from archive_provider.format.verifier import (
     DOMAIN_CHAIN,
     DOMAIN_PAYLOAD,
     ENVELOPE_FIELDS,
@@ -40,6 +39,7 @@ from archive_provider.verifier import (
     seal_digest,
     verify_bundle,
 )
+from archive_provider.storage.store import EventStore, StoreError, archive_dir
 
 from .test_cli import REPO, build_archive, rows, run_json, via_main
 
@@ -517,7 +517,7 @@ def test_an_envelope_line_is_read_with_a_bound(
     """One endless line cannot be read whole: past the bound it is not an envelope record."""
     bundle = export(home, tmp_path / "b.zip", Selection(session="sess-2"))
     assert verify_bundle(bundle).ok
-    monkeypatch.setattr("archive_provider.verifier._MAX_ENVELOPE_LINE", 64)
+    monkeypatch.setattr("archive_provider.format.verifier._MAX_ENVELOPE_LINE", 64)
     report = verify_bundle(bundle)
     assert not report.ok and "line 1 is not" in report.problem
 
@@ -535,7 +535,11 @@ def test_a_hostile_database_is_refused_before_its_views_run(tmp_path: Path) -> N
     conn.commit()
     conn.close()
     done = subprocess.run(
-        [sys.executable, str(REPO / "archive_provider" / "verifier.py"), str(folder / "events.db")],
+        [
+            sys.executable,
+            str(REPO / "archive_provider" / "format" / "verifier.py"),
+            str(folder / "events.db"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from archive_provider import builders
-from archive_provider.events import NewEvent, StoredEvent
-from archive_provider.projections import (
+from archive_provider.audit.replay import projection_digests, rebuild
+from archive_provider.domain import builders
+from archive_provider.format.events import NewEvent, StoredEvent
+from archive_provider.projections.builtin import (
     MemoryProjection,
     RecallProjection,
     SessionsProjection,
@@ -25,8 +26,7 @@ from archive_provider.projections import (
     session_links,
     transcript_digests,
 )
-from archive_provider.replay import projection_digests, rebuild
-from archive_provider.store import EventStore
+from archive_provider.storage.store import EventStore
 
 
 @pytest.fixture

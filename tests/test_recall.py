@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive_provider import builders, corpus
-from archive_provider.projections import default_projections
-from archive_provider.recall import (
+from archive_provider.domain import builders
+from archive_provider.projections.builtin import default_projections
+from archive_provider.projections.recall import (
     FENCE_CLOSE,
     FENCE_OPEN,
     POSTINGS_BUDGET,
@@ -27,7 +27,8 @@ from archive_provider.recall import (
     search,
     tokenize,
 )
-from archive_provider.store import DB_NAME, EventStore, connect
+from archive_provider.storage.store import DB_NAME, EventStore, connect
+from bench import corpus
 
 TEXTS = [
     "I drink green tea every morning",

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from archive_provider import verifier
-from archive_provider.canonical import CanonicalEncodingError, canonical_bytes
-from archive_provider.digests import (
+from archive_provider.format import verifier
+from archive_provider.format.canonical import CanonicalEncodingError, canonical_bytes
+from archive_provider.format.digests import (
     Envelope,
     chain_hash,
     identity_digest,
@@ -32,12 +32,12 @@ from archive_provider.digests import (
     parts_text,
     payload_digest,
 )
-from archive_provider.events import AppendResult, NewEvent, StoredEvent
-from archive_provider.store import DB_NAME, KEY_NAME, EventStore, StoreError
-from archive_provider.writer import Writer, WriterUnavailable, writers
+from archive_provider.format.events import AppendResult, NewEvent, StoredEvent
+from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, StoreError
+from archive_provider.storage.writer import Writer, WriterUnavailable, writers
 
 ROOT = Path(__file__).resolve().parents[1]
-VERIFIER = ROOT / "archive_provider" / "verifier.py"
+VERIFIER = ROOT / "archive_provider" / "format" / "verifier.py"
 TRIGGERS = (
     "events_append_only_update",
     "events_append_only_delete",
@@ -888,7 +888,7 @@ def test_a_closed_archive_in_a_read_only_folder_can_be_read(
     if os.geteuid() == 0:
         real_access = os.access
         monkeypatch.setattr(
-            "archive_provider.store.os.access",
+            "archive_provider.storage.store.os.access",
             lambda path, mode: False if Path(path) == folder else real_access(path, mode),
         )
     try:
@@ -907,7 +907,7 @@ def test_a_durable_append_waits_for_the_open_time_proof_instead_of_failing(
 ) -> None:
     """After an unclean stop the first open verifies the whole log (32 s at a million events
     here); a checkpoint asked for meanwhile waits for the proof rather than failing closed."""
-    import archive_provider.writer as writer_module
+    import archive_provider.storage.writer as writer_module
 
     real_proof = writer_module.open_proof
 

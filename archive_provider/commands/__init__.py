@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from archive_provider.canonical import INT_MAX
-from archive_provider.clock import format_time, parse_time
-from archive_provider.store import DB_NAME, EventStore, StoreError, archive_dir
+from archive_provider.domain.clock import format_time, parse_time
+from archive_provider.format.canonical import INT_MAX
+from archive_provider.storage.store import DB_NAME, EventStore, StoreError, archive_dir
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 

@@ -62,7 +62,7 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.asof import as_of
+    from archive_provider.audit.as_of import as_of
 
     point = _point(ctx.args.at)
     with ctx.store() as store:

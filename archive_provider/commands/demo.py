@@ -29,7 +29,7 @@ def run(ctx: CommandContext) -> int:
 
         return run_command(ctx)
     try:
-        from archive_provider.demo import DemoRefused, run_demo
+        from archive_provider.demo.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra
         raise UsageError(
             f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})"

@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
-    from archive_provider.projections import history
+    from archive_provider.projections.builtin import history
 
     with ctx.store() as store:
         conn = store.conn

@@ -7,8 +7,8 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, UsageError, positive_int, time_arg
 from archive_provider.commands._render import record, short_time
-from archive_provider.events import EVENT_TYPES
-from archive_provider.store import stored_event
+from archive_provider.format.events import EVENT_TYPES
+from archive_provider.storage.store import stored_event
 
 NAME = "log"
 HELP = "list events (filter by type, session, time); the newest last"

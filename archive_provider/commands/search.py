@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.recall import search
+    from archive_provider.projections.recall import search
 
     text = " ".join(ctx.args.query)
     with ctx.store() as store:

@@ -9,8 +9,8 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, UsageError
 from archive_provider.commands._render import record
-from archive_provider.events import StoredEvent
-from archive_provider.store import EventStore
+from archive_provider.format.events import StoredEvent
+from archive_provider.storage.store import EventStore
 
 NAME = "show"
 HELP = (

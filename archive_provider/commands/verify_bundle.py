@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from archive_provider.commands import CommandContext, UsageError, expanded
-from archive_provider.verifier import MANIFEST, describe, verify_bundle
+from archive_provider.format.verifier import MANIFEST, describe, verify_bundle
 
 NAME = "verify-bundle"
 HELP = "verify an export bundle (seal, members, chain, selection) and compare it with this archive"

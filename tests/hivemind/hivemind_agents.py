@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from hivemind import HivemindProvider
 
 T = TypeVar("T")

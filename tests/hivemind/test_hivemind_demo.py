@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from archive_provider.demo import DemoRefused
+from archive_provider.demo.demo import DemoRefused
 from hivemind.demo import ANSWER, QUESTION, run_peers_demo
 
 pytestmark = pytest.mark.synapse

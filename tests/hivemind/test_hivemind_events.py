@@ -7,10 +7,10 @@ from types import MappingProxyType
 import jsonschema
 import pytest
 
-from archive_provider.canonical import decode
-from archive_provider.digests import identity_digest
-from archive_provider.events import EVENT_TYPES, Hasher, NewEvent
-from archive_provider.schemas import load_event_schema
+from archive_provider.format.canonical import decode
+from archive_provider.format.digests import identity_digest
+from archive_provider.format.events import EVENT_TYPES, Hasher, NewEvent
+from archive_provider.host.schemas import load_event_schema
 from hivemind import events
 from hivemind.matrix_backend import (
     IntroductionSeen,

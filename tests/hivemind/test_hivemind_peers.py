@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from archive_provider.events import NewEvent
-from archive_provider.store import EventStore
+from archive_provider.format.events import NewEvent
+from archive_provider.storage.store import EventStore
 from hivemind import events
 from hivemind import peers as projection
 from hivemind.context import (
@@ -281,7 +281,7 @@ def test_the_sync_position_is_the_last_one_logged(store: EventStore) -> None:
 
 def test_plain_archive_events_leave_the_projection_empty(store: EventStore) -> None:
     empty = digest(store)
-    from archive_provider import builders
+    from archive_provider.domain import builders
 
     append(store, builders.session_started("s1", at="2026-01-01T00:00:00Z", details={}))
     assert digest(store) == empty

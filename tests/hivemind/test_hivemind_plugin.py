@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hivemind_agents import call, logged, wait_for
 
-from archive_provider.install import install_plugin
+from archive_provider.host.install import install_plugin
 from hivemind import HivemindProvider, register
 from hivemind.settings import HivemindSettings, load_settings, save_settings
 

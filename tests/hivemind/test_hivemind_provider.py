@@ -23,8 +23,8 @@ from hivemind_agents import (
     wait_for,
 )
 
-from archive_provider.schemas import load_envelope_schema, load_event_schema
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.host.schemas import load_envelope_schema, load_event_schema
+from archive_provider.storage.store import EventStore, archive_dir
 from hivemind.context import FENCE_CLOSE, FENCE_OPEN
 from hivemind.matrix_backend import MatrixBackend
 from hivemind.peers import PeersProjection

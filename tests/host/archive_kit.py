@@ -25,11 +25,11 @@ from typing import Any
 import hostkit
 
 from archive_provider import ArchiveProvider
-from archive_provider.canonical import decode
-from archive_provider.install import activate, install_plugin
-from archive_provider.projections import default_projections
-from archive_provider.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from archive_provider.verifier import verify_database
+from archive_provider.format.canonical import decode
+from archive_provider.format.verifier import verify_database
+from archive_provider.host.install import activate, install_plugin
+from archive_provider.projections.builtin import default_projections
+from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST_TESTS = Path(__file__).resolve().parent
@@ -249,9 +249,9 @@ def live_and_replayed(hermes_home: Path, scratch: Path) -> tuple[dict[str, str],
 
 
 def replay_module_check(hermes_home: Path, scratch: Path) -> Any:
-    """``archive_provider.replay.verify_projections`` when the package has it, else None."""
+    """``archive_provider.audit.replay.verify_projections`` when the package has it, else None."""
     try:
-        from archive_provider.replay import verify_projections
+        from archive_provider.audit.replay import verify_projections
     except ImportError:
         return None
     folder = scratch / "replay_module_scratch"

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - run without the host: nothing here app
 else:
     import hostkit
 
-from archive_provider.fake_llm import FakeLLM  # noqa: E402
+from archive_provider.demo.fake_llm import FakeLLM  # noqa: E402
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

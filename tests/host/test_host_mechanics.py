@@ -20,7 +20,7 @@ import hostkit
 import pytest
 from stub_memory_plugin import RecordingStubProvider
 
-from archive_provider.fake_llm import FakeLLM, ToolCall
+from archive_provider.demo.fake_llm import FakeLLM, ToolCall
 
 NAME = "stubarchive"
 

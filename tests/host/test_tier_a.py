@@ -1,7 +1,7 @@
 """Tier A acceptance (hermes-contract.md section 6): the real provider in the real 0.19.0 host.
 
 Every check runs against real hermes-agent objects: ``plugins.memory`` discovery of the
-plugin folder written by ``archive_provider.install``, the real ``MemoryManager``, real
+plugin folder written by ``archive_provider.host.install``, the real ``MemoryManager``, real
 ``AIAgent`` turns against the loopback fake LLM, the real
 ``agent.conversation_compression.compress_context`` and the ``hermes`` CLI in a
 subprocess. Assertions about the archive always read the log through a fresh connection,
@@ -46,11 +46,11 @@ from archive_kit import (
 )
 from stub_memory_plugin import RecordingStubProvider
 
-import archive_provider.provider as provider_module
+import archive_provider.host.provider as provider_module
 from archive_provider import ArchiveProvider
-from archive_provider.fake_llm import FakeLLM, ToolCall
-from archive_provider.recall import FENCE_OPEN
-from archive_provider.store import archive_dir
+from archive_provider.demo.fake_llm import FakeLLM, ToolCall
+from archive_provider.projections.recall import FENCE_OPEN
+from archive_provider.storage.store import archive_dir
 
 HERMES_BIN = Path(sys.executable).with_name("hermes")
 
@@ -422,7 +422,7 @@ def test_a6_after_a_real_compaction_resent_transcripts_add_nothing(
 
 def test_a6_delta_rule_after_a_rewrite_in_isolation() -> None:
     """The pure delta rule behind the test above (digests stand for messages)."""
-    from archive_provider.evidence import new_messages_start
+    from archive_provider.domain.evidence import new_messages_start
 
     def roles(digests: list[str]) -> list[str]:
         return ["user" if d.startswith(("u", "S")) else "assistant" for d in digests]

@@ -49,10 +49,10 @@ from archive_kit import (
 from stub_memory_plugin import RecordingStubProvider
 
 from archive_provider import ArchiveProvider
-from archive_provider.canonical import canonical_bytes
-from archive_provider.evidence import direct_evidence
-from archive_provider.host import HOST_CHECKPOINT_API_VERSION, spawn_thread
-from archive_provider.provider import CheckpointError
+from archive_provider.domain.evidence import direct_evidence
+from archive_provider.format.canonical import canonical_bytes
+from archive_provider.host.hermes import HOST_CHECKPOINT_API_VERSION, spawn_thread
+from archive_provider.host.provider import CheckpointError
 
 RAW: list[dict[str, Any]] = [
     {"role": "system", "content": "You are Hermes."},
@@ -528,7 +528,7 @@ def test_b9_profile_switch_a_b_a_keeps_each_profiles_events_in_its_own_store(
         # A hook reaching a1 from B's scope still lands in a1's own store.
         _in_profile(home_b, lambda: a1.on_memory_write("add", "memory", "fact for A"))
         _in_profile(home_b, lambda: a1.on_pre_compress([{"role": "user", "content": "A evidence"}]))
-        with caplog.at_level(logging.ERROR, logger="archive_provider.provider"):
+        with caplog.at_level(logging.ERROR, logger="archive_provider.host.provider"):
             a1.initialize("hijack", hermes_home=str(home_b), platform="cli")  # refused loudly
         assert "refuses to write into" in caplog.text
         a1.on_memory_write("add", "memory", "still A")

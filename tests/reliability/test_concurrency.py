@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from archive_provider.provider import ArchiveProvider
-from archive_provider.store import archive_dir
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.store import archive_dir
 
 from .conftest import RECEIPT, events, part_values, verify_home
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from archive_provider import store as store_module
-from archive_provider.canonical import decode
-from archive_provider.provider import ArchiveProvider, CheckpointError
-from archive_provider.settings import save_settings
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.format.canonical import decode
+from archive_provider.host.provider import ArchiveProvider, CheckpointError
+from archive_provider.host.settings import save_settings
+from archive_provider.storage import store as store_module
+from archive_provider.storage.store import EventStore, archive_dir
 from tests.host.v2_host import BLOCKED_PREFIX, CompressionCheckpointUnavailable
 
 from .conftest import v2_agent, verify_home
@@ -335,7 +335,7 @@ def test_writer_loop_crash_fails_the_checkpoint_and_restarts_itself(
 def test_writer_thread_dead_for_good_is_restarted_by_the_next_call(
     home: Path, providers: Callable[..., ArchiveProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from archive_provider import writer as writer_module
+    from archive_provider.storage import writer as writer_module
 
     provider = providers()
     assert provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
@@ -366,7 +366,7 @@ def test_writer_thread_dead_for_good_is_restarted_by_the_next_call(
 def test_a_fault_that_outlasts_shutdown_reports_exactly_what_was_not_written(
     home: Path, providers: Callable[..., ArchiveProvider], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from archive_provider.writer import writers
+    from archive_provider.storage.writer import writers
 
     first = providers()
     assert first.on_pre_compress(EVIDENCE, require_checkpoint=True)

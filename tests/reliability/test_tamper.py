@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from archive_provider.provider import ArchiveProvider
-from archive_provider.store import archive_dir
-from archive_provider.witness import Witness
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.store import archive_dir
+from archive_provider.storage.witness import Witness
 
 from .conftest import events, raw, v2_agent, verify_home
 from .test_faults import EVIDENCE, blocked
@@ -213,7 +213,7 @@ def test_refusal_is_not_re_verified_until_the_files_change(
     build(first)
     first.shutdown()
     deletion(home, home)
-    from archive_provider import witness as witness_module
+    from archive_provider.storage import witness as witness_module
 
     calls = []
     real = witness_module.verify_database

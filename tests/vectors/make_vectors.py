@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from archive_provider.canonical import CanonicalEncodingError, canonical_bytes  # noqa: E402
-from archive_provider.digests import (  # noqa: E402
+from archive_provider.format.canonical import CanonicalEncodingError, canonical_bytes  # noqa: E402
+from archive_provider.format.digests import (  # noqa: E402
     DOMAIN_CHAIN,
     DOMAIN_GENESIS,
     DOMAIN_IDENTITY,

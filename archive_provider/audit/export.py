@@ -3,7 +3,7 @@
 A bundle holds the envelopes of every event from its proof start (the genesis by default)
 to the head at export time, the payloads and parts of the *selected* events only, the
 payload key and a manifest with a BLAKE3 digest of every member; the zip comment seals it
-(the layout and every check are in :mod:`archive_provider.verifier`, which also reads it).
+(the layout and every check are in :mod:`archive_provider.format.verifier`, which also reads it).
 
 Why a zip: every platform opens one (``unzip -l``, Explorer, Python's ``zipfile``), members
 can be read one at a time with ``unzip -p``, deflate shrinks the hex-heavy envelopes by
@@ -25,10 +25,9 @@ from typing import BinaryIO
 
 from blake3 import blake3
 
-from .clock import format_time, utc_now
-from .digests import FORMAT_VERSION, genesis_chain
-from .store import EventStore, Head
-from .verifier import (
+from ..domain.clock import format_time, utc_now
+from ..format.digests import FORMAT_VERSION, genesis_chain
+from ..format.verifier import (
     BUNDLE_NAME,
     BUNDLE_VERSION,
     ENVELOPES,
@@ -42,6 +41,7 @@ from .verifier import (
     selected,
     verify_bundle,
 )
+from ..storage.store import EventStore, Head
 
 CHAIN_FROM = ("genesis", "selection")
 _ROWS_SQL = (

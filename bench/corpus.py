@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from . import builders
-from .events import Hasher, NewEvent, Part
+from archive_provider.domain import builders
+from archive_provider.format.events import Hasher, NewEvent, Part
 
 if TYPE_CHECKING:
-    from .store import EventStore
+    from archive_provider.storage.store import EventStore
 
 PLANTED_FACT = (
     "The spare key for the garden shed is taped under the third blue flowerpot by the gate."

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .canonical import canonical_bytes
-from .clock import now_text
-from .digests import (
+from ..audit.replay import apply_events
+from ..domain.clock import now_text
+from ..format.canonical import canonical_bytes
+from ..format.digests import (
     FORMAT_VERSION,
     KEY_BYTES,
     Envelope,
@@ -34,9 +35,8 @@ from .digests import (
     key_text,
     parts_text,
 )
-from .events import AppendResult, Hasher, NewEvent, StoredEvent
-from .replay import apply_events
-from .verifier import schema_problem
+from ..format.events import AppendResult, Hasher, NewEvent, StoredEvent
+from ..format.verifier import schema_problem
 
 log = logging.getLogger(__name__)
 

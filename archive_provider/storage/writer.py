@@ -36,9 +36,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .events import AppendResult, NewEvent
+from ..format.events import AppendResult, NewEvent
+from ..format.verifier import verify_rows
 from .store import DB_NAME, EventStore, Head, Projection, StoreError
-from .verifier import verify_rows
 from .witness import Witness, fast_path_ok, fingerprint_file, open_proof
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ def schema_root() -> Traversable:
     packaged = files("archive_provider").joinpath("schemas")
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "schemas"  # a source checkout
+    return Path(__file__).resolve().parents[2] / "schemas"  # a source checkout
 
 
 def _load(*parts: str) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .canonical import canonical_bytes
-from .events import Hasher, NewEvent, Part
+from ..format.canonical import canonical_bytes
+from ..format.events import Hasher, NewEvent, Part
 from .evidence import archivable, archivable_text
 from .redaction import redact_value
 

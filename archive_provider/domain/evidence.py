@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .canonical import INT_MAX, INT_MIN, MAX_DEPTH
+from ..format.canonical import INT_MAX, INT_MIN, MAX_DEPTH
 
 COMPRESSED_SUMMARY_KEY = "_compressed_summary"
 DIRECT_ROLES = frozenset({"user", "assistant"})

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from .clock import format_time, parse_time
-from .projections import (
+from ..domain.clock import format_time, parse_time
+from ..projections.builtin import (
     CheckpointsProjection,
     MemoryProjection,
     RecallServed,
@@ -33,7 +33,7 @@ from .projections import (
 from .replay import apply_events, head_seq
 
 if TYPE_CHECKING:
-    from .store import EventStore
+    from ..storage.store import EventStore
 
 
 #: what an as-of answer reads; SessionsProjection only for its session_links (no turns)

@@ -15,7 +15,7 @@ The encoding is a strict subset of JSON (docs/FORMAT.md section 2 is the spec):
 Anything else (bytes, NaN, non-text keys, huge integers, a surrogate pair spelled as two
 code points, which decoders would silently join) is refused with
 :class:`CanonicalEncodingError`. Host input that may contain such values is turned into
-encodable values first by :func:`archive_provider.evidence.archivable`.
+encodable values first by :func:`archive_provider.domain.evidence.archivable`.
 """
 
 from __future__ import annotations

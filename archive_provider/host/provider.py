@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from . import builders
-from .clock import now_text
-from .events import AppendResult, NewEvent
-from .evidence import (
+from ..domain import builders
+from ..domain.clock import now_text
+from ..domain.evidence import (
     archivable_message,
     archivable_text,
     bindable_text,
@@ -35,21 +34,22 @@ from .evidence import (
     new_messages_start,
     transcript_snapshot,
 )
-from .host import (
+from ..domain.redaction import redact_rows, renumber
+from ..format.events import AppendResult, NewEvent
+from ..projections.builtin import default_projections, session_counters, transcript_digests
+from ..projections.recall import render, search
+from ..storage.store import EventStore, archive_dir, connect
+from ..storage.witness import Witness
+from ..storage.writer import Writer, WriterUnavailable, writers
+from .hermes import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
     current_hermes_home,
     host_version,
     spawn_thread,
 )
-from .projections import default_projections, session_counters, transcript_digests
-from .recall import render, search
-from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
-from .store import EventStore, archive_dir, connect
-from .witness import Witness
-from .writer import Writer, WriterUnavailable, writers
 
 log = logging.getLogger(__name__)
 

@@ -44,8 +44,8 @@ from typing import Any
 
 from blake3 import blake3
 
-from .clock import now_text
-from .verifier import verify_database
+from ..domain.clock import now_text
+from ..format.verifier import verify_database
 
 log = logging.getLogger(__name__)
 

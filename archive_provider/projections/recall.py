@@ -34,7 +34,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .evidence import bindable_text
+from ..domain.evidence import bindable_text
 
 MAX_TERMS = 12
 MAX_QUERY_TERMS = 64  # distinct terms looked at; the rest of a very long query is ignored

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .digests import Envelope
-from .projections import LoadedEvent, TableProjection, check_order, default_projections
+from ..format.digests import Envelope
+from ..projections.builtin import LoadedEvent, TableProjection, check_order, default_projections
 
 if TYPE_CHECKING:
-    from .store import EventStore
+    from ..storage.store import EventStore
 
 Progress = Callable[[int], None]
 PROGRESS_EVERY = 10000
@@ -265,7 +265,7 @@ def verify_projections(
     when its digests differ or its ``last_seq`` is not the head (it has not caught up).
     The scratch copy lives in ``scratch_dir`` (the system temporary folder by default).
     """
-    from .store import DB_NAME, connect
+    from ..storage.store import DB_NAME, connect
 
     source_path = Path(archive_folder) / DB_NAME
     if not source_path.exists():

@@ -26,10 +26,10 @@ from typing import Any
 
 from blake3 import blake3
 
-from .canonical import canonical_bytes, canonical_text, decode
-from .events import StoredEvent
-from .evidence import bindable_text, message_text
-from .memory_state import Entry, MemoryWrite, apply_write
+from ..domain.evidence import bindable_text, message_text
+from ..domain.memory_state import Entry, MemoryWrite, apply_write
+from ..format.canonical import canonical_bytes, canonical_text, decode
+from ..format.events import StoredEvent
 
 STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS projection_state (name TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,"

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..format.verifier import verify_database
+from ..host.install import activate, install_plugin
+from ..projections.recall import FENCE_OPEN
+from ..storage.store import EventStore, archive_dir
+from ..storage.witness import Witness
 from .fake_llm import FakeLLM, ToolCall
-from .install import activate, install_plugin
-from .recall import FENCE_OPEN
-from .store import EventStore, archive_dir
-from .verifier import verify_database
-from .witness import Witness
 
 MARKER = ".hermes-archive-demo"
 FACT = "BLUE HERON"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .writer import context_thread
+from ..storage.writer import context_thread
 
 try:  # the real base class when hermes is installed
     from agent.memory_provider import MemoryProvider as MemoryProviderBase
