@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from archive_provider.domain import builders
-from archive_provider.projections.builtin import default_projections
+from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore, archive_dir
 
 from .common import Row, Workdir, interleaved

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from archive_provider.domain import builders
 from archive_provider.domain.clock import now_text
 from archive_provider.format.events import NewEvent
-from archive_provider.projections.builtin import default_projections
+from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
 SYSTEM = {"role": "system", "content": "You are Hermes, a helpful assistant. Be concise and exact."}

@@ -27,9 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archive_provider.demo.demo import DemoRefused, fresh_demo_home
-from archive_provider.format.verifier import verify_database
-from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider import DemoRefused, EventStore, archive_dir, fresh_demo_home, verify_database
 
 from .homeserver import Homeserver
 from .peers import PeersProjection
@@ -260,7 +258,7 @@ def run_command(ctx: Any) -> int:
     """The ``demo --peers`` command: narrate, then a summary (or JSON with --json)."""
     import io
 
-    from archive_provider.commands import UsageError
+    from archive_provider import UsageError
 
     out = io.StringIO() if ctx.json else ctx.out  # under --json only the JSON is printed
     # nio warns about every Olm session it sets up ("Missing session for device"): expected here.

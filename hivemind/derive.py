@@ -12,8 +12,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from archive_provider.format.canonical import canonical_bytes
-from archive_provider.format.events import Hasher, NewEvent
+from archive_provider import Hasher, NewEvent, canonical_bytes
 
 from . import events
 from .peers import (

@@ -26,11 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from archive_provider.domain.builders import with_redactions
-from archive_provider.domain.evidence import archivable_text
-from archive_provider.domain.redaction import redact_value
-from archive_provider.format.canonical import canonical_bytes
-from archive_provider.format.events import Hasher, NewEvent, Part
+from archive_provider import (
+    Hasher,
+    NewEvent,
+    Part,
+    archivable_text,
+    canonical_bytes,
+    redact_value,
+    with_redactions,
+)
 
 from .sparks import pair_key
 

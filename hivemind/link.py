@@ -21,10 +21,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from archive_provider.format.digests import identity_digest
-from archive_provider.format.events import AppendResult, NewEvent
-from archive_provider.host.hermes import spawn_thread
-from archive_provider.storage.store import EventStore
+from archive_provider import (
+    AppendResult,
+    ArchiveBusy,
+    EventStore,
+    NewEvent,
+    identity_digest,
+    spawn_thread,
+)
 
 from . import events
 from .derive import derived_events
@@ -52,7 +56,7 @@ def backend_thread(target: Callable[[], None], name: str) -> threading.Thread:
     return spawn_thread(target, name=name)
 
 
-class LinkRefused(RuntimeError):
+class LinkRefused(ArchiveBusy):
     """The crypto store is already driven by another live link in this process."""
 
 

@@ -59,7 +59,7 @@ from nio import (
 )
 from nio import crypto as nio_crypto
 
-from archive_provider.format.canonical import INT_MAX
+from archive_provider import INT_MAX, ArchiveError
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ T = TypeVar("T")
 ThreadFactory = Callable[[Callable[[], None], str], threading.Thread]
 
 
-class MatrixError(Exception):
+class MatrixError(ArchiveError):
     """A Matrix operation failed; ``room_id`` names the room it concerned, if any."""
 
     def __init__(self, message: str, *, room_id: str | None = None) -> None:

@@ -19,10 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
-from archive_provider.domain.evidence import bindable_text
-from archive_provider.format.canonical import canonical_text, decode
-from archive_provider.format.events import StoredEvent
-from archive_provider.projections.builtin import TableProjection
+from archive_provider import StoredEvent, TableProjection, bindable_text, canonical_text, decode
 
 from .context import PeerCard, SuggestionCard, label
 from .sparks import pair_key

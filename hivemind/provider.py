@@ -24,14 +24,18 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from archive_provider.domain.evidence import bindable_text
-from archive_provider.format.events import NewEvent
-from archive_provider.host.hermes import get_secret
-from archive_provider.host.provider import ArchiveProvider
-from archive_provider.host.schemas import load_tool_schema
-from archive_provider.host.settings import Settings
-from archive_provider.host.settings import save_settings as save_archive_settings
-from archive_provider.storage.store import EventStore, archive_dir, connect
+from archive_provider import (
+    ArchiveProvider,
+    EventStore,
+    NewEvent,
+    Settings,
+    archive_dir,
+    bindable_text,
+    connect,
+    get_secret,
+    load_tool_schema,
+)
+from archive_provider import save_settings as save_archive_settings
 
 from . import events
 from . import peers as projection

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from archive_provider.host.settings import config_path
+from archive_provider import config_path
 
 CONFIG_SECTION = "hivemind"
 CREDENTIALS = ("MATRIX_HOMESERVER", "MATRIX_USER_ID", "MATRIX_ACCESS_TOKEN")

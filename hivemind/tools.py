@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from archive_provider.format.events import NewEvent
-from archive_provider.storage.store import EventStore
+from archive_provider import ArchiveError, EventStore, NewEvent
 
 from . import events
 from . import peers as projection
@@ -39,7 +38,7 @@ Read = Callable[[Callable[[sqlite3.Connection], T]], T]
 Record = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], bool]
 
 
-class ToolError(Exception):
+class ToolError(ArchiveError):
     """A result the agent should see as ``{"error": ...}`` (plus any extra fields)."""
 
     def __init__(self, message: str, **extra: Any) -> None:

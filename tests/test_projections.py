@@ -12,13 +12,11 @@ import pytest
 from archive_provider.audit.replay import projection_digests, rebuild
 from archive_provider.domain import builders
 from archive_provider.format.events import NewEvent, StoredEvent
+from archive_provider.projections.base import TableProjection, check_order
 from archive_provider.projections.builtin import (
     MemoryProjection,
     RecallProjection,
     SessionsProjection,
-    TableProjection,
-    check_order,
-    default_projections,
     history,
     lineage,
     memory_state,
@@ -26,6 +24,7 @@ from archive_provider.projections.builtin import (
     session_links,
     transcript_digests,
 )
+from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
 

@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive_provider.domain import builders
-from archive_provider.projections.builtin import default_projections
 from archive_provider.projections.recall import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -27,6 +26,7 @@ from archive_provider.projections.recall import (
     search,
     tokenize,
 )
+from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import DB_NAME, EventStore, connect
 from bench import corpus
 

@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from ..domain.clock import format_time, parse_time
+from ..errors import InvalidRequest
+from ..projections.base import TableProjection
 from ..projections.builtin import (
     CheckpointsProjection,
     MemoryProjection,
@@ -24,13 +26,13 @@ from ..projections.builtin import (
     RecallsServedProjection,
     SessionLink,
     SessionsProjection,
-    TableProjection,
     lineage,
     memory_state,
     recalls_served,
     session_links,
 )
-from .replay import apply_events, head_seq
+from ..projections.runner import apply_events
+from ..storage.store import head_seq
 
 if TYPE_CHECKING:
     from ..storage.store import EventStore
@@ -92,10 +94,10 @@ def resolve_seq(
     """
     head = head_seq(conn)
     if seq is not None and time is not None:
-        raise ValueError("give a sequence number or a time, not both")
+        raise InvalidRequest("give a sequence number or a time, not both")
     if seq is not None:
         if not 0 <= seq <= head:
-            raise ValueError(f"seq {seq} is outside the log (0 .. {head})")
+            raise InvalidRequest(f"seq {seq} is outside the log (0 .. {head})")
         return seq
     if time is None:
         return head

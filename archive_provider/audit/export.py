@@ -26,6 +26,7 @@ from typing import BinaryIO
 from blake3 import blake3
 
 from ..domain.clock import format_time, utc_now
+from ..errors import ArchiveError
 from ..format.digests import FORMAT_VERSION, genesis_chain
 from ..format.verifier import (
     BUNDLE_NAME,
@@ -50,7 +51,7 @@ _ROWS_SQL = (
 )
 
 
-class ExportError(RuntimeError):
+class ExportError(ArchiveError):
     """The export could not be written; nothing was left at the destination."""
 
 

@@ -27,17 +27,14 @@ from types import ModuleType
 from typing import Any, TextIO
 
 from archive_provider.domain.clock import format_time, parse_time
+from archive_provider.errors import ArchiveError, UsageError
 from archive_provider.format.canonical import INT_MAX
 from archive_provider.storage.store import DB_NAME, EventStore, StoreError, archive_dir
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
-    """The command was called wrongly (exit code 2)."""
-
-
-class CommandError(Exception):
+class CommandError(ArchiveError):
     """The command found a problem or could not do its work (exit code 1)."""
 
 

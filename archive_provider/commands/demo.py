@@ -6,10 +6,12 @@ import argparse
 import contextlib
 import io
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 
 from archive_provider.commands import CommandContext, UsageError
 
+DEMOS = "hermes_archive.demos"
 NAME = "demo"
 HELP = "run a real Hermes agent (fake local LLM) with the archive, compress, recall, verify"
 
@@ -23,11 +25,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _registered_demo(name: str) -> Callable[[CommandContext], int]:
+    """A demo another package registers (``hivemind`` registers ``peers``): core never imports it."""
+    from importlib.metadata import entry_points  # only this command pays for reading metadata
+
+    found = [point for point in entry_points(group=DEMOS) if point.name == name]
+    if not found:
+        raise UsageError(f"the {name} demo needs hivemind: pip install 'hermes-archive[hivemind]'")
+    runner: Callable[[CommandContext], int] = found[0].load()
+    return runner
+
+
 def run(ctx: CommandContext) -> int:
     if getattr(ctx.args, "peers", False):
-        from hivemind.demo import run_command
-
-        return run_command(ctx)
+        return int(_registered_demo("peers")(ctx))
     try:
         from archive_provider.demo.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra

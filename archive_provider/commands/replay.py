@@ -25,7 +25,7 @@ def _writer_running(folder: Path) -> bool:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.replay import projection_digests, rebuild
-    from archive_provider.projections.builtin import default_projections
+    from archive_provider.projections.registry import default_projections
     from archive_provider.storage.store import EventStore
 
     if not ctx.exists():

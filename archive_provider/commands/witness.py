@@ -87,7 +87,7 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
     from archive_provider.domain.clock import now_text
     from archive_provider.format.events import NewEvent
     from archive_provider.format.verifier import verify_database
-    from archive_provider.projections.builtin import default_projections
+    from archive_provider.projections.registry import default_projections
     from archive_provider.storage.witness import WitnessMismatch
 
     if not ctx.exists():

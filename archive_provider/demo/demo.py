@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidRequest
 from ..format.verifier import verify_database
 from ..host.install import activate, install_plugin
 from ..projections.recall import FENCE_OPEN
@@ -36,7 +37,7 @@ SESSION_ONE = [
 QUESTION = "What was my project's codename again?"
 
 
-class DemoRefused(RuntimeError):
+class DemoRefused(InvalidRequest):
     """The demo will not touch a folder it did not create."""
 
 

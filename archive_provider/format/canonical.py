@@ -26,6 +26,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from ..errors import InvalidRequest
+
 MAX_DEPTH = 64
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
@@ -43,7 +45,7 @@ _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 
 
-class CanonicalEncodingError(ValueError):
+class CanonicalEncodingError(InvalidRequest):
     """A value has no canonical encoding; the message says which part and why."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from .canonical import canonical_bytes, decode
@@ -125,3 +126,17 @@ class StoredEvent:
     @property
     def part_digests(self) -> list[str]:
         return list(decode(self.envelope.parts))
+
+
+@dataclass(frozen=True)
+class LoadedEvent(StoredEvent):
+    """A stored event with the bodies of its parts, as the replay streams them.
+
+    Its body is decoded once, however many projections read it.
+    """
+
+    parts: Mapping[str, bytes] = field(default_factory=dict)
+
+    @cached_property
+    def body(self) -> Any:
+        return decode(self.body_bytes)

@@ -13,6 +13,8 @@ import shutil
 from importlib.resources import files
 from pathlib import Path
 
+from ..errors import InvalidRequest
+
 PROVIDERS = {"archive": "archive_provider", "hivemind": "hivemind"}
 
 _INIT = '''"""{name}: installed by `hermes-archive install`; delegates to the {package} package."""
@@ -65,7 +67,7 @@ _MEMORY_EMPTY = re.compile(r"^memory:[ \t]*(\{\s*\}|null|~)[ \t]*(#.*)?$", re.MU
 _MEMORY_INLINE = re.compile(r"^memory:[ \t]*[^\s#]", re.MULTILINE)
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidRequest):
     """config.yaml cannot be edited as it is; the message says where."""
 
 

@@ -35,9 +35,11 @@ from ..domain.evidence import (
     transcript_snapshot,
 )
 from ..domain.redaction import redact_rows, renumber
+from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
-from ..projections.builtin import default_projections, session_counters, transcript_digests
+from ..projections.builtin import session_counters, transcript_digests
 from ..projections.recall import render, search
+from ..projections.registry import default_projections
 from ..storage.store import EventStore, archive_dir, connect
 from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
@@ -110,7 +112,7 @@ def _survives(hook: Hook) -> Hook:
     return cast(Hook, guarded)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ArchiveUnavailable):
     """A required pre-compress checkpoint could not be made durable; nothing was claimed."""
 
 

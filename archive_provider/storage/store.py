@@ -16,14 +16,21 @@ import logging
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from ..audit.replay import apply_events
 from ..domain.clock import now_text
+from ..errors import (
+    ArchiveBusy,
+    ArchiveDamaged,
+    ArchiveError,
+    ArchiveNotWritable,
+    Failure,
+    classify,
+)
 from ..format.canonical import canonical_bytes
 from ..format.digests import (
     FORMAT_VERSION,
@@ -35,7 +42,7 @@ from ..format.digests import (
     key_text,
     parts_text,
 )
-from ..format.events import AppendResult, Hasher, NewEvent, StoredEvent
+from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, StoredEvent
 from ..format.verifier import schema_problem
 
 log = logging.getLogger(__name__)
@@ -83,12 +90,32 @@ BEGIN SELECT RAISE(ABORT, 'payloads are kept; erasure is a recorded event'); END
 """
 
 
-class StoreError(RuntimeError):
+class StoreError(ArchiveError):
     """The store cannot be used; the message says what is wrong and how to fix it."""
 
 
+class StoreBusy(StoreError, ArchiveBusy):
+    """Another connection held the database beyond the busy timeout: retry."""
+
+
+class StoreNotWritable(StoreError, ArchiveNotWritable):
+    """This user or mount may not open the files: fix permissions or copy the folder."""
+
+
+class StoreDamaged(StoreError, ArchiveDamaged):
+    """The database cannot be read as an archive: restore it from backup."""
+
+
+class PayloadMissing(StoreDamaged):
+    """An event's payload row is gone from the payloads table; the message names the event."""
+
+
 class Projection(Protocol):
-    """Derived state kept in the same database and updated in the append transaction."""
+    """The one projection contract: derived state updated in the append transaction.
+
+    Every projection implements it through :class:`archive_provider.projections.base.
+    TableProjection`; the store calls only these three (docs/DESIGN.md, "Projections").
+    """
 
     name: str
 
@@ -97,6 +124,18 @@ class Projection(Protocol):
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None: ...
 
     def last_seq(self, conn: sqlite3.Connection) -> int: ...
+
+
+@runtime_checkable
+class ProjectionRunner(Protocol):
+    """Projections that bring themselves up to the log in one streaming pass.
+
+    :class:`archive_provider.projections.runner.ProjectionSet` is one; the store uses it
+    to catch up on open when it is given one, and applies event by event otherwise. The
+    runner reads the events through :func:`iter_events`: the store never imports it.
+    """
+
+    def catch_up(self, conn: sqlite3.Connection, until_seq: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -177,6 +216,7 @@ class EventStore:
         self.store_id = store_id
         self.hasher = Hasher(key)
         self.projections = list(projections)
+        self._runner = projections if isinstance(projections, ProjectionRunner) else None
         self.broken_projections: dict[str, str] = {}
         self._head: Head | None = None  # the head as appended so far, inside a transaction
         self._time = ""  # the time of the open transaction: every event it appends has it
@@ -217,23 +257,21 @@ class EventStore:
             store_id = cls._meta(conn, "store_id")
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:
-            reason = str(exc).lower()
-            if isinstance(exc, sqlite3.OperationalError) and (
-                "readonly" in reason or "unable to open" in reason
-            ):
-                raise StoreError(
+            failure = classify(exc)
+            if failure is Failure.NOT_WRITABLE:
+                raise StoreNotWritable(
                     f"cannot open the archive {db_path}: {exc}. This user may not read the "
                     "file, or SQLite may not create events.db-shm beside a database in WAL "
                     "mode here: check the permissions, or copy the archive folder (events.db "
                     "with its -wal file, and payload.key) somewhere you can write."
                 ) from exc
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in reason:
-                raise StoreError(
+            if failure is Failure.BUSY:
+                raise StoreBusy(
                     f"the archive {db_path} is locked by another connection beyond the busy "
                     f"timeout ({busy_timeout_ms} ms): {exc}. The file is not damaged; retry, or "
                     "stop the process that holds the lock."
                 ) from exc
-            raise StoreError(
+            raise StoreDamaged(
                 f"cannot open the archive {db_path}: {exc}. If the file is corrupt, move it "
                 "aside and restore the archive folder from backup; `hermes-archive verify` "
                 "names the first bad event of a readable copy."
@@ -283,9 +321,9 @@ class EventStore:
     def _create_projections(self) -> None:
         """Create missing projection tables and catch up any projection behind the log.
 
-        The catch-up takes the replay's streaming path (batched, one last_seq write); if a
-        projection fails on it, the catch-up is redone event by event so that only the
-        failing projection is left behind.
+        Given a :class:`ProjectionRunner`, the catch-up takes its streaming path (batched,
+        one last_seq write); if a projection fails on it, or without a runner, the catch-up
+        goes event by event so that only a failing projection is left behind.
         """
         self.conn.execute("BEGIN IMMEDIATE")
         try:
@@ -293,7 +331,10 @@ class EventStore:
                 projection.create(self.conn)
             self.conn.execute("SAVEPOINT catch_up")
             try:
-                apply_events(self.conn, self.projections, until_seq=self.head().seq)
+                if self._runner is None:
+                    self._catch_up_event_by_event()
+                else:
+                    self._runner.catch_up(self.conn, self.head().seq)
             except sqlite3.OperationalError:
                 raise
             except Exception:
@@ -328,25 +369,15 @@ class EventStore:
         row = self.conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
         return Head(row[0], row[1]) if row else Head(0, genesis_chain(self.store_id))
 
-    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
+    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
         """Events in sequence order with their payloads, streamed (memory stays flat)."""
-        sql = (
-            "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, p.body "
-            "FROM events e LEFT JOIN payloads p ON p.digest = e.payload WHERE e.seq > ?"
-        )
-        args: list[int] = [after_seq]
-        if until_seq is not None:
-            sql += " AND e.seq <= ?"
-            args.append(until_seq)
-        for row in self.conn.execute(sql + " ORDER BY e.seq", args):
-            yield stored_event(row)
+        return iter_events(self.conn, after_seq, until_seq, part_types=())
 
     def event(self, seq: int) -> StoredEvent | None:
         return next(self.events(seq - 1, until_seq=seq), None)
 
     def payload(self, digest: str) -> bytes | None:
-        row = self.conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
-        return bytes(row[0]) if row else None
+        return payload_body(self.conn, digest)
 
     def unstored(self, digests: Iterable[str]) -> set[str]:
         """The payload digests among ``digests`` that the payloads table does not hold yet."""
@@ -516,19 +547,107 @@ def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[object]
         conn.execute(head + ", ".join([marks] * len(rows)), [v for row in rows for v in row])
 
 
-def stored_event(row: Sequence[object]) -> StoredEvent:
-    """Build a StoredEvent from an ``events`` row joined with its payload body."""
-    seq, time, type_, session, key, identity, payload, parts, chain, body = row
+#: The columns of an event as every reader selects them: the envelope, chain, payload body.
+EVENT_COLUMNS = (
+    "e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, p.body"
+)
+#: The FROM clause that goes with :data:`EVENT_COLUMNS`.
+EVENTS_WITH_PAYLOAD = "FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
+
+
+def stored_event(row: Sequence[Any], parts: Mapping[str, bytes] | None = None) -> LoadedEvent:
+    """The one row mapper: an :data:`EVENT_COLUMNS` row (and its parts' bodies) as an event.
+
+    A missing payload body raises :class:`PayloadMissing` (the log was damaged or a payload
+    was deleted behind the triggers' back).
+    """
+    seq, time, type_, session, key, identity, payload, part_list, chain, body = row[:10]
+    if body is None:
+        raise PayloadMissing(
+            f"event {seq}: its payload {payload} is missing from the payloads table"
+        )
     envelope = Envelope(
-        int(seq),  # type: ignore[call-overload]
+        int(seq),
         str(time),
         str(type_),
         str(session),
         str(key),
         str(identity),
         str(payload),
-        str(parts),
+        str(part_list),
     )
-    if body is None:
-        raise StoreError(f"event {seq}: its payload {payload} is missing from the payloads table")
-    return StoredEvent(envelope, str(chain), bytes(body))  # type: ignore[call-overload]
+    return LoadedEvent(envelope, str(chain), bytes(body), parts or {})
+
+
+def iter_events(
+    conn: sqlite3.Connection,
+    after_seq: int = 0,
+    until_seq: int | None = None,
+    types: Iterable[str] | None = None,
+    part_types: Iterable[str] | None = None,
+) -> Iterator[LoadedEvent]:
+    """Events in sequence order with their payload and parts' bodies, streamed.
+
+    The one way events are read back. Two statements walk ``events`` by rowid side by side
+    (no sort, no per-part query): one yields each event (of ``types``, when given) with its
+    payload, the other each part (``json_each`` over the envelope's part list, in list
+    order) with its body, for events of ``part_types`` only when given (none when empty).
+    A part whose body is missing (an erasure) is simply not carried.
+    """
+    if types is not None and not set(types):
+        return
+    where, args = _range(after_seq, until_seq, types)
+    events = conn.execute(
+        f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq", args
+    )
+    part_where, part_args = _range(
+        after_seq, until_seq, part_types if part_types is not None else types
+    )
+    parts: Iterator[Any] = iter(())
+    if part_types is None or set(part_types):
+        parts = conn.execute(
+            "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
+            f" JOIN payloads q ON q.digest = j.value{part_where} AND e.parts != '[]'"
+            " ORDER BY e.seq",
+            part_args,
+        )
+    part = next(parts, None)
+    for row in events:
+        seq = row[0]
+        carried: dict[str, bytes] = {}
+        while part is not None and part[0] <= seq:
+            if part[0] == seq:
+                carried[part[1]] = part[2]
+            part = next(parts, None)
+        yield stored_event(row, carried)
+
+
+def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[str, list[Any]]:
+    where = " WHERE e.seq > ?"
+    args: list[Any] = [after]
+    if until is not None:
+        where += " AND e.seq <= ?"
+        args.append(until)
+    if types is not None:
+        wanted = sorted(set(types))
+        where += f" AND +e.type IN ({', '.join('?' * len(wanted))})"  # '+': scan by rowid
+        args.extend(wanted)
+    return where, args
+
+
+def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
+    """A payload's bytes by digest, or None when the table does not hold it."""
+    row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+    return bytes(row[0]) if row else None
+
+
+def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> bytes | None:
+    """The one way to read a part: carried by the event when the reader loaded it, else looked up."""
+    carried = event.parts.get(digest) if isinstance(event, LoadedEvent) else None
+    return carried if carried is not None else payload_body(conn, digest)
+
+
+def head_seq(conn: sqlite3.Connection) -> int:
+    """The last sequence number of the log on ``conn`` (0 when it is empty)."""
+    row = conn.execute("SELECT seq FROM head WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0

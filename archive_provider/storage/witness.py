@@ -45,6 +45,7 @@ from typing import Any
 from blake3 import blake3
 
 from ..domain.clock import now_text
+from ..errors import ArchiveDamaged
 from ..format.verifier import verify_database
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ WITNESS_FORMAT = 1
 DB_NAME = "events.db"
 
 
-class WitnessMismatch(RuntimeError):
+class WitnessMismatch(ArchiveDamaged):
     """The archive does not contain the head the witness recorded (rollback or replacement)."""
 
 

@@ -24,7 +24,6 @@ them. With a witness it records the head after every FULL commit and on close.
 from __future__ import annotations
 
 import contextvars
-import errno
 import logging
 import os
 import queue
@@ -36,6 +35,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_rows
 from .store import DB_NAME, EventStore, Head, Projection, StoreError
@@ -87,51 +87,43 @@ class DrainReport:
         return not self.unwritten
 
 
-class WriterUnavailable(RuntimeError):
+class WriterUnavailable(ArchiveUnavailable):
     """The writer cannot accept or complete work; the message says why and what to do."""
 
 
 def diagnose(exc: BaseException, folder: Path, busy_timeout_ms: int = 5000) -> str:
     """What went wrong, in words an operator can act on (docs/RECOVER.md has the same list)."""
     text = f"{type(exc).__name__}: {exc}"
-    # a StoreError wrapping an SQLite error is classified by what SQLite said
-    inner: BaseException = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
-    lowered = str(inner).lower()
-    code = getattr(inner, "errno", None)
+    failure = classify(exc)  # a StoreError wrapping an SQLite error: by what SQLite said
     db = folder / DB_NAME
-    if code == errno.ENOSPC or "disk is full" in lowered or "database or disk is full" in lowered:
+    if failure is Failure.FULL:
         return (
             f"the disk holding the archive {folder} is full ({text}). Free space on that "
             "disk; queued events are kept in memory and written when space returns, "
             "checkpoints fail until then. See docs/RECOVER.md, 'Disk full'."
         )
-    if (
-        code in (errno.EROFS, errno.EACCES, errno.EPERM)
-        or "readonly" in lowered
-        or "read-only" in lowered
-        or "unable to open database file" in lowered
-    ):
+    if failure is Failure.NOT_WRITABLE:
         return (
             f"the archive folder {folder} or its files cannot be written ({text}). Make them "
             "writable again: check permissions (folder 0700, files 0600, owned by the Hermes "
             "user), `lsattr` for the immutable flag (`chattr -i`), and a read-only mount. "
             "Queued events are kept. See docs/RECOVER.md, 'Read-only archive'."
         )
-    if "locked" in lowered or "busy" in lowered:
+    if failure is Failure.BUSY:
         return (
             f"the archive database {db} is locked by another process for longer than the "
             f"busy timeout ({busy_timeout_ms / 1000:g}s) ({text}). Find the holder with "
             f"`fuser {db}` (a long `sqlite3` session or a stuck process) and end it, or raise "
             "busy_timeout_s. Queued events are kept. See docs/RECOVER.md, 'Locked database'."
         )
-    if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+    if failure is Failure.CORRUPT:
         return (
             f"the archive database {db} is corrupt ({text}). Stop Hermes, move the archive "
             "folder aside, restore it from backup, run `hermes-archive verify`, then "
             '`hermes-archive witness accept --reason "restored from backup"` if the witness '
             "objects. See docs/RECOVER.md, 'Corrupt database'."
         )
-    if isinstance(exc, StoreError) or "witness mismatch" in lowered:
+    if isinstance(exc, StoreError) or "witness mismatch" in str(exc).lower():
         return str(exc)
     return text
 
@@ -578,8 +570,7 @@ class Writer:
         A lock held by another process is waited out on the same connection; anything else
         (disk full, read-only, corrupt, I/O) reopens, which re-runs the open-time proof.
         """
-        lowered = str(exc).lower()
-        if "locked" in lowered or "busy" in lowered:
+        if classify(exc) is Failure.BUSY:
             return
         if isinstance(exc, (StoreError, OSError, sqlite3.DatabaseError)):
             self._close_store()

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from archive_provider.format.verifier import verify_database
-from archive_provider.projections.builtin import default_projections
+from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.witness import Witness
 
