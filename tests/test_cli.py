@@ -309,6 +309,14 @@ def test_log_exit_codes(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "ISO 8601" in err
 
 
+def test_search_limit_must_be_positive(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 results is no search: refused as a usage error, like a negative limit."""
+    code, _, err = run_text(capsys, home, "search", "Ziggy", "--limit", "0")
+    assert code == 2 and "from 1 to" in err
+    code, data = run_json(capsys, home, "search", "Ziggy", "--limit", "1")
+    assert code == 0 and len(data["results"]) == 1
+
+
 def test_show_by_seq_decodes_payload_and_parts(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

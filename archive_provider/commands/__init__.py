@@ -60,15 +60,26 @@ def time_arg(text: str) -> str:
         ) from None
 
 
-def positive_int(text: str) -> int:
-    """argparse type for counts: 0 or more, as large as SQLite takes."""
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if not 0 <= value <= INT_MAX:  # SQLite's largest integer, as the log's encoding
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {INT_MAX}")
+        value = least - 1
+    if not least <= value <= INT_MAX:  # SQLite's largest integer, as the log's encoding
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number from {least} to {INT_MAX}"
+        )
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts that must be 1 or more, as large as SQLite takes."""
+    return _whole_number(text, 1)
+
+
+def count_or_all(text: str) -> int:
+    """argparse type for limits where 0 means no limit."""
+    return _whole_number(text, 0)
 
 
 @dataclass

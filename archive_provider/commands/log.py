@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, positive_int, time_arg
+from archive_provider.commands import CommandContext, UsageError, count_or_all, time_arg
 from archive_provider.commands._render import record, short_time
 from archive_provider.format.events import EVENT_TYPES
 from archive_provider.storage.store import stored_event
@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=time_arg, help="events at or before this ISO 8601 time")
     parser.add_argument(
         "--limit",
-        type=positive_int,
+        type=count_or_all,
         default=50,
         help="show the last N matching events (default 50; 0 shows all)",
     )
