@@ -47,6 +47,7 @@ _EXPORTS = {
     "bindable_text": "archive_provider.domain.evidence",
     "redact_value": "archive_provider.domain.redaction",
     # storage
+    "DB_NAME": "archive_provider.storage.store",
     "EventStore": "archive_provider.storage.store",
     "archive_dir": "archive_provider.storage.store",
     "connect": "archive_provider.storage.store",
@@ -76,6 +77,7 @@ __all__ = [
     "ArchiveNotWritable",
     "ArchiveProvider",
     "ArchiveUnavailable",
+    "DB_NAME",
     "DemoRefused",
     "EventStore",
     "Hasher",
@@ -148,4 +150,4 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
-    from .storage.store import EventStore, archive_dir, connect
+    from .storage.store import DB_NAME, EventStore, archive_dir, connect

@@ -278,7 +278,7 @@ class PeerLink:
         def build(store: EventStore) -> list[NewEvent]:
             candidates = events.from_sync(store.hasher, result, redact=self.redact)
             fresh = [
-                e for e in candidates if store.has_identity(identity_digest(e.type, e.key)) is None
+                e for e in candidates if store.identity_seq(identity_digest(e.type, e.key)) is None
             ]
             if not fresh and not (result.limited_rooms or result.left_rooms):
                 return []

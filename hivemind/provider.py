@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from archive_provider import (
+    DB_NAME,
     ArchiveProvider,
     EventStore,
     NewEvent,
@@ -282,7 +283,7 @@ class HivemindProvider(ArchiveProvider):
                     raise sqlite3.OperationalError("the archive is not initialized")
                 if self._writer is not None:  # a new profile: the writer creates the tables
                     self._writer.flush(RECORD_WAIT_S)
-                self._peer_reader = connect(archive_dir(self._home) / "events.db", readonly=True)
+                self._peer_reader = connect(archive_dir(self._home) / DB_NAME, readonly=True)
             return query(self._peer_reader)
 
     def _logged_sync_token(self) -> str | None:

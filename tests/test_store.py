@@ -88,7 +88,7 @@ def test_append_and_read_back(store: EventStore) -> None:
     assert store.payload(message.digest) == canonical_bytes({"role": "user", "content": "hello"})
     assert store.event(2) is not None and store.event(2).envelope.identity == results[1].identity  # type: ignore[union-attr]
     assert store.event(3) is None
-    assert store.has_identity(results[0].identity) == 1
+    assert store.identity_seq(results[0].identity) == 1
     head = store.head()
     assert (head.seq, head.chain) == (2, events[1].chain)
     assert [e.seq for e in store.events(after_seq=1)] == [2]

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from archive_provider.commands import CommandContext
+from archive_provider.storage.store import DB_NAME
 
 NAME = "status"
 HELP = "summarize the archive: events, sessions, checkpoints, head, size, projection health"
@@ -41,7 +42,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             sessions = conn.execute("SELECT count(DISTINCT session) FROM events").fetchone()[0]
         finally:
             conn.execute("COMMIT")
-    size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith("events.db"))
+    size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith(DB_NAME))
     return {
         "archive": str(ctx.archive),
         "exists": True,

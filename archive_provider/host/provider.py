@@ -40,7 +40,7 @@ from ..format.events import AppendResult, NewEvent
 from ..projections.builtin import session_counters, transcript_digests
 from ..projections.recall import render, search
 from ..projections.registry import default_projections
-from ..storage.store import EventStore, archive_dir, connect
+from ..storage.store import DB_NAME, EventStore, archive_dir, connect
 from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import (
@@ -583,7 +583,7 @@ class ArchiveProvider(MemoryProviderBase):
             raise RuntimeError(f"archive recall is withheld: {writer.refused}")
         with self._reader_lock:
             if self._reader is None:
-                path = archive_dir(self._home) / "events.db"
+                path = archive_dir(self._home) / DB_NAME
                 if not path.exists():
                     return []
                 self._reader = connect(path, readonly=True)

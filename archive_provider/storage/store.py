@@ -394,7 +394,8 @@ class EventStore:
             )
         return wanted
 
-    def has_identity(self, identity: str) -> int | None:
+    def identity_seq(self, identity: str) -> int | None:
+        """The seq of the event with this identity digest, or None when it is not archived."""
         row = self.conn.execute("SELECT seq FROM events WHERE identity = ?", (identity,)).fetchone()
         return int(row[0]) if row else None
 
@@ -458,7 +459,7 @@ class EventStore:
         for event in events:
             key = key_text(event.key)
             identity = identity_of_key_text(event.type, key)
-            existing = batch.get(identity) or self.has_identity(identity)
+            existing = batch.get(identity) or self.identity_seq(identity)
             if existing is not None:
                 results.append(AppendResult("already_archived", existing, identity, event.type))
                 continue

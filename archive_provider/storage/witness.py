@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 WITNESS_ENV = "ARCHIVE_WITNESS_DIR"
 WITNESS_SUFFIX = ".archive-witness"
 WITNESS_FORMAT = 1
-DB_NAME = "events.db"
 
 
 class WitnessMismatch(ArchiveDamaged):
