@@ -90,9 +90,9 @@ def make_agent(
     The credentials are set in the environment just before ``initialize`` (hermes 0.19.0
     has no per-profile secret scope): each provider keeps the ones it started with.
     """
-    from hivemind_agents import write_config
-
     from hivemind import HivemindProvider
+
+    from .agents import write_config
 
     started: list[HivemindProvider] = []
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hostkit
-
 from archive_provider import ArchiveProvider
 from archive_provider.format.canonical import decode
 from archive_provider.format.verifier import verify_database
 from archive_provider.host.install import activate, install_plugin
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
+
+from . import hostkit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST_TESTS = Path(__file__).resolve().parent

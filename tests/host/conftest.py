@@ -24,7 +24,7 @@ try:
 except ImportError:  # pragma: no cover - run without the host: nothing here applies
     collect_ignore_glob = ["*"]
 else:
-    import hostkit
+    from . import hostkit
 
 from archive_provider.demo.fake_llm import FakeLLM  # noqa: E402
 

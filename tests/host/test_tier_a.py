@@ -23,10 +23,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import hostkit
 import pytest
 import yaml
-from archive_kit import (
+
+import archive_provider.host.provider as provider_module
+from archive_provider import ArchiveProvider
+from archive_provider.demo.fake_llm import FakeLLM, ToolCall
+from archive_provider.projections.recall import FENCE_OPEN
+from archive_provider.storage.store import archive_dir
+
+from . import hostkit
+from .archive_kit import (
     NAME,
     REPO_ROOT,
     Recorder,
@@ -44,13 +51,7 @@ from archive_kit import (
     wait_for,
     write_lock_held,
 )
-from stub_memory_plugin import RecordingStubProvider
-
-import archive_provider.host.provider as provider_module
-from archive_provider import ArchiveProvider
-from archive_provider.demo.fake_llm import FakeLLM, ToolCall
-from archive_provider.projections.recall import FENCE_OPEN
-from archive_provider.storage.store import archive_dir
+from .stub_memory_plugin import RecordingStubProvider
 
 HERMES_BIN = Path(sys.executable).with_name("hermes")
 

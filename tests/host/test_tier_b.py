@@ -24,10 +24,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import hostkit
 import pytest
-import v2_host as h
-from archive_kit import (
+
+from archive_provider import ArchiveProvider
+from archive_provider.domain.evidence import direct_evidence
+from archive_provider.format.canonical import canonical_bytes
+from archive_provider.host.hermes import HOST_CHECKPOINT_API_VERSION, spawn_thread
+from archive_provider.host.provider import CheckpointError
+
+from . import hostkit
+from . import v2_host as h
+from .archive_kit import (
     HOST_TESTS,
     Recorder,
     all_payload_values,
@@ -46,13 +53,7 @@ from archive_kit import (
     wait_for,
     write_lock_held,
 )
-from stub_memory_plugin import RecordingStubProvider
-
-from archive_provider import ArchiveProvider
-from archive_provider.domain.evidence import direct_evidence
-from archive_provider.format.canonical import canonical_bytes
-from archive_provider.host.hermes import HOST_CHECKPOINT_API_VERSION, spawn_thread
-from archive_provider.host.provider import CheckpointError
+from .stub_memory_plugin import RecordingStubProvider
 
 RAW: list[dict[str, Any]] = [
     {"role": "system", "content": "You are Hermes."},

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hivemind_agents import call, logged, wait_for
 
 from archive_provider.host.install import install_plugin
 from hivemind import HivemindProvider, register
 from hivemind.settings import HivemindSettings, load_settings, save_settings
+
+from .agents import call, logged, wait_for
 
 CREDENTIALS = {
     "MATRIX_HOMESERVER": "http://127.0.0.1:9",

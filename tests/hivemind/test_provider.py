@@ -12,7 +12,14 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hivemind_agents import (
+
+from archive_provider.host.schemas import load_envelope_schema, load_event_schema
+from archive_provider.storage.store import EventStore, archive_dir
+from hivemind.context import FENCE_CLOSE, FENCE_OPEN
+from hivemind.matrix_backend import MatrixBackend
+from hivemind.peers import PeersProjection
+
+from .agents import (
     call,
     home_of,
     localpart,
@@ -22,12 +29,6 @@ from hivemind_agents import (
     unread_from,
     wait_for,
 )
-
-from archive_provider.host.schemas import load_envelope_schema, load_event_schema
-from archive_provider.storage.store import EventStore, archive_dir
-from hivemind.context import FENCE_CLOSE, FENCE_OPEN
-from hivemind.matrix_backend import MatrixBackend
-from hivemind.peers import PeersProjection
 
 pytestmark = pytest.mark.synapse
 
@@ -371,9 +372,10 @@ def test_through_the_real_hermes_memory_manager(
     """hermes 0.19.0's MemoryManager routes the tools, runs prefetch on its timed thread and
     puts the skill into the system prompt."""
     from agent.memory_manager import MemoryManager
-    from hivemind_agents import write_config
 
     from hivemind import HivemindProvider
+
+    from .agents import write_config
 
     alice, bob = make_user("alice"), make_user("bob")
     b = make_agent(bob)
