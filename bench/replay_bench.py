@@ -79,7 +79,7 @@ def baseline(folder: Path) -> dict[str, Any]:
     """
     import sqlite3
 
-    from archive_provider.projections.recall import TOKENIZER
+    from archive_provider.projections.builtin import TOKENIZER
 
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
     started, cpu = time.perf_counter(), time.process_time()

@@ -36,6 +36,10 @@ def _digests(value: Any) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
+#: The one FTS5 tokenizer: recall_fts indexes with it and search tokenizes queries with it.
+TOKENIZER = "unicode61 remove_diacritics 2"
+
+
 # -- sessions --------------------------------------------------------------------------
 
 #: session_links.relation for each switch reason; lineage follows these (not resume/reset/rewind)
@@ -441,8 +445,7 @@ class RecallProjection(TableProjection):
     version = 3
     ddl = (
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED,"
-        " session UNINDEXED, seq UNINDEXED, role UNINDEXED,"
-        " tokenize = 'unicode61 remove_diacritics 2')",
+        f" session UNINDEXED, seq UNINDEXED, role UNINDEXED, tokenize = '{TOKENIZER}')",
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')",
         "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY,"
         " target TEXT NOT NULL)",
