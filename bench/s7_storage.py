@@ -105,7 +105,7 @@ def _counts(db: Path) -> dict[str, int]:
 def resend(work: Workdir, text: Text, turns: int, say: Report) -> list[Row]:
     home = work.fresh("resend")
     provider = open_provider(home, "resend-0")
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     db = archive_dir(home) / "events.db"
     done: list[tuple[str, list[dict[str, Any]]]] = []

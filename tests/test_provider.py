@@ -32,7 +32,7 @@ def convo(*pairs: tuple[str, str]) -> list[dict[str, object]]:
 
 
 def flush(provider: ArchiveProvider) -> None:
-    assert provider._writer is not None and provider._writer.flush(10)
+    assert provider.core.writer is not None and provider.core.writer.flush(10)
 
 
 def turn_messages(home: Path) -> list[list[dict[str, object]]]:
@@ -270,7 +270,7 @@ def test_two_instances_of_one_profile_share_a_writer_and_one_chain(
     make_provider, tmp_path: Path
 ) -> None:
     a, b = make_provider(session="s1"), make_provider(session="s2")
-    assert a._writer is b._writer
+    assert a.core.writer is b.core.writer
     for i in range(20):
         (a if i % 2 else b).on_memory_write("add", "memory", f"fact {i}")
     flush(a)

@@ -251,7 +251,7 @@ def test_render_never_exceeds_its_budget(bodies: list[str], budget: int) -> None
 def provider(make_provider: Callable[..., Any]) -> Any:
     made = make_provider()
     made.sync_turn("my locker code is 4711", "noted: locker code 4711")
-    assert made._writer.flush(10)
+    assert made.core.writer.flush(10)
     return made
 
 

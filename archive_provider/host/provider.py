@@ -16,10 +16,7 @@ import copy
 import functools
 import json
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -27,7 +24,6 @@ from ..domain import builders
 from ..domain.clock import now_text
 from ..domain.evidence import (
     archivable_message,
-    archivable_text,
     bindable_text,
     direct_evidence,
     is_set,
@@ -38,17 +34,15 @@ from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
 from ..projections.builtin import session_counters, transcript_digests
-from ..projections.recall import render, search
-from ..projections.registry import default_projections
-from ..storage.store import DB_NAME, EventStore, archive_dir, connect
-from ..storage.witness import Witness
-from ..storage.writer import Writer, WriterUnavailable, writers
+from ..projections.recall import render
+from ..storage.store import EventStore
+from ..storage.writer import WriterUnavailable
+from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
     current_hermes_home,
     host_version,
-    spawn_thread,
 )
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
@@ -57,41 +51,6 @@ log = logging.getLogger(__name__)
 
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
-
-
-def session_text(value: Any) -> str:
-    """A session id as the log stores it: text SQLite can hold ('' for none).
-
-    Total, so no hook loses its input to an odd id: an id without a text is described by
-    its type, and a lone surrogate is written as its escape (``\\ud800``), which keeps
-    two ids that differ there apart (U+FFFD would merge their sessions).
-    """
-    try:
-        text = str(value) if is_set(value) else ""
-    except Exception:
-        text = f"<{type(value).__name__} without a text>"
-    return archivable_text(text).encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-@dataclass
-class _Transcript:
-    """The last transcript archived for a session: a cache for the delta, never the truth."""
-
-    turns: int  # the session's turn count once it was archived
-    raw: list[Any]  # deep copies of the messages as the host sent them
-
-    def is_prefix_of(self, messages: Sequence[Any]) -> bool:
-        """Whether ``messages`` starts with the cached transcript, unchanged.
-
-        A message whose comparison raises or is not a plain truth value (an array, say)
-        counts as changed: the full path then decides what is new.
-        """
-        if len(self.raw) > len(messages):
-            return False
-        try:
-            return all(bool(old == new) for old, new in zip(self.raw, messages, strict=False))
-        except Exception:
-            return False
 
 
 Hook = TypeVar("Hook", bound=Callable[..., None])
@@ -107,7 +66,7 @@ def _survives(hook: Hook) -> Hook:
             hook(self, *args, **kwargs)
         except Exception as exc:
             log.exception("archive: %s failed; its input was not archived", hook.__name__)
-            self._record_write_failure(hook.__name__, exc)
+            self.core.record_write_failure(hook.__name__, exc)
 
     return cast(Hook, guarded)
 
@@ -124,16 +83,7 @@ class ArchiveProvider(MemoryProviderBase):
 
     def __init__(self) -> None:
         # Cheap and side-effect free: discovery and `hermes memory status` construct us.
-        self._home: Path | None = None
-        self._writer: Writer | None = None
-        self._settings = Settings()
-        self._session = ""
-        self._parent_session = ""
-        self._agent_context = "primary"
-        self._turn = 0
-        self._reader: Any = None
-        self._reader_lock = threading.Lock()
-        self._transcripts: dict[str, _Transcript] = {}  # writer-thread cache of the last transcript
+        self.core = ArchiveCore()
 
     # -- identity and availability -----------------------------------------------------
 
@@ -145,10 +95,6 @@ class ArchiveProvider(MemoryProviderBase):
         """Local only: no network, no disk."""
         return True
 
-    @property
-    def _writes_turns(self) -> bool:
-        return self._agent_context == "primary"
-
     # -- lifecycle -----------------------------------------------------------------------
 
     def initialize(self, session_id: str, **kwargs: Any) -> None:
@@ -157,31 +103,24 @@ class ArchiveProvider(MemoryProviderBase):
             log.error("archive: no hermes_home given and none configured; the archive stays closed")
             return
         home = Path(home_arg).expanduser().resolve()
-        if self._home is not None and home != self._home:
+        if self.core.home is not None and home != self.core.home:
             log.error(
                 "archive: this provider is bound to %s and refuses to write into %s; "
                 "register() must create one provider per profile",
-                self._home,
+                self.core.home,
                 home,
             )
             return
-        self._home = home
-        self._session = session_text(session_id)
-        self._parent_session = session_text(kwargs.get("parent_session_id"))
-        self._agent_context = str(kwargs.get("agent_context") or "primary")
+        self.core.home = home
+        self.core.session = session_text(session_id)
+        self.core.parent_session = session_text(kwargs.get("parent_session_id"))
+        self.core.agent_context = str(kwargs.get("agent_context") or "primary")
         try:
-            self._settings = load_settings(home)
+            self.core.settings = load_settings(home)
         except Exception as exc:
             log.error("archive: unreadable settings, using defaults: %s", exc)
-        if self._writer is None:
-            self._writer = writers.acquire(
-                archive_dir(home),
-                projections_factory=default_projections,
-                thread_factory=spawn_thread,
-                busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
-                witness=Witness.for_home(home, self._settings.witness_dir),
-            )
-        if self._writes_turns:
+        self.core.open_writer()
+        if self.core.writes_turns:
             details = {
                 key: kwargs[key]
                 for key in (
@@ -198,9 +137,9 @@ class ArchiveProvider(MemoryProviderBase):
                 if isinstance(kwargs.get(key), (str, int, bool))
             }
             details.update(host=host_version(), provider=PROVIDER_VERSION)
-            session, at = self._session, now_text()
-            redact = self._settings.redact_secrets
-            self._submit(
+            session, at = self.core.session, now_text()
+            redact = self.core.settings.redact_secrets
+            self.core.submit(
                 lambda store: [
                     builders.session_started(session, at=at, details=details, redact=redact)
                 ],
@@ -208,19 +147,7 @@ class ArchiveProvider(MemoryProviderBase):
             )
 
     def shutdown(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            report = writers.release(writer, timeout=self._settings.drain_timeout_s)
-            if report is not None and not report.complete:
-                log.error(
-                    "archive: %d events could not be written before shutdown: %s",
-                    len(report.unwritten),
-                    report.unwritten[:10],
-                )
-        with self._reader_lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
+        self.core.close()
 
     def system_prompt_block(self) -> str:
         return (
@@ -235,9 +162,9 @@ class ArchiveProvider(MemoryProviderBase):
 
     def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
         try:
-            self._turn = int(turn_number)
+            self.core.turn = int(turn_number)
         except (TypeError, ValueError):
-            self._turn += 1
+            self.core.turn += 1
 
     @_survives
     def sync_turn(
@@ -250,9 +177,9 @@ class ArchiveProvider(MemoryProviderBase):
         **kwargs: Any,
     ) -> None:
         """Enqueue only: the snapshot is a shallow copy; delta and hashing run on the writer."""
-        if not self._writes_turns:
+        if not self.core.writes_turns:
             return
-        session = session_text(session_id) or self._session
+        session = session_text(session_id) or self.core.session
         if messages is None:
             snapshot: list[Any] = [
                 {"role": "user", "content": user_content},
@@ -261,8 +188,8 @@ class ArchiveProvider(MemoryProviderBase):
             legacy = True
         else:
             snapshot, legacy = transcript_snapshot(messages), False
-        redact = self._settings.redact_secrets
-        self._submit(
+        redact = self.core.settings.redact_secrets
+        self.core.submit(
             lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn"
         )
 
@@ -282,7 +209,7 @@ class ArchiveProvider(MemoryProviderBase):
         hashed. Anything else takes the full path against the transcript projection.
         """
         turns, _ = session_counters(store.conn, session)
-        cached = None if legacy else self._transcripts.get(session)
+        cached = None if legacy else self.core.transcripts.get(session)
         fast = cached is not None and cached.turns == turns and cached.is_prefix_of(messages)
         if fast and cached is not None:
             start = len(cached.raw)
@@ -321,7 +248,7 @@ class ArchiveProvider(MemoryProviderBase):
         ]
 
     def _remember(
-        self, session: str, turns: int, messages: Sequence[Any], prefix: _Transcript | None
+        self, session: str, turns: int, messages: Sequence[Any], prefix: Transcript | None
     ) -> None:
         """Cache copies of ``messages`` for the next turn's delta, reusing ``prefix``'s copies.
 
@@ -332,21 +259,21 @@ class ArchiveProvider(MemoryProviderBase):
         try:
             copies = copy.deepcopy(list(messages[len(kept) :]))
         except Exception as exc:
-            self._transcripts.pop(session, None)
+            self.core.transcripts.pop(session, None)
             log.debug(
                 "archive: transcript of %s not cached (%s); full path next turn", session, exc
             )
             return
-        self._transcripts[session] = _Transcript(turns, [*kept, *copies])
+        self.core.transcripts[session] = Transcript(turns, [*kept, *copies])
 
     @_survives
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         """Archive whatever the last sync did not cover, then mark the end."""
-        if not self._writes_turns:
+        if not self.core.writes_turns:
             return
-        session = self._session
+        session = self.core.session
         snapshot = transcript_snapshot(messages)
-        redact = self._settings.redact_secrets
+        redact = self.core.settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
             events = self._turn_events(store, session, snapshot, False, redact) if snapshot else []
@@ -355,7 +282,7 @@ class ArchiveProvider(MemoryProviderBase):
                 builders.session_ended(session, at=now_text(), message_count=len(snapshot)),
             ]
 
-        self._submit(build, "session_ended")
+        self.core.submit(build, "session_ended")
 
     @_survives
     def on_session_switch(
@@ -367,11 +294,11 @@ class ArchiveProvider(MemoryProviderBase):
         rewound: bool = False,
         **kwargs: Any,
     ) -> None:
-        previous = self._session
-        self._transcripts.clear()  # a rewind or rewrite may follow; the next turn takes the full path
-        self._session = session_text(new_session_id) or previous
-        self._parent_session = session_text(parent_session_id) or previous
-        if not self._writes_turns:
+        previous = self.core.session
+        self.core.transcripts.clear()  # a rewind or rewrite may follow; the next turn takes the full path
+        self.core.session = session_text(new_session_id) or previous
+        self.core.parent_session = session_text(parent_session_id) or previous
+        if not self.core.writes_turns:
             return
         details = {
             "parent_session_id": parent_session_id,
@@ -381,9 +308,9 @@ class ArchiveProvider(MemoryProviderBase):
         details.update(
             {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool)) or v is None}
         )
-        session, at = self._session, now_text()
-        redact = self._settings.redact_secrets
-        self._submit(
+        session, at = self.core.session, now_text()
+        redact = self.core.settings.redact_secrets
+        self.core.submit(
             lambda store: [
                 builders.session_switched(
                     session, previous=previous, at=at, details=details, redact=redact
@@ -396,17 +323,17 @@ class ArchiveProvider(MemoryProviderBase):
     def on_memory_write(
         self, action: str, target: str, content: str, metadata: dict[str, Any] | None = None
     ) -> None:
-        if not self._writes_turns:
+        if not self.core.writes_turns:
             return
         session = (
             session_text(metadata.get("session_id")) if isinstance(metadata, Mapping) else ""
-        ) or self._session
+        ) or self.core.session
         meta = (
             dict(metadata)
             if isinstance(metadata, Mapping)
             else ({} if metadata is None else {"$value": metadata})
         )
-        redact = self._settings.redact_secrets
+        redact = self.core.settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
             _, writes = session_counters(store.conn, session)
@@ -416,18 +343,18 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ]
 
-        self._submit(build, "memory_write")
+        self.core.submit(build, "memory_write")
 
     @_survives
     def on_delegation(
         self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any
     ) -> None:
-        if not self._writes_turns:
+        if not self.core.writes_turns:
             return
-        session = self._session
+        session = self.core.session
         details = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool))}
-        redact = self._settings.redact_secrets
-        self._submit(
+        redact = self.core.settings.redact_secrets
+        self.core.submit(
             lambda store: [
                 builders.delegation(
                     store.hasher,
@@ -463,7 +390,7 @@ class ArchiveProvider(MemoryProviderBase):
         return receipt
 
     def _checkpoint(self, messages: Any, require_checkpoint: bool) -> str:
-        writer = self._writer
+        writer = self.core.writer
         if writer is None:
             raise CheckpointError(
                 "the archive is not initialized for this profile (initialize() failed or was not called)"
@@ -473,8 +400,8 @@ class ArchiveProvider(MemoryProviderBase):
                 f"checkpoint evidence must be a list of messages, got {type(messages).__name__}"
             )
         evidence = [archivable_message(m) for m in direct_evidence(messages)]
-        session, parent = self._session, self._parent_session
-        redact = self._settings.redact_secrets
+        session, parent = self.core.session, self.core.parent_session
+        redact = self.core.settings.redact_secrets
 
         fresh: list[int] = []  # how many evidence messages this checkpoint stores anew
 
@@ -497,7 +424,7 @@ class ArchiveProvider(MemoryProviderBase):
 
         try:
             results = writer.append_durable(
-                build, timeout=self._settings.checkpoint_timeout_s, label="checkpoint"
+                build, timeout=self.core.settings.checkpoint_timeout_s, label="checkpoint"
             )
         except WriterUnavailable as exc:
             raise CheckpointError(str(exc)) from exc
@@ -517,9 +444,9 @@ class ArchiveProvider(MemoryProviderBase):
         self, error: str, require_checkpoint: bool, messages: Any
     ) -> None:
         count = len(messages) if isinstance(messages, (list, tuple)) else 0
-        session, at = self._session, now_text()
-        redact = self._settings.redact_secrets
-        self._submit(
+        session, at = self.core.session, now_text()
+        redact = self.core.settings.redact_secrets
+        self.core.submit(
             lambda store: [
                 builders.checkpoint_failed(
                     session,
@@ -537,57 +464,24 @@ class ArchiveProvider(MemoryProviderBase):
 
     def prefetch(self, query: str, *, session_id: str = "") -> str:
         try:
-            return self._prefetch(query, session_id)
+            return self.prefetch_text(query, session_id)
         except Exception as exc:
             log.warning("archive: prefetch failed: %s", exc)
             return ""
 
-    def _prefetch(self, query: str, session_id: str) -> str:
+    def prefetch_text(self, query: str, session_id: str) -> str:
+        """The recall block for ``query`` (raises; ``prefetch`` is the hook that never does)."""
         if not isinstance(query, str) or not query.strip():
             return ""
-        hits = self._search(query, limit=self._settings.recall_limit)
-        text = render(hits, self._settings.recall_budget_chars)
-        self._record_recall(session_id, query, text, sorted({hit.seq for hit in hits if hit.seq}))
-        return text
-
-    def _record_recall(self, session_id: str, query: str, result: str, sources: list[int]) -> None:
-        """Log what prefetch returned for this turn as ``recall_served`` (the host may trim it)."""
-        if not result or not self._writes_turns:
-            return
-        session, turn, at = session_text(session_id) or self._session, self._turn, now_text()
-        redact = self._settings.redact_secrets
-        self._submit(
-            lambda store: [
-                builders.recall_served(
-                    store.hasher,
-                    session,
-                    turn=turn,
-                    query=query,
-                    result=result,
-                    sources=sources,
-                    at=at,
-                    redact=redact,
-                )
-            ],
-            "recall_served",
+        hits = self.core.search(query, limit=self.core.settings.recall_limit)
+        text = render(hits, self.core.settings.recall_budget_chars)
+        self.core.record_recall(
+            session_id, query, text, sorted({hit.seq for hit in hits if hit.seq})
         )
+        return text
 
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         """Nothing to warm: recall is an indexed query answered in milliseconds."""
-
-    def _search(self, query: str, **kwargs: Any) -> list[Any]:
-        if self._home is None:
-            return []
-        writer = self._writer
-        if writer is not None and writer.refused:  # a log that failed its proof is not recalled
-            raise RuntimeError(f"archive recall is withheld: {writer.refused}")
-        with self._reader_lock:
-            if self._reader is None:
-                path = archive_dir(self._home) / DB_NAME
-                if not path.exists():
-                    return []
-                self._reader = connect(path, readonly=True)
-            return search(self._reader, query, **kwargs)
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -624,7 +518,7 @@ class ArchiveProvider(MemoryProviderBase):
             if value is not None and not isinstance(value, str):
                 return {"error": f"'{name}' must be text"}
             filters[name] = value or None
-        hits = self._search(query, limit=limit, **filters)
+        hits = self.core.search(query, limit=limit, **filters)
         return {
             "query": query,
             "results": [
@@ -651,36 +545,6 @@ class ArchiveProvider(MemoryProviderBase):
     def backup_paths(self) -> list[str]:
         """The archive lives under HERMES_HOME, which `hermes backup` already walks."""
         return []
-
-    # -- plumbing ------------------------------------------------------------------------
-
-    def _submit(self, build: Any, label: str) -> None:
-        writer = self._writer
-        if writer is None:
-            log.warning("archive: %s not archived: the archive is not initialized", label)
-            return
-        future = writer.submit(build, label=label)
-
-        def report(done: Future[Any]) -> None:
-            error = None if done.cancelled() else done.exception()
-            if error is None:
-                return
-            log.error("archive: %s could not be archived: %s", label, error)
-            if not isinstance(error, WriterUnavailable):  # this input, not the store, failed
-                self._record_write_failure(label, error)
-
-        future.add_done_callback(report)
-
-    def _record_write_failure(self, hook: str, error: BaseException) -> None:
-        """Put a hook whose input could not be archived on the record (never twice over)."""
-        if hook == "write_failed":
-            return
-        session, at = self._session, now_text()
-        text = f"{type(error).__name__}: {error}"
-        self._submit(
-            lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
-            "write_failed",
-        )
 
 
 def register(ctx: Any) -> None:

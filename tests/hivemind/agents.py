@@ -60,8 +60,8 @@ def write_config(home: Path, **values: Any) -> None:
 
 
 def home_of(provider: HivemindProvider) -> Path:
-    assert provider._home is not None
-    return provider._home
+    assert provider.core.home is not None
+    return provider.core.home
 
 
 def localpart(user: Any) -> str:

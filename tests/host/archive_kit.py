@@ -58,7 +58,7 @@ def archive_provider_of(agent: Any) -> ArchiveProvider:
 
 def flush(provider: ArchiveProvider, timeout: float = 10.0) -> None:
     """Wait until every write queued so far by ``provider`` is committed."""
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None, "the provider has no open archive"
     assert writer.flush(timeout), "the archive writer did not drain"
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-import archive_provider.host.provider as provider_module
+import archive_provider.host.core as core_module
 from archive_provider import ArchiveProvider
 from archive_provider.demo.fake_llm import FakeLLM, ToolCall
 from archive_provider.projections.recall import FENCE_OPEN
@@ -303,13 +303,13 @@ def test_a5_prefetch_runs_on_the_prefetch_thread_within_the_timeout_and_survives
 
         # An injected stalled store: the host gives up after 0.5 s and returns "".
         release = threading.Event()
-        real_search = provider_module.search
+        real_search = core_module.search
 
         def stalled_search(*args: Any, **kwargs: Any) -> Any:
             release.wait(30)
             return real_search(*args, **kwargs)
 
-        monkeypatch.setattr(provider_module, "search", stalled_search)
+        monkeypatch.setattr(core_module, "search", stalled_search)
         assert mm.prefetch_all("launch codename") == ""
         assert mm.prefetch_all("launch codename") == ""  # still stuck: skipped at once
         stuck = [t for t in threading.enumerate() if t.name == f"memory-prefetch-{NAME}"]
@@ -317,7 +317,7 @@ def test_a5_prefetch_runs_on_the_prefetch_thread_within_the_timeout_and_survives
         release.set()
         for thread in stuck:
             thread.join(10)
-        monkeypatch.setattr(provider_module, "search", real_search)
+        monkeypatch.setattr(core_module, "search", real_search)
         assert "BLUEHERON" in mm.prefetch_all("launch codename")  # the provider survived
     finally:
         mm.shutdown_all()
@@ -624,10 +624,10 @@ def test_a10_two_real_turns_then_shutdown(
     ]
     assert {t.session for t in turns} == {agent.session_id}
 
-    writer = provider._writer
+    writer = provider.core.writer
     agent.shutdown_memory_provider(r2["messages"])
     assert recorder.hooks()[-2:] == ["on_session_end", "shutdown"]
-    assert provider._writer is None and writer is not None and not writer._thread.is_alive()
+    assert provider.core.writer is None and writer is not None and not writer._thread.is_alive()
     log = events(hermes_home)
     assert log[-1].type == "session_ended" and log[-1].body["message_count"] == 4
     assert len(events(hermes_home, "turn")) == 2  # session end added no duplicate turn
@@ -656,7 +656,7 @@ def test_a11_tool_dispatch_json_errors_and_unknown_tools(
 
     # Bad input and internal failures come back as JSON errors, never as exceptions.
     assert "error" in json.loads(mm.handle_tool_call("archive_search", {"query": ""}))
-    monkeypatch.setattr(provider_module, "search", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(core_module, "search", lambda *a, **k: 1 / 0)
     assert (
         "ZeroDivisionError"
         in json.loads(mm.handle_tool_call("archive_search", {"query": "x"}))["error"]
@@ -780,13 +780,13 @@ def test_a14_shutdown_drains_closes_rejects_late_writes_and_the_log_replays(
             {"role": "assistant", "content": f"a{i}"},
         ]
         mm.sync_all(f"q{i}", f"a{i}", session_id="s1", messages=list(transcript))
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
 
     mm.shutdown_all()  # no flush first: the drain itself must land every queued turn
 
     assert mm.shutdown_drain_state["status"] == "drained"
-    assert provider._writer is None and not writer._thread.is_alive()
+    assert provider.core.writer is None and not writer._thread.is_alive()
     assert [e.body["turn"] for e in events(hermes_home, "turn")] == list(range(1, 9))
     before = counts(hermes_home)
 

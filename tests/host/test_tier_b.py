@@ -158,7 +158,7 @@ def test_b3_checkpoint_is_committed_with_full_sync_and_visible_to_another_proces
     v2: tuple[Any, ArchiveProvider], hermes_home: Path
 ) -> None:
     mm, provider = v2
-    store = provider._writer._store  # type: ignore[union-attr]
+    store = provider.core.writer._store  # type: ignore[union-attr]
     assert store is not None
     statements: list[str] = []
     store.conn.set_trace_callback(statements.append)
@@ -493,7 +493,7 @@ def test_b9_background_threads_see_the_callers_context_and_write_under_its_home(
                               hc.get_hermes_home_override(), str(store.path))  # fmt: skip
             return []
 
-        provider._writer.submit(probe_on_writer).result(10)  # type: ignore[union-attr]
+        provider.core.writer.submit(probe_on_writer).result(10)  # type: ignore[union-attr]
         name, probe, override, store_path = seen["writer"]
         assert name.startswith("archive-writer") and name != threading.current_thread().name
         assert (probe, override) == ("caller:profile_ctx", str(profile))

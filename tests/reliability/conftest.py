@@ -97,7 +97,7 @@ def providers(home: Path) -> Iterator[Any]:
 
 
 def flush(provider: ArchiveProvider, timeout: float = 20) -> bool:
-    return provider._writer is not None and provider._writer.flush(timeout)
+    return provider.core.writer is not None and provider.core.writer.flush(timeout)
 
 
 def same_but_redacted(original: str, redacted: str, spans: list[tuple[str, int]]) -> bool:

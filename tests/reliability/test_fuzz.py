@@ -114,7 +114,7 @@ class Harness:
         return name
 
     def flush(self) -> None:
-        assert self.provider._writer is not None and self.provider._writer.flush(30)
+        assert self.provider.core.writer is not None and self.provider.core.writer.flush(30)
 
     @property
     def reader(self) -> EventStore:

@@ -196,7 +196,7 @@ def test_tamper_is_caught_by_verify_and_refused_at_open(
     message = str(blocked(v2_agent(provider), EVIDENCE))
     assert "failed verification" in message and "refused" in message, message
     assert f"seq {bad_seq}" in message or "store" in name, message
-    assert provider._writer is not None and provider._writer.refused
+    assert provider.core.writer is not None and provider.core.writer.refused
     assert head_of(home) == before  # nothing was built on the damage
     assert provider.prefetch("question") == ""  # nor recalled from it
     assert (
@@ -281,7 +281,7 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
     from tests.host.v2_host import pre_compress_memory_context
 
     assert "Archive checkpoint" in pre_compress_memory_context(receipt, EVIDENCE, True)
-    assert provider._writer is not None and provider._writer.flush(20)
+    assert provider.core.writer is not None and provider.core.writer.flush(20)
     logged = events(home)
     accepted_event = next(e for e in logged if e.type == "witness_accepted")
     assert accepted_event.body["reason"] == "restored from Monday's backup"
@@ -325,7 +325,7 @@ def test_the_witness_costs_sync_turn_nothing(
     state = witness.state()
     for n in range(20):
         provider.sync_turn(f"q{n}", f"a{n}", session_id="s1")
-    assert provider._writer is not None and provider._writer.flush(20)
+    assert provider.core.writer is not None and provider.core.writer.flush(20)
     assert witness.state() == state  # ordinary commits never touch it
     assert provider.on_pre_compress(
         EVIDENCE + [{"role": "user", "content": "more"}], require_checkpoint=True
