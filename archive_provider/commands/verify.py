@@ -1,7 +1,7 @@
 """verify: recompute every digest and chain value; name the first bad sequence number.
 
 With ``--projections`` it also rebuilds every projection from the log in a scratch copy
-and compares their digests with the live ones (DESIGN invariant 1).
+and compares their digests with the live ones (docs/DESIGN.md, invariant 1).
 """
 
 from __future__ import annotations

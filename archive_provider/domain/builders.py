@@ -1,6 +1,6 @@
 """Event builders: host facts in, :class:`NewEvent` out. Pure apart from the keyed hasher.
 
-Each builder decides what makes its event *that* event (the identity key, DESIGN.md
+Each builder decides what makes its event *that* event (the identity key, docs/DESIGN.md
 invariant 2) and what the payload records. Message texts are parts, stored once by digest.
 """
 

@@ -8,7 +8,7 @@ holding the store id and the last head (sequence number and chain value) this ma
 committed. On open the archive must still contain that head: same store, at least that many
 events, and the same chain value at that sequence number.
 
-When it is written (DESIGN invariant 6): only after a ``synchronous=FULL`` commit (a
+When it is written (docs/DESIGN.md, invariant 6): only after a ``synchronous=FULL`` commit (a
 checkpoint) and on close (after a WAL checkpoint, which syncs the log and the database), so
 the witness can lag the database but never lead it, even across a power loss. ``sync_turn``
 never touches it.
