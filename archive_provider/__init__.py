@@ -51,6 +51,7 @@ _EXPORTS = {
     "EventStore": "archive_provider.storage.store",
     "archive_dir": "archive_provider.storage.store",
     "connect": "archive_provider.storage.store",
+    "part_body": "archive_provider.storage.store",
     # projections
     "TableProjection": "archive_provider.projections.base",
     # host: the provider, its glue, and the CLI door hermes wires as `hermes <provider>`
@@ -102,6 +103,7 @@ __all__ = [
     "get_secret",
     "identity_digest",
     "load_tool_schema",
+    "part_body",
     "redact_value",
     "register",
     "register_cli",
@@ -150,4 +152,4 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
-    from .storage.store import DB_NAME, EventStore, archive_dir, connect
+    from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body

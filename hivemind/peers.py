@@ -19,7 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
-from archive_provider import StoredEvent, TableProjection, bindable_text, canonical_text, decode
+from archive_provider import (
+    StoredEvent,
+    TableProjection,
+    bindable_text,
+    canonical_text,
+    decode,
+    part_body,
+)
 
 from .context import PeerCard, SuggestionCard, label
 from .sparks import pair_key
@@ -128,11 +135,7 @@ def _part_text(conn: sqlite3.Connection, event: StoredEvent, digest: Any) -> str
     """A text part the event names: carried by a replayed event, else from the payloads table."""
     if not isinstance(digest, str):
         return ""
-    carried = getattr(event, "parts", None)
-    raw = carried.get(digest) if isinstance(carried, Mapping) else None
-    if raw is None:
-        row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
-        raw = bytes(row[0]) if row else None
+    raw = part_body(conn, event, digest)
     value = decode(raw) if raw is not None else None
     return bindable_text(value) if isinstance(value, str) else ""
 

@@ -42,13 +42,10 @@ from ..format.verifier import (
     selected,
     verify_bundle,
 )
-from ..storage.store import EventStore, Head
+from ..storage.store import ENVELOPE_COLUMNS, EventStore, Head
 
 CHAIN_FROM = ("genesis", "selection")
-_ROWS_SQL = (
-    "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events "
-    "WHERE seq > ? AND seq <= ? ORDER BY seq"
-)
+_ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
 
 
 class ExportError(ArchiveError):

@@ -8,7 +8,7 @@ from typing import Any
 from archive_provider.commands import CommandContext, UsageError, count_or_all, time_arg
 from archive_provider.commands._render import record, short_time
 from archive_provider.format.events import EVENT_TYPES
-from archive_provider.storage.store import stored_event
+from archive_provider.storage.store import EVENT_COLUMNS, EVENTS_WITH_PAYLOAD, stored_event
 
 NAME = "log"
 HELP = "list events (filter by type, session, time); the newest last"
@@ -62,11 +62,7 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 def run(ctx: CommandContext) -> int:
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
-    sql = (
-        "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, "
-        "p.body FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
-        f"{where} ORDER BY e.seq DESC LIMIT ?"
-    )
+    sql = f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq DESC LIMIT ?"
     with ctx.store() as store:
         rows = store.conn.execute(sql, [*params, limit]).fetchall()
         events = [record(store, stored_event(row)) for row in reversed(rows)]

@@ -489,8 +489,7 @@ class EventStore:
         _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
         _insert(
             conn,
-            "INSERT INTO events (seq, time, type, session, key, identity, payload, parts, chain) "
-            "VALUES ",
+            f"INSERT INTO events ({ENVELOPE_COLUMNS}) VALUES ",
             event_rows,
         )
         self._head = Head(seq, chain)
@@ -548,10 +547,10 @@ def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[object]
         conn.execute(head + ", ".join([marks] * len(rows)), [v for row in rows for v in row])
 
 
+#: The events table's columns in envelope order, then the chain (the verifier's row order).
+ENVELOPE_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain"
 #: The columns of an event as every reader selects them: the envelope, chain, payload body.
-EVENT_COLUMNS = (
-    "e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, p.body"
-)
+EVENT_COLUMNS = ", ".join(f"e.{column}" for column in ENVELOPE_COLUMNS.split(", ")) + ", p.body"
 #: The FROM clause that goes with :data:`EVENT_COLUMNS`.
 EVENTS_WITH_PAYLOAD = "FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
 

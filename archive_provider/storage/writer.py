@@ -38,7 +38,15 @@ from pathlib import Path
 from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_rows
-from .store import DB_NAME, EventStore, Head, Projection, StoreError
+from .store import (
+    DB_NAME,
+    ENVELOPE_COLUMNS,
+    EventStore,
+    Head,
+    Projection,
+    StoreError,
+    payload_body,
+)
 from .witness import Witness, fast_path_ok, fingerprint_file, open_proof
 
 log = logging.getLogger(__name__)
@@ -501,16 +509,12 @@ class Writer:
                 "while it was open (rolled back or replaced underneath the writer). Appends "
                 "are refused; see docs/RECOVER.md, 'Witness mismatch'."
             )
-        cursor = store.conn.cursor()
 
         def payload_of(digest: str) -> bytes | None:
-            row = cursor.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
-            return bytes(row[0]) if row else None
+            return payload_body(store.conn, digest)
 
         rows = store.conn.execute(
-            "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events "
-            "WHERE seq > ? ORDER BY seq",
-            (known.seq,),
+            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? ORDER BY seq", (known.seq,)
         )
         report = verify_rows(
             rows,
