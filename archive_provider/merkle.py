@@ -294,8 +294,9 @@ class TileReader:
     """A node reader over stored tiles, for a tree of ``size`` leaves (the size trusted).
 
     A node at height ``h`` is entry-level ``TILE_HEIGHT * (h // TILE_HEIGHT)`` data of one
-    tile, hashed up ``h % TILE_HEIGHT`` levels (at most 127 hashes). Computed nodes are kept,
-    so repeated proofs in the same tree cost dictionary hits.
+    tile, hashed up ``h % TILE_HEIGHT`` levels (at most 127 hashes). Computed nodes are kept:
+    a perfect subtree never changes as the log grows, so :meth:`extend` to a larger trusted
+    size keeps them and forgets only the partial tiles it read.
     """
 
     def __init__(self, read_tile: TileRead, size: int) -> None:
@@ -304,6 +305,14 @@ class TileReader:
         self.size = size
         self._tiles: dict[tuple[int, int], bytes] = {}
         self._nodes: dict[tuple[int, int], bytes] = {}
+
+    def extend(self, size: int) -> None:
+        """Read a larger tree of the same log from now on (the caller trusts its root)."""
+        _check_size("size", size)
+        if size < self.size:
+            raise ProofError(f"a tile reader only grows: {self.size} to {size}")
+        self.size = size
+        self._tiles = {key: d for key, d in self._tiles.items() if len(d) == FULL_TILE_BYTES}
 
     def _tile(self, level: int, index: int, needed: int) -> bytes:
         key = (level, index)
@@ -330,8 +339,9 @@ class TileReader:
         tile_index, position = divmod(first, TILE_WIDTH)
         count = 1 << rise
         data = self._tile(tile_level, tile_index, (position + count) * HASH_SIZE)
+        start = position * HASH_SIZE
         entries = [
-            data[(position + i) * HASH_SIZE : (position + i + 1) * HASH_SIZE] for i in range(count)
+            data[start + i : start + i + HASH_SIZE] for i in range(0, count * HASH_SIZE, HASH_SIZE)
         ]
         value = perfect_root(entries)
         self._nodes[(level, index)] = value
@@ -356,12 +366,20 @@ def read_edge(size: int, read_tile: TileRead) -> dict[int, bytes]:
 class TileAppender:
     """Grows the tiles' right edge as leaves are appended, and says which rows to write.
 
-    Built from the edge tiles of ``size`` (:func:`read_edge`), it takes leaf hashes in order;
-    :meth:`changed` gives every tile row to upsert (full tiles that were completed and the new
-    partial tiles) and :meth:`root` the tree hash at the new size. No I/O.
+    Built from the edge tiles of ``size`` (:func:`read_edge`), and from the compact range of
+    ``size`` when the caller kept it (otherwise it is computed from the edge, at most 255
+    hashes per level). Each leaf costs its compact-range update (one hash on average): the
+    entries of a level-``L`` tile are exactly the nodes of height ``8L`` the range completes.
+    :meth:`changed` gives every tile row to upsert (full tiles completed and the new partial
+    tiles), :meth:`root` the tree hash at the new size. No I/O.
     """
 
-    def __init__(self, size: int = 0, edge: Mapping[int, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        size: int = 0,
+        edge: Mapping[int, bytes] | None = None,
+        compact: Sequence[bytes] | None = None,
+    ) -> None:
         _check_size("size", size)
         edge = dict(edge or {})
         widths = tile_widths(size)
@@ -370,38 +388,52 @@ class TileAppender:
         for level, (_, width) in widths.items():
             if len(edge[level]) != width * HASH_SIZE:
                 raise ProofError(f"the level-{level} edge tile of size {size} is {width} wide")
-        self.size = size
+        if compact is None:
+            tiles = {(level, widths[level][0]): data for level, data in edge.items()}
+            reader = TileReader(lambda level, index: tiles.get((level, index)), size)
+            compact = [
+                reader(height, (size >> height) - 1)
+                for height in reversed(range(size.bit_length()))
+                if (size >> height) & 1
+            ]
+        self._range = CompactRange(size, compact)
         self._edge = {level: bytearray(data) for level, data in edge.items()}
-        self._changed: dict[tuple[int, int], bytes] = {}
+        self._full: dict[tuple[int, int], bytes] = {}
+        self._touched: set[int] = set()
+
+    @property
+    def size(self) -> int:
+        return self._range.size
 
     def append(self, leaves: Iterable[bytes]) -> None:
         for leaf in leaves:
-            _check_hash("leaf hash", leaf)
-            value, level, entries = bytes(leaf), 0, self.size
-            while True:
+            for height, index, value in self._range.append(leaf):
+                if height % TILE_HEIGHT:
+                    continue
+                level = height // TILE_HEIGHT
                 tile = self._edge.setdefault(level, bytearray())
                 tile += value
-                index = entries // TILE_WIDTH
-                self._changed[(level, index)] = bytes(tile)
-                if len(tile) < FULL_TILE_BYTES:
-                    break
-                value = perfect_root(
-                    [bytes(tile[i : i + HASH_SIZE]) for i in range(0, len(tile), HASH_SIZE)]
-                )
-                del self._edge[level]
-                level, entries = level + 1, entries // TILE_WIDTH
-            self.size += 1
+                if len(tile) == FULL_TILE_BYTES:
+                    self._full[(level, index // TILE_WIDTH)] = bytes(tile)
+                    del self._edge[level]
+                    self._touched.discard(level)
+                else:
+                    self._touched.add(level)
 
     def changed(self) -> dict[tuple[int, int], bytes]:
         """``{(level, index): hashes}`` of every tile row to write since the appender was made."""
-        return dict(self._changed)
+        rows = dict(self._full)
+        widths = tile_widths(self.size)
+        for level in self._touched:
+            rows[(level, widths[level][0])] = bytes(self._edge[level])
+        return rows
 
     def edge(self) -> dict[int, bytes]:
         return {level: bytes(data) for level, data in self._edge.items()}
 
+    def compact(self) -> list[bytes]:
+        """The compact range at the current size (keep it to build the next appender cheaply)."""
+        return list(self._range.hashes)
+
     def root(self) -> bytes:
-        edge = self.edge()
-        tiles = {(level, self.size >> (TILE_HEIGHT * (level + 1))): d for level, d in edge.items()}
-        return root(
-            self.size, TileReader(lambda level, index: tiles.get((level, index)), self.size)
-        )
+        return self._range.root()

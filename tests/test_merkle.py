@@ -421,3 +421,42 @@ def test_frozen_vectors_still_hold():
             row["first"],
             row["last"],
         )
+
+
+def test_an_appender_from_a_kept_compact_range_equals_one_from_the_edge():
+    """The writer keeps (edge, compact range) between commits; both ways give the same rows."""
+    leaves = leaves_of(1_000, seed=11)
+    first = TileAppender()
+    first.append(leaves[:700])
+    tiles = first.changed()
+    edge = read_edge(700, lambda lv, ix: tiles.get((lv, ix)))
+    kept = TileAppender(700, edge, first.compact())
+    fresh = TileAppender(700, edge)
+    assert kept.compact() == fresh.compact() == first.compact()
+    for appender in (kept, fresh):
+        appender.append(leaves[700:])
+    assert kept.changed() == fresh.changed()
+    assert kept.root() == fresh.root() == naive_mth(leaves)
+    with pytest.raises(ProofError):
+        TileAppender(700, edge, first.compact()[:-1])
+
+
+def test_a_tile_reader_extended_to_a_larger_trusted_size_rereads_grown_tiles():
+    leaves = leaves_of(600, seed=12)
+    tiles: dict[tuple[int, int], bytes] = {}
+    appender = TileAppender()
+    appender.append(leaves[:300])
+    _store(appender.changed(), tiles)
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 300)
+    assert root(300, reader) == naive_mth(leaves[:300])
+    with pytest.raises(ProofError):
+        reader(0, 400)  # not trusted yet
+    appender = TileAppender(300, appender.edge(), appender.compact())  # the next transaction
+    appender.append(leaves[300:])
+    _store(appender.changed(), tiles)
+    reader.extend(600)
+    assert root(600, reader) == naive_mth(leaves)
+    proof = inclusion_proof(450, 600, reader)
+    verify_inclusion(450, 600, leaves[450], proof, naive_mth(leaves))
+    with pytest.raises(ProofError):
+        reader.extend(500)
