@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from blake3 import blake3
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -35,6 +37,7 @@ from archive_provider.signed_note import (  # noqa: E402
     format_checkpoint,
     format_note,
 )
+from archive_provider.tlog_proof import TlogProof, event_extra, payload_digest  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = json.loads((HERE / "rfc6962_reference.json").read_text())
@@ -215,6 +218,23 @@ def make_notes() -> dict[str, Any]:
                 "cosignature_timestamp": 1679315147,
                 "cosigned_message": "cosignature/v1\ntime 1679315147\n" + SOFA,
             },
+            "c2sp_tlog_proof_example": {
+                "source": f"{C2SP} tlog-proof.md (signatures elided there with [...])",
+                "proof": "c2sp.org/tlog-proof@v1\n"
+                "extra YWdlLXYxLjIuMS1kYXJ3aW4tYXJtNjQudGFyLmd6kYXJ3aW4tYXJ\n"
+                "index 73894\n"
+                "gSKyXoYZUgZ6jduWYrkDOARinOMGJveXjgMkBTcdPlQ=\n"
+                "B95lDa8R83lS8n0eG+o0buTxRKQTYFi//1U8anccXmA=\n"
+                "EKNzoDWG8LGC0Yp9o+sv3qllpMP9uHQ9B20KNL+Q1zs=\n"
+                "RoopEkOdqkYqMB4MJXrbt/hMjOxsVn0IrWjpz1ZMMes=\n"
+                "AHCioX9nLjsrse6YhjRRmk1WUEirVOLLRoOQ6vfO5vk=\n\n"
+                "example.com/fancylog\n109482\nsFodV/vSp5O8n9a8QpW6PRY97tfOSW5bsc2Xl/EQi08=\n\n"
+                f"{DASH} example.com/fancylog hI2DJw[...]1roloI=\n"
+                f"{DASH} witness1.example mJirIklj[...]qY9v2B/5bg==\n",
+                "index": 73894,
+                "proof_lines": 5,
+                "size": 109482,
+            },
             "c2sp_add_checkpoint_example": {
                 "source": f"{C2SP} tlog-witness.md, add-checkpoint example request",
                 "body": "old 20852014\n"
@@ -242,7 +262,99 @@ def make_notes() -> dict[str, Any]:
     }
 
 
-FILES = {"merkle.json": make_merkle, "notes.json": make_notes}
+DOMAIN_IDENTITY = b"hermes-archive/v2/identity\x00"
+
+
+def _canonical(value: Any) -> str:
+    """Canonical text (FORMAT.md 2) of the simple values used here: ASCII-safe texts, ints."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def proof_log() -> list[dict[str, Any]]:
+    """Five v2 events: envelope text (13.1) and their payloads (digest, salt, body)."""
+    events = []
+    for seq in range(1, 6):
+        session = "sess-1" if seq < 4 else "sess-2"
+        message = _canonical({"content": f"message {seq}: caf\u00e9 \u2603", "role": "user"})
+        author = _canonical({"id": "u-42", "is_bot": False, "name": "Ada"})
+        parts = [(message.encode(), _seed(f"salt {seq} message"))]
+        stored = [(payload_digest(salt, body), salt, body) for body, salt in parts]
+        author_salt = _seed("salt author")
+        author_digest = payload_digest(author_salt, author.encode())
+        part_hex = [d.hex() for d, _, _ in stored]
+        body = _canonical({"messages": part_hex, "turn": seq}).encode()
+        body_salt = _seed(f"salt {seq} body")
+        body_digest = payload_digest(body_salt, body)
+        key = {"turn": seq}
+        identity = blake3(
+            DOMAIN_IDENTITY
+            + _canonical(
+                {"key": key, "parts": part_hex, "session": session, "type": "turn"}
+            ).encode()
+        ).hexdigest()
+        envelope = _canonical(
+            {
+                "author": author_digest.hex(),
+                "identity": identity,
+                "key": key,
+                "parts": part_hex,
+                "payload": body_digest.hex(),
+                "seq": seq,
+                "session": session,
+                "time": f"2026-12-01T14:0{seq}:00.000000Z",
+                "type": "turn",
+            }
+        )
+        events.append(
+            {
+                "envelope": envelope,
+                "payloads": [
+                    (body_digest, body_salt, body),
+                    *stored,
+                    (author_digest, author_salt, author.encode()),
+                ],
+            }
+        )
+    return events
+
+
+def make_proofs() -> dict[str, Any]:
+    log, witness = test_log_signer(), test_witness_signer()
+    events = proof_log()
+    leaves = [merkle.leaf_hash(e["envelope"].encode()) for e in events]
+    compact = merkle.CompactRange()
+    nodes: dict[tuple[int, int], bytes] = {}
+    for leaf in leaves:
+        nodes.update({(lv, ix): h for lv, ix, h in compact.append(leaf)})
+    checkpoint = format_checkpoint(Checkpoint(TEST_ORIGIN, len(leaves), compact.root()))
+    note = format_note(
+        checkpoint, [log.sign(checkpoint), witness.cosign(checkpoint, TEST_TIMESTAMP)]
+    )
+    documents = []
+    for seq, disclose in ((2, "all"), (5, "message")):
+        event = events[seq - 1]
+        payloads = event["payloads"] if disclose == "all" else event["payloads"][1:2]
+        proof = merkle.inclusion_proof(seq - 1, len(leaves), lambda lv, ix: nodes[(lv, ix)])
+        extra = event_extra(event["envelope"], payloads)
+        documents.append(TlogProof(seq - 1, tuple(proof), note, extra).encode())
+    return {
+        "about": "docs/FORMAT.md section 21.1: a prove file for seq 2 (everything disclosed) "
+        "and seq 5 (only its message), over five v2 turn envelopes, signed by the test log "
+        "key and cosigned by the test witness key of notes.json. Salts are SHA-256 of "
+        "'hermes-archive test key: salt ...' so the bytes are reproducible.",
+        "log_vkey": log.vkey,
+        "witness_vkey": witness.vkey,
+        "envelopes": [e["envelope"] for e in events],
+        "checkpoint": checkpoint,
+        "proof_file": b"".join(documents).decode("utf-8"),
+        "proven": [
+            {"seq": 2, "disclosed": [d.hex() for d, _, _ in events[1]["payloads"]]},
+            {"seq": 5, "disclosed": [events[4]["payloads"][1][0].hex()]},
+        ],
+    }
+
+
+FILES = {"merkle.json": make_merkle, "notes.json": make_notes, "proofs.json": make_proofs}
 
 
 def main(argv: list[str] | None = None) -> int:
