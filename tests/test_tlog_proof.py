@@ -216,3 +216,32 @@ def test_event_extra_round_trips_bodies_with_any_text():
     assert extra["payloads"][0]["body"].encode() == body
     assert payload_digest(bytes.fromhex(extra["payloads"][0]["salt"]), body).hex() == digest.hex()
     assert merkle.leaf_hash(b"{}") == merkle.leaf_hash(extra["envelope"].encode())
+
+
+def test_the_three_pure_modules_verify_a_proof_file_copied_out_of_the_package(tmp_path):
+    """What the standalone verifier will do: the files alone, the package unimportable."""
+    import shutil
+    import subprocess
+    import sys
+
+    package = tmp_path / "standalone"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("merkle.py", "signed_note.py", "tlog_proof.py"):
+        shutil.copy(Path(__file__).parent.parent / "archive_provider" / name, package / name)
+    script = (
+        "import json, sys\n"
+        "sys.modules['archive_provider'] = None  # any import of the package now fails\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from standalone.signed_note import Verifier\n"
+        "from standalone.tlog_proof import verify_proof_file\n"
+        f"v = json.load(open({str(VECTORS / 'proofs.json')!r}, encoding='utf-8'))\n"
+        "proven = verify_proof_file(v['proof_file'].encode(), Verifier.from_vkey(v['log_vkey']),"
+        " [Verifier.from_vkey(v['witness_vkey'])])\n"
+        "print([p.seq for p in proven], proven[0].cosigners)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2, 5] ('witness.hermes-archive.invalid/w1',)"
