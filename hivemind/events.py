@@ -283,22 +283,42 @@ def messages_read(hasher: Hasher, session: str, event_ids: Iterable[str]) -> New
     )
 
 
-def summary_updated(hasher: Hasher, *, peer: str, summary: str, covers: Sequence[str]) -> NewEvent:
-    """A peer's summary, extracted from the messages ``covers`` names (oldest first)."""
+def summary_updated(
+    hasher: Hasher,
+    *,
+    peer: str,
+    summary: str,
+    covers: Sequence[str],
+    method: str = "extractive",
+    provider: str = "",
+    model: str = "",
+    prompt: Any = None,
+    fallback: str = "",
+) -> NewEvent:
+    """A peer's summary of the messages ``covers`` names (oldest first), and what made it.
+
+    ``method`` is ``llm`` (the host's auxiliary model; ``provider``/``model`` say which, and
+    ``prompt`` is digested so an auditor can rebuild and compare it) or ``extractive``
+    (``fallback`` says why no model wrote it, when one was meant to).
+    """
     digest = hasher.digest(canonical_bytes(list(covers)))
     part = hasher.part(archivable_text(summary))
+    body: dict[str, Any] = {
+        "peer": peer,
+        "summary": part.digest,
+        "covers": list(covers),
+        "covers_digest": digest,
+        "method": method,
+    }
+    if method == "llm":
+        body["provider"] = _text(provider, MAX_NAME_CHARS) or "unknown"
+        body["model"] = _text(model, MAX_NAME_CHARS) or "unknown"
+    if prompt is not None:
+        body["prompt_digest"] = hasher.digest(canonical_bytes(prompt))
+    if fallback:
+        body["fallback"] = _text(fallback, MAX_ERROR_CHARS)
     return NewEvent(
-        "peer_summary_updated",
-        PEER_SESSION,
-        {"peer": peer, "covers": digest},
-        {
-            "peer": peer,
-            "summary": part.digest,
-            "covers": list(covers),
-            "covers_digest": digest,
-            "method": "extractive",
-        },
-        (part,),
+        "peer_summary_updated", PEER_SESSION, {"peer": peer, "covers": digest}, body, (part,)
     )
 
 

@@ -36,6 +36,7 @@ from .matrix_backend import (
     SyncResult,
 )
 from .settings import HivemindSettings
+from .summarizer import SummaryWorker, host_model
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,11 @@ class PeerLink:
         self._fatal = False
         self._resume_from_log = True
         self.error: str | None = None  # why the link is down, for tool results
+        self._summaries = (  # None: extractive summaries, derived inside the writer job
+            SummaryWorker(settings, submit, self._derive, host_model(settings))
+            if settings.summary_llm_per_hour
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"PeerLink(user_id={self.user_id!r}, connected={self._connected})"
@@ -105,6 +111,8 @@ class PeerLink:
                     "provider in this process (one Matrix device per profile)"
                 )
             _stores_in_use.add(self._crypto_dir)
+        if self._summaries is not None:
+            self._summaries.start()
         self._thread = spawn_thread(self._run, name=f"hivemind-sync-{self.user_id}")
         self._thread.start()
 
@@ -123,6 +131,8 @@ class PeerLink:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 log.warning("hivemind: the sync loop did not stop within %.1f s", timeout)
+        if self._summaries is not None:
+            self._summaries.close(timeout)
         with _stores_lock:
             _stores_in_use.discard(self._crypto_dir)
 
@@ -289,10 +299,15 @@ class PeerLink:
 
         done = self._submit(build, "peer sync")
         if news:
-            done = self._submit(
-                lambda store: derived_events(store.conn, store.hasher), "peer derivations"
-            )
+            done = self._derive()
         return done
+
+    def _derive(self) -> Future[list[AppendResult]]:
+        """Queue the derivations job (stale summaries go to the summarizer, if any)."""
+        defer = self._summaries.request if self._summaries is not None else None
+        return self._submit(
+            lambda store: derived_events(store.conn, store.hasher, defer), "peer derivations"
+        )
 
     def _publish_profile(self, backend: MatrixBackend) -> None:
         """Publish our profile once in every room we joined (Synapse keeps identical state)."""
