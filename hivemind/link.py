@@ -41,7 +41,7 @@ from .summarizer import SummaryWorker, host_model
 log = logging.getLogger(__name__)
 
 Submit = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
-RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
+RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # then every 15 s while unreachable
 READY_COMMIT_WAIT_S = 5.0
 
 _stores_in_use: set[Path] = set()  # one live Matrix client per crypto store in a process
@@ -173,6 +173,7 @@ class PeerLink:
                 continue
             if failures:
                 log.info("hivemind: the homeserver answers again; sync resumes")
+                self._log_link_state("online")
                 failures = 0
             self.error = None
             try:
@@ -209,6 +210,7 @@ class PeerLink:
             allow_servers=self._settings.allow_servers,
             thread_factory=backend_thread,
             op_timeout=self._settings.op_timeout_s,
+            timeline_limit=self._settings.timeline_limit,
         )
         with self._lock:
             if self._stop.is_set():
@@ -254,8 +256,16 @@ class PeerLink:
         self.error = f"the homeserver is unreachable: {exc}"
         if failures == 0:
             log.warning("hivemind: %s; retrying with back-off", self.error)
+            self._log_link_state("offline", str(exc))
         else:
             log.debug("hivemind: still unreachable: %s", exc)
+
+    def _log_link_state(self, state: str, error: str = "") -> None:
+        """Record a transition, so the peer context says when its state may be stale."""
+        try:
+            self._submit(lambda store: [events.link_state(state, error=error)], "peer link")
+        except Exception as exc:  # the archive is closing: nothing to mark
+            log.debug("hivemind: link state not recorded: %s", exc)
 
     def _back_off(self, failures: int) -> int:
         self._stop.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
@@ -272,13 +282,15 @@ class PeerLink:
             or result.introductions
             or result.invites
             or result.undecryptable
+            or result.rejected
         )
         if not (news or result.limited_rooms or result.left_rooms):
             return None
-        if result.limited_rooms:  # also normal for a room just joined; the log records it
-            log.info(
-                "hivemind: more news than one sync returns in %s; messages there may be missing",
-                ", ".join(result.limited_rooms),
+        if result.unfilled_rooms:  # the log records it too (peer_sync_position)
+            log.warning(
+                "hivemind: a sync gap in %s could not be backfilled in full; "
+                "messages there may be missing",
+                ", ".join(result.unfilled_rooms),
             )
 
         def build(store: EventStore) -> list[NewEvent]:
@@ -294,6 +306,7 @@ class PeerLink:
                     result.next_batch,
                     limited_rooms=result.limited_rooms,
                     left_rooms=result.left_rooms,
+                    unfilled_rooms=result.unfilled_rooms,
                 ),
             ]
 
