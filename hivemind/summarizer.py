@@ -171,7 +171,7 @@ class SummaryWorker:
         self._ask = ask
         self._budget = HourlyBudget(settings.summary_llm_per_hour)
         self._pending: dict[str, SummaryRequest] = {}
-        self._seen: set[tuple[str, tuple[str, ...]]] = set()
+        self._asked: dict[str, tuple[str, ...]] = {}  # peer -> covers last taken up
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -181,7 +181,7 @@ class SummaryWorker:
     def request(self, request: SummaryRequest) -> None:
         """Queue ``request`` (called from the writer's derivation job: must not block)."""
         with self._lock:
-            if (request.peer, request.covers) in self._seen:
+            if self._asked.get(request.peer) == request.covers:
                 return
             self._pending[request.peer] = request
         self._wake.set()
@@ -202,7 +202,7 @@ class SummaryWorker:
             self._wake.clear()
             with self._lock:
                 batch, self._pending = list(self._pending.values()), {}
-                self._seen.update((r.peer, r.covers) for r in batch)
+                self._asked.update((r.peer, r.covers) for r in batch)
             for request in batch:
                 if self._stop.is_set():
                     return
@@ -214,8 +214,9 @@ class SummaryWorker:
                     log.warning(
                         "hivemind: the summary of %s was not archived: %s", request.peer, exc
                     )
-                    with self._lock:
-                        self._seen.discard((request.peer, request.covers))
+                    with self._lock:  # let the next derivation ask again
+                        if self._asked.get(request.peer) == request.covers:
+                            del self._asked[request.peer]
             if batch and not self._stop.is_set():
                 try:
                     self._after()
