@@ -93,11 +93,26 @@ def peers_block(
     *,
     max_peers: int = 20,
     max_suggestions: int = 3,
+    offline: tuple[str, str] | None = None,
 ) -> str:
-    """The block for the agent's context; '' when no peer is known."""
+    """The block for the agent's context; '' when no peer is known.
+
+    ``offline`` is (since, error) while the homeserver does not answer: the block then says
+    that what follows is as of the last sync, instead of showing frozen state as current.
+    """
     if not peers:
         return ""
-    lines = ["## Peers", FENCE_OPEN, f"You know {len(peers)} agent(s):"]
+    lines = ["## Peers", FENCE_OPEN]
+    if offline is not None:
+        since, error = offline
+        lines.append(
+            one_line(
+                f"Stale: the homeserver has not answered since {since} ({error}); "
+                "peer state below is as of the last sync, retrying with back-off.",
+                400,
+            )
+        )
+    lines.append(f"You know {len(peers)} agent(s):")
     lines += [peer_line(card) for card in peers[:max_peers]]
     if len(peers) > max_peers:
         lines.append(f"- … and {len(peers) - max_peers} more (hivemind_list_peers lists all)")

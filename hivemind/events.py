@@ -13,6 +13,8 @@ decides what makes its event *that* event (its identity key), so a fact delivere
 * ``peer_summary_updated``: the peer and a digest of the message ids the summary covers;
 * ``peer_messages_read``: a digest of the message ids marked read;
 * ``peer_invite_ignored``: the room and the inviter;
+* ``peer_input_rejected``: the Matrix event id (else the digest of the raw event);
+* ``peer_link_state``: the state (``offline``/``online``) and the clock time of the change;
 * ``peer_sync_position``: the sync token, appended in the same transaction as the events
   of that sync, so a restart resumes from the last sync whose events are all in the log.
 
@@ -23,11 +25,13 @@ untrusted: builders bound its size, nothing more.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.builders import with_redactions
 from archive_provider.canonical import canonical_bytes
+from archive_provider.clock import now_text
 from archive_provider.events import Hasher, NewEvent, Part
 from archive_provider.evidence import archivable_text
 from archive_provider.redaction import redact_value
@@ -43,6 +47,7 @@ MAX_ABOUT_CHARS = 1000
 MAX_INTERESTS = 32
 MAX_INTEREST_CHARS = 100
 MAX_ERROR_CHARS = 500
+MAX_REJECTED_CHARS = 16 * 1024
 
 
 def _text(value: Any, limit: int) -> str:
@@ -128,8 +133,10 @@ def message_received(
     encrypted: bool,
     redact: bool = False,
     msgtype: str = "m.text",
+    backfilled: bool = False,
 ) -> NewEvent:
-    """A peer's message; ``msgtype`` is recorded when it is not plain text (``m.text``)."""
+    """A peer's message; ``msgtype`` is recorded when it is not plain text (``m.text``), and
+    ``backfilled`` when it came from ``/messages`` after a sync gap rather than from a sync."""
     part, found = _text_part(hasher, text, redact)
     body: dict[str, Any] = {
         "room_id": room_id,
@@ -140,6 +147,8 @@ def message_received(
     }
     if msgtype != "m.text":
         body["msgtype"] = archivable_text(msgtype)
+    if backfilled:
+        body["backfilled"] = True
     return NewEvent(
         "peer_message_received",
         PEER_SESSION,
@@ -163,6 +172,37 @@ def message_undecryptable(
             "megolm_session": session_id,
         },
     )
+
+
+def input_rejected(
+    hasher: Hasher,
+    *,
+    room_id: str,
+    event_id: str,
+    sender: str,
+    event_type: str,
+    reason: str,
+    source: Mapping[str, Any],
+    backfilled: bool = False,
+) -> NewEvent:
+    """An event from a room we are in that matrix-nio could not parse: kept, never used.
+
+    The raw event is a part (bounded, erasable); identity is its event id, else its digest.
+    """
+    raw = json.dumps(dict(source), ensure_ascii=False, sort_keys=True, default=str)
+    part = hasher.part(archivable_text(raw[:MAX_REJECTED_CHARS]))
+    body: dict[str, Any] = {
+        "room_id": room_id,
+        "event_type": _text(event_type, MAX_NAME_CHARS),
+        "reason": _text(reason, MAX_ERROR_CHARS),
+        "source": part.digest,
+    }
+    if sender:
+        body["sender"] = _text(sender, MAX_NAME_CHARS)
+    if backfilled:
+        body["backfilled"] = True
+    key = {"event_id": event_id} if event_id else {"source": part.digest}
+    return NewEvent("peer_input_rejected", PEER_SESSION, key, body, (part,))
 
 
 def invite_ignored(*, room_id: str, inviter: str, is_direct: bool) -> NewEvent:
@@ -283,22 +323,42 @@ def messages_read(hasher: Hasher, session: str, event_ids: Iterable[str]) -> New
     )
 
 
-def summary_updated(hasher: Hasher, *, peer: str, summary: str, covers: Sequence[str]) -> NewEvent:
-    """A peer's summary, extracted from the messages ``covers`` names (oldest first)."""
+def summary_updated(
+    hasher: Hasher,
+    *,
+    peer: str,
+    summary: str,
+    covers: Sequence[str],
+    method: str = "extractive",
+    provider: str = "",
+    model: str = "",
+    prompt: Any = None,
+    fallback: str = "",
+) -> NewEvent:
+    """A peer's summary of the messages ``covers`` names (oldest first), and what made it.
+
+    ``method`` is ``llm`` (the host's auxiliary model; ``provider``/``model`` say which, and
+    ``prompt`` is digested so an auditor can rebuild and compare it) or ``extractive``
+    (``fallback`` says why no model wrote it, when one was meant to).
+    """
     digest = hasher.digest(canonical_bytes(list(covers)))
     part = hasher.part(archivable_text(summary))
+    body: dict[str, Any] = {
+        "peer": peer,
+        "summary": part.digest,
+        "covers": list(covers),
+        "covers_digest": digest,
+        "method": method,
+    }
+    if method == "llm":
+        body["provider"] = _text(provider, MAX_NAME_CHARS) or "unknown"
+        body["model"] = _text(model, MAX_NAME_CHARS) or "unknown"
+    if prompt is not None:
+        body["prompt_digest"] = hasher.digest(canonical_bytes(prompt))
+    if fallback:
+        body["fallback"] = _text(fallback, MAX_ERROR_CHARS)
     return NewEvent(
-        "peer_summary_updated",
-        PEER_SESSION,
-        {"peer": peer, "covers": digest},
-        {
-            "peer": peer,
-            "summary": part.digest,
-            "covers": list(covers),
-            "covers_digest": digest,
-            "method": "extractive",
-        },
-        (part,),
+        "peer_summary_updated", PEER_SESSION, {"peer": peer, "covers": digest}, body, (part,)
     )
 
 
@@ -318,15 +378,33 @@ def spark_dismissed(session: str, peer_a: str, peer_b: str) -> NewEvent:
 
 
 def sync_position(
-    next_batch: str, *, limited_rooms: Sequence[str] = (), left_rooms: Sequence[str] = ()
+    next_batch: str,
+    *,
+    limited_rooms: Sequence[str] = (),
+    left_rooms: Sequence[str] = (),
+    unfilled_rooms: Sequence[str] = (),
 ) -> NewEvent:
     """Where the next sync resumes: every event of the syncs before it is in the log."""
     body: dict[str, Any] = {"next_batch": next_batch}
     if limited_rooms:
-        body["limited_rooms"] = sorted(limited_rooms)  # messages there may be missing
+        body["limited_rooms"] = sorted(limited_rooms)  # a gap, backfilled from /messages
+    if unfilled_rooms:
+        body["unfilled_rooms"] = sorted(unfilled_rooms)  # backfill short: messages missing
     if left_rooms:
         body["left_rooms"] = sorted(left_rooms)
     return NewEvent("peer_sync_position", PEER_SESSION, {"next_batch": next_batch}, body)
+
+
+def link_state(state: str, *, error: str = "") -> NewEvent:
+    """The homeserver stopped answering (``offline``, with why) or answers again (``online``).
+
+    Peer state in the projection is as of the last sync: while offline, the ``## Peers``
+    block says it may be stale. One event per transition, keyed by the state and its time.
+    """
+    body: dict[str, Any] = {"state": state}
+    if error:
+        body["error"] = _text(error, MAX_ERROR_CHARS)
+    return NewEvent("peer_link_state", PEER_SESSION, {"state": state, "at": now_text()}, body)
 
 
 def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> list[NewEvent]:
@@ -375,6 +453,20 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 encrypted=r.encrypted,
                 redact=redact,
                 msgtype=r.msgtype,
+                backfilled=r.backfilled,
+            )
+        )
+    for bad in result.rejected:
+        events.append(
+            input_rejected(
+                hasher,
+                room_id=bad.room_id,
+                event_id=bad.event_id,
+                sender=bad.sender,
+                event_type=bad.event_type,
+                reason=bad.reason,
+                source=bad.source,
+                backfilled=bad.backfilled,
             )
         )
     return events

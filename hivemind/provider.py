@@ -293,4 +293,4 @@ class HivemindProvider(ArchiveProvider):
 
 
 def _block(conn: sqlite3.Connection) -> str:
-    return peers_block(*projection.peer_cards(conn))
+    return peers_block(*projection.peer_cards(conn), offline=projection.link_offline(conn))
