@@ -595,8 +595,8 @@ class ArchiveProvider(MemoryProviderBase):
             hits = prover.proven(search(self._reader, query, **kwargs))
         if prover.withheld:
             log.error(
-                "archive: %d recalled excerpts withheld, their index rows do not match the log "
-                "(%s); run `hermes-archive verify --projections` and `hermes-archive replay`",
+                "archive: %d recalled excerpts withheld, not proven against the log (%s); "
+                "run `hermes-archive verify --projections` and `hermes-archive replay`",
                 len(prover.withheld),
                 prover.withheld[0],
             )
@@ -659,8 +659,8 @@ class ArchiveProvider(MemoryProviderBase):
         if withheld:
             answer["withheld"] = len(withheld)
             answer["problem"] = (
-                f"{len(withheld)} excerpts were withheld: their index rows do not match the "
-                "archived log (an edited projection); the archive owner should run "
+                f"{len(withheld)} excerpts were withheld, not proven against the archived log "
+                f"(first: {withheld[0]}); the archive owner should run "
                 "`hermes-archive verify --projections`"
             )
         return answer

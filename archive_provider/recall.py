@@ -63,7 +63,7 @@ class Hit:
     role: str
     time: str | None
     score: float
-    truncated: bool = False  # the indexed text is longer than the EXCERPT_CHARS read
+    truncated: bool = False  # the proven text is longer than the EXCERPT_CHARS served
 
 
 @dataclass(frozen=True)
@@ -228,10 +228,9 @@ def _run(
     args: list[str],
     limit: int,
 ) -> list[Hit]:
-    columns = (
-        f"substr(f.text, 1, {EXCERPT_CHARS}), f.kind, f.session, f.seq, f.role, e.time,"
-        f" length(f.text) > {EXCERPT_CHARS}"
-    )
+    # the first EXCERPT_CHARS only (whether there is more, the proof says: one read of a
+    # huge text is enough)
+    columns = f"substr(f.text, 1, {EXCERPT_CHARS}), f.kind, f.session, f.seq, f.role, e.time"
     if ranked and not filters:
         # rank on rowids alone, then read text and time for the winners only
         sql = (
@@ -254,7 +253,7 @@ def _run(
         )
         values = [match, *args, limit]
     return [
-        Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", r[5], float(r[7]), bool(r[6]))
+        Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", r[5], float(r[6]))
         for r in conn.execute(sql, values)
     ]
 
@@ -372,12 +371,13 @@ class Prover:
 def render(hits: Sequence[Hit], budget: int, *, withheld: int = 0) -> str:
     """Fence hits as quoted data within ``budget`` characters (fence included); '' if none.
 
-    ``withheld`` excerpts (their index rows did not match the log) are said in one line.
+    ``withheld`` excerpts (an index row the log does not vouch for, or a payload too large
+    to prove while serving) are said in one line.
 
     Each excerpt is one line (whitespace collapsed, so quoted text cannot start a line of
     its own) and the fence lines inside quoted text are neutralised.
     """
-    if not hits or budget <= len(FENCE_OPEN) + len(FENCE_CLOSE) + 20:
+    if (not hits and not withheld) or budget <= len(FENCE_OPEN) + len(FENCE_CLOSE) + 20:
         return ""
     lines: list[str] = []
     used = len(FENCE_OPEN) + len(FENCE_CLOSE) + 2
@@ -393,7 +393,7 @@ def render(hits: Sequence[Hit], budget: int, *, withheld: int = 0) -> str:
         lines.append(line)
         used += len(line) + 1
     if withheld:
-        note = f"(archive: {withheld} excerpts withheld, their index rows do not match the log)"
+        note = f"(archive: {withheld} excerpts withheld: not proven against the log)"
         if used + len(note) + 1 <= budget:
             lines.append(note)
     if not lines:

@@ -81,7 +81,7 @@ def recall_check(store: EventStore) -> dict[str, Any] | None:
     conn = store.conn
     if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone():
         return None
-    columns = f"substr(text, 1, {EXCERPT_CHARS}), kind, session, seq, role, length(text) > {EXCERPT_CHARS}"
+    columns = f"substr(text, 1, {EXCERPT_CHARS}), kind, session, seq, role"
     rows = [
         *conn.execute(
             f"SELECT {columns} FROM recall_fts WHERE rowid > 0 ORDER BY rowid DESC LIMIT ?",
@@ -93,9 +93,7 @@ def recall_check(store: EventStore) -> dict[str, Any] | None:
         ),
     ]
     prover = Prover(conn, store.key)
-    prover.proven(
-        [Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", None, 0.0, bool(r[5])) for r in rows]
-    )
+    prover.proven([Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", None, 0.0) for r in rows])
     return {
         "checked": len(rows),
         "withheld": len(prover.withheld),

@@ -219,7 +219,7 @@ def test_an_edited_recall_row_is_withheld_from_prefetch_and_archive_search(
 
     recalled = provider.prefetch("wire the funds question")
     assert "IGNORE PREVIOUS" not in recalled
-    assert "1 excerpts withheld" in recalled
+    assert "1 excerpts withheld: not proven against the log" in recalled
     answer = json.loads(
         provider.handle_tool_call("archive_search", {"query": "wire the funds question"})
     )
