@@ -43,11 +43,11 @@ from .host import (
     spawn_thread,
 )
 from .projections import default_projections, session_counters, transcript_digests
-from .recall import render, search
+from .recall import MAX_QUERY_CHARS, Hit, Prover, render, search
 from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
-from .store import EventStore, archive_dir, connect
+from .store import EventStore, archive_dir, connect, read_key
 from .witness import Witness
 from .writer import Writer, WriterUnavailable, writers
 
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
+#: archive_search bounds: characters of one excerpt, and of all excerpts of one answer
+TOOL_EXCERPT_CHARS = 2000
+TOOL_ANSWER_CHARS = 16000
 
 
 def session_text(value: Any) -> str:
@@ -130,6 +133,7 @@ class ArchiveProvider(MemoryProviderBase):
         self._agent_context = "primary"
         self._turn = 0
         self._reader: Any = None
+        self._key = b""
         self._reader_lock = threading.Lock()
         self._transcripts: dict[str, _Transcript] = {}  # writer-thread cache of the last transcript
 
@@ -177,7 +181,7 @@ class ArchiveProvider(MemoryProviderBase):
                 projections_factory=default_projections,
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
-                witness=Witness.for_home(home, self._settings.witness_dir),
+                witness=Witness.for_home(home),
             )
         if self._writes_turns:
             details = {
@@ -543,8 +547,8 @@ class ArchiveProvider(MemoryProviderBase):
     def _prefetch(self, query: str, session_id: str) -> str:
         if not isinstance(query, str) or not query.strip():
             return ""
-        hits = self._search(query, limit=self._settings.recall_limit)
-        text = render(hits, self._settings.recall_budget_chars)
+        hits, withheld = self._search(query, limit=self._settings.recall_limit)
+        text = render(hits, self._settings.recall_budget_chars, withheld=len(withheld))
         self._record_recall(session_id, query, text, sorted({hit.seq for hit in hits if hit.seq}))
         return text
 
@@ -573,19 +577,30 @@ class ArchiveProvider(MemoryProviderBase):
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         """Nothing to warm: recall is an indexed query answered in milliseconds."""
 
-    def _search(self, query: str, **kwargs: Any) -> list[Any]:
+    def _search(self, query: str, **kwargs: Any) -> tuple[list[Hit], list[str]]:
+        """Ranked hits, each re-proved from the log (invariant 11), and why any was withheld."""
         if self._home is None:
-            return []
+            return [], []
         writer = self._writer
         if writer is not None and writer.refused:  # a log that failed its proof is not recalled
             raise RuntimeError(f"archive recall is withheld: {writer.refused}")
         with self._reader_lock:
             if self._reader is None:
-                path = archive_dir(self._home) / "events.db"
-                if not path.exists():
-                    return []
-                self._reader = connect(path, readonly=True)
-            return search(self._reader, query, **kwargs)
+                folder = archive_dir(self._home)
+                if not (folder / "events.db").exists():
+                    return [], []
+                self._reader = connect(folder / "events.db", readonly=True)
+                self._key = read_key(folder / "payload.key")
+            prover = Prover(self._reader, self._key)
+            hits = prover.proven(search(self._reader, query, **kwargs))
+        if prover.withheld:
+            log.error(
+                "archive: %d recalled excerpts withheld, not proven against the log (%s); "
+                "run `hermes-archive verify --projections` and `hermes-archive replay`",
+                len(prover.withheld),
+                prover.withheld[0],
+            )
+        return hits, prover.withheld
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -622,21 +637,33 @@ class ArchiveProvider(MemoryProviderBase):
             if value is not None and not isinstance(value, str):
                 return {"error": f"'{name}' must be text"}
             filters[name] = value or None
-        hits = self._search(query, limit=limit, **filters)
-        return {
-            "query": query,
-            "results": [
+        hits, withheld = self._search(query, limit=limit, **filters)
+        results, used = [], 0
+        for h in hits:
+            text = h.text[:TOOL_EXCERPT_CHARS]
+            if used + len(text) > TOOL_ANSWER_CHARS:
+                break
+            used += len(text)
+            results.append(
                 {
-                    "text": h.text,
+                    "text": text,
+                    "truncated": h.truncated or len(text) < len(h.text),
                     "kind": h.kind,
                     "role": h.role,
                     "session": h.session,
                     "seq": h.seq,
                     "time": h.time,
                 }
-                for h in hits
-            ],
-        }
+            )
+        answer: dict[str, Any] = {"query": query[:MAX_QUERY_CHARS], "results": results}
+        if withheld:
+            answer["withheld"] = len(withheld)
+            answer["problem"] = (
+                f"{len(withheld)} excerpts were withheld, not proven against the archived log "
+                f"(first: {withheld[0]}); the archive owner should run "
+                "`hermes-archive verify --projections`"
+            )
+        return answer
 
     # -- configuration and backup --------------------------------------------------------
 

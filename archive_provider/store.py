@@ -36,6 +36,7 @@ from .digests import (
 )
 from .events import AppendResult, Hasher, NewEvent, StoredEvent
 from .replay import apply_events
+from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
 from .verifier import schema_problem
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,10 @@ class StoreError(RuntimeError):
     """The store cannot be used; the message says what is wrong and how to fix it."""
 
 
+class TamperedPayload(StoreError):
+    """A payload already stored under a digest is not the bytes that digest names."""
+
+
 class Projection(Protocol):
     """Derived state kept in the same database and updated in the append transaction."""
 
@@ -109,16 +114,19 @@ def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
     return Path(hermes_home) / "archive"
 
 
-def _read_key(path: Path) -> bytes:
+def read_key(path: Path) -> bytes:
+    """The store's payload key: a regular file of hex text, read with a bound."""
     try:
-        key = bytes.fromhex(path.read_text().strip())
+        key = bytes.fromhex(read_small(path, 4096).decode("ascii").strip())
+    except UnsafeFile as exc:
+        raise StoreError(f"the payload key cannot be used: {exc.strerror}") from None
     except FileNotFoundError:
         raise StoreError(
             f"the payload key {path} is missing; without it payload digests cannot be "
             "checked. Restore it from your backup (it lives beside events.db, so `hermes "
             "backup` includes it; give it mode 0600 again)."
         ) from None
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         raise StoreError(
             f"the payload key {path} is not hex text; restore it from backup"
         ) from None
@@ -196,6 +204,12 @@ class EventStore:
         """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``)."""
         folder = Path(folder)
         db_path, key_path = folder / DB_NAME, folder / KEY_NAME
+        unsafe = [regular_file_problem(path) for path in (db_path, key_path)]
+        if not readonly:  # the writer: only a folder this user alone may change
+            unsafe.append(folder_problem(folder))
+        problem = next((p for p in unsafe if p), None)
+        if problem:
+            raise StoreError(f"the archive at {folder} is refused: {problem}")
         if not db_path.exists():
             if not create or readonly:
                 raise StoreError(f"no archive at {db_path}")
@@ -205,7 +219,7 @@ class EventStore:
                 _write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
             # create the file 0600 before SQLite opens it
             os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
-        key = _read_key(key_path)
+        key = read_key(key_path)
         try:
             conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
             if not readonly:
@@ -429,6 +443,8 @@ class EventStore:
             identity = identity_of_key_text(event.type, key)
             existing = batch.get(identity) or self.has_identity(identity)
             if existing is not None:
+                # its parts are in hand: what is stored under their digests must be them
+                payload_rows.extend((part.digest, part.body) for part in event.parts)
                 results.append(AppendResult("already_archived", existing, identity, event.type))
                 continue
             body = canonical_bytes(event.body)
@@ -452,6 +468,7 @@ class EventStore:
             records.append(StoredEvent(envelope, chain, body))
             batch[identity] = seq
             results.append(AppendResult("appended", seq, identity, event.type))
+        self._check_stored(payload_rows)
         if not event_rows:
             return results
         _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
@@ -466,6 +483,27 @@ class EventStore:
             for projection in self.projections:
                 self._apply_projection(projection, record)
         return results
+
+    def _check_stored(self, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Fail closed when a payload already stored is not the bytes in hand for its digest.
+
+        ``INSERT OR IGNORE`` keeps the stored row, so an edited row would otherwise be
+        built upon (and a checkpoint would report the evidence as archived). The bytes in
+        hand are the ones the digest was computed from, so equality proves the row.
+        """
+        wanted = dict(rows)
+        digests = list(wanted)
+        for start in range(0, len(digests), 500):
+            part = digests[start : start + 500]
+            for digest, body in self.conn.execute(
+                f"SELECT digest, body FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
+                part,
+            ):
+                if bytes(body) != wanted[digest]:
+                    raise TamperedPayload(
+                        f"the payload stored under {digest} in {self.path} is not the bytes "
+                        "that digest names (the row was edited after it was written)"
+                    )
 
     def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
         """Apply one projection; a projection bug never costs the log an event.

@@ -21,6 +21,10 @@ decides what makes its event *that* event (its identity key), so a fact delivere
 Texts written by peers (messages, introduction contexts, summaries) are parts, stored once by
 digest and erasable later without breaking the chain. Everything here is peer-controlled and
 untrusted: builders bound its size, nothing more.
+
+Redaction (the archive's ``redact_secrets``) covers every builder on every path: each text
+part and each body goes through :func:`_event`, which masks secret-shaped spans when
+``redact`` is on (the default), so a failed send or introduction is masked like a sent one.
 """
 
 from __future__ import annotations
@@ -50,6 +54,24 @@ MAX_ERROR_CHARS = 500
 MAX_REJECTED_CHARS = 16 * 1024
 
 
+def _event(
+    event_type: str,
+    session: str,
+    key: Mapping[str, Any],
+    body: dict[str, Any],
+    parts: Sequence[Part] = (),
+    found: Sequence[Mapping[str, Any]] = (),
+    *,
+    redact: bool,
+) -> NewEvent:
+    """The one way a peer event is made: its body masked too when ``redact`` (digests and
+    ids never match a pattern), and every redaction, its parts' first, listed."""
+    masked, more = redact_value(body) if redact else (body, [])
+    return NewEvent(
+        event_type, session, key, with_redactions(masked, [*found, *more]), tuple(parts)
+    )
+
+
 def _text(value: Any, limit: int) -> str:
     return archivable_text(value)[:limit] if isinstance(value, str) else ""
 
@@ -72,7 +94,13 @@ def clean_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def member_seen(
-    room_id: str, user_id: str, display_name: str | None, membership: str, event_id: str
+    room_id: str,
+    user_id: str,
+    display_name: str | None,
+    membership: str,
+    event_id: str,
+    *,
+    redact: bool = True,
 ) -> NewEvent:
     """A membership event of another user in a room we are in."""
     body: dict[str, Any] = {
@@ -83,14 +111,21 @@ def member_seen(
     }
     if display_name:
         body["display_name"] = _text(display_name, MAX_NAME_CHARS)
-    return NewEvent("peer_seen", PEER_SESSION, {"source": "member", "event_id": event_id}, body)
+    key = {"source": "member", "event_id": event_id}
+    return _event("peer_seen", PEER_SESSION, key, body, redact=redact)
 
 
 def profile_seen(
-    room_id: str, user_id: str, event_id: str, origin_server_ts: int, profile: Mapping[str, Any]
+    room_id: str,
+    user_id: str,
+    event_id: str,
+    origin_server_ts: int,
+    profile: Mapping[str, Any],
+    *,
+    redact: bool = True,
 ) -> NewEvent:
     """A peer's self-published profile (state keyed by its own user id)."""
-    return NewEvent(
+    return _event(
         "peer_seen",
         PEER_SESSION,
         {"source": "profile", "event_id": event_id},
@@ -101,23 +136,27 @@ def profile_seen(
             "origin_server_ts": origin_server_ts,
             "profile": clean_profile(profile),
         },
+        redact=redact,
     )
 
 
-def contact_seen(user_id: str) -> NewEvent:
+def contact_seen(user_id: str, *, redact: bool = True) -> NewEvent:
     """A peer the operator configured as a contact: known before any room is shared."""
-    return NewEvent(
+    return _event(
         "peer_seen",
         PEER_SESSION,
         {"source": "contact", "user_id": user_id},
         {"source": "contact", "user_id": user_id},
+        redact=redact,
     )
 
 
-def _text_part(hasher: Hasher, text: str, redact: bool) -> tuple[Part, list[dict[str, Any]]]:
+def _text_part(
+    hasher: Hasher, text: str, redact: bool, path: str = "/text"
+) -> tuple[Part, list[dict[str, Any]]]:
     """A peer's text as a part, secret-shaped spans masked when ``redact`` (as for turns)."""
     value, found = (
-        redact_value(archivable_text(text), "/text") if redact else (archivable_text(text), [])
+        redact_value(archivable_text(text), path) if redact else (archivable_text(text), [])
     )
     return hasher.part(value), found
 
@@ -131,7 +170,7 @@ def message_received(
     text: str,
     origin_server_ts: int,
     encrypted: bool,
-    redact: bool = False,
+    redact: bool = True,
     msgtype: str = "m.text",
     backfilled: bool = False,
 ) -> NewEvent:
@@ -149,19 +188,20 @@ def message_received(
         body["msgtype"] = archivable_text(msgtype)
     if backfilled:
         body["backfilled"] = True
-    return NewEvent(
-        "peer_message_received",
-        PEER_SESSION,
-        {"event_id": event_id},
-        with_redactions(body, found),
-        (part,),
-    )
+    key = {"event_id": event_id}
+    return _event("peer_message_received", PEER_SESSION, key, body, (part,), found, redact=redact)
 
 
 def message_undecryptable(
-    *, event_id: str, room_id: str, sender: str, origin_server_ts: int, session_id: str
+    *,
+    event_id: str,
+    room_id: str,
+    sender: str,
+    origin_server_ts: int,
+    session_id: str,
+    redact: bool = True,
 ) -> NewEvent:
-    return NewEvent(
+    return _event(
         "peer_message_undecryptable",
         PEER_SESSION,
         {"event_id": event_id},
@@ -171,6 +211,7 @@ def message_undecryptable(
             "origin_server_ts": origin_server_ts,
             "megolm_session": session_id,
         },
+        redact=redact,
     )
 
 
@@ -184,13 +225,14 @@ def input_rejected(
     reason: str,
     source: Mapping[str, Any],
     backfilled: bool = False,
+    redact: bool = True,
 ) -> NewEvent:
     """An event from a room we are in that matrix-nio could not parse: kept, never used.
 
     The raw event is a part (bounded, erasable); identity is its event id, else its digest.
     """
     raw = json.dumps(dict(source), ensure_ascii=False, sort_keys=True, default=str)
-    part = hasher.part(archivable_text(raw[:MAX_REJECTED_CHARS]))
+    part, found = _text_part(hasher, raw[:MAX_REJECTED_CHARS], redact, "/source")
     body: dict[str, Any] = {
         "room_id": room_id,
         "event_type": _text(event_type, MAX_NAME_CHARS),
@@ -202,16 +244,17 @@ def input_rejected(
     if backfilled:
         body["backfilled"] = True
     key = {"event_id": event_id} if event_id else {"source": part.digest}
-    return NewEvent("peer_input_rejected", PEER_SESSION, key, body, (part,))
+    return _event("peer_input_rejected", PEER_SESSION, key, body, (part,), found, redact=redact)
 
 
-def invite_ignored(*, room_id: str, inviter: str, is_direct: bool) -> NewEvent:
+def invite_ignored(*, room_id: str, inviter: str, is_direct: bool, redact: bool = True) -> NewEvent:
     """An invite the policy refused: we did not join, so nothing from that room reaches us."""
-    return NewEvent(
+    return _event(
         "peer_invite_ignored",
         PEER_SESSION,
         {"room_id": room_id, "inviter": inviter},
         {"room_id": room_id, "inviter": inviter, "is_direct": is_direct},
+        redact=redact,
     )
 
 
@@ -222,9 +265,12 @@ def introduction_seen(
     introducer: str,
     peers: Sequence[str],
     event_id: str,
+    redact: bool = True,
 ) -> NewEvent:
     """Someone introduced us (one of ``peers``) in ``room_id``; the sender is the introducer."""
-    return _introduced(hasher, PEER_SESSION, room_id, introducer, peers, "", event_id, False)
+    return _introduced(
+        hasher, PEER_SESSION, room_id, introducer, peers, "", event_id, False, redact
+    )
 
 
 def introduction_made(
@@ -235,9 +281,10 @@ def introduction_made(
     introducer: str,
     peers: Sequence[str],
     context: str,
+    redact: bool = True,
 ) -> NewEvent:
     """We introduced two peers (the room exists and the introduction text was accepted)."""
-    return _introduced(hasher, session, room_id, introducer, peers, context, "", True)
+    return _introduced(hasher, session, room_id, introducer, peers, context, "", True, redact)
 
 
 def _introduced(
@@ -249,8 +296,9 @@ def _introduced(
     context: str,
     event_id: str,
     outgoing: bool,
+    redact: bool,
 ) -> NewEvent:
-    part = hasher.part(archivable_text(context))
+    part, found = _text_part(hasher, context, redact, "/context")
     body: dict[str, Any] = {
         "room_id": room_id,
         "introducer": introducer,
@@ -260,7 +308,8 @@ def _introduced(
     }
     if event_id:
         body["marker_event_id"] = event_id
-    return NewEvent("peers_introduced", session, {"room_id": room_id}, body, (part,))
+    key = {"room_id": room_id}
+    return _event("peers_introduced", session, key, body, (part,), found, redact=redact)
 
 
 def message_sent(
@@ -272,18 +321,13 @@ def message_sent(
     recipient: str,
     text: str,
     txn_id: str,
-    redact: bool = False,
+    redact: bool = True,
 ) -> NewEvent:
     """A message the homeserver accepted (``event_id`` is what it returned)."""
     part, found = _text_part(hasher, text, redact)
     body = {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id}
-    return NewEvent(
-        "peer_message_sent",
-        session,
-        {"event_id": event_id},
-        with_redactions(body, found),
-        (part,),
-    )
+    key = {"event_id": event_id}
+    return _event("peer_message_sent", session, key, body, (part,), found, redact=redact)
 
 
 def send_failed(
@@ -297,9 +341,10 @@ def send_failed(
     retryable: bool,
     room_id: str | None = None,
     action: str = "send",
+    redact: bool = True,
 ) -> NewEvent:
     """A send (or introduction) the homeserver did not acknowledge: nothing is marked sent."""
-    part = hasher.part(archivable_text(text))
+    part, found = _text_part(hasher, text, redact)
     body: dict[str, Any] = {
         "action": action,
         "recipients": list(recipients),
@@ -309,17 +354,21 @@ def send_failed(
     }
     if room_id:
         body["room_id"] = room_id
-    return NewEvent("peer_send_failed", session, {"txn_id": txn_id}, body, (part,))
+    key = {"txn_id": txn_id}
+    return _event("peer_send_failed", session, key, body, (part,), found, redact=redact)
 
 
-def messages_read(hasher: Hasher, session: str, event_ids: Iterable[str]) -> NewEvent:
+def messages_read(
+    hasher: Hasher, session: str, event_ids: Iterable[str], *, redact: bool = True
+) -> NewEvent:
     """The messages a ``hivemind_check_messages`` call returned, now read."""
     ids = sorted(set(event_ids))
-    return NewEvent(
+    return _event(
         "peer_messages_read",
         session,
         {"messages": hasher.digest(canonical_bytes(ids))},
         {"messages": ids},
+        redact=redact,
     )
 
 
@@ -334,6 +383,7 @@ def summary_updated(
     model: str = "",
     prompt: Any = None,
     fallback: str = "",
+    redact: bool = True,
 ) -> NewEvent:
     """A peer's summary of the messages ``covers`` names (oldest first), and what made it.
 
@@ -342,7 +392,7 @@ def summary_updated(
     (``fallback`` says why no model wrote it, when one was meant to).
     """
     digest = hasher.digest(canonical_bytes(list(covers)))
-    part = hasher.part(archivable_text(summary))
+    part, found = _text_part(hasher, summary, redact, "/summary")
     body: dict[str, Any] = {
         "peer": peer,
         "summary": part.digest,
@@ -357,24 +407,27 @@ def summary_updated(
         body["prompt_digest"] = hasher.digest(canonical_bytes(prompt))
     if fallback:
         body["fallback"] = _text(fallback, MAX_ERROR_CHARS)
-    return NewEvent(
-        "peer_summary_updated", PEER_SESSION, {"peer": peer, "covers": digest}, body, (part,)
-    )
+    key = {"peer": peer, "covers": digest}
+    return _event("peer_summary_updated", PEER_SESSION, key, body, (part,), found, redact=redact)
 
 
-def spark_suggested(peer_a: str, peer_b: str, shared: Sequence[str], score: int) -> NewEvent:
+def spark_suggested(
+    peer_a: str, peer_b: str, shared: Sequence[str], score: int, *, redact: bool = True
+) -> NewEvent:
     a, b = pair_key(peer_a, peer_b)
-    return NewEvent(
+    return _event(
         "spark_suggested",
         PEER_SESSION,
         {"pair": [a, b]},
         {"peer_a": a, "peer_b": b, "shared": list(shared), "score": score},
+        redact=redact,
     )
 
 
-def spark_dismissed(session: str, peer_a: str, peer_b: str) -> NewEvent:
+def spark_dismissed(session: str, peer_a: str, peer_b: str, *, redact: bool = True) -> NewEvent:
     a, b = pair_key(peer_a, peer_b)
-    return NewEvent("spark_dismissed", session, {"pair": [a, b]}, {"peer_a": a, "peer_b": b})
+    body = {"peer_a": a, "peer_b": b}
+    return _event("spark_dismissed", session, {"pair": [a, b]}, body, redact=redact)
 
 
 def sync_position(
@@ -383,6 +436,7 @@ def sync_position(
     limited_rooms: Sequence[str] = (),
     left_rooms: Sequence[str] = (),
     unfilled_rooms: Sequence[str] = (),
+    redact: bool = True,
 ) -> NewEvent:
     """Where the next sync resumes: every event of the syncs before it is in the log."""
     body: dict[str, Any] = {"next_batch": next_batch}
@@ -392,10 +446,11 @@ def sync_position(
         body["unfilled_rooms"] = sorted(unfilled_rooms)  # backfill short: messages missing
     if left_rooms:
         body["left_rooms"] = sorted(left_rooms)
-    return NewEvent("peer_sync_position", PEER_SESSION, {"next_batch": next_batch}, body)
+    key = {"next_batch": next_batch}
+    return _event("peer_sync_position", PEER_SESSION, key, body, redact=redact)
 
 
-def link_state(state: str, *, error: str = "") -> NewEvent:
+def link_state(state: str, *, error: str = "", redact: bool = True) -> NewEvent:
     """The homeserver stopped answering (``offline``, with why) or answers again (``online``).
 
     Peer state in the projection is as of the last sync: while offline, the ``## Peers``
@@ -404,16 +459,25 @@ def link_state(state: str, *, error: str = "") -> NewEvent:
     body: dict[str, Any] = {"state": state}
     if error:
         body["error"] = _text(error, MAX_ERROR_CHARS)
-    return NewEvent("peer_link_state", PEER_SESSION, {"state": state, "at": now_text()}, body)
+    key = {"state": state, "at": now_text()}
+    return _event("peer_link_state", PEER_SESSION, key, body, redact=redact)
 
 
-def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> list[NewEvent]:
+def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = True) -> list[NewEvent]:
     """Every loggable fact of one sync result, in a fixed order (no position event)."""
     events: list[NewEvent] = []
     for m in result.members:
-        events.append(member_seen(m.room_id, m.user_id, m.display_name, m.membership, m.event_id))
+        events.append(
+            member_seen(
+                m.room_id, m.user_id, m.display_name, m.membership, m.event_id, redact=redact
+            )
+        )
     for p in result.profiles:
-        events.append(profile_seen(p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile))
+        events.append(
+            profile_seen(
+                p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile, redact=redact
+            )
+        )
     for intro in result.introductions:
         events.append(
             introduction_seen(
@@ -422,13 +486,17 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 introducer=intro.introducer,
                 peers=intro.peers,
                 event_id=intro.event_id,
+                redact=redact,
             )
         )
     for invite in result.invites:
         if not invite.accepted:
             events.append(
                 invite_ignored(
-                    room_id=invite.room_id, inviter=invite.inviter, is_direct=invite.is_direct
+                    room_id=invite.room_id,
+                    inviter=invite.inviter,
+                    is_direct=invite.is_direct,
+                    redact=redact,
                 )
             )
     for u in result.undecryptable:
@@ -439,6 +507,7 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 sender=u.sender,
                 origin_server_ts=u.origin_server_ts,
                 session_id=u.session_id,
+                redact=redact,
             )
         )
     for r in result.messages:

@@ -71,7 +71,7 @@ class PeerLink:
         settings: HivemindSettings,
         submit: Submit,
         read_token: Callable[[], str | None],
-        redact: bool = False,
+        redact: bool = True,
     ) -> None:
         self.user_id = user_id
         self.redact = redact  # mask secret-shaped spans in peer text (archive redact_secrets)

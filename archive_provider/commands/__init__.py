@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from archive_provider.canonical import INT_MAX
 from archive_provider.clock import format_time, parse_time
 from archive_provider.store import DB_NAME, EventStore, StoreError, archive_dir
+from archive_provider.verifier import printable
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -122,14 +123,17 @@ class CommandContext:
             self.out.write(json.dumps(data, indent=2, default=str) + "\n")
         else:
             text = human(data) if callable(human) else human
-            self.out.write(text.rstrip("\n") + "\n")
+            # text from the log or a bundle may hold ESC sequences: escape every control
+            # character (the line breaks the view itself makes are kept)
+            safe = "\n".join(printable(line) for line in text.rstrip("\n").split("\n"))
+            self.out.write(safe + "\n")
 
     def fail(self, message: str) -> int:
         """Report a problem cleanly (JSON on stdout under --json, else stderr); exit code 1."""
         if self.json:
             self.emit({"ok": False, "error": message}, "")
         else:
-            self.err.write(f"error: {message}\n")
+            self.err.write(f"error: {printable(message)}\n")
         return EXIT_PROBLEM
 
     @contextmanager

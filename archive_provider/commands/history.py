@@ -8,6 +8,7 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError
 from archive_provider.commands._render import preview, short_time
+from archive_provider.verifier import printable
 
 NAME = "history"
 HELP = "every change to the memory entries matching ENTRY: time, action, origin, previous content"
@@ -80,7 +81,7 @@ def _human(data: dict[str, Any]) -> str:
                 f"{k}={v}" for k, v in sorted(c["metadata"].items()) if isinstance(v, (str, int))
             )
             lines.append(
-                f"  seq {c['seq']:>5}  {short_time(c['time'])}  session {c['session']}  {change}"
+                f"  seq {c['seq']:>5}  {short_time(c['time'])}  session {printable(c['session'])}  {change}"
                 + (
                     f"  [{c['resolution']}]"
                     if c["resolution"] not in ("appended", "substring")

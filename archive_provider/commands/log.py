@@ -9,6 +9,7 @@ from archive_provider.commands import CommandContext, UsageError, positive_int, 
 from archive_provider.commands._render import record, short_time
 from archive_provider.events import EVENT_TYPES
 from archive_provider.store import stored_event
+from archive_provider.verifier import printable
 
 NAME = "log"
 HELP = "list events (filter by type, session, time); the newest last"
@@ -76,7 +77,7 @@ def run(ctx: CommandContext) -> int:
             return "No events match."
         width = max(len(e["type"]) for e in events)
         return "\n".join(
-            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {e['session']}  "
+            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {printable(e['session'])}  "
             f"{e['summary']}"
             for e in events
         )

@@ -30,6 +30,7 @@ from archive_provider.install import activate, install_plugin
 from archive_provider.projections import default_projections
 from archive_provider.store import DB_NAME, KEY_NAME, EventStore, archive_dir
 from archive_provider.verifier import verify_database
+from archive_provider.witness import FIRST_WITNESS_REASON
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST_TESTS = Path(__file__).resolve().parent
@@ -146,11 +147,19 @@ def open_view(hermes_home: Path) -> Iterator[EventStore]:
 
 
 def events(hermes_home: Path, *types: str) -> list[Any]:
-    """Committed events (optionally of some types), in sequence order."""
+    """Committed events (optionally of some types), in sequence order: the ones the host's
+    hooks caused, so the writer's first-witness marker is left out."""
     if not db_path(hermes_home).exists():
         return []
     with open_view(hermes_home) as store:
-        return [e for e in store.events() if not types or e.type in types]
+        return [
+            e for e in store.events() if (not types or e.type in types) and not is_first_witness(e)
+        ]
+
+
+def is_first_witness(event: Any) -> bool:
+    """The ``witness_accepted`` event the writer appends when a store is first witnessed."""
+    return event.type == "witness_accepted" and event.body.get("reason") == FIRST_WITNESS_REASON
 
 
 def messages_of(hermes_home: Path, event: Any) -> list[Any]:
