@@ -6,12 +6,18 @@ import argparse
 import contextlib
 import io
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from pathlib import Path
 
-from archive_provider.commands import CommandContext, UsageError
+from archive_provider.commands import CommandContext, UsageError, expanded
+
+DEFAULT_HOME = Path("demo-home")  # in the working folder
 
 NAME = "demo"
-HELP = "run a real Hermes agent (fake local LLM) with the archive, compress, recall, verify"
+HELP = (
+    "run a real Hermes agent (scripted stand-in LLM on 127.0.0.1) with the archive, compress, "
+    "recall, verify; in ./demo-home unless --home is given (never ~/.hermes or $HERMES_HOME)"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +30,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
+    given = getattr(ctx.args, "home", None)
+    # the demo's own folder: a real profile (~/.hermes, $HERMES_HOME) is never the default
+    ctx = replace(ctx, home=(expanded(given) if given else DEFAULT_HOME).absolute())
+    if not ctx.json:
+        ctx.out.write(
+            f"Demo folder: {ctx.home} (the demo's own; ~/.hermes and $HERMES_HOME are not used)\n"
+        )
     if getattr(ctx.args, "peers", False):
         from hivemind.demo import run_command
 
