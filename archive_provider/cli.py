@@ -39,22 +39,27 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from archive_provider import __version__
+
     parser = argparse.ArgumentParser(
-        prog="hermes-archive", description="Audit, verify and manage a hermes-archive event log."
+        prog="hermes-archive",
+        description="Audit, verify and manage a hermes-archive event log (no command: status).",
     )
+    parser.add_argument("--version", action="version", version=f"hermes-archive {__version__}")
     _add_common(parser)
     _add_commands(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed command; the one dispatcher both doors share."""
-    runner = getattr(args, "archive_run", None)
-    if runner is None:
-        print(
-            "usage: hermes-archive [--home DIR] [--json] COMMAND ... (see --help)", file=sys.stderr
-        )
-        return EXIT_USAGE
+    """Run a parsed command; the one dispatcher both doors share (no command: ``status``).
+
+    ``hermes <plugin>`` with no subcommand shows the plugin's status in Hermes' own plugin
+    CLIs; both doors do the same.
+    """
+    runner = getattr(args, "archive_run", None) or next(
+        command.run for command in COMMANDS if command.NAME == "status"
+    )
     try:
         return int(runner(CommandContext.from_args(args)))
     except UsageError as exc:

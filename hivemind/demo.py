@@ -72,8 +72,8 @@ class PeersDemoResult:
 def _check_synapse() -> None:
     if not os.environ.get("SYNAPSE_PYTHON") and importlib.util.find_spec("synapse") is None:
         raise DemoRefused(
-            "the peers demo runs a local Synapse: pip install "
-            "'hermes-archive[test]' (or set SYNAPSE_PYTHON to a Python that has it)"
+            "the peers demo runs a local Synapse: bash .ci/setup (the full set), or pip install "
+            "'.[hivemind,test]' (or set SYNAPSE_PYTHON to a Python that has it)"
         )
 
 

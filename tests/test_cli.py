@@ -240,9 +240,20 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         assert name in out
 
 
-def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = via_main(capsys, [])
-    assert code == 2 and "usage" in err
+def test_no_command_runs_status_in_both_doors(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hermes archive`` alone shows the status, as Hermes' own plugin CLIs do."""
+    bare = doors(capsys, ["--home", str(home)])
+    assert bare == doors(capsys, ["--home", str(home), "status"])
+    assert bare[0] == 0 and bare[1].startswith(f"Archive: {archive_dir(home)}")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from archive_provider import __version__
+
+    code, out, _ = via_main(capsys, ["--version"])
+    assert (code, out) == (0, f"hermes-archive {__version__}\n")
 
 
 # -- what each command says ------------------------------------------------------------------

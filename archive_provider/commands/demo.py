@@ -45,7 +45,7 @@ def run(ctx: CommandContext) -> int:
         from archive_provider.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra
         raise UsageError(
-            f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})"
+            f"the demo needs hermes-agent: bash .ci/setup demo, or pip install '.[hermes]' ({exc})"
         ) from None
     narration = io.StringIO()  # under --json the narration stays out of the JSON document
     stream = narration if ctx.json else ctx.out
