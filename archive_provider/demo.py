@@ -271,6 +271,10 @@ def _run(home: Path, say: Callable[[str], None]) -> DemoResult:
     with FakeLLM(scripted_model) as fake:
         agent = _agent(fake)
         provider = agent._memory_manager.providers[-1]
+        say(
+            f"The model is a scripted stand-in LLM at {fake.base_url} (local, deterministic; "
+            "no network, no API key)"
+        )
         say(f"Session 1 ({agent.session_id}), memory provider: {provider.name}")
         messages: list[dict[str, Any]] = []
         for text in SESSION_ONE:
@@ -351,7 +355,7 @@ def _audit(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def summarize(store: EventStore, event_type: str, body: Any) -> str:
-    """One line a person can read for an event."""
+    """One line a person can read for an event (quoted text, never a Python repr)."""
 
     def part(digest: str) -> Any:
         raw = store.payload(digest)
@@ -361,17 +365,28 @@ def summarize(store: EventStore, event_type: str, body: Any) -> str:
         rows = [part(d) or {} for d in body["messages"]]
         roles = ", ".join(str(r.get("role")) for r in rows)
         first_user = next((str(r.get("content")) for r in rows if r.get("role") == "user"), "")
-        return f"turn {body['turn']}: {len(rows)} messages ({roles}) {first_user[:50]!r}"
+        return f"turn {body['turn']}: {_count(len(rows), 'message')} ({roles}) {_quote(first_user)}"
     if event_type == "memory_write":
-        return f"{body['action']} {body['target']}: {str(part(body['content']))[:60]!r}"
+        return f"{body['action']} {body['target']}: {_quote(part(body['content']))}"
     if event_type == "checkpoint":
-        return f"{len(body['evidence'])} evidence messages, digest {body['evidence_digest'][:12]}"
+        evidence = _count(len(body["evidence"]), "evidence message")
+        return f"{evidence}, digest {body['evidence_digest'][:12]}"
     if event_type == "recall_served":
-        return f"recall for turn {body['turn']}: {len(body['sources'])} sources"
+        return f"recall for turn {body['turn']}: {_count(len(body['sources']), 'source')}"
     if event_type == "session_switched":
-        return f"from {body.get('from')} (reason: {body.get('reason')}, reset: {body.get('reset')})"
+        reset = ", the host reset the session" if body.get("reset") else ""
+        return f"from {body.get('from')} (reason: {body.get('reason')}{reset})"
     if event_type == "session_ended":
-        return f"{body['message_count']} messages in the final transcript"
+        return f"{_count(body['message_count'], 'message')} in the final transcript"
     if event_type == "session_started":
         return f"platform {body.get('platform')}, hermes {body.get('host')}"
     return ""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _quote(value: Any, width: int = 50) -> str:
+    text = " ".join(str("" if value is None else value).split())
+    return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)

@@ -506,9 +506,10 @@ class ArchiveProvider(MemoryProviderBase):
     @staticmethod
     def _receipt(result: AppendResult, count: int, fresh: int) -> str:
         state = "archived" if result.outcome == "appended" else "already archived"
+        stored = f"{fresh} newly stored" if fresh else "all already stored"
         return (
             f"Archive checkpoint {result.identity[:16]}: {count} messages {state} "
-            f"({fresh} newly stored), event seq {result.seq}."
+            f"({stored}), event seq {result.seq}."
         )
 
     def _record_checkpoint_failure(

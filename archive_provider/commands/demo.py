@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shlex
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from archive_provider.commands import CommandContext, UsageError, expanded
 
@@ -27,6 +29,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="hivemind: three agents on a local Synapse; two meet through a third",
     )
+
+
+def next_commands(home: Path, timeline: list[dict[str, Any]]) -> list[str]:
+    """Three commands that show what the archive now holds (shell-quoted for ``home``)."""
+    where = f"hermes-archive --home {shlex.quote(str(home))}"
+    checkpoint = next((t["seq"] for t in timeline if t["type"] == "checkpoint"), 1)
+    commands = {
+        "log": "every event, one line each",
+        "history Dee": "how a memory entry changed, and from what",
+        f"show {checkpoint}": "the checkpoint in full, digests and all",
+    }
+    return [f"{where} {command:<12}# {what}" for command, what in commands.items()]
 
 
 def run(ctx: CommandContext) -> int:
@@ -79,6 +93,7 @@ def run(ctx: CommandContext) -> int:
             "The fact from session 1 reached session 2 through recall: "
             + ("yes" if result.fact_recalled else "NO")
         )
+        lines += ["", "Try next:", *(f"  {c}" for c in next_commands(result.home, result.timeline))]
         return "\n".join(lines)
 
     ctx.emit(data, human)

@@ -116,6 +116,20 @@ def test_the_demo_never_touches_the_users_hermes_home(tmp_path: Path) -> None:
     assert "BLUE HERON" in second.stdout
 
 
+def test_the_demo_says_what_is_true_in_words(tmp_path: Path) -> None:
+    done = run_demo(tmp_path / "profile")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "scripted stand-in LLM at http://127.0.0.1:" in out
+    assert "8 messages archived (all already stored)" in out
+    assert 'add user: "Name: Dana"' in out and "recall for turn 1: 1 source\n" in out
+    assert "reset: False" not in out and "1 sources" not in out and ": 'Name" not in out
+    tail = out.rstrip("\n").splitlines()[-4:]
+    assert tail[0] == "Try next:" and all(
+        line.startswith(f"  hermes-archive --home {tmp_path / 'profile'} ") for line in tail[1:]
+    )
+
+
 def test_the_demo_refuses_a_demo_folder_holding_anything_it_did_not_write(
     demo_home: Path,
 ) -> None:
