@@ -42,7 +42,12 @@ from .host import (
     host_version,
     spawn_thread,
 )
-from .projections import default_projections, session_counters, transcript_digests
+from .projections import (
+    TableProjection,
+    default_projections,
+    session_counters,
+    transcript_digests,
+)
 from .recall import render, search
 from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
@@ -149,6 +154,10 @@ class ArchiveProvider(MemoryProviderBase):
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _projections(self) -> list[TableProjection]:
+        """The projections this provider keeps (hivemind adds its peers projection)."""
+        return default_projections()
+
     def initialize(self, session_id: str, **kwargs: Any) -> None:
         home_arg = kwargs.get("hermes_home") or current_hermes_home()
         if home_arg is None:
@@ -174,7 +183,7 @@ class ArchiveProvider(MemoryProviderBase):
         if self._writer is None:
             self._writer = writers.acquire(
                 archive_dir(home),
-                projections_factory=default_projections,
+                projections_factory=self._projections,
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(home, self._settings.witness_dir),
