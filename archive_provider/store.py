@@ -57,7 +57,7 @@ SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        CAST(m.key AS INTEGER) + 1 AS position,
        json_extract(CAST(p.body AS TEXT), '$.role') AS role,
        json_extract(CAST(p.body AS TEXT), '$.name') AS author,
-       coalesce(json_extract(CAST(p.body AS TEXT), '$.content'),
+       coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
                 json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
        json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
        m.value AS message_digest, e.payload_digest, e.chain

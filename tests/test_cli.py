@@ -658,6 +658,7 @@ EXIT_CODES: list[tuple[list[str], int]] = [
     (["search", "heron"], OK),
     (["verify"], OK),
     (["export", "--force", "{tmp}/out.zip"], OK),  # --force: both doors write it
+    (["readable-copy", "--force", "{tmp}/copy.db"], OK),
     # 1: the data says no: nothing matched, not in the log, no archive, a failed check
     (["show", "999"], PROBLEM),
     (["as-of", "999"], PROBLEM),
@@ -666,6 +667,7 @@ EXIT_CODES: list[tuple[list[str], int]] = [
     (["log", "--session", "no-such-session"], PROBLEM),
     (["verify-bundle", "{tmp}/missing.zip"], PROBLEM),
     (["export", "/nonexistent/dir/x.zip"], PROBLEM),
+    (["readable-copy", "/nonexistent/dir/c.db"], PROBLEM),
     (["--home", "{tmp}/nowhere", "status"], PROBLEM),
     (["--home", "{tmp}/nowhere"], PROBLEM),
     (["--home", "{tmp}/nowhere", "show", "1"], PROBLEM),
