@@ -309,6 +309,9 @@ def _fill(db: sqlite_utils.Database, source: sqlite3.Connection, until: int) -> 
             db.table(table.name).insert_all(_rows(source, table, until), batch_size=BATCH)
     finally:
         source.execute("COMMIT")
+    for table in TABLES:  # before the sessions are summed: they look events up by session
+        if table is not sessions:
+            db.table(table.name).create_index(["session", "seq"])
     db.execute("CREATE TEMP VIEW audit_events AS SELECT * FROM main.events")
     db.execute(_temporary(views["audit_sessions"]))
     names = ", ".join(sessions.columns)
@@ -317,8 +320,6 @@ def _fill(db: sqlite_utils.Database, source: sqlite3.Connection, until: int) -> 
         rows[table.name] = db.table(table.name).count
         if table.fts:
             db.table(table.name).enable_fts(table.fts, tokenize="porter")
-        if table.name != "sessions":
-            db.table(table.name).create_index(["session", "seq"])
     return rows
 
 
