@@ -102,8 +102,8 @@ def test_the_demo_never_touches_the_users_hermes_home(tmp_path: Path) -> None:
     work.mkdir()
     first = user_demo(home, work)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert list(hermes.iterdir()) == []  # the old demo made ~/.hermes its profile
     assert first.stdout.splitlines()[0].startswith(f"Demo folder: {work / 'demo-home'} ")
-    assert list(hermes.iterdir()) == []
     assert (work / "demo-home" / "archive" / "events.db").exists()
     (hermes / "memories").mkdir()
     (hermes / "memories" / "NOTES.md").write_text("real memories\n")
