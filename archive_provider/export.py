@@ -153,7 +153,10 @@ def export_bundle(
             try:
                 head = store.head()
                 start_seq, start_chain = _start(store, selection, chain_from, head.seq)
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                except OSError as exc:  # name the path the user gave, not our temporary file
+                    raise type(exc)(exc.errno, exc.strerror, str(out)) from None
                 with os.fdopen(fd, "w+b") as handle:
                     envelopes, chosen, payloads = _write(
                         handle,

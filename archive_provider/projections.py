@@ -826,18 +826,33 @@ def recalls_served(conn: sqlite3.Connection, session: str | None = None) -> list
     return served
 
 
-def default_projections() -> list[TableProjection]:
-    """Every projection the archive keeps, in the order they are applied."""
-    from hivemind.peers import PeersProjection  # only peer events reach it; it imports this module
+def default_projections(conn: sqlite3.Connection | None = None) -> list[TableProjection]:
+    """Every projection the archive keeps, in the order they are applied.
 
-    return [
+    The core set; with ``conn``, also hivemind's peers projection when that archive has one
+    (hivemind's provider creates it: a plain archive carries no peer tables).
+    """
+    projections: list[TableProjection] = [
         SessionsProjection(),
         MemoryProjection(),
         RecallProjection(),
         CheckpointsProjection(),
         RecallsServedProjection(),
-        PeersProjection(),
     ]
+    if conn is not None and _kept(conn, "peers"):
+        from hivemind.peers import PeersProjection  # it imports this module
+
+        projections.append(PeersProjection())
+    return projections
+
+
+def _kept(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the archive holds the projection ``name`` (its row in projection_state)."""
+    try:
+        row = conn.execute("SELECT 1 FROM projection_state WHERE name = ?", (name,)).fetchone()
+    except sqlite3.OperationalError:  # no projection was ever created here
+        return False
+    return row is not None
 
 
 def check_order(projections: Iterable[Any]) -> None:

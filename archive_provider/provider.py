@@ -42,7 +42,12 @@ from .host import (
     host_version,
     spawn_thread,
 )
-from .projections import default_projections, session_counters, transcript_digests
+from .projections import (
+    TableProjection,
+    default_projections,
+    session_counters,
+    transcript_digests,
+)
 from .recall import MAX_QUERY_CHARS, Hit, Prover, render, search
 from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
@@ -153,6 +158,10 @@ class ArchiveProvider(MemoryProviderBase):
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _projections(self) -> list[TableProjection]:
+        """The projections this provider keeps (hivemind adds its peers projection)."""
+        return default_projections()
+
     def initialize(self, session_id: str, **kwargs: Any) -> None:
         home_arg = kwargs.get("hermes_home") or current_hermes_home()
         if home_arg is None:
@@ -178,7 +187,7 @@ class ArchiveProvider(MemoryProviderBase):
         if self._writer is None:
             self._writer = writers.acquire(
                 archive_dir(home),
-                projections_factory=default_projections,
+                projections_factory=self._projections,
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(home),
@@ -510,9 +519,10 @@ class ArchiveProvider(MemoryProviderBase):
     @staticmethod
     def _receipt(result: AppendResult, count: int, fresh: int) -> str:
         state = "archived" if result.outcome == "appended" else "already archived"
+        stored = f"{fresh} newly stored" if fresh else "all already stored"
         return (
             f"Archive checkpoint {result.identity[:16]}: {count} messages {state} "
-            f"({fresh} newly stored), event seq {result.seq}."
+            f"({stored}), event seq {result.seq}."
         )
 
     def _record_checkpoint_failure(

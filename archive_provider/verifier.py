@@ -33,7 +33,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
-from blake3 import blake3
+try:
+    from blake3 import blake3
+except ImportError:
+    if __name__ != "__main__":
+        raise
+    sys.exit("verifier.py needs the blake3 package: python3 -m pip install blake3")
 
 DOMAIN_IDENTITY = b"hermes-archive/v1/identity\x00"
 DOMAIN_PAYLOAD = b"hermes-archive/v1/payload\x00"
@@ -134,31 +139,47 @@ def _check_payloads(
     parts: str,
     key: bytes,
     payload_of: Callable[[str], bytes | None],
-    seen_parts: set[str],
+    seen: set[str],
 ) -> Report | None:
-    """Check one event's payload and parts; return the failed report, or None when all hold."""
-    body = payload_of(payload)
-    if body is None:
-        return report.fail(seq, f"payload {payload} is missing")
-    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != payload:
-        return report.fail(seq, f"payload {payload} does not match its bytes (changed or swapped)")
-    report.payloads_checked += 1
+    """Check one event's payload and parts; return the failed report, or None when all hold.
+
+    ``payloads_checked`` counts distinct digests (payloads and parts alike), each once
+    however many events name it: the payloads the log stores, as an export bundle holds them.
+    """
+    failed = _check_payload(report, seq, "payload", payload, key, payload_of, seen)
+    if failed is not None:
+        return failed
     try:
         part_digests = json.loads(parts)
     except ValueError:
         return report.fail(seq, "parts list is not valid JSON")
     for digest in part_digests:
-        if digest in seen_parts:
-            continue
         if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
             return report.fail(seq, f"part {digest!r} is not a digest")
-        part = payload_of(digest)
-        if part is None:
-            return report.fail(seq, f"part {digest} is missing")
-        if blake3(DOMAIN_PAYLOAD + part, key=key).hexdigest() != digest:
-            return report.fail(seq, f"part {digest} does not match its bytes (changed or swapped)")
-        seen_parts.add(digest)
-        report.payloads_checked += 1
+        failed = _check_payload(report, seq, "part", digest, key, payload_of, seen)
+        if failed is not None:
+            return failed
+    return None
+
+
+def _check_payload(
+    report: Report,
+    seq: int,
+    what: str,
+    digest: str,
+    key: bytes,
+    payload_of: Callable[[str], bytes | None],
+    seen: set[str],
+) -> Report | None:
+    if digest in seen:
+        return None
+    body = payload_of(digest)
+    if body is None:
+        return report.fail(seq, f"{what} {digest} is missing")
+    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != digest:
+        return report.fail(seq, f"{what} {digest} does not match its bytes (changed or swapped)")
+    seen.add(digest)
+    report.payloads_checked += 1
     return None
 
 
@@ -184,7 +205,7 @@ def verify_rows(
     """
     report = Report(head_seq=head[0] if head else None)
     prev_seq, prev_chain = start if start else (0, genesis(store_id))
-    seen_parts: set[str] = set()
+    seen: set[str] = set()  # payload and part digests checked
     try:
         for row in rows:
             seq, time, type_, session, key_text, identity, payload, parts, chain = row
@@ -197,7 +218,7 @@ def verify_rows(
             if identity_of(type_, key_text) != identity:
                 return report.fail(seq, "identity digest does not match the event's type and key")
             if payload_needed is None or payload_needed(row):
-                failed = _check_payloads(report, seq, payload, parts, key, payload_of, seen_parts)
+                failed = _check_payloads(report, seq, payload, parts, key, payload_of, seen)
                 if failed is not None:
                     return failed
             else:
@@ -709,11 +730,25 @@ def _verify_database_file(database: str, key_path: str | None) -> Report:
         return Report().fail(None, f"cannot read the archive: {type(exc).__name__}: {exc}")
 
 
-def _is_database(path: str) -> bool:
+SQLITE_MAGIC = b"SQLite format 3\x00"
+ZIP_MAGIC = b"PK\x03\x04"  # a bundle starts with its first member's local header
+
+
+def kind_of(path: str) -> str | None:
+    """``database`` or ``bundle`` by the file's first bytes; None when it is neither.
+
+    A file that cannot be opened is taken for what its name suggests, so that the check
+    itself reports why it cannot be read.
+    """
     try:
-        return _read_regular_head(path) == b"SQLite format 3\x00"
+        start = _read_regular_head(path)
     except (OSError, ValueError):
-        return not path.endswith(".zip")
+        return "bundle" if path.endswith(".zip") else "database"
+    if start == SQLITE_MAGIC:
+        return "database"
+    if start.startswith(ZIP_MAGIC):
+        return "bundle"
+    return None
 
 
 def _read_regular_head(path: str) -> bytes:
@@ -768,7 +803,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
-    kind = mode or ("database" if _is_database(args.path) else "bundle")
+    kind = kind_of(args.path)
+    if mode and kind in (None, mode):  # a damaged first byte is the named check's to report
+        kind = mode
+    if kind is None or (mode and mode != kind):
+        report = Report().fail(
+            None,
+            f"{args.path} is a {kind}, not a {mode}"
+            if kind
+            else f"{args.path} is not an archive database or bundle (empty, or other first bytes)",
+        )
+        print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, "file"))
+        return 1
     report = (
         _verify_database_file(args.path, args.key)
         if kind == "database"

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from archive_provider.events import NewEvent
 from archive_provider.evidence import bindable_text
 from archive_provider.host import get_secret
+from archive_provider.projections import TableProjection, default_projections
 from archive_provider.provider import ArchiveProvider
 from archive_provider.schemas import load_tool_schema
 from archive_provider.settings import Settings
@@ -83,6 +84,10 @@ class HivemindProvider(ArchiveProvider):
         self._peer_reader: sqlite3.Connection | None = None
         self._peer_lock = threading.Lock()
         self._tools: PeerTools | None = None
+
+    def _projections(self) -> list[TableProjection]:
+        """The archive's projections and hivemind's own: only hivemind creates peer tables."""
+        return [*default_projections(), projection.PeersProjection()]
 
     def is_available(self) -> bool:
         """The three Matrix credentials are set (secret scope or environment): no I/O."""

@@ -1,8 +1,8 @@
 """Subcommands shared by both CLI doors. Each module has NAME, HELP, configure() and run().
 
-``run(ctx)`` writes through ``ctx.emit`` (human text or JSON) and returns the exit code:
-0 all is well, 1 a problem was found (verification failed, nothing matched, no archive),
-2 a usage error. Every command is wrapped so that any failure becomes a one-line message
+``run(ctx)`` writes through ``ctx.emit`` (human text or JSON) and returns the exit code, by
+the one rule of docs/AUDIT.md section 2: 0 done and found, 1 the data says no (a check
+failed, no archive, nothing matched, not in the log), 2 the command line is wrong. Every command is wrapped so that any failure becomes a one-line message
 (``{"ok": false, "error": ...}`` under ``--json``) and exit code 1, never a traceback; set
 ``HERMES_ARCHIVE_DEBUG=1`` to see the traceback instead.
 
@@ -201,6 +201,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     history,
     install,
     log,
+    readable_copy,
     replay,
     search,
     show,
@@ -223,6 +224,7 @@ COMMANDS = [
         history,
         export,
         verify_bundle,
+        readable_copy,
         witness,
         install,
         demo,

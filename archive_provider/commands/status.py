@@ -139,5 +139,6 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
-    ctx.emit(collect(ctx), _human)
-    return 0
+    data = collect(ctx)
+    ctx.emit(data, _human)
+    return 0 if data["exists"] else 1  # no archive: nothing found, as for every command

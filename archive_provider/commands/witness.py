@@ -85,7 +85,7 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections())
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
     try:
         report = verify_database(store.conn, store.key)
         if not report.ok:
