@@ -43,6 +43,9 @@ _EXPORTS = {
     "verify_database": "archive_provider.format.verifier",
     # domain
     "with_redactions": "archive_provider.domain.builders",
+    "now_text": "archive_provider.domain.clock",
+    "utc_now": "archive_provider.domain.clock",
+    "one_line": "archive_provider.domain.fence",
     "archivable_text": "archive_provider.domain.evidence",
     "bindable_text": "archive_provider.domain.evidence",
     "redact_value": "archive_provider.domain.redaction",
@@ -60,6 +63,8 @@ _EXPORTS = {
     "ArchiveProvider": "archive_provider.host.provider",
     "register": "archive_provider.host.provider",
     "get_secret": "archive_provider.host.hermes",
+    "HostLLMReply": "archive_provider.host.hermes",
+    "call_host_llm": "archive_provider.host.hermes",
     "spawn_thread": "archive_provider.host.hermes",
     "load_tool_schema": "archive_provider.host.schemas",
     "Settings": "archive_provider.host.settings",
@@ -67,7 +72,7 @@ _EXPORTS = {
     "save_settings": "archive_provider.host.settings",
     # demo
     "DemoRefused": "archive_provider.demo.demo",
-    "fresh_demo_home": "archive_provider.demo.demo",
+    "demo_home": "archive_provider.demo.demo",
 }
 
 __all__ = [
@@ -82,6 +87,7 @@ __all__ = [
     "DemoRefused",
     "EventStore",
     "Hasher",
+    "HostLLMReply",
     "INT_MAX",
     "InvalidRequest",
     "NewEvent",
@@ -94,21 +100,25 @@ __all__ = [
     "archive_command",
     "archive_dir",
     "bindable_text",
+    "call_host_llm",
     "canonical_bytes",
     "canonical_text",
     "config_path",
     "connect",
     "decode",
-    "fresh_demo_home",
+    "demo_home",
     "get_secret",
     "identity_digest",
     "load_tool_schema",
+    "now_text",
+    "one_line",
     "part_body",
     "redact_value",
     "register",
     "register_cli",
     "save_settings",
     "spawn_thread",
+    "utc_now",
     "verify_database",
     "with_redactions",
 ]
@@ -130,9 +140,11 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .cli import archive_command, register_cli
-    from .demo.demo import DemoRefused, fresh_demo_home
+    from .demo.demo import DemoRefused, demo_home
     from .domain.builders import with_redactions
+    from .domain.clock import now_text, utc_now
     from .domain.evidence import archivable_text, bindable_text
+    from .domain.fence import one_line
     from .domain.redaction import redact_value
     from .errors import (
         ArchiveBusy,
@@ -147,7 +159,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .format.digests import identity_digest
     from .format.events import AppendResult, Hasher, NewEvent, Part, StoredEvent
     from .format.verifier import verify_database
-    from .host.hermes import get_secret, spawn_thread
+    from .host.hermes import HostLLMReply, call_host_llm, get_secret, spawn_thread
     from .host.provider import ArchiveProvider, register
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings

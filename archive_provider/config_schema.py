@@ -8,7 +8,6 @@ hermes allows this file to import only from ``plugins.memory.config_schema``. St
 from plugins.memory.config_schema import (
     KIND_BOOL,
     KIND_NUMBER,
-    KIND_TEXT,
     STORAGE_FLAT_JSON,
     ProviderConfigSchema,
     ProviderField,
@@ -48,13 +47,6 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="true",
             inline=True,
             description="Mask secret-shaped strings (API keys, tokens, private keys) before archiving.",
-        ),
-        ProviderField(
-            key="witness_dir",
-            label="Witness folder",
-            kind=KIND_TEXT,
-            default="",
-            description="A folder outside HERMES_HOME that keeps the chain head, to detect a rolled-back archive.",
         ),
     ),
 )

@@ -28,6 +28,7 @@ from archive_provider import (
     EventStore,
     NewEvent,
     Settings,
+    TableProjection,
     bindable_text,
     get_secret,
     load_tool_schema,
@@ -82,6 +83,10 @@ class HivemindProvider(ArchiveProvider):
         self._link: PeerLink | None = None
         self._peers_off = "hivemind is not initialized"
         self._tools: PeerTools | None = None
+
+    def kept_projections(self) -> list[TableProjection]:
+        """The archive's projections and hivemind's own: only hivemind creates peer tables."""
+        return [*super().kept_projections(), projection.PeersProjection()]
 
     def is_available(self) -> bool:
         """The three Matrix credentials are set (secret scope or environment): no I/O."""
@@ -273,4 +278,4 @@ class HivemindProvider(ArchiveProvider):
 
 
 def _block(conn: sqlite3.Connection) -> str:
-    return peers_block(*projection.peer_cards(conn))
+    return peers_block(*projection.peer_cards(conn), offline=projection.link_offline(conn))

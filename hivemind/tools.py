@@ -55,7 +55,7 @@ class PeerTools:
     link: Callable[[], PeerLink | None]
     session: Callable[[], str]
     unavailable: Callable[[], str]  # why peers are off, when there is no link
-    redact: bool = False  # mask secret-shaped spans in what we log of our own messages
+    redact: bool = True  # mask secret-shaped spans in what we log (archive redact_secrets)
 
     def handle(self, name: str, args: Any) -> dict[str, Any]:
         """Run tool ``name`` (one of the provider's TOOL_NAMES, ``hivemind_<method>``)."""
@@ -220,6 +220,7 @@ class PeerTools:
                     introducer=own,
                     peers=[peer_a, peer_b],
                     context=context,
+                    redact=self.redact,
                 )
             ],
             "peers_introduced",
@@ -265,6 +266,7 @@ class PeerTools:
                     retryable=retryable,
                     room_id=room_id,
                     action=action,
+                    redact=self.redact,
                 )
             ],
             "peer_send_failed",

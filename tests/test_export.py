@@ -560,3 +560,56 @@ def test_the_progress_bar_never_reads_a_huge_manifest(tmp_path: Path) -> None:
     with zipfile.ZipFile(small, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(MANIFEST, b'{"head": {"seq": 5}}')
     assert (_claimed_head(bomb), _claimed_head(small)) == (0, 5)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"garbage, not an archive" * 10], ids=["empty", "garbage"]
+)
+def test_the_standalone_verifier_tells_what_a_file_is_by_its_first_bytes(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "events.db"
+    path.write_bytes(content)
+    done = subprocess.run(
+        [sys.executable, str(VERIFIER), str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and done.stderr == ""
+    assert (
+        done.stdout == f"FAILED at the file: {path} is not an archive database or bundle "
+        "(empty, or other first bytes)\n"
+    )
+
+
+def test_the_standalone_verifier_says_a_database_is_not_a_bundle(home: Path) -> None:
+    database = archive_dir(home) / "events.db"
+    done = subprocess.run(
+        [sys.executable, str(VERIFIER), "bundle", str(database)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and f"{database} is a database, not a bundle" in done.stdout
+
+
+def test_the_standalone_verifier_without_blake3_says_how_to_install_it(tmp_path: Path) -> None:
+    """An auditor's bare Python: one line naming the install command, exit 1, no traceback."""
+    hide = (
+        "import runpy, sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'blake3' or name.startswith('blake3.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.modules.pop('blake3', None)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide, str(VERIFIER), str(tmp_path / "events.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "verifier.py needs the blake3 package: python3 -m pip install blake3\n"

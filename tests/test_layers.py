@@ -15,7 +15,7 @@ from pathlib import Path
 import archive_provider
 from archive_provider import ArchiveError, InvalidRequest, UsageError, errors
 from archive_provider.host.settings import config_path
-from archive_provider.projections.registry import default_projections
+from archive_provider.projections.registry import default_projections, registered
 from archive_provider.storage.store import EventStore, archive_dir
 
 HOST_MODULES = ("agent", "run_agent", "hermes_constants", "hermes_cli", "plugins")
@@ -106,9 +106,27 @@ def test_sqlite_failures_are_classified_by_sqlite_s_own_code(tmp_path: Path) -> 
     second.close()
 
 
-def test_hivemind_registers_its_projection_through_the_registry() -> None:
-    """Core names no hivemind module (lint-imports checks that); the entry point brings peers."""
-    projections = default_projections()
-    names = [projection.name for projection in projections]
-    assert names == ["sessions", "memory", "recall", "checkpoints", "recalls_served", "peers"]
-    assert type(projections[-1]).__module__ == "hivemind.peers"
+def test_hivemind_registers_its_projection_through_the_registry(tmp_path: Path) -> None:
+    """Core names no hivemind module (lint-imports checks that); the entry point brings peers
+    to an archive that keeps them, and only there (a plain archive has no peer tables)."""
+    core = ["sessions", "memory", "recall", "checkpoints", "recalls_served"]
+    assert [projection.name for projection in default_projections()] == core
+    plain = EventStore.open(archive_dir(tmp_path / "plain"), projections=default_projections)
+    try:
+        assert [projection.name for projection in default_projections(plain.conn)] == core
+        assert [projection.name for projection in plain.projections] == core
+        peer_tables = "SELECT 1 FROM sqlite_master WHERE name LIKE 'peer%'"
+        assert not plain.conn.execute(peer_tables).fetchone()
+    finally:
+        plain.close()
+    (peers_class,) = registered()
+    assert peers_class.__module__ == "hivemind.peers"
+    folder = archive_dir(tmp_path / "peers")
+    EventStore.open(folder, projections=[*default_projections(), peers_class()]).close()
+    kept = EventStore.open(folder, projections=default_projections)
+    try:
+        names = [projection.name for projection in kept.projections]
+        assert names == [*core, "peers"]
+        assert type(kept.projections[-1]) is peers_class
+    finally:
+        kept.close()

@@ -15,10 +15,14 @@ live inside, and a tar has no place for a trailing seal that tools keep.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
+import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -136,36 +140,50 @@ def export_bundle(
     if chain_from not in CHAIN_FROM:
         raise ValueError(f"chain_from must be one of {CHAIN_FROM}")
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    remove_stale_partials(out.parent)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     conn = store.conn
-    conn.execute("BEGIN")  # one read snapshot: the head and every row agree
-    try:
-        head = store.head()
-        start_seq, start_chain = _start(store, selection, chain_from, head.seq)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    # from here to the rename, SIGTERM/SIGHUP unwind like Ctrl-C, so no copy of the archive
+    # (its payload key included) is left under the partial name
+    with _signals_unwind():
         try:
-            with os.fdopen(fd, "w+b") as handle:
-                envelopes, chosen, payloads = _write(
-                    handle, store, selection, (start_seq, start_chain), head, created_by, progress
+            conn.execute("BEGIN")  # one read snapshot: the head and every row agree
+            try:
+                head = store.head()
+                start_seq, start_chain = _start(store, selection, chain_from, head.seq)
+                try:
+                    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                except OSError as exc:  # name the path the user gave, not our temporary file
+                    raise type(exc)(exc.errno, exc.strerror, str(out)) from None
+                with os.fdopen(fd, "w+b") as handle:
+                    envelopes, chosen, payloads = _write(
+                        handle,
+                        store,
+                        selection,
+                        (start_seq, start_chain),
+                        head,
+                        created_by,
+                        progress,
+                    )
+                    size = handle.seek(0, os.SEEK_END)
+                    handle.seek(size - 64)
+                    seal = handle.read().decode("ascii")
+                    os.fsync(handle.fileno())
+            finally:
+                conn.execute("COMMIT")
+            report = verify_bundle(tmp)
+            if not report.ok:
+                where = (
+                    f" at seq {report.first_bad_seq}" if report.first_bad_seq is not None else ""
                 )
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(size - 64)
-                seal = handle.read().decode("ascii")
-                os.fsync(handle.fileno())
+                raise ExportError(
+                    f"the export failed its own verification{where}: {report.problem}. "
+                    "Run `hermes-archive verify`: the archive itself is probably damaged."
+                )
+            os.replace(tmp, out)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    finally:
-        conn.execute("COMMIT")
-    report = verify_bundle(tmp)
-    if not report.ok:
-        tmp.unlink(missing_ok=True)
-        where = f" at seq {report.first_bad_seq}" if report.first_bad_seq is not None else ""
-        raise ExportError(
-            f"the export failed its own verification{where}: {report.problem}. "
-            "Run `hermes-archive verify`: the archive itself is probably damaged."
-        )
-    os.replace(tmp, out)
     _fsync_dir(out.parent)
     return ExportResult(
         out,
@@ -181,6 +199,61 @@ def export_bundle(
         seal,
         report,
     )
+
+
+PARTIAL_SUFFIX = ".partial"
+_PARTIAL = re.compile(r"^\..+\.([1-9][0-9]{0,9})" + re.escape(PARTIAL_SUFFIX) + "$")
+
+
+def remove_stale_partials(folder: Path) -> list[Path]:
+    """Remove partial bundles an export here left behind (killed before it could clean up).
+
+    Only files named as :func:`export_bundle` names them (``.<name>.<pid>.partial``), regular,
+    owned by this user, whose process is gone: a running export's partial is never touched.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _PARTIAL.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            os.kill(int(match.group(1)), 0)
+            continue  # the process lives (maybe its PID was reused): leave the file
+        except ProcessLookupError:
+            pass
+        except OSError:  # another user's process, or the file went away
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Inside: SIGTERM and SIGHUP raise :class:`SystemExit` so ``finally`` blocks run.
+
+    Only the main thread can set handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, unwind) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _info(name: str, when: tuple[int, int, int, int, int, int]) -> zipfile.ZipInfo:

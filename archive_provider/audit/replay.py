@@ -58,7 +58,7 @@ def rebuild(store: EventStore, progress: Progress | None = None) -> int:
     Uses the store's projections, or the default set when it was opened without any.
     ``progress`` is called with the sequence number reached, every few thousand events.
     """
-    projections = store.projections or default_projections()
+    projections = store.projections or default_projections(store.conn)
     with store.transaction():
         return rebuild_connection(store.conn, projections, progress)
 
@@ -69,7 +69,7 @@ def projection_digests(
     """Each projection's digest (the default set when none are given), by name."""
     return {
         p.name: p.digest(conn)
-        for p in (default_projections() if projections is None else projections)
+        for p in (default_projections(conn) if projections is None else projections)
     }
 
 
@@ -122,7 +122,6 @@ def verify_projections(
     source_path = Path(archive_folder) / DB_NAME
     if not source_path.exists():
         raise FileNotFoundError(f"no archive at {source_path}")
-    projections = list(default_projections() if projections is None else projections)
     with tempfile.TemporaryDirectory(prefix="hermes-archive-verify-", dir=scratch_dir) as scratch:
         copy_path = Path(scratch) / DB_NAME  # in a folder only we can read (mode 0700)
         copy = sqlite3.connect(copy_path, isolation_level=None)
@@ -132,6 +131,7 @@ def verify_projections(
                 source.backup(copy)
             finally:
                 source.close()
+            projections = list(default_projections(copy) if projections is None else projections)
             live = {p.name: _live_digest(copy, p) for p in projections}
             last = {p.name: p.last_seq(copy) if _has_state(copy) else 0 for p in projections}
             head = head_seq(copy)

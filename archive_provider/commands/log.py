@@ -8,6 +8,7 @@ from typing import Any
 from archive_provider.commands import CommandContext, UsageError, count_or_all, time_arg
 from archive_provider.commands._render import record, short_time
 from archive_provider.format.events import EVENT_TYPES
+from archive_provider.format.verifier import printable
 from archive_provider.storage.store import EVENT_COLUMNS, EVENTS_WITH_PAYLOAD, stored_event
 
 NAME = "log"
@@ -72,7 +73,7 @@ def run(ctx: CommandContext) -> int:
             return "No events match."
         width = max(len(e["type"]) for e in events)
         return "\n".join(
-            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {e['session']}  "
+            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {printable(e['session'])}  "
             f"{e['summary']}"
             for e in events
         )

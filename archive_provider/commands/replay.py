@@ -35,7 +35,7 @@ def run(ctx: CommandContext) -> int:
             "this process is writing to the archive; replay it from a separate command"
         )
     # a write connection: BEGIN IMMEDIATE waits for, never races, an agent in another process
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections())
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
     try:
         head = store.head().seq
         with ctx.progress("replay", head) as progress:

@@ -10,9 +10,6 @@ said before) committed with synchronous=FULL, and only then writes the new witne
 from __future__ import annotations
 
 import argparse
-import getpass
-import os
-import socket
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
@@ -31,14 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _witness(ctx: CommandContext) -> Witness:
-    from archive_provider.host.settings import load_settings
     from archive_provider.storage.witness import Witness
 
-    try:
-        setting = load_settings(ctx.home).witness_dir
-    except Exception:
-        setting = ""
-    return Witness.for_home(ctx.home, setting)
+    return Witness.for_home(ctx.home)
 
 
 def _check(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
@@ -89,10 +81,11 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
     from archive_provider.format.verifier import verify_database
     from archive_provider.projections.registry import default_projections
     from archive_provider.storage.witness import WitnessMismatch
+    from archive_provider.storage.witness import who as witness_who
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections())
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
     try:
         report = verify_database(store.conn, store.key)
         if not report.ok:
@@ -109,7 +102,7 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
             before = {"unreadable": str(exc)}
         head = store.head()
         at = now_text()
-        who = {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid()}
+        who = witness_who()
         body = {
             "reason": reason,
             **who,

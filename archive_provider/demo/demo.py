@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from blake3 import blake3
 
 from ..errors import InvalidRequest
 from ..format.verifier import verify_database
 from ..host.install import activate, install_plugin
 from ..projections.recall import FENCE_OPEN
-from ..storage.store import EventStore, archive_dir
+from ..storage.store import DB_NAME, EventStore, archive_dir, connect
 from ..storage.witness import Witness
 from .fake_llm import FakeLLM, ToolCall
 
-MARKER = ".hermes-archive-demo"
+MANIFEST = ".hermes-archive-demo.json"
+_DB_FILES = tuple(DB_NAME + end for end in ("", "-wal", "-shm", "-journal"))
 FACT = "BLUE HERON"
 SESSION_ONE = [
     f"Hi, I'm Dana. My project codename is {FACT} and it ships on March 3rd.",
@@ -56,26 +60,147 @@ class DemoResult:
         return FACT in self.recall_in_request and FACT in self.answer
 
 
-def fresh_demo_home(home: Path, marker: str, made_by: str) -> None:
-    """Empty ``home`` for a demo run; refuse a non-empty folder a demo did not make.
+def _digest(path: Path) -> str:
+    if path.is_symlink():
+        return "symlink:" + os.readlink(path)
+    hasher = blake3()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
 
-    The witness of the old demo archive goes too: it lives outside the home, and the new
-    archive would otherwise be refused as a replaced one (the demo could not run twice).
+
+def _archive_head(folder: Path) -> dict[str, Any]:
+    """The store id and head of the archive in ``folder``, read only (or why it cannot be)."""
+    try:
+        conn = connect(folder / DB_NAME, readonly=True)
+        try:
+            store = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
+            head = conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone() or (0, "")
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return {"unreadable": str(exc)}
+    return {"store_id": store[0] if store else None, "seq": head[0], "chain": head[1]}
+
+
+def _inventory(home: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Every file under ``home`` with its BLAKE3, and every archive with its head.
+
+    An archive's database files (``events.db`` and its ``-wal``/``-shm``/``-journal``) are
+    not listed as files: reading an archive may create or change them. Its head stands for
+    them, and it only moves when events are appended.
     """
-    if home.exists() and any(home.iterdir()):
-        if not (home / marker).exists():
+    files: dict[str, str] = {}
+    archives: dict[str, dict[str, Any]] = {}
+    for folder, dirs, names in os.walk(home):
+        base = Path(folder)
+        if (base / DB_NAME).is_file() and not (base / DB_NAME).is_symlink():
+            archives[base.relative_to(home).as_posix()] = _archive_head(base)
+            names = [n for n in names if n not in _DB_FILES]
+        for name in names + [d for d in dirs if (base / d).is_symlink()]:
+            path = base / name
+            relative = path.relative_to(home).as_posix()
+            if relative != MANIFEST:
+                files[relative] = _digest(path)
+    return files, archives
+
+
+def _write_manifest(home: Path, made_by: str, *, complete: bool) -> None:
+    files, archives = _inventory(home) if complete else ({}, {})
+    manifest = {
+        "made_by": made_by,
+        "complete": complete,
+        "note": "written by the demo: it deletes only what is listed here, unchanged",
+        "files": files,
+        "archives": archives,
+    }
+    partial = home / (MANIFEST + ".partial")
+    partial.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    partial.replace(home / MANIFEST)
+
+
+def _read_manifest(home: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((home / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def clear_demo_home(home: Path) -> None:
+    """Delete what an earlier demo run made in ``home``, or refuse (DemoRefused).
+
+    Only files listed, unchanged, in the manifest that run wrote are deleted; anything else
+    in the folder (a new or changed file, an archive that grew) means the folder is not only
+    the demo's any more, and nothing is deleted.
+    """
+    if not home.exists():
+        return
+    if not home.is_dir() or home.is_symlink():
+        raise DemoRefused(f"{home} is not a folder; choose another --home")
+    if not any(home.iterdir()):
+        return
+    manifest = _read_manifest(home)
+    if manifest is None:
+        raise DemoRefused(
+            f"{home} is not empty and was not made by the demo (no {MANIFEST}); "
+            "choose another --home"
+        )
+    if not manifest.get("complete"):
+        raise DemoRefused(
+            f"an earlier demo in {home} was stopped before it recorded what it made; "
+            "delete the folder yourself or choose another --home"
+        )
+    made: dict[str, str] = manifest.get("files") or {}
+    made_archives: dict[str, Any] = manifest.get("archives") or {}
+    files, archives = _inventory(home)
+    for folder, head in archives.items():
+        if made_archives.get(folder) != head:
             raise DemoRefused(
-                f"{home} is not empty and was not made by the demo; choose another --home"
+                f"the archive {home / folder} holds events the demo did not write; "
+                "it is never deleted: choose another --home"
             )
-        shutil.rmtree(home)
+    foreign = sorted(name for name, digest in files.items() if made.get(name) != digest)
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise DemoRefused(
+            f"{home / foreign[0]}{more} was not made by the demo (or changed since); "
+            "nothing was deleted: move it out or choose another --home"
+        )
+    for name in files:
+        (home / name).unlink()
+    for folder in archives:
+        for name in _DB_FILES:
+            (home / folder / name).unlink(missing_ok=True)
+    (home / MANIFEST).unlink()
+    for folder, _, _ in sorted(os.walk(home), key=lambda entry: -len(entry[0])):
+        if Path(folder) != home and not any(Path(folder).iterdir()):
+            Path(folder).rmdir()
+    # the witness of the old demo archive lives outside the home; the new archive would
+    # otherwise be refused as a replaced one (the demo could not run twice)
+    if "archive" in archives:
         Witness.for_home(home).path.unlink(missing_ok=True)
+
+
+@contextmanager
+def demo_home(home: Path, made_by: str) -> Iterator[None]:
+    """Run the body in a fresh demo folder; afterwards record every file it made.
+
+    The record is written even when the body fails, so a failed run can be cleared too;
+    only a killed run leaves the in-progress record, and then the next run refuses.
+    """
+    clear_demo_home(home)
     home.mkdir(parents=True, exist_ok=True)
-    (home / marker).write_text(f"made by `{made_by}`; safe to delete\n")
+    _write_manifest(home, made_by, complete=False)
+    try:
+        yield
+    finally:
+        _write_manifest(home, made_by, complete=True)
 
 
 def prepare_home(home: Path) -> None:
-    """A fresh demo profile with the archive installed and active, built-in memory on."""
-    fresh_demo_home(home, MARKER, "hermes-archive demo")
+    """The demo profile with the archive installed and active, built-in memory on."""
     install_plugin(home, "archive")
     activate(home, "archive")
     with (home / "config.yaml").open("a", encoding="utf-8") as config:
@@ -136,12 +261,21 @@ def _agent(fake: FakeLLM) -> Any:
 def run_demo(home: Path, say: Callable[[str], None] = print) -> DemoResult:
     """Run both sessions, compress, verify; returns what happened (also narrated via ``say``)."""
     home = home.resolve()
+    with demo_home(home, "hermes-archive demo"):
+        return _run(home, say)
+
+
+def _run(home: Path, say: Callable[[str], None]) -> DemoResult:
     prepare_home(home)
     os.environ["HERMES_HOME"] = str(home)
     result = DemoResult(home)
     with FakeLLM(scripted_model) as fake:
         agent = _agent(fake)
         provider = agent._memory_manager.providers[-1]
+        say(
+            f"The model is a scripted stand-in LLM at {fake.base_url} (local, deterministic; "
+            "no network, no API key)"
+        )
         say(f"Session 1 ({agent.session_id}), memory provider: {provider.name}")
         messages: list[dict[str, Any]] = []
         for text in SESSION_ONE:
@@ -222,7 +356,7 @@ def _audit(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def summarize(store: EventStore, event_type: str, body: Any) -> str:
-    """One line a person can read for an event."""
+    """One line a person can read for an event (quoted text, never a Python repr)."""
 
     def part(digest: str) -> Any:
         raw = store.payload(digest)
@@ -232,17 +366,28 @@ def summarize(store: EventStore, event_type: str, body: Any) -> str:
         rows = [part(d) or {} for d in body["messages"]]
         roles = ", ".join(str(r.get("role")) for r in rows)
         first_user = next((str(r.get("content")) for r in rows if r.get("role") == "user"), "")
-        return f"turn {body['turn']}: {len(rows)} messages ({roles}) {first_user[:50]!r}"
+        return f"turn {body['turn']}: {_count(len(rows), 'message')} ({roles}) {_quote(first_user)}"
     if event_type == "memory_write":
-        return f"{body['action']} {body['target']}: {str(part(body['content']))[:60]!r}"
+        return f"{body['action']} {body['target']}: {_quote(part(body['content']))}"
     if event_type == "checkpoint":
-        return f"{len(body['evidence'])} evidence messages, digest {body['evidence_digest'][:12]}"
+        evidence = _count(len(body["evidence"]), "evidence message")
+        return f"{evidence}, digest {body['evidence_digest'][:12]}"
     if event_type == "recall_served":
-        return f"recall for turn {body['turn']}: {len(body['sources'])} sources"
+        return f"recall for turn {body['turn']}: {_count(len(body['sources']), 'source')}"
     if event_type == "session_switched":
-        return f"from {body.get('from')} (reason: {body.get('reason')}, reset: {body.get('reset')})"
+        reset = ", the host reset the session" if body.get("reset") else ""
+        return f"from {body.get('from')} (reason: {body.get('reason')}{reset})"
     if event_type == "session_ended":
-        return f"{body['message_count']} messages in the final transcript"
+        return f"{_count(body['message_count'], 'message')} in the final transcript"
     if event_type == "session_started":
         return f"platform {body.get('platform')}, hermes {body.get('host')}"
     return ""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _quote(value: Any, width: int = 50) -> str:
+    text = " ".join(str("" if value is None else value).split())
+    return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)

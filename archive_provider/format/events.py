@@ -34,6 +34,8 @@ EVENT_TYPES = frozenset(
         "peer_invite_ignored",
         "peer_messages_read",
         "peer_sync_position",
+        "peer_input_rejected",
+        "peer_link_state",
         "witness_accepted",
     }
 )

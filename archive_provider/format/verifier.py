@@ -26,13 +26,19 @@ import os
 import pathlib
 import re
 import sqlite3
+import stat
 import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
-from blake3 import blake3
+try:
+    from blake3 import blake3
+except ImportError:
+    if __name__ != "__main__":
+        raise
+    sys.exit("verifier.py needs the blake3 package: python3 -m pip install blake3")
 
 DOMAIN_IDENTITY = b"hermes-archive/v1/identity\x00"
 DOMAIN_PAYLOAD = b"hermes-archive/v1/payload\x00"
@@ -133,31 +139,47 @@ def _check_payloads(
     parts: str,
     key: bytes,
     payload_of: Callable[[str], bytes | None],
-    seen_parts: set[str],
+    seen: set[str],
 ) -> Report | None:
-    """Check one event's payload and parts; return the failed report, or None when all hold."""
-    body = payload_of(payload)
-    if body is None:
-        return report.fail(seq, f"payload {payload} is missing")
-    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != payload:
-        return report.fail(seq, f"payload {payload} does not match its bytes (changed or swapped)")
-    report.payloads_checked += 1
+    """Check one event's payload and parts; return the failed report, or None when all hold.
+
+    ``payloads_checked`` counts distinct digests (payloads and parts alike), each once
+    however many events name it: the payloads the log stores, as an export bundle holds them.
+    """
+    failed = _check_payload(report, seq, "payload", payload, key, payload_of, seen)
+    if failed is not None:
+        return failed
     try:
         part_digests = json.loads(parts)
     except ValueError:
         return report.fail(seq, "parts list is not valid JSON")
     for digest in part_digests:
-        if digest in seen_parts:
-            continue
         if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
             return report.fail(seq, f"part {digest!r} is not a digest")
-        part = payload_of(digest)
-        if part is None:
-            return report.fail(seq, f"part {digest} is missing")
-        if blake3(DOMAIN_PAYLOAD + part, key=key).hexdigest() != digest:
-            return report.fail(seq, f"part {digest} does not match its bytes (changed or swapped)")
-        seen_parts.add(digest)
-        report.payloads_checked += 1
+        failed = _check_payload(report, seq, "part", digest, key, payload_of, seen)
+        if failed is not None:
+            return failed
+    return None
+
+
+def _check_payload(
+    report: Report,
+    seq: int,
+    what: str,
+    digest: str,
+    key: bytes,
+    payload_of: Callable[[str], bytes | None],
+    seen: set[str],
+) -> Report | None:
+    if digest in seen:
+        return None
+    body = payload_of(digest)
+    if body is None:
+        return report.fail(seq, f"{what} {digest} is missing")
+    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != digest:
+        return report.fail(seq, f"{what} {digest} does not match its bytes (changed or swapped)")
+    seen.add(digest)
+    report.payloads_checked += 1
     return None
 
 
@@ -183,7 +205,7 @@ def verify_rows(
     """
     report = Report(head_seq=head[0] if head else None)
     prev_seq, prev_chain = start if start else (0, genesis(store_id))
-    seen_parts: set[str] = set()
+    seen: set[str] = set()  # payload and part digests checked
     try:
         for row in rows:
             seq, time, type_, session, key_text, identity, payload, parts, chain = row
@@ -196,7 +218,7 @@ def verify_rows(
             if identity_of(type_, key_text) != identity:
                 return report.fail(seq, "identity digest does not match the event's type and key")
             if payload_needed is None or payload_needed(row):
-                failed = _check_payloads(report, seq, payload, parts, key, payload_of, seen_parts)
+                failed = _check_payloads(report, seq, payload, parts, key, payload_of, seen)
                 if failed is not None:
                     return failed
             else:
@@ -317,7 +339,10 @@ _SEAL = re.compile(
 _END_OF_ZIP = b"PK\x05\x06"  # the end-of-central-directory record; the seal is its comment
 _END_RECORD = 22
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
-_MAX_MANIFEST = 1 << 30
+#: manifest.json holds one small entry per member: it may be this large for each member (a
+#: payload name is 73 characters, its size and digest about 90 more) plus a fixed allowance
+_MANIFEST_PER_MEMBER = 512
+_MANIFEST_BASE = 1 << 16
 _MAX_KEY_MEMBER = 256  # 64 hex digits and a newline; anything far larger is not a key
 _MAX_PAYLOAD = 1_000_000_000  # SQLite's largest value: no archive holds a larger payload
 _MAX_ENVELOPE_LINE = 1 << 30
@@ -401,7 +426,7 @@ def _member_digest(archive: zipfile.ZipFile, name: str, limit: int) -> tuple[int
                 hasher.update(chunk)
                 size += len(chunk)
     except Exception as exc:  # CRC, zlib, header and encryption-flag errors all land here
-        raise BundleError(f"member {name} cannot be read: {exc}") from None
+        raise BundleError(f"member {printable(name)} cannot be read: {exc}") from None
     return size, hasher.hexdigest()
 
 
@@ -502,12 +527,22 @@ def _verify_open_bundle(
     except Exception as exc:
         raise BundleError(f"the zip directory is damaged: {exc}") from None
     names = archive.namelist()
-    if len(names) != len(set(names)):
-        twice = sorted({name for name in names if names.count(name) > 1})
-        raise BundleError(f"member {twice[0]} appears more than once")
-    if MANIFEST not in names:
+    seen: set[str] = set()
+    for name in names:  # linear: one set lookup per member
+        if name in seen:
+            raise BundleError(f"member {printable(name)} appears more than once")
+        seen.add(name)
+    if MANIFEST not in seen:
         raise BundleError(f"{MANIFEST} is missing")
-    manifest_size, digest = _member_digest(archive, MANIFEST, _MAX_MANIFEST)
+    manifest_limit = _MANIFEST_BASE + _MANIFEST_PER_MEMBER * len(names)
+    if archive.getinfo(MANIFEST).file_size > manifest_limit:
+        raise BundleError(
+            f"{MANIFEST} says it inflates to {archive.getinfo(MANIFEST).file_size} bytes, more "
+            f"than a manifest of {len(names)} members can hold"
+        )
+    manifest_size, digest = _member_digest(archive, MANIFEST, manifest_limit)
+    if manifest_size > manifest_limit:
+        raise BundleError(f"{MANIFEST} inflates past {manifest_limit} bytes")
     if digest != manifest_digest:
         raise BundleError(
             f"{MANIFEST} does not match the manifest digest in the seal (one of them was changed)"
@@ -521,16 +556,16 @@ def _verify_open_bundle(
     present = set(names) - {MANIFEST}
     missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
     if missing:
-        raise BundleError(f"member {missing[0]} is listed in the manifest but missing")
+        raise BundleError(f"member {printable(missing[0])} is listed in the manifest but missing")
     if unlisted:
-        raise BundleError(f"member {unlisted[0]} is not listed in the manifest")
+        raise BundleError(f"member {printable(unlisted[0])} is not listed in the manifest")
     for name in names:
         if name == MANIFEST:
             continue
         entry = members[name]
         if _member_digest(archive, name, entry["size"]) != (entry["size"], entry["blake3"]):
             raise BundleError(
-                f"member {name} was changed: its size or BLAKE3 differs from the manifest"
+                f"member {printable(name)} was changed: its size or BLAKE3 differs from the manifest"
             )
 
     store_id, head, proof = manifest["store_id"], manifest["head"], manifest["proof"]
@@ -571,7 +606,7 @@ def _verify_open_bundle(
         if name not in payload_names:
             return None
         if members[name]["size"] > _MAX_PAYLOAD:  # checked against the content above
-            raise BundleError(f"member {name} is larger than any archive can hold")
+            raise BundleError(f"member {printable(name)} is larger than any archive can hold")
         referenced.add(name)
         return archive.read(name)
 
@@ -610,7 +645,8 @@ def _verify_open_bundle(
     unreferenced = sorted(payload_names - referenced)
     if unreferenced:
         return report.fail(
-            None, f"member {unreferenced[0]} is not a payload or part of any selected event"
+            None,
+            f"member {printable(unreferenced[0])} is not a payload or part of any selected event",
         )
     if len(payload_names) != manifest["payloads"]:
         return report.fail(
@@ -640,6 +676,8 @@ def verify_bundle(
     every selected event's payload and parts, and that the selection is complete."""
     report = Report()
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
+            return report.fail(None, f"{printable(path)} is not a regular file")
         with open(path, "rb") as handle:
             return _verify_open_bundle(handle, report, progress)
     except BundleError as exc:
@@ -651,11 +689,39 @@ def verify_bundle(
 # -- command line ---------------------------------------------------------------------------
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """``text`` safe for a terminal: control characters (ESC, CR, bidi overrides) escaped."""
+    return _CONTROL.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        str(text),
+    )
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of regular file ``path`` (a FIFO or device is refused, not read)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"{path} is larger than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
 def _verify_database_file(database: str, key_path: str | None) -> Report:
     key_path = key_path or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
     try:
-        with open(key_path) as handle:
-            key = bytes.fromhex(handle.read().strip())
+        key = bytes.fromhex(_read_regular(key_path, 4096).decode("ascii").strip())
+        if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
+            raise ValueError(f"{database} is not a regular file")
         uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
         conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
@@ -664,19 +730,42 @@ def _verify_database_file(database: str, key_path: str | None) -> Report:
         return Report().fail(None, f"cannot read the archive: {type(exc).__name__}: {exc}")
 
 
-def _is_database(path: str) -> bool:
+SQLITE_MAGIC = b"SQLite format 3\x00"
+ZIP_MAGIC = b"PK\x03\x04"  # a bundle starts with its first member's local header
+
+
+def kind_of(path: str) -> str | None:
+    """``database`` or ``bundle`` by the file's first bytes; None when it is neither.
+
+    A file that cannot be opened is taken for what its name suggests, so that the check
+    itself reports why it cannot be read.
+    """
     try:
-        with open(path, "rb") as handle:
-            return handle.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return not path.endswith(".zip")
+        start = _read_regular_head(path)
+    except (OSError, ValueError):
+        return "bundle" if path.endswith(".zip") else "database"
+    if start == SQLITE_MAGIC:
+        return "database"
+    if start.startswith(ZIP_MAGIC):
+        return "bundle"
+    return None
+
+
+def _read_regular_head(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        return os.read(fd, 16)
+    finally:
+        os.close(fd)
 
 
 def describe(report: Report, kind: str) -> str:
     """One human line (plus warnings) for a report."""
     if not report.ok:
         where = f"seq {report.first_bad_seq}" if report.first_bad_seq is not None else f"the {kind}"
-        return f"FAILED at {where}: {report.problem}"
+        return f"FAILED at {where}: {printable(report.problem)}"
     if kind == "bundle":
         d = report.details
         start = (
@@ -697,7 +786,7 @@ def describe(report: Report, kind: str) -> str:
             f"ok: {report.events_checked} events, {report.payloads_checked} payloads verified; "
             f"head at {report.last_seq}"
         )
-    return "\n".join([text, *(f"note: {w}" for w in report.warnings)])
+    return "\n".join(printable(line) for line in [text, *(f"note: {w}" for w in report.warnings)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -714,7 +803,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
-    kind = mode or ("database" if _is_database(args.path) else "bundle")
+    kind = kind_of(args.path)
+    if mode and kind in (None, mode):  # a damaged first byte is the named check's to report
+        kind = mode
+    if kind is None or (mode and mode != kind):
+        report = Report().fail(
+            None,
+            f"{args.path} is a {kind}, not a {mode}"
+            if kind
+            else f"{args.path} is not an archive database or bundle (empty, or other first bytes)",
+        )
+        print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, "file"))
+        return 1
     report = (
         _verify_database_file(args.path, args.key)
         if kind == "database"

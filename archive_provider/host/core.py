@@ -23,9 +23,17 @@ from ..domain import builders
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
-from ..projections.recall import Hit, search
+from ..projections.recall import Hit, Prover, search
 from ..projections.registry import default_projections
-from ..storage.store import DB_NAME, EventStore, archive_dir, connect
+from ..storage.store import (
+    DB_NAME,
+    KEY_NAME,
+    EventStore,
+    Projection,
+    archive_dir,
+    connect,
+    read_key,
+)
 from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
@@ -75,8 +83,12 @@ class Transcript:
 class ArchiveCore:
     """One profile's archive as the providers use it: state, writer, reader, search, submit."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, projections: Callable[[], Sequence[Projection]] = default_projections
+    ) -> None:
         # Cheap and side-effect free: discovery and `hermes memory status` construct us.
+        #: the projections this archive's writer keeps (hivemind's provider adds its peers)
+        self.projections = projections
         self.home: Path | None = None
         self.writer: Writer | None = None
         self.settings = Settings()
@@ -87,6 +99,7 @@ class ArchiveCore:
         #: writer-thread cache of the last transcript archived per session (the turn delta)
         self.transcripts: dict[str, Transcript] = {}
         self._reader: sqlite3.Connection | None = None
+        self._key = b""  # the payload key, read with the reader: served excerpts are re-proved
         self._reader_lock = threading.Lock()
 
     @property
@@ -101,10 +114,10 @@ class ArchiveCore:
         if self.writer is None and self.home is not None:
             self.writer = writers.acquire(
                 archive_dir(self.home),
-                projections_factory=default_projections,
+                projections_factory=self.projections,
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
-                witness=Witness.for_home(self.home, self.settings.witness_dir),
+                witness=Witness.for_home(self.home),
             )
 
     def close(self) -> None:
@@ -207,16 +220,34 @@ class ArchiveCore:
                     raise sqlite3.OperationalError("the archive is not initialized")
                 if flush_s and self.writer is not None:
                     self.writer.flush(flush_s)
-                self._reader = connect(archive_dir(self.home) / DB_NAME, readonly=True)
+                folder = archive_dir(self.home)
+                self._reader = connect(folder / DB_NAME, readonly=True)
+                self._key = read_key(folder / KEY_NAME)
             return query(self._reader)
 
-    def search(self, query: str, **kwargs: Any) -> list[Hit]:
-        """Recall search; [] before the archive exists, refused while its proof has failed."""
+    def search(self, query: str, **kwargs: Any) -> tuple[list[Hit], list[str]]:
+        """Ranked hits, each re-proved from the log (invariant 11), and why any was withheld.
+
+        Nothing before the archive exists; refused while its proof has failed.
+        """
         if self.home is None:
-            return []
+            return [], []
         writer = self.writer
         if writer is not None and writer.refused:  # a log that failed its proof is not recalled
             raise RuntimeError(f"archive recall is withheld: {writer.refused}")
         if not (archive_dir(self.home) / DB_NAME).exists():
-            return []
-        return self.read(lambda conn: search(conn, query, **kwargs))
+            return [], []
+
+        def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
+            prover = Prover(conn, self._key)
+            return prover.proven(search(conn, query, **kwargs)), prover.withheld
+
+        hits, withheld = self.read(proven)
+        if withheld:
+            log.error(
+                "archive: %d recalled excerpts withheld, not proven against the log (%s); "
+                "run `hermes-archive verify --projections` and `hermes-archive replay`",
+                len(withheld),
+                withheld[0],
+            )
+        return hits, withheld

@@ -7,10 +7,12 @@ and its tests run without hermes, on 0.19.0 and on hosts with checkpoint API v2.
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,51 @@ def host_version() -> str:
         return version("hermes-agent")
     except Exception:
         return "absent"
+
+
+class HostLLMUnavailable(RuntimeError):
+    """This host has no auxiliary LLM helper (``agent.auxiliary_client.call_llm``)."""
+
+
+@dataclass(frozen=True)
+class HostLLMReply:
+    """What the host's auxiliary model answered, and who answered (``unknown`` if unsaid)."""
+
+    text: str
+    provider: str
+    model: str
+
+
+def call_host_llm(
+    task: str, messages: list[dict[str, str]], *, max_tokens: int, timeout: float
+) -> HostLLMReply:
+    """One call through the host's auxiliary LLM helper (docs/HOST.md §7); blocking.
+
+    ``task`` selects ``auxiliary.<task>.*`` in the host's config.yaml; without one the host
+    auto-detects a provider, and raises ``RuntimeError`` when it finds none. Only arguments
+    the host's signature accepts are passed: main's ``route_info`` out-parameter (provider
+    and model actually used) is read when the host has it. Call it from a background thread,
+    never from a hook: it waits for the model.
+    """
+    try:
+        from agent.auxiliary_client import call_llm
+    except Exception as exc:
+        raise HostLLMUnavailable(f"no auxiliary LLM helper in this host: {exc}") from None
+    accepted = inspect.signature(call_llm).parameters
+    route: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "timeout": timeout}
+    if "route_info" in accepted:
+        kwargs["route_info"] = route
+    response = call_llm(task, **kwargs)
+    try:
+        text = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        text = None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the auxiliary model returned no text")
+    answered = getattr(response, "model", None)
+    return HostLLMReply(
+        text=text,
+        provider=str(route.get("provider") or "unknown"),
+        model=str(route.get("model") or answered or "unknown"),
+    )

@@ -8,8 +8,10 @@ the package upgrades the plugin.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from importlib.resources import files
 from pathlib import Path
 
@@ -111,11 +113,35 @@ def set_memory_provider(text: str, name: str) -> str:
 
 
 def activate(home: Path, name: str) -> Path:
-    """Make ``name`` the profile's memory provider in ``<home>/config.yaml``."""
-    path = home / "config.yaml"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    """Make ``name`` the profile's memory provider in ``<home>/config.yaml``.
+
+    The file is rewritten atomically with the mode and owner it had (a private 0600 file
+    stays private whatever the umask); a symlinked config.yaml is written through to its
+    target, which stays a link. Anything but a regular file there is refused.
+    """
+    link = home / "config.yaml"
+    path = Path(os.path.realpath(link))
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{link} is not a regular file; refusing to rewrite it")
+    text = path.read_text(encoding="utf-8") if st is not None else ""
     updated = set_memory_provider(text, name)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(updated, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o600
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+            handle.flush()
+            if st is not None and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                os.fchown(handle.fileno(), st.st_uid, st.st_gid)
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return link

@@ -33,8 +33,10 @@ from ..domain.evidence import (
 from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
+from ..projections.base import TableProjection
 from ..projections.builtin import session_counters, transcript_digests
-from ..projections.recall import render
+from ..projections.recall import MAX_QUERY_CHARS, render
+from ..projections.registry import default_projections
 from ..storage.store import EventStore
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
+#: archive_search bounds: characters of one excerpt, and of all excerpts of one answer
+TOOL_EXCERPT_CHARS = 2000
+TOOL_ANSWER_CHARS = 16000
 
 
 Hook = TypeVar("Hook", bound=Callable[..., None])
@@ -83,7 +88,11 @@ class ArchiveProvider(MemoryProviderBase):
 
     def __init__(self) -> None:
         # Cheap and side-effect free: discovery and `hermes memory status` construct us.
-        self.core = ArchiveCore()
+        self.core = ArchiveCore(projections=self.kept_projections)
+
+    def kept_projections(self) -> list[TableProjection]:
+        """The projections this provider's writer keeps (hivemind adds its peers)."""
+        return default_projections()
 
     # -- identity and availability -----------------------------------------------------
 
@@ -435,9 +444,10 @@ class ArchiveProvider(MemoryProviderBase):
     @staticmethod
     def _receipt(result: AppendResult, count: int, fresh: int) -> str:
         state = "archived" if result.outcome == "appended" else "already archived"
+        stored = f"{fresh} newly stored" if fresh else "all already stored"
         return (
             f"Archive checkpoint {result.identity[:16]}: {count} messages {state} "
-            f"({fresh} newly stored), event seq {result.seq}."
+            f"({stored}), event seq {result.seq}."
         )
 
     def _record_checkpoint_failure(
@@ -473,8 +483,8 @@ class ArchiveProvider(MemoryProviderBase):
         """The recall block for ``query`` (raises; ``prefetch`` is the hook that never does)."""
         if not isinstance(query, str) or not query.strip():
             return ""
-        hits = self.core.search(query, limit=self.core.settings.recall_limit)
-        text = render(hits, self.core.settings.recall_budget_chars)
+        hits, withheld = self.core.search(query, limit=self.core.settings.recall_limit)
+        text = render(hits, self.core.settings.recall_budget_chars, withheld=len(withheld))
         self.core.record_recall(
             session_id, query, text, sorted({hit.seq for hit in hits if hit.seq})
         )
@@ -518,21 +528,33 @@ class ArchiveProvider(MemoryProviderBase):
             if value is not None and not isinstance(value, str):
                 return {"error": f"'{name}' must be text"}
             filters[name] = value or None
-        hits = self.core.search(query, limit=limit, **filters)
-        return {
-            "query": query,
-            "results": [
+        hits, withheld = self.core.search(query, limit=limit, **filters)
+        results, used = [], 0
+        for h in hits:
+            text = h.text[:TOOL_EXCERPT_CHARS]
+            if used + len(text) > TOOL_ANSWER_CHARS:
+                break
+            used += len(text)
+            results.append(
                 {
-                    "text": h.text,
+                    "text": text,
+                    "truncated": h.truncated or len(text) < len(h.text),
                     "kind": h.kind,
                     "role": h.role,
                     "session": h.session,
                     "seq": h.seq,
                     "time": h.time,
                 }
-                for h in hits
-            ],
-        }
+            )
+        answer: dict[str, Any] = {"query": query[:MAX_QUERY_CHARS], "results": results}
+        if withheld:
+            answer["withheld"] = len(withheld)
+            answer["problem"] = (
+                f"{len(withheld)} excerpts were withheld, not proven against the archived log "
+                f"(first: {withheld[0]}); the archive owner should run "
+                "`hermes-archive verify --projections`"
+            )
+        return answer
 
     # -- configuration and backup --------------------------------------------------------
 

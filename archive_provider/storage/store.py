@@ -16,7 +16,7 @@ import logging
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +44,7 @@ from ..format.digests import (
 )
 from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, StoredEvent
 from ..format.verifier import schema_problem
+from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,76 @@ DB_NAME = "events.db"
 KEY_NAME = "payload.key"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 
-SCHEMA = """
+# Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
+# so they hold no copy of any text, need no projection, and verification never reads them.
+# Payload bodies are canonical JSON in UTF-8; the views show them as text.
+AUDIT_VIEWS = """
+CREATE VIEW IF NOT EXISTS audit_events AS
+SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload, e.parts,
+       e.identity, e.payload AS payload_digest, e.chain
+FROM events e JOIN payloads p ON p.digest = e.payload;
+CREATE VIEW IF NOT EXISTS audit_turns AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
+       CAST(m.key AS INTEGER) + 1 AS position,
+       json_extract(CAST(p.body AS TEXT), '$.role') AS role,
+       json_extract(CAST(p.body AS TEXT), '$.name') AS author,
+       coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
+                json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
+       json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
+       m.value AS message_digest, e.payload_digest, e.chain
+FROM audit_events e, json_each(e.payload, '$.messages') m
+JOIN payloads p ON p.digest = m.value
+WHERE e.type = 'turn';
+CREATE VIEW IF NOT EXISTS audit_memory AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
+       json_extract(e.payload, '$.target') AS target,
+       json_extract(CAST(c.body AS TEXT), '$') AS content,
+       json_extract(e.payload, '$.metadata.old_text') AS old_text,
+       json_extract(e.payload, '$.metadata.write_origin') AS origin,
+       json_extract(e.payload, '$.metadata') AS metadata,
+       json_extract(e.payload, '$.content') AS content_digest, e.payload_digest, e.chain
+FROM audit_events e LEFT JOIN payloads c ON c.digest = json_extract(e.payload, '$.content')
+WHERE e.type = 'memory_write';
+CREATE VIEW IF NOT EXISTS audit_checkpoints AS
+SELECT e.seq, e.time, e.session, e.type = 'checkpoint' AS ok,
+       json_extract(e.payload, '$.parent_session') AS parent_session,
+       coalesce(json_array_length(e.payload, '$.evidence'),
+                json_extract(e.payload, '$.evidence_count')) AS messages,
+       json_extract(e.payload, '$.require_checkpoint') AS require_checkpoint,
+       json_extract(e.payload, '$.host_api_version') AS host_api_version,
+       json_extract(e.payload, '$.error') AS error,
+       json_extract(e.payload, '$.evidence_digest') AS evidence_digest, e.payload_digest, e.chain
+FROM audit_events e WHERE e.type IN ('checkpoint', 'checkpoint_failed');
+CREATE VIEW IF NOT EXISTS audit_sessions AS
+SELECT e.session, min(e.seq) AS first_seq, max(e.seq) AS last_seq,
+       min(e.time) AS first_time, max(e.time) AS last_time, count(*) AS events,
+       sum(e.type = 'turn') AS turns, sum(e.type = 'memory_write') AS memory_writes,
+       sum(e.type = 'checkpoint') AS checkpoints, sum(e.type = 'recall_served') AS recalls,
+       (SELECT json_extract(s.payload, '$.from') FROM audit_events s
+        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS switched_from,
+       (SELECT json_extract(s.payload, '$.reason') FROM audit_events s
+        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS switch_reason,
+       (SELECT json_extract(s.payload, '$.platform') FROM audit_events s
+        WHERE s.type = 'session_started' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS platform
+FROM events e GROUP BY e.session;
+CREATE VIEW IF NOT EXISTS audit_recalls AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
+       json_extract(CAST(q.body AS TEXT), '$') AS query,
+       json_extract(CAST(r.body AS TEXT), '$') AS result,
+       json_extract(e.payload, '$.sources') AS sources,
+       json_extract(e.payload, '$.query') AS query_digest,
+       json_extract(e.payload, '$.result') AS result_digest, e.payload_digest, e.chain
+FROM audit_events e
+LEFT JOIN payloads q ON q.digest = json_extract(e.payload, '$.query')
+LEFT JOIN payloads r ON r.digest = json_extract(e.payload, '$.result')
+WHERE e.type = 'recall_served';
+"""
+
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -88,6 +158,8 @@ BEGIN SELECT RAISE(ABORT, 'payloads are immutable'); END;
 CREATE TRIGGER IF NOT EXISTS payloads_no_delete BEFORE DELETE ON payloads
 BEGIN SELECT RAISE(ABORT, 'payloads are kept; erasure is a recorded event'); END;
 """
+    + AUDIT_VIEWS
+)
 
 
 class StoreError(ArchiveError):
@@ -108,6 +180,10 @@ class StoreDamaged(StoreError, ArchiveDamaged):
 
 class PayloadMissing(StoreDamaged):
     """An event's payload row is gone from the payloads table; the message names the event."""
+
+
+class TamperedPayload(StoreError):
+    """A payload already stored under a digest is not the bytes that digest names."""
 
 
 class Projection(Protocol):
@@ -148,16 +224,19 @@ def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
     return Path(hermes_home) / "archive"
 
 
-def _read_key(path: Path) -> bytes:
+def read_key(path: Path) -> bytes:
+    """The store's payload key: a regular file of hex text, read with a bound."""
     try:
-        key = bytes.fromhex(path.read_text().strip())
+        key = bytes.fromhex(read_small(path, 4096).decode("ascii").strip())
+    except UnsafeFile as exc:
+        raise StoreError(f"the payload key cannot be used: {exc.strerror}") from None
     except FileNotFoundError:
         raise StoreError(
             f"the payload key {path} is missing; without it payload digests cannot be "
             "checked. Restore it from your backup (it lives beside events.db, so `hermes "
             "backup` includes it; give it mode 0600 again)."
         ) from None
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         raise StoreError(
             f"the payload key {path} is not hex text; restore it from backup"
         ) from None
@@ -230,12 +309,23 @@ class EventStore:
         *,
         create: bool = True,
         readonly: bool = False,
-        projections: Sequence[Projection] = (),
+        projections: Sequence[Projection]
+        | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     ) -> EventStore:
-        """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``)."""
+        """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``).
+
+        ``projections`` may be a function of the open connection, to keep the projections
+        this archive holds (``projections.default_projections``).
+        """
         folder = Path(folder)
         db_path, key_path = folder / DB_NAME, folder / KEY_NAME
+        unsafe = [regular_file_problem(path) for path in (db_path, key_path)]
+        if not readonly:  # the writer: only a folder this user alone may change
+            unsafe.append(folder_problem(folder))
+        problem = next((p for p in unsafe if p), None)
+        if problem:
+            raise StoreError(f"the archive at {folder} is refused: {problem}")
         if not db_path.exists():
             if not create or readonly:
                 raise StoreError(f"no archive at {db_path}")
@@ -245,7 +335,7 @@ class EventStore:
                 _write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
             # create the file 0600 before SQLite opens it
             os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
-        key = _read_key(key_path)
+        key = read_key(key_path)
         try:
             conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
             if not readonly:
@@ -280,6 +370,8 @@ class EventStore:
             raise StoreError(
                 f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}"
             )
+        if callable(projections):
+            projections = projections(conn)
         store = cls(db_path, conn, key, store_id, projections)
         if not readonly:
             store._create_projections()
@@ -461,6 +553,8 @@ class EventStore:
             identity = identity_of_key_text(event.type, key)
             existing = batch.get(identity) or self.identity_seq(identity)
             if existing is not None:
+                # its parts are in hand: what is stored under their digests must be them
+                payload_rows.extend((part.digest, part.body) for part in event.parts)
                 results.append(AppendResult("already_archived", existing, identity, event.type))
                 continue
             body = canonical_bytes(event.body)
@@ -484,6 +578,7 @@ class EventStore:
             records.append(StoredEvent(envelope, chain, body))
             batch[identity] = seq
             results.append(AppendResult("appended", seq, identity, event.type))
+        self._check_stored(payload_rows)
         if not event_rows:
             return results
         _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
@@ -497,6 +592,27 @@ class EventStore:
             for projection in self.projections:
                 self._apply_projection(projection, record)
         return results
+
+    def _check_stored(self, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Fail closed when a payload already stored is not the bytes in hand for its digest.
+
+        ``INSERT OR IGNORE`` keeps the stored row, so an edited row would otherwise be
+        built upon (and a checkpoint would report the evidence as archived). The bytes in
+        hand are the ones the digest was computed from, so equality proves the row.
+        """
+        wanted = dict(rows)
+        digests = list(wanted)
+        for start in range(0, len(digests), 500):
+            part = digests[start : start + 500]
+            for digest, body in self.conn.execute(
+                f"SELECT digest, body FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
+                part,
+            ):
+                if bytes(body) != wanted[digest]:
+                    raise TamperedPayload(
+                        f"the payload stored under {digest} in {self.path} is not the bytes "
+                        "that digest names (the row was edited after it was written)"
+                    )
 
     def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
         """Apply one projection; a projection bug never costs the log an event.

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ArchiveUnavailable, Failure, classify
+from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_rows
 from .store import (
@@ -45,9 +46,17 @@ from .store import (
     Head,
     Projection,
     StoreError,
+    TamperedPayload,
     payload_body,
 )
-from .witness import Witness, fast_path_ok, fingerprint_file, open_proof
+from .witness import (
+    Witness,
+    WitnessMismatch,
+    fast_path_ok,
+    fingerprint_file,
+    first_witness_event,
+    open_proof,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +180,8 @@ class Writer:
         self.last_error: str | None = None
         self.refused: str | None = None  # set when the log fails verification on open
         self.proving = False  # the open-time proof (maybe a full verify) is running now
+        self._first_witness = False  # the next batch records that this store is now witnessed
+        self._data_version: int | None = None  # PRAGMA data_version when the log was proved
         self._ready = threading.Event()
         self._thread = self._start_thread()
 
@@ -362,8 +373,29 @@ class Writer:
         self.refused = None
         self._refused_state = None
         self._verified = store.head()
+        self._first_witness = self._verify_on_open and self._unwitnessed(store)
+        self._data_version = _data_version(store)
         self._store = store
         return store
+
+    def _unwitnessed(self, store: EventStore) -> bool:
+        """Whether this proven store has no witness record yet (its log must be told once)."""
+        if self.witness is None:
+            return False
+        try:
+            return self.witness.read_for(store.store_id) is None
+        except WitnessMismatch:
+            return False
+
+    def _begin_witnessing(self, store: EventStore) -> bool:
+        """Write the first witness record; True when the log may now record it.
+
+        The record is at seq 0 (it claims only the store's identity, so it can never lead
+        the log) and is written before the ``witness_accepted`` event that says so: a crash
+        between the two leaves a witness without the event, and the next commit tries again.
+        """
+        assert self.witness is not None
+        return self.witness.write(store.store_id, 0, genesis_chain(store.store_id))
 
     def _main(self) -> None:
         """The thread body: the writer loop, restarted in place if anything escapes it."""
@@ -468,6 +500,8 @@ class Writer:
                 self._check_foreign_rows(store)
                 for job in batch:
                     results.append(self._append_job(job, store))
+                if durable and self._first_witness and self._begin_witnessing(store):
+                    store.append_in_transaction([first_witness_event(store.head())])
                 end = store.head()
         except _Redo:
             self._pending = [job for job in batch if not job.failed]
@@ -489,6 +523,7 @@ class Writer:
             return False
         self.last_error = None
         self._verified = end
+        self._first_witness = self._first_witness and not durable
         if durable and self.witness is not None:
             self.witness.write(store.store_id, end.seq, end.chain)  # only after a FULL commit
         for job, job_results in zip(batch, results, strict=True):
@@ -546,6 +581,11 @@ class Writer:
             if job.events is None:
                 job.events = list(job.build(store))
             return store.append_in_transaction(job.events)
+        except TamperedPayload as exc:  # the log was edited under us: stop building on it
+            raise _Refused(
+                f"{exc}. Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
+                "'Tamper detected')."
+            ) from exc
         except sqlite3.Error:
             raise
         except Exception as exc:
@@ -585,11 +625,16 @@ class Writer:
         if store is None:
             return
         head: Head | None = None
-        synced = False
+        synced = foreign = False
         if clean and self.witness is not None and self.refused is None:
             try:
+                if self._first_witness and self._begin_witnessing(store):
+                    store.append([first_witness_event(store.head())], durable=True)
+                    self._verified = store.head()
+                    self._first_witness = False
                 head = store.head()
                 if self._verified is not None and head == self._verified:
+                    foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                     synced = busy == 0  # the checkpoint synced the log and the database
             except Exception:
@@ -601,6 +646,12 @@ class Writer:
         if head is None or not synced or self.witness is None:
             return
         fingerprint = None
+        if foreign:  # bytes another connection wrote were never proven: no fast path next time
+            log.info(
+                "archive: another connection wrote to %s; the next open verifies it", store.path
+            )
+            self.witness.write(store.store_id, head.seq, head.chain)
+            return
         try:
             wal = self.folder / (DB_NAME + "-wal")
             if not wal.exists() or wal.stat().st_size == 0:
@@ -610,6 +661,11 @@ class Writer:
         except OSError:
             fingerprint = None
         self.witness.write(store.store_id, head.seq, head.chain, fingerprint=fingerprint)
+
+
+def _data_version(store: EventStore) -> int:
+    """SQLite's count of commits made by *other* connections (ours leave it alone)."""
+    return int(store.conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 class _Refused(Exception):

@@ -18,6 +18,7 @@ from hivemind.matrix_backend import (
     MemberSeen,
     ProfileSeen,
     ReceivedMessage,
+    RejectedEvent,
     SyncResult,
     UndecryptableMessage,
 )
@@ -93,7 +94,39 @@ def every_builder() -> list[NewEvent]:
         events.summary_updated(HASHER, peer=ALICE, summary="Works on TEE.", covers=["$m1"]),
         events.spark_suggested(BOB, ALICE, ["tee"], 2),
         events.spark_dismissed("s1", BOB, ALICE),
-        events.sync_position("s72_1", limited_rooms=[ROOM]),
+        events.sync_position("s72_1", limited_rooms=[ROOM], unfilled_rooms=[ROOM]),
+        events.summary_updated(
+            HASHER,
+            peer=BOB,
+            summary="Builds dashboards.",
+            covers=["$m3"],
+            method="llm",
+            provider="custom",
+            model="m1",
+            prompt=[{"role": "user", "content": "x"}],
+        ),
+        events.message_received(
+            HASHER,
+            event_id="$m4",
+            room_id=ROOM,
+            sender=ALICE,
+            text="from the gap",
+            origin_server_ts=1,
+            encrypted=False,
+            backfilled=True,
+        ),
+        events.input_rejected(
+            HASHER,
+            room_id=ROOM,
+            event_id="",
+            sender="",
+            event_type="",
+            reason="not an event",
+            source={"content": {"body": 1.5, "n": 2**70}},
+            backfilled=True,
+        ),
+        events.link_state("offline", error="cannot reach the homeserver"),
+        events.link_state("online"),
     ]
 
 
@@ -124,6 +157,23 @@ def test_a_sync_becomes_events_in_a_fixed_order_and_refused_invites_only() -> No
     ]
     assert built[3].body == {"room_id": "!spam:evil", "inviter": "@mallory:evil", "is_direct": True}
     assert built[1].body["profile"] == {"interests": ["TEE attestation"]}  # unknown keys dropped
+
+
+def test_rejected_input_is_kept_with_its_reason_and_identified_by_its_event_id() -> None:
+    bad = RejectedEvent(
+        ROOM,
+        "$bad",
+        ALICE,
+        "m.room.message",
+        "body: 42 is not of type 'string'",
+        MappingProxyType({"type": "m.room.message", "content": {"body": 42}}),
+    )
+    [event] = events.from_sync(HASHER, SyncResult(next_batch="s1", rejected=(bad,)))
+    assert (event.type, event.key) == ("peer_input_rejected", {"event_id": "$bad"})
+    assert event.body["reason"] == "body: 42 is not of type 'string'"
+    assert event.body["sender"] == ALICE and "backfilled" not in event.body
+    assert '"body": 42' in decode(event.parts[0].body)
+    jsonschema.validate(event.body, load_event_schema("peer_input_rejected"))
 
 
 def test_identities_are_the_matrix_ids_whatever_the_store_key() -> None:

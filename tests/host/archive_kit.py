@@ -28,6 +28,7 @@ from archive_provider.format.verifier import verify_database
 from archive_provider.host.install import activate, install_plugin
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
+from archive_provider.storage.witness import FIRST_WITNESS_REASON
 
 from . import hostkit
 
@@ -146,11 +147,19 @@ def open_view(hermes_home: Path) -> Iterator[EventStore]:
 
 
 def events(hermes_home: Path, *types: str) -> list[Any]:
-    """Committed events (optionally of some types), in sequence order."""
+    """Committed events (optionally of some types), in sequence order: the ones the host's
+    hooks caused, so the writer's first-witness marker is left out."""
     if not db_path(hermes_home).exists():
         return []
     with open_view(hermes_home) as store:
-        return [e for e in store.events() if not types or e.type in types]
+        return [
+            e for e in store.events() if (not types or e.type in types) and not is_first_witness(e)
+        ]
+
+
+def is_first_witness(event: Any) -> bool:
+    """The ``witness_accepted`` event the writer appends when a store is first witnessed."""
+    return event.type == "witness_accepted" and event.body.get("reason") == FIRST_WITNESS_REASON
 
 
 def messages_of(hermes_home: Path, event: Any) -> list[Any]:

@@ -174,7 +174,8 @@ def test_a2_cli_is_wired_for_the_active_provider_and_runs_in_a_subprocess(
     assert machine.returncode == 0, machine.stderr
     data = json.loads(machine.stdout)
     assert data["exists"] is True and data["archive"] == str(archive_dir(hermes_home))
-    assert data["events_by_type"] == {"session_started": 1, "checkpoint": 1}
+    # the first checkpoint also records that the store is witnessed from now on
+    assert data["events_by_type"] == {"session_started": 1, "checkpoint": 1, "witness_accepted": 1}
     assert all(p["current"] for p in data["projections"].values())
     assert os.listdir(user_home) == []
 

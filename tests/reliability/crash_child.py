@@ -88,6 +88,9 @@ def strace_run(home: str) -> None:
     assert provider.core.writer is not None and provider.core.writer.flush(
         30
     )  # open and prove first
+    # a first checkpoint witnesses the store (its seq-0 witness record is written before
+    # that commit, by design: it claims no head); the traced one below is an ordinary one
+    assert provider.on_pre_compress(messages, require_checkpoint=True)
     more = messages + [{"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]
     say("TURN-BEGIN", 2)
     provider.sync_turn("again", "ok", session_id="s1", messages=more)

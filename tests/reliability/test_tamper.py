@@ -283,7 +283,11 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
     assert "Archive checkpoint" in pre_compress_memory_context(receipt, EVIDENCE, True)
     assert provider.core.writer is not None and provider.core.writer.flush(20)
     logged = events(home)
-    accepted_event = next(e for e in logged if e.type == "witness_accepted")
+    accepted_event = next(
+        e
+        for e in logged
+        if e.type == "witness_accepted" and e.body["reason"].startswith("restored")
+    )
     assert accepted_event.body["reason"] == "restored from Monday's backup"
     assert (
         accepted_event.body["user"]
