@@ -106,7 +106,7 @@ SELECT e.session, min(e.seq) AS first_seq, max(e.seq) AS last_seq,
        (SELECT json_extract(s.payload, '$.platform') FROM audit_events s
         WHERE s.type = 'session_started' AND s.session = e.session ORDER BY s.seq LIMIT 1)
          AS platform
-FROM events e GROUP BY e.session;
+FROM events e WHERE e.session != '' GROUP BY e.session;
 CREATE VIEW IF NOT EXISTS audit_recalls AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        json_extract(CAST(q.body AS TEXT), '$') AS query,
