@@ -506,6 +506,50 @@ def test_oversize_and_unframed_requests_are_refused_without_reading_them(
     submit(log.note(), 0, [], w.url, w.vkey)
 
 
+def test_a_request_that_never_finishes_is_cut_off(
+    tmp_path: Path, witnesses: Callable[..., WitnessProcess], log_key: Signer
+) -> None:
+    """A slow sender (half a body, half a header) cannot hold a connection for ever."""
+    import socket
+
+    keygen(tmp_path / "w", "witness.test/w")
+    w = witnesses(tmp_path / "w", [log_key.vkey])
+    stalled = [
+        b"POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Length: 100\r\n\r\nold 0\n",
+        b"POST /add-checkpoint HTTP/1.1\r\nHost: w\r\nContent-Le",
+    ]
+    sockets = [socket.create_connection(("127.0.0.1", w.port), timeout=START_TIMEOUT_S)]
+    sockets.append(socket.create_connection(("127.0.0.1", w.port), timeout=START_TIMEOUT_S))
+    trickle = socket.create_connection(("127.0.0.1", w.port), timeout=START_TIMEOUT_S)
+    sockets.append(trickle)
+    stop = threading.Event()
+
+    def drip() -> None:  # a byte a second: each read is quick, the request never ends
+        trickle.sendall(b"POST /add-checkpoint HTTP/1.1\r\nX-Slow: ")
+        while not stop.wait(1.0):
+            try:
+                trickle.sendall(b"a")
+            except OSError:
+                return
+
+    dripping = threading.Thread(target=drip, daemon=True)
+    try:
+        for sock, data in zip(sockets, stalled):
+            sock.sendall(data)
+        dripping.start()
+        for sock in sockets:
+            received = b""
+            while chunk := sock.recv(4096):  # the witness closes it: recv returns b""
+                received += chunk
+            assert b"200" not in received.split(b"\r\n", 1)[0]
+    finally:
+        stop.set()
+        for sock in sockets:
+            sock.close()
+    log = Log(log_key).grow(1)
+    submit(log.note(), 0, [], w.url, w.vkey)
+
+
 def test_a_state_folder_owned_by_another_user_is_refused(tmp_path: Path, log_key: Signer) -> None:
     state = tmp_path / "w"
     keygen(state, "witness.test/w")
