@@ -534,7 +534,7 @@ def test_a_request_that_never_finishes_is_cut_off(
 
     dripping = threading.Thread(target=drip, daemon=True)
     try:
-        for sock, data in zip(sockets, stalled):
+        for sock, data in zip(sockets[:2], stalled, strict=True):
             sock.sendall(data)
         dripping.start()
         for sock in sockets:
