@@ -27,6 +27,7 @@ from . import (
     s6_recall,
     s7_storage,
     s8_holographic,
+    s9_witness,
 )
 from .common import Row, Workdir, machine, quiet_logging, table
 from .config import MODES, Config
@@ -131,6 +132,9 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                 rows += s4_checkpoint.run(
                     work, text, config.checkpoints, config.checkpoint_repeats, _say
                 )
+            if want("9"):
+                section("9 witnesses: cosign round trip, consistency proofs")
+                rows += s9_witness.run(work, config.witness_leaves, config.witness_cosigns, _say)
             if want("7"):
                 section("7 storage: re-sent transcripts")
                 rows += s7_storage.resend(work, text, config.resend_turns, _say)
@@ -268,7 +272,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     rows += s3_provider.latency_rows(samples, _say)
     finally:
         work.cleanup()
-    order = {s: i for i, s in enumerate("12345678")}
+    order = {s: i for i, s in enumerate("123456789")}
     rows.sort(key=lambda r: order.get(r.section, 9))
     info["seconds"] = round(time.perf_counter() - started, 1)
     return {"rows": rows, "info": info}

@@ -29,6 +29,9 @@ class Config:
     holo_adds: int = 300
     verify_repeats: int = 3
     verify_es: int = 2000  # turns in the eventsourcing log that row 2 reads back
+    #: row 9: leaves of the tree whose consistency proofs are verified, and cosign requests
+    witness_leaves: int = 1_000_000
+    witness_cosigns: int = 200
 
 
 SMOKE = Config(
@@ -45,6 +48,8 @@ SMOKE = Config(
     holo_adds=20,
     verify_repeats=1,
     verify_es=200,
+    witness_leaves=4096,
+    witness_cosigns=10,
 )
 
 QUICK = Config(
