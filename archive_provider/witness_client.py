@@ -34,6 +34,7 @@ from .signed_note import (
     parse_checkpoint,
     parse_note,
 )
+from .writer import ThreadFactory, context_thread
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +230,7 @@ class WitnessSubmitter:
     ``backoff_initial`` to ``backoff_max`` seconds (with jitter); a new checkpoint does not
     cut a backoff short. ``on_cosigned`` gets each verified cosignature; if it raises, the
     failure shows in :meth:`status` and the cosignature is asked for again later.
+    ``thread_factory`` is the host's (``host.spawn_thread``) inside the provider.
     """
 
     def __init__(
@@ -241,12 +243,14 @@ class WitnessSubmitter:
         timeout: float = DEFAULT_TIMEOUT_S,
         backoff_initial: float = 1.0,
         backoff_max: float = 300.0,
+        thread_factory: ThreadFactory = context_thread,
     ) -> None:
         self._latest = latest
         self._on_cosigned = on_cosigned
         self._timeout = timeout
         self._backoff = (backoff_initial, backoff_max)
         self._closed = threading.Event()
+        self._thread_factory = thread_factory
         self._workers = [
             _Worker(self, endpoint, (known_sizes or {}).get(endpoint.vkey))
             for endpoint in witnesses
@@ -254,6 +258,9 @@ class WitnessSubmitter:
 
     def start(self) -> None:
         for worker in self._workers:
+            worker.thread = self._thread_factory(
+                worker.run, name=f"witness-submit {worker.verifier.name}"
+            )
             worker.thread.start()
 
     def notify(self) -> None:
@@ -269,7 +276,7 @@ class WitnessSubmitter:
         self._closed.set()
         self.notify()
         for worker in self._workers:
-            if worker.thread.is_alive():
+            if worker.thread is not None:
                 worker.thread.join(timeout)
 
 
@@ -285,9 +292,7 @@ class _Worker:
             endpoint.url, self.verifier.name, endpoint.vkey, known, None, None, None, None, None
         )
         self._delay = 0.0
-        self.thread = threading.Thread(
-            target=self._run, name=f"witness-submit {self.verifier.name}", daemon=True
-        )
+        self.thread: threading.Thread | None = None
 
     def lag(self) -> WitnessLag:
         with self._lock:
@@ -297,7 +302,7 @@ class _Worker:
         with self._lock:
             self._lag = replace(self._lag, **changes)  # type: ignore[arg-type]
 
-    def _run(self) -> None:
+    def run(self) -> None:
         closed = self.owner._closed
         retry_at: float | None = None
         while not closed.is_set():

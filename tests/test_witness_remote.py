@@ -465,6 +465,40 @@ def test_concurrent_submissions_from_one_old_size_cosign_exactly_one(
     assert sorted(outcomes) == ["409"] * (len(threads) - 1) + ["cosigned"]
 
 
+def test_the_submitter_learns_the_witness_size_from_a_409_and_proves_from_it(
+    tmp_path: Path, witnesses: Callable[..., WitnessProcess], log_key: Signer
+) -> None:
+    """A log that does not know what a witness cosigned sends old 0; the 409 tells it."""
+    keygen(tmp_path / "w", "witness.test/w")
+    w = witnesses(tmp_path / "w", [log_key.vkey])
+    log = Log(log_key).grow(17)
+    submit(log.note(), 0, [], w.url, w.vkey)  # cosigned earlier, e.g. by another process
+    log.grow(100)
+    asked: list[tuple[int, int]] = []
+
+    def proof(old: int, new: int) -> list[bytes]:
+        asked.append((old, new))
+        return log.proof(old, new)
+
+    got: list[int] = []
+    submitter = WitnessSubmitter(
+        [WitnessEndpoint(w.url, w.vkey)],
+        lambda: (log.note(), proof),
+        lambda endpoint, checkpoint, sig: got.append(checkpoint.size),
+    )
+    submitter.start()
+    submitter.notify()
+    try:
+        wait_for("the cosignature", lambda: got == [117])
+        assert asked == [(17, 117)]
+        lag = submitter.status()[0]
+        assert (lag.cosigned_size, lag.behind, lag.last_error) == (117, 0, None)
+    finally:
+        submitter.close(timeout=30)
+    status, kept = get(w.url, f"/{origin_hash(ORIGIN)}/checkpoint")
+    assert parse_checkpoint(parse_note(kept).text).size == 117
+
+
 def test_client_errors_are_typed(
     tmp_path: Path, witnesses: Callable[..., WitnessProcess], log_key: Signer
 ) -> None:
