@@ -448,8 +448,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_header("Connection", "close")
         self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(answer.body)
+        self.wfile.write(answer.body)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path != "/add-checkpoint":

@@ -637,6 +637,24 @@ def test_unsafe_witness_folders_and_files_are_refused(tmp_path: Path, log_key: S
     refused(state, "unreadable")
 
 
+def test_serve_and_keygen_usage_errors_exit_2(tmp_path: Path, log_key: Signer) -> None:
+    state = str(tmp_path / "w")
+    for args, words in [
+        (("witness", "serve", "--log-key", log_key.vkey), "needs --state"),
+        (("witness", "keygen"), "needs --state"),
+        (("witness", "serve", "--state", state), "at least one --log-key"),
+        (("witness", "serve", "--state", state, "--log-key", log_key.vkey, "--listen", "x"), "HOST:PORT"),
+    ]:  # fmt: skip
+        done = run_cli(*args, timeout=START_TIMEOUT_S)
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+    keygen(tmp_path / "w", "witness.test/w")
+    bad_key = run_cli("witness", "serve", "--state", state, "--log-key", "not-a-key")
+    assert bad_key.returncode == 1 and "verifier key" in bad_key.stderr
+    cosigner = Signer.generate("log.example/x", ALG_COSIGNATURE_V1).vkey
+    not_a_log = run_cli("witness", "serve", "--state", state, "--log-key", cosigner)
+    assert not_a_log.returncode == 1 and "not an Ed25519 key" in not_a_log.stderr
+
+
 def test_a_second_process_cannot_serve_the_same_state(
     tmp_path: Path, witnesses: Callable[..., WitnessProcess], log_key: Signer
 ) -> None:
