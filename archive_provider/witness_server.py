@@ -39,7 +39,7 @@ import re
 import signal
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -324,11 +324,6 @@ class Witness:
             ) from None
         return LogState(origin, size, root, note)
 
-    def state(self, origin: str) -> LogState | None:
-        """The latest checkpoint cosigned for ``origin``, if any."""
-        with self._lock:
-            return self._states.get(origin)
-
     def latest(self, hashed_origin: str) -> Answer:
         """The monitoring endpoint: the latest cosigned checkpoint of a log, by origin hash."""
         with self._lock:
@@ -542,28 +537,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"{text!r} is not HOST:PORT")
     return host.strip("[]") or "127.0.0.1", int(port)
-
-
-@contextlib.contextmanager
-def running(
-    state_dir: Path, log_keys: Sequence[str | Verifier], listen: tuple[str, int], **limits: Any
-) -> Iterator[WitnessHTTPServer]:
-    """A witness serving on ``listen`` from a background thread, stopped on exit."""
-    witness = Witness(state_dir, log_keys)
-    try:
-        server = WitnessHTTPServer(listen, witness, **limits)
-    except BaseException:
-        witness.close()
-        raise
-    thread = threading.Thread(target=server.serve_forever, name="witness-http", daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-        witness.close()
 
 
 def serve(
