@@ -412,11 +412,16 @@ def test_signatures_origins_sizes_and_proofs_get_the_spec_status_codes(
     assert answer(9, bad, log.note())[0] == 422
     other_root = sign_note(Checkpoint(ORIGIN, 9, bytes(32)).text, [log_key])
     assert answer(9, [], other_root)[0] == 422
-    assert answer(9, log.proof(9, 14), log.note())[0] == 200
+    # signatures from unknown keys beside the log's are ignored, and not kept
+    text14 = parse_note(log.note()).text
+    mixed = format_note(text14, [impostor.sign(text14), log_key.sign(text14)])
+    assert answer(9, log.proof(9, 14), mixed)[0] == 200
     # the monitoring endpoint serves it with the log's signature and the cosignature
     status, kept = get(w.url, f"/{origin_hash(ORIGIN)}/checkpoint")
     checkpoint, _, cosigs = open_checkpoint(kept, log_key.verifier, [verifier])
     assert status == 200 and checkpoint.size == 14 and len(cosigs) == 1
+    assert [sig.name for sig in parse_note(kept).signatures] == [ORIGIN, "witness.test/w"]
+    assert parse_note(kept).signatures[0].key_id == log_key.key_id
     assert get(w.url, f"/{origin_hash('other.example/log')}/checkpoint")[0] == 404
 
 
