@@ -355,6 +355,14 @@ class _Worker:
                     note, old, proof, self.endpoint.url, self.verifier, self.owner._timeout
                 )
             except WitnessConflict as exc:
+                if exc.size < old:
+                    log.warning(
+                        "archive: witness %s had cosigned size %d and now has %d: it lost or "
+                        "restored its state, and protects this archive only from now on",
+                        self.endpoint.url,
+                        old,
+                        exc.size,
+                    )
                 old = exc.size
                 self._update(cosigned_size=exc.size)
                 continue

@@ -504,6 +504,37 @@ def test_the_submitter_learns_the_witness_size_from_a_409_and_proves_from_it(
     assert parse_checkpoint(parse_note(kept).text).size == 117
 
 
+def test_a_witness_that_lost_its_state_is_caught_up_and_reported(
+    tmp_path: Path,
+    witnesses: Callable[..., WitnessProcess],
+    log_key: Signer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keygen(tmp_path / "w", "witness.test/w")
+    w = witnesses(tmp_path / "w", [log_key.vkey])
+    log = Log(log_key).grow(17)
+    submit(log.note(), 0, [], w.url, w.vkey)
+    w.stop()
+    (tmp_path / "w" / "logs" / f"{origin_hash(ORIGIN)}.json").unlink()
+    w = witnesses(tmp_path / "w", [log_key.vkey], port=w.port)
+    log.grow(13)
+    got: list[int] = []
+    submitter = WitnessSubmitter(
+        [WitnessEndpoint(w.url, w.vkey)],
+        lambda: (log.note(), log.proof),
+        lambda endpoint, checkpoint, sig: got.append(checkpoint.size),
+        known_sizes={w.vkey: 17},
+    )
+    with caplog.at_level("WARNING", logger="archive_provider.witness_client"):
+        submitter.start()
+        submitter.notify()
+        try:
+            wait_for("the cosignature", lambda: got == [30])
+        finally:
+            submitter.close(timeout=30)
+    assert "had cosigned size 17 and now has 0" in caplog.text
+
+
 def test_client_errors_are_typed(
     tmp_path: Path, witnesses: Callable[..., WitnessProcess], log_key: Signer
 ) -> None:
