@@ -773,6 +773,10 @@ def test_b14_turn_author_is_archived_as_sent_erasably_and_shown(
     assert code == 0 and "Deploying heron now." in out
     code, out = run_cli(capsys, "search", "heron", "--author", "someone-else")
     assert code == 1
+    code, out = run_cli(capsys, "as-of", str(turn.seq), "--session", "s1")
+    assert "Alice \U0001f916 <bot:ops/alice> [bot]: 1 turns" in out
+    code, out = run_cli(capsys, "as-of", str(turn.seq - 1), "--session", "s1")
+    assert "turn authors: 0" in out  # not yet, one event earlier
     with open_view(hermes_home) as store:
         rows = store.conn.execute(
             "SELECT author, author_id, author_is_bot FROM audit_turns").fetchall()  # fmt: skip
