@@ -1,4 +1,4 @@
-"""Generate the frozen format-v2 vectors of this folder: merkle.json and notes.json.
+"""Generate the frozen format-v2 vectors of this folder (merkle, notes, proofs, chain_v2).
 
 They pin docs/FORMAT.md sections 14 to 16 (the tree, checkpoints, cosignatures) the way
 make_vectors.py pins version 1: generated once from the implementation, checked by the
@@ -28,7 +28,7 @@ from blake3 import blake3
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from archive_provider import merkle  # noqa: E402
+from archive_provider.format import merkle  # noqa: E402
 from archive_provider.format.signed_note import (  # noqa: E402
     ALG_COSIGNATURE_V1,
     Checkpoint,
@@ -354,7 +354,130 @@ def make_proofs() -> dict[str, Any]:
     }
 
 
-FILES = {"merkle.json": make_merkle, "notes.json": make_notes, "proofs.json": make_proofs}
+CHAIN_STORE_KEY = bytes(range(32))
+
+
+def chain_v2_events() -> list[dict[str, Any]]:
+    """The inputs of chain_v2.json: five events, one shared part, an author, escaping."""
+    hello = {"content": "hello, caf\u00e9", "role": "user"}
+    reply = {"content": "hi \u2603", "role": "assistant"}
+    again = {"content": "hello again", "role": "user"}
+    ada = {"id": "u-42", "is_bot": False, "name": "Ada"}
+    return [
+        {"type": "store_created", "session": "archive", "key": {}, "parts": [], "author": None,
+         "body": {"created": "2026-12-01T14:00:00.000000Z", "format_version": 2,
+                  "origin": TEST_ORIGIN, "store_id": TEST_STORE_ID, "vkey": "(test)"}},
+        {"type": "turn", "session": "sess-1", "key": {"turn": 1}, "parts": [hello, reply],
+         "author": ada, "body": {"messages": [0, 1], "turn": 1}},
+        {"type": "turn", "session": 'sess "quoted"\n', "key": {"turn": 1}, "parts": [hello],
+         "author": ada, "body": {"messages": [0], "turn": 1}},
+        {"type": "memory_write", "session": "sess-1", "key": {"order": 1}, "parts": [again],
+         "author": None, "body": {"action": "add", "content": 0, "target": "memory"}},
+        {"type": "checkpoint", "session": "sess-1", "key": {}, "parts": [hello, reply, again],
+         "author": None, "body": {"evidence": [0, 1, 2]}},
+    ]
+
+
+def _fill(value: Any, digests: list[str]) -> Any:
+    """Bodies name parts by position in the inputs; the vectors hold the digests."""
+    if isinstance(value, dict):
+        return {k: (_fill(v, digests) if k in ("messages", "evidence", "content") else v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [digests[i] for i in value]
+    if type(value) is int:
+        return digests[value]
+    return value
+
+
+def make_chain_v2() -> dict[str, Any]:
+    from archive_provider.format import digests_v2
+    from archive_provider.format.canonical import canonical_bytes, canonical_text
+    from archive_provider.format.digests import Envelope
+
+    log = test_log_signer()
+    stored: dict[bytes, dict[str, Any]] = {}  # canonical bytes -> payload entry (dedup)
+
+    def part(value: Any) -> dict[str, Any]:
+        data = canonical_bytes(value)
+        if data not in stored:
+            salt = _seed(f"chain_v2 salt {len(stored)}")
+            stored[data] = {
+                "value": value,
+                "canonical_hex": data.hex(),
+                "salt": salt.hex(),
+                "lookup": digests_v2.lookup(CHAIN_STORE_KEY, data).hex(),
+                "digest": digests_v2.payload_digest(salt, data).hex(),
+            }
+        return stored[data]
+
+    genesis = digests_v2.genesis(TEST_STORE_ID)
+    chain, appender, out = genesis, merkle.TileAppender(), []
+    for seq, spec in enumerate(chain_v2_events(), start=1):
+        parts = [part(p) for p in spec["parts"]]
+        author = part(spec["author"]) if spec["author"] is not None else None
+        digests = [p["digest"] for p in parts]
+        body = _fill(spec["body"], digests) if parts else spec["body"]
+        body_bytes = canonical_bytes(body)
+        body_salt = _seed(f"chain_v2 body salt {seq}")
+        key = canonical_text(spec["key"])
+        parts_canonical = canonical_text(digests)
+        identity = digests_v2.identity(spec["type"], spec["session"], key, parts_canonical)
+        envelope = Envelope(
+            seq, f"2026-12-01T14:00:0{seq}.000000Z", spec["type"], spec["session"], key,
+            identity.hex(), digests_v2.payload_digest(body_salt, body_bytes).hex(),
+            parts_canonical, author["digest"] if author else None, 2,
+        )
+        previous, chain = chain, digests_v2.chain_hash(chain, envelope)
+        leaf = merkle.leaf_hash(envelope.canonical())
+        appender.append([leaf])
+        out.append({
+            "seq": seq, "time": envelope.time, "type": spec["type"], "session": spec["session"],
+            "key": spec["key"], "key_canonical": key,
+            "identity_input": canonical_text(
+                {"key": spec["key"], "parts": digests, "session": spec["session"],
+                 "type": spec["type"]}),
+            "identity": identity.hex(), "body": body, "body_canonical_hex": body_bytes.hex(),
+            "body_salt": body_salt.hex(), "payload": envelope.payload,
+            "parts": parts, "parts_canonical": parts_canonical,
+            "parts_blob_hex": digests_v2.parts_blob(parts_canonical).hex(),
+            "author": author, "envelope_text": envelope.canonical().decode("utf-8"),
+            "previous_chain": previous.hex(), "chain": chain.hex(), "leaf_hash": leaf.hex(),
+        })
+    root = appender.root()
+    checkpoint = format_checkpoint(Checkpoint(TEST_ORIGIN, appender.size, root))
+    return {
+        "about": "docs/FORMAT.md sections 11 and 13 to 15: five v2 events (a shared part, an "
+        "author, a session that needs escaping) with salts, lookups, envelopes, chain, leaf "
+        "hashes, the tiles, the head and a checkpoint signed by the test log key of "
+        "notes.json. Salts are SHA-256 of 'hermes-archive test key: chain_v2 ...'.",
+        "store_id": TEST_STORE_ID,
+        "store_key_hex": CHAIN_STORE_KEY.hex(),
+        "domains_hex": {
+            "identity": digests_v2.DOMAIN_IDENTITY.hex(),
+            "payload": digests_v2.DOMAIN_PAYLOAD.hex(),
+            "lookup": digests_v2.DOMAIN_LOOKUP.hex(),
+            "chain": digests_v2.DOMAIN_CHAIN.hex(),
+            "genesis": digests_v2.DOMAIN_GENESIS.hex(),
+        },
+        "genesis": genesis.hex(),
+        "events": out,
+        "tiles": [
+            {"level": lv, "index": ix, "hashes_hex": h.hex()}
+            for (lv, ix), h in sorted(appender.changed().items())
+        ],
+        "head": {"seq": appender.size, "chain": chain.hex(), "root": root.hex()},
+        "log_vkey": log.vkey,
+        "checkpoint": format_note(checkpoint, [log.sign(checkpoint)]).decode("utf-8"),
+    }
+
+
+FILES = {
+    "merkle.json": make_merkle,
+    "notes.json": make_notes,
+    "proofs.json": make_proofs,
+    "chain_v2.json": make_chain_v2,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
