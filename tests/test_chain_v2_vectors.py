@@ -41,8 +41,8 @@ def test_domains_are_the_documented_v2_prefixes() -> None:
         for name in ("identity", "payload", "lookup", "chain", "genesis")
     }
     assert {n: bytes.fromhex(v) for n, v in VECTORS["domains_hex"].items()} == expected
-    assert digests_v2.DOMAIN_LOOKUP == expected["lookup"]
-    assert digests_v2.DOMAIN_PAYLOAD == expected["payload"]
+    assert expected["lookup"] == digests_v2.DOMAIN_LOOKUP
+    assert expected["payload"] == digests_v2.DOMAIN_PAYLOAD
 
 
 def test_genesis() -> None:
@@ -70,7 +70,9 @@ def test_event_digests(event: dict[str, Any]) -> None:
         {"key": event["key"], "parts": digests, "session": event["session"], "type": event["type"]}
     )
     assert identity_input.decode() == event["identity_input"]
-    assert event["identity"] == blake3(b"hermes-archive/v2/identity\x00" + identity_input).hexdigest()
+    assert (
+        event["identity"] == blake3(b"hermes-archive/v2/identity\x00" + identity_input).hexdigest()
+    )
     key = canonical_text(event["key"])
     assert key == event["key_canonical"]
     parts_text = canonical_text(digests)
@@ -116,9 +118,11 @@ def test_envelopes_chain_and_tree() -> None:
         assert envelope.canonical() == oracle
         assert event["previous_chain"] == previous.hex()
         previous = blake3(b"hermes-archive/v2/chain\x00" + previous + oracle).digest()
-        assert event["chain"] == previous.hex() == digests_v2.chain_hash(
-            bytes.fromhex(event["previous_chain"]), envelope
-        ).hex()
+        assert (
+            event["chain"]
+            == previous.hex()
+            == digests_v2.chain_hash(bytes.fromhex(event["previous_chain"]), envelope).hex()
+        )
         leaf = hashlib.sha256(b"\x00" + oracle).digest()
         assert event["leaf_hash"] == leaf.hex()
         compact.append(leaf)

@@ -208,6 +208,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     export,
     history,
     install,
+    key,
     log,
     readable_copy,
     replay,
@@ -234,6 +235,7 @@ COMMANDS = [
         verify_bundle,
         readable_copy,
         witness,
+        key,
         install,
         demo,
     )

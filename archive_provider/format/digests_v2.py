@@ -10,6 +10,7 @@ keyed *lookup* only lets the writer find the salt of a body it still stores.
 from __future__ import annotations
 
 import secrets
+
 from blake3 import blake3
 
 from .canonical import encode_text

@@ -37,6 +37,7 @@ EVENT_TYPES = frozenset(
         "peer_input_rejected",
         "peer_link_state",
         "witness_accepted",
+        "store_created",
     }
 )
 
@@ -49,6 +50,8 @@ class Part:
 
     digest: str
     body: bytes
+    salt: bytes | None = None  # v2: a salt drawn for a body not stored yet (FORMAT.md 12.3)
+    lookup: bytes | None = None  # v2: the keyed lookup of the body
 
 
 class Hasher:
@@ -79,6 +82,7 @@ class NewEvent:
     key: Mapping[str, Any]
     body: Any
     parts: tuple[Part, ...] = field(default=())
+    author: Part | None = None  # v2: the turn's author payload (FORMAT.md 13.1)
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:

@@ -46,7 +46,7 @@ from .store import (
     Head,
     Projection,
     StoreError,
-    TamperedPayload,
+    TamperedPart,
     payload_body,
 )
 from .witness import (
@@ -581,7 +581,7 @@ class Writer:
             if job.events is None:
                 job.events = list(job.build(store))
             return store.append_in_transaction(job.events)
-        except TamperedPayload as exc:  # the log was edited under us: stop building on it
+        except TamperedPart as exc:  # the log was edited under us: stop building on it
             raise _Refused(
                 f"{exc}. Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
                 "'Tamper detected')."

@@ -364,25 +364,62 @@ def chain_v2_events() -> list[dict[str, Any]]:
     again = {"content": "hello again", "role": "user"}
     ada = {"id": "u-42", "is_bot": False, "name": "Ada"}
     return [
-        {"type": "store_created", "session": "archive", "key": {}, "parts": [], "author": None,
-         "body": {"created": "2026-12-01T14:00:00.000000Z", "format_version": 2,
-                  "origin": TEST_ORIGIN, "store_id": TEST_STORE_ID, "vkey": "(test)"}},
-        {"type": "turn", "session": "sess-1", "key": {"turn": 1}, "parts": [hello, reply],
-         "author": ada, "body": {"messages": [0, 1], "turn": 1}},
-        {"type": "turn", "session": 'sess "quoted"\n', "key": {"turn": 1}, "parts": [hello],
-         "author": ada, "body": {"messages": [0], "turn": 1}},
-        {"type": "memory_write", "session": "sess-1", "key": {"order": 1}, "parts": [again],
-         "author": None, "body": {"action": "add", "content": 0, "target": "memory"}},
-        {"type": "checkpoint", "session": "sess-1", "key": {}, "parts": [hello, reply, again],
-         "author": None, "body": {"evidence": [0, 1, 2]}},
+        {
+            "type": "store_created",
+            "session": "archive",
+            "key": {},
+            "parts": [],
+            "author": None,
+            "body": {
+                "created": "2026-12-01T14:00:00.000000Z",
+                "format_version": 2,
+                "origin": TEST_ORIGIN,
+                "store_id": TEST_STORE_ID,
+                "vkey": "(test)",
+            },
+        },
+        {
+            "type": "turn",
+            "session": "sess-1",
+            "key": {"turn": 1},
+            "parts": [hello, reply],
+            "author": ada,
+            "body": {"messages": [0, 1], "turn": 1},
+        },
+        {
+            "type": "turn",
+            "session": 'sess "quoted"\n',
+            "key": {"turn": 1},
+            "parts": [hello],
+            "author": ada,
+            "body": {"messages": [0], "turn": 1},
+        },
+        {
+            "type": "memory_write",
+            "session": "sess-1",
+            "key": {"order": 1},
+            "parts": [again],
+            "author": None,
+            "body": {"action": "add", "content": 0, "target": "memory"},
+        },
+        {
+            "type": "checkpoint",
+            "session": "sess-1",
+            "key": {},
+            "parts": [hello, reply, again],
+            "author": None,
+            "body": {"evidence": [0, 1, 2]},
+        },
     ]
 
 
 def _fill(value: Any, digests: list[str]) -> Any:
     """Bodies name parts by position in the inputs; the vectors hold the digests."""
     if isinstance(value, dict):
-        return {k: (_fill(v, digests) if k in ("messages", "evidence", "content") else v)
-                for k, v in value.items()}
+        return {
+            k: (_fill(v, digests) if k in ("messages", "evidence", "content") else v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [digests[i] for i in value]
     if type(value) is int:
@@ -424,26 +461,51 @@ def make_chain_v2() -> dict[str, Any]:
         parts_canonical = canonical_text(digests)
         identity = digests_v2.identity(spec["type"], spec["session"], key, parts_canonical)
         envelope = Envelope(
-            seq, f"2026-12-01T14:00:0{seq}.000000Z", spec["type"], spec["session"], key,
-            identity.hex(), digests_v2.payload_digest(body_salt, body_bytes).hex(),
-            parts_canonical, author["digest"] if author else None, 2,
+            seq,
+            f"2026-12-01T14:00:0{seq}.000000Z",
+            spec["type"],
+            spec["session"],
+            key,
+            identity.hex(),
+            digests_v2.payload_digest(body_salt, body_bytes).hex(),
+            parts_canonical,
+            author["digest"] if author else None,
+            2,
         )
         previous, chain = chain, digests_v2.chain_hash(chain, envelope)
         leaf = merkle.leaf_hash(envelope.canonical())
         appender.append([leaf])
-        out.append({
-            "seq": seq, "time": envelope.time, "type": spec["type"], "session": spec["session"],
-            "key": spec["key"], "key_canonical": key,
-            "identity_input": canonical_text(
-                {"key": spec["key"], "parts": digests, "session": spec["session"],
-                 "type": spec["type"]}),
-            "identity": identity.hex(), "body": body, "body_canonical_hex": body_bytes.hex(),
-            "body_salt": body_salt.hex(), "payload": envelope.payload,
-            "parts": parts, "parts_canonical": parts_canonical,
-            "parts_blob_hex": digests_v2.parts_blob(parts_canonical).hex(),
-            "author": author, "envelope_text": envelope.canonical().decode("utf-8"),
-            "previous_chain": previous.hex(), "chain": chain.hex(), "leaf_hash": leaf.hex(),
-        })
+        out.append(
+            {
+                "seq": seq,
+                "time": envelope.time,
+                "type": spec["type"],
+                "session": spec["session"],
+                "key": spec["key"],
+                "key_canonical": key,
+                "identity_input": canonical_text(
+                    {
+                        "key": spec["key"],
+                        "parts": digests,
+                        "session": spec["session"],
+                        "type": spec["type"],
+                    }
+                ),
+                "identity": identity.hex(),
+                "body": body,
+                "body_canonical_hex": body_bytes.hex(),
+                "body_salt": body_salt.hex(),
+                "payload": envelope.payload,
+                "parts": parts,
+                "parts_canonical": parts_canonical,
+                "parts_blob_hex": digests_v2.parts_blob(parts_canonical).hex(),
+                "author": author,
+                "envelope_text": envelope.canonical().decode("utf-8"),
+                "previous_chain": previous.hex(),
+                "chain": chain.hex(),
+                "leaf_hash": leaf.hex(),
+            }
+        )
     root = appender.root()
     checkpoint = format_checkpoint(Checkpoint(TEST_ORIGIN, appender.size, root))
     return {
