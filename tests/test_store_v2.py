@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -384,3 +385,66 @@ def test_one_event_naming_a_new_text_twice_stores_it_once(tmp_path: Path) -> Non
         == 1
     )
     store.close()
+
+
+def _writer_turn(turn: int, text: str) -> Callable[[EventStore], list[NewEvent]]:
+    def build(store: EventStore) -> list[NewEvent]:
+        return [_turn(store, turn, text)]
+
+    return build
+
+
+def test_the_writer_appends_proves_and_witnesses_a_v2_archive(tmp_path: Path) -> None:
+    from archive_provider.format.verifier import verify_database
+    from archive_provider.storage.witness import Witness
+    from archive_provider.storage.writer import Writer
+
+    folder = tmp_path / "archive"
+    _open(folder).close()
+    witness = Witness(tmp_path / "witness", folder)
+    writer = Writer(folder, witness=witness)
+    try:
+        writer.submit(_writer_turn(1, "a"))
+        (result,) = writer.append_durable(_writer_turn(2, "a"), timeout=10)
+        assert result.outcome == "appended"
+    finally:
+        assert writer.close().complete
+    store = EventStore.open(folder)
+    assert isinstance(store, EventStoreV2)
+    report = verify_database(store.conn, store.key, vkey=store.vkey)
+    assert report.ok and report.as_dict()["authenticity"] == "verified"
+    head = store.head()
+    assert [r[0] for r in store.conn.execute("SELECT max(size) FROM signed_checkpoints")] == [
+        head.seq
+    ]
+    store.close()
+    # the next writer proves the v2 log on open (full verification) and builds on it
+    again = Writer(folder, witness=witness)
+    try:
+        (more,) = again.append_durable(_writer_turn(3, "b"), timeout=10)
+        assert more.outcome == "appended" and more.seq == head.seq + 1
+    finally:
+        assert again.close().complete
+
+
+def test_the_writer_refuses_a_tampered_v2_archive(tmp_path: Path) -> None:
+    from archive_provider.storage.writer import Writer, WriterUnavailable
+
+    folder = tmp_path / "archive"
+    store = _open(folder)
+    store.append([_turn(store, 1, "original")])
+    store.close()
+    conn = sqlite3.connect(folder / "events.db")
+    conn.execute("DROP TRIGGER payloads_erase_only")
+    conn.execute(
+        'UPDATE payloads SET body = CAST(\'{"content":"forged","role":"user"}\' AS BLOB)'
+        " WHERE lookup IS NOT NULL"
+    )
+    conn.commit()
+    conn.close()
+    writer = Writer(folder)
+    try:
+        with pytest.raises(WriterUnavailable, match="failed verification at seq 2"):
+            writer.append_durable(_writer_turn(2, "next"), timeout=10)
+    finally:
+        writer.close()

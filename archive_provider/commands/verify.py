@@ -22,6 +22,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also rebuild every projection in a scratch database and compare digests",
     )
+    parser.add_argument(
+        "--key",
+        metavar="VKEY",
+        help="format v2: the archive's verifier key, pinned outside it (`hermes-archive key` "
+        "printed it), to check every signed checkpoint",
+    )
 
 
 def _projections(ctx: CommandContext, total: int) -> dict[str, Any]:
@@ -72,7 +78,9 @@ def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
         total = store.head().seq
         with ctx.progress("verify", total) as progress:
-            report: Report = verify_database(store.conn, store.key, progress=progress)
+            report: Report = verify_database(
+                store.conn, store.key, progress=progress, vkey=ctx.args.key
+            )
     data: dict[str, Any] = {"ok": report.ok, "log": report.as_dict()}
     if ctx.args.projections and report.ok:
         data["projections"] = _projections(ctx, total)
