@@ -12,13 +12,14 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hivemind_agents import call, home_of, logged, peer_ids, unread_from, wait_for
-from test_hivemind_matrix import sync_until
 
 from archive_provider.host.schemas import load_event_schema
 from hivemind import matrix_backend
 from hivemind.context import FENCE_CLOSE
 from hivemind.matrix_backend import RejectedEvent, rejection_reason
+
+from .agents import call, home_of, logged, peer_ids, unread_from, wait_for
+from .test_matrix import sync_until
 
 pytestmark = pytest.mark.synapse
 

@@ -16,7 +16,6 @@ import jsonschema
 import pytest
 import yaml
 from freezegun import freeze_time
-from hivemind_agents import call, home_of, logged, wait_for
 
 from archive_provider.demo.fake_llm import ErrorReply, FakeLLM
 from archive_provider.format.canonical import decode
@@ -31,6 +30,8 @@ from hivemind.summarizer import (
     host_model,
     summary_event,
 )
+
+from .agents import call, home_of, logged, wait_for
 
 # An instruction-shaped message whose fence look-alikes use spaces, zero-width characters,
 # full-width characters and a fake opening marker.
