@@ -448,3 +448,48 @@ def test_the_writer_refuses_a_tampered_v2_archive(tmp_path: Path) -> None:
             writer.append_durable(_writer_turn(2, "next"), timeout=10)
     finally:
         writer.close()
+
+
+def test_the_builtin_projections_follow_a_v2_log_as_a_v1_log(tmp_path: Path) -> None:
+    """Projections read digests as hex whatever the format: the same turns give the same rows."""
+    from archive_provider.domain import builders
+    from archive_provider.projections.registry import default_projections
+
+    def drive(store: EventStore) -> list[tuple[object, ...]]:
+        hello = [
+            {"role": "user", "content": "my cat is Ziggy"},
+            {"role": "assistant", "content": "ok"},
+        ]
+        parts = [store.hasher.part(m) for m in hello]
+        store.append([builders.session_started("s", at="2026-12-01T00:00:00.000000Z", details={})])
+        store.append([builders.turn(store.hasher, "s", 1, parts, start=0, legacy=False)])
+        more = [*parts, store.hasher.part({"role": "user", "content": "and a dog called Rex"})]
+        store.append(
+            [
+                builders.checkpoint(
+                    store.hasher,
+                    "s",
+                    more,
+                    parent_session="",
+                    host_api_version=1,
+                    require_checkpoint=True,
+                    received=3,
+                )
+            ],
+            durable=True,
+        )
+        assert not store.broken_projections
+        return store.conn.execute(
+            "SELECT text, kind, session, role FROM recall_fts ORDER BY rowid"
+        ).fetchall()
+
+    v1 = EventStore.open(tmp_path / "v1", format_version=1, projections=default_projections)
+    v2 = EventStore.open(tmp_path / "v2", format_version=2, projections=default_projections)
+    try:
+        rows = drive(v1)
+        assert drive(v2) == rows
+        assert ("and a dog called Rex", "checkpoint", "s", "user") in rows  # only the new text
+        assert len(rows) == 3
+    finally:
+        v1.close()
+        v2.close()

@@ -12,6 +12,7 @@ processes) can never fork the chain and a reader never sees half a batch.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -406,12 +407,12 @@ class EventStore:
         store: EventStore
         if version == FORMAT_V2:
             store = EventStoreV2(db_path, conn, key, store_id, projections, readonly=readonly)
-            if new_store is not None:
-                store.append([store_created(store)], durable=True)
         else:
             store = cls(db_path, conn, key, store_id, projections)
         if not readonly:
             store._create_projections()
+        if isinstance(store, EventStoreV2) and new_store is not None:
+            store.append([store_created(store)], durable=True)
         return store
 
     @staticmethod
@@ -1184,6 +1185,25 @@ def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
         "SELECT body FROM payloads WHERE digest IN (?, ?) AND body IS NOT NULL", (digest, raw)
     ).fetchone()
     return bytes(row[0]) if row else None
+
+
+def session_part_digests(
+    conn: sqlite3.Connection, session: str, types: Sequence[str], before_seq: int
+) -> Iterator[str]:
+    """The part digests (hex, in log order) of ``session``'s events of ``types`` before a seq.
+
+    Either format: v1 stores the list as canonical JSON text, v2 as 32-byte digests.
+    """
+    marks = ", ".join("?" * len(types))
+    for (parts,) in conn.execute(
+        f"SELECT parts FROM events WHERE session = ? AND type IN ({marks}) AND seq < ?"
+        " ORDER BY seq",
+        (session, *types, before_seq),
+    ):
+        if isinstance(parts, bytes):
+            yield from (parts[i : i + 32].hex() for i in range(0, len(parts), 32))
+        else:
+            yield from (str(d) for d in json.loads(parts))
 
 
 def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> bytes | None:
