@@ -493,3 +493,35 @@ def test_the_builtin_projections_follow_a_v2_log_as_a_v1_log(tmp_path: Path) -> 
     finally:
         v1.close()
         v2.close()
+
+
+def test_v2_identity_keys_leave_out_what_the_identity_covers(tmp_path: Path) -> None:
+    """A turn's K is {"turn": n}, a checkpoint's {}, a memory write's {"order": n}."""
+    from archive_provider.domain import builders
+
+    store = _open(tmp_path / "a")
+    parts = [store.hasher.part({"role": "user", "content": "hi"})]
+    events = [
+        builders.turn(store.hasher, "s", 1, parts, start=0, legacy=False),
+        builders.checkpoint(
+            store.hasher,
+            "s",
+            parts,
+            parent_session="",
+            host_api_version=1,
+            require_checkpoint=False,
+            received=1,
+        ),
+        builders.memory_write(store.hasher, "s", 1, "add", "memory", "likes tea", {}),
+    ]
+    assert [e.key for e in events] == [{"turn": 1}, {}, {"order": 1}]
+    results = store.append(events)
+    assert [r.outcome for r in results] == ["appended"] * 3
+    # the same checkpoint in another session is another event: the identity covers session
+    other = builders.checkpoint(
+        store.hasher, "t", parts, parent_session="", host_api_version=1,
+        require_checkpoint=False, received=1,
+    )  # fmt: skip
+    assert store.append([other])[0].outcome == "appended"
+    assert store.append(events)[1].outcome == "already_archived"
+    store.close()

@@ -57,10 +57,11 @@ def turn(
 ) -> NewEvent:
     """A completed turn: its new messages (all roles, as the host sent them, after redaction)."""
     digests = [part.digest for part in parts]
+    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     return NewEvent(
         "turn",
         session,
-        {"session": session, "turn": ordinal, "messages": digests},
+        {"turn": ordinal} if v2 else {"session": session, "turn": ordinal, "messages": digests},
         with_redactions(
             {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
             redactions,
@@ -83,10 +84,11 @@ def checkpoint(
     """A pre-compress checkpoint: the ordered evidence digests; identity = session + list."""
     digests = [part.digest for part in parts]
     evidence = hasher.digest(canonical_bytes(digests))
+    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     return NewEvent(
         "checkpoint",
         session,
-        {"session": session, "evidence": evidence},
+        {} if v2 else {"session": session, "evidence": evidence},
         with_redactions(
             {
                 "evidence": digests,
@@ -156,7 +158,9 @@ def memory_write(
     return NewEvent(
         "memory_write",
         session,
-        {"session": session, "order": order, "content": part.digest},
+        {"order": order}
+        if hasher.format_version == 2
+        else {"session": session, "order": order, "content": part.digest},
         with_redactions(
             {
                 "order": order,

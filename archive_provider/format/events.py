@@ -57,6 +57,10 @@ class Part:
 class Hasher:
     """Keyed payload digests for one store; builders use it to name parts and payloads."""
 
+    #: the format of the store it names parts for: v2 identity keys leave out what the
+    #: identity already covers (session, part digests)
+    format_version = 1
+
     def __init__(self, key: bytes) -> None:
         self._key = key
 
