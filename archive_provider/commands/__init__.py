@@ -210,6 +210,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     install,
     key,
     log,
+    migrate,
     readable_copy,
     replay,
     search,
@@ -236,6 +237,7 @@ COMMANDS = [
         readable_copy,
         witness,
         key,
+        migrate,
         install,
         demo,
     )

@@ -38,6 +38,7 @@ EVENT_TYPES = frozenset(
         "peer_link_state",
         "witness_accepted",
         "store_created",
+        "migrated_from",
     }
 )
 

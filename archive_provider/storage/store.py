@@ -326,13 +326,15 @@ class EventStore:
         | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         format_version: int | None = None,
+        first_event: Callable[[EventStoreV2], NewEvent] | None = None,
     ) -> EventStore:
         """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``).
 
         ``projections`` may be a function of the open connection, to keep the projections
         this archive holds (``projections.default_projections``). An existing archive opens
         in the format its ``meta.format_version`` names (an :class:`EventStoreV2` for 2); a
-        new one is made in ``format_version`` (default :data:`NEW_ARCHIVE_FORMAT`).
+        new one is made in ``format_version`` (default :data:`NEW_ARCHIVE_FORMAT`); a new v2
+        archive's first event is ``first_event(store)`` (default :func:`store_created`).
         """
         folder = Path(folder)
         db_path = folder / DB_NAME
@@ -412,7 +414,7 @@ class EventStore:
         if not readonly:
             store._create_projections()
         if isinstance(store, EventStoreV2) and new_store is not None:
-            store.append([store_created(store)], durable=True)
+            store.append([(first_event or store_created)(store)], durable=True)
         return store
 
     @staticmethod
@@ -541,11 +543,11 @@ class EventStore:
             return self.append_in_transaction(events)
 
     @contextmanager
-    def transaction(self, *, durable: bool = False) -> Iterator[None]:
+    def transaction(self, *, durable: bool = False, at: str | None = None) -> Iterator[None]:
         """One write transaction: the head is read at its start and written once at its end.
 
         Its events share one time, read from the clock when it begins: the time they were
-        written together.
+        written together (``at`` only for ``migrate``, whose events keep their first time).
         """
         conn = self.conn
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -553,7 +555,7 @@ class EventStore:
         committed = False
         try:
             self._head = start = self._read_head()
-            self._time = now_text()
+            self._time = at or now_text()
             yield
             end = self._head
             if end != start:

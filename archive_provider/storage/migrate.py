@@ -1,0 +1,187 @@
+"""``migrate``: a v1 archive becomes a new v2 archive; the v1 file is kept (FORMAT.md 19).
+
+Nothing is rewritten in place. The v1 file is verified, renamed ``events.v1.db`` (with its
+key ``payload.v1.key``) and never written again; a new v2 ``events.db`` gets a new store id,
+lookup key and signing key, and its first event, ``migrated_from``, records the v1 head
+just verified and the v1 file's BLAKE3. v1 event ``s`` becomes v2 event ``s + 1`` with the
+same time, type and session; each part is stored again under a fresh salt, and in the key
+and body every text equal to a v1 digest of one of the event's parts is that part's v2
+digest (the writer's renaming, :meth:`EventStoreV2.append_in_transaction`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from blake3 import blake3
+
+from ..format.canonical import decode
+from ..format.events import LoadedEvent, NewEvent, Part
+from ..format.verifier import verify_database
+from .store import DB_NAME, KEY_NAME, EventStore, EventStoreV2, StoreError, iter_events
+
+V1_DB_NAME = "events.v1.db"
+V1_KEY_NAME = "payload.v1.key"
+#: events per v2 transaction at most (a v1 transaction's events share a time and stay together)
+BATCH_EVENTS = 2000
+
+
+class MigrationRefused(StoreError):
+    """The archive cannot be migrated as it is; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What ``migrate`` did: the v1 head it verified and the new v2 store."""
+
+    v1_store_id: str
+    v1_head_seq: int
+    v1_head_chain: str
+    store_id: str
+    vkey: str
+    events: int
+
+
+def file_blake3(path: Path) -> str:
+    digest = blake3()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def migrate(
+    folder: Path,
+    *,
+    projections: Callable[[sqlite3.Connection], Sequence[object]] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Migrated:
+    """Migrate the v1 archive in ``folder`` (``<home>/archive``) to format v2."""
+    folder = Path(folder)
+    if (folder / V1_DB_NAME).exists():
+        raise MigrationRefused(
+            f"{folder / V1_DB_NAME} exists: this archive was migrated before (or a migration "
+            "stopped half-way); move that file aside before migrating again"
+        )
+    old = EventStore.open(folder, create=False, readonly=True)  # verifying writes nothing
+    try:
+        if isinstance(old, EventStoreV2):
+            raise MigrationRefused(f"the archive at {folder} is already format version 2")
+        report = verify_database(old.conn, old.key, progress=progress)
+        if not report.ok:
+            raise MigrationRefused(
+                f"the v1 archive at {folder} does not verify (seq {report.first_bad_seq}: "
+                f"{report.problem}); it is not migrated. Restore it from backup first "
+                "(docs/RECOVER.md)."
+            )
+        head = old.head()
+        v1_store_id = old.store_id
+        v1_payloads = old.conn.execute("SELECT count(*) FROM payloads").fetchone()[0]
+    finally:
+        old.close()
+    conn = sqlite3.connect(folder / DB_NAME, isolation_level=None)
+    try:  # every commit into the file itself, so the renamed file alone holds the v1 log
+        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        moved = conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
+    finally:
+        conn.close()
+    if busy or (moved or (0, head.chain)) != (head.seq, head.chain):
+        raise MigrationRefused(
+            f"another connection holds or wrote the archive at {folder} while it was checked: "
+            "stop Hermes (and any hermes-archive command) and migrate again"
+        )
+    os.rename(folder / DB_NAME, folder / V1_DB_NAME)
+    os.rename(folder / KEY_NAME, folder / V1_KEY_NAME)
+    for end in ("-wal", "-shm"):
+        leftover = folder / (DB_NAME + end)
+        if leftover.exists():
+            leftover.unlink()  # the checkpoint emptied it: the v1 file holds every commit
+    _fsync_folder(folder)
+    v1_blake3 = file_blake3(folder / V1_DB_NAME)
+
+    def migrated_from(store: EventStoreV2) -> NewEvent:
+        return NewEvent(
+            "migrated_from",
+            "archive",
+            {"v1_store_id": v1_store_id},
+            {
+                "v1_store_id": v1_store_id,
+                "v1_head_seq": head.seq,
+                "v1_head_chain": head.chain,
+                "v1_file": V1_DB_NAME,
+                "v1_file_blake3": v1_blake3,
+                "v1_events": head.seq,
+                "v1_payloads": v1_payloads,
+                "origin": store.origin,
+                "vkey": store.vkey,
+            },
+        )
+
+    new = EventStore.open(
+        folder,
+        format_version=2,
+        first_event=migrated_from,
+        projections=projections or (),
+    )
+    assert isinstance(new, EventStoreV2)
+    try:
+        new.conn.execute("INSERT INTO meta VALUES ('migrated_from', ?)", (v1_store_id,))
+        source = sqlite3.connect(
+            (folder / V1_DB_NAME).absolute().as_uri() + "?mode=ro", uri=True, isolation_level=None
+        )
+        try:
+            source.execute("BEGIN")
+            for at, events in _by_time(iter_events(source, part_types=None)):
+                with new.transaction(at=at):
+                    results = new.append_in_transaction([_as_new(e) for e in events])
+                for event, result in zip(events, results, strict=True):
+                    if result.outcome != "appended" or result.seq != event.seq + 1:
+                        raise MigrationRefused(
+                            f"v1 event {event.seq} did not become v2 event {event.seq + 1} "
+                            f"({result.outcome} at {result.seq}); the v1 file is kept as "
+                            f"{V1_DB_NAME}"
+                        )
+                if progress:
+                    progress(events[-1].seq)
+            source.execute("COMMIT")
+        finally:
+            source.close()
+        new.checkpoint()
+        return Migrated(v1_store_id, head.seq, head.chain, new.store_id, new.vkey, head.seq + 1)
+    finally:
+        new.close()
+
+
+def _by_time(events: Iterator[LoadedEvent]) -> Iterator[tuple[str, list[LoadedEvent]]]:
+    """Consecutive events that share a time (one v1 transaction), at most a batch each."""
+    batch: list[LoadedEvent] = []
+    for event in events:
+        if batch and (event.time != batch[0].time or len(batch) >= BATCH_EVENTS):
+            yield batch[0].time, batch
+            batch = []
+        batch.append(event)
+    if batch:
+        yield batch[0].time, batch
+
+
+def _as_new(event: LoadedEvent) -> NewEvent:
+    """The v1 event as the v2 writer takes it: parts named by their v1 digests (renamed)."""
+    parts = []
+    for digest in event.part_digests:
+        body = event.parts.get(digest)
+        if body is None:
+            raise MigrationRefused(f"v1 event {event.seq}: part {digest} is missing")
+        parts.append(Part(digest, body))
+    return NewEvent(event.type, event.session, decode(event.envelope.key), event.body, tuple(parts))
