@@ -22,7 +22,15 @@ from blake3 import blake3
 from ..format.canonical import decode
 from ..format.events import LoadedEvent, NewEvent, Part
 from ..format.verifier import verify_database
-from .store import DB_NAME, KEY_NAME, EventStore, EventStoreV2, StoreError, iter_events
+from .store import (
+    DB_NAME,
+    KEY_NAME,
+    EventStore,
+    EventStoreV2,
+    Projection,
+    StoreError,
+    iter_events,
+)
 
 V1_DB_NAME = "events.v1.db"
 V1_KEY_NAME = "payload.v1.key"
@@ -65,7 +73,7 @@ def _fsync_folder(folder: Path) -> None:
 def migrate(
     folder: Path,
     *,
-    projections: Callable[[sqlite3.Connection], Sequence[object]] | None = None,
+    projections: Callable[[sqlite3.Connection], Sequence[Projection]] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Migrated:
     """Migrate the v1 archive in ``folder`` (``<home>/archive``) to format v2."""
