@@ -525,3 +525,38 @@ def test_v2_identity_keys_leave_out_what_the_identity_covers(tmp_path: Path) -> 
     assert store.append([other])[0].outcome == "appended"
     assert store.append(events)[1].outcome == "already_archived"
     store.close()
+
+
+def test_commands_that_do_not_speak_v2_yet_say_so_and_the_readable_copy_shows_hex(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from archive_provider.cli import main
+
+    store = _open(tmp_path / "archive")
+    store.append([_turn(store, 1, "hello")])
+    head = store.head()
+    store.close()
+    assert main(["--home", str(tmp_path), "export", str(tmp_path / "out.zip")]) == 1
+    assert "bundle version 2" in capsys.readouterr().err
+    assert not (tmp_path / "out.zip").exists()
+    assert main(["--home", str(tmp_path), "readable-copy", str(tmp_path / "copy.db")]) == 0
+    out = capsys.readouterr().out
+    assert f"chain {head.chain}" in out and "b'" not in out
+
+
+def test_a_clean_writer_close_signs_the_head_and_keeps_the_fast_path(tmp_path: Path) -> None:
+    """The closing checkpoint is in the file the witness fingerprints: the next open is fast."""
+    from archive_provider.storage.witness import Witness, fast_path_ok
+    from archive_provider.storage.writer import Writer
+
+    folder = tmp_path / "archive"
+    _open(folder).close()
+    witness = Witness(tmp_path / "witness", folder)
+    writer = Writer(folder, witness=witness)
+    writer.submit(_writer_turn(1, "a"))  # not durable: no checkpoint at this commit
+    assert writer.close().complete
+    assert fast_path_ok(folder / "events.db", witness)
+    store = EventStore.open(folder)
+    assert isinstance(store, EventStoreV2)
+    assert store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()[0] == 3
+    store.close()
