@@ -193,3 +193,79 @@ def _as_new(event: LoadedEvent) -> NewEvent:
             raise MigrationRefused(f"v1 event {event.seq}: part {digest} is missing")
         parts.append(Part(digest, body))
     return NewEvent(event.type, event.session, decode(event.envelope.key), event.body, tuple(parts))
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """The result of checking a migrated archive against its kept v1 file (FORMAT.md 19)."""
+
+    ok: bool
+    events: int  # v1 events matched
+    problem: str | None = None
+    v1_seq: int | None = None  # the first v1 event that does not match
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "events": self.events,
+            "problem": self.problem,
+            "v1_seq": self.v1_seq,
+        }
+
+
+def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
+    """Check that ``store`` (v2) is the migration of ``v1_file`` (read-only).
+
+    The v1 file must verify up to the head that ``migrated_from`` names (its chain value
+    equal), and every v1 event ``s`` must be v2 event ``s + 1`` with the same time, type and
+    session, and a key and body equal once v1 part digests are mapped to v2 (the map is
+    built from byte-equal part bodies).
+    """
+    first = store.event(1)
+    if first is None or first.type != "migrated_from":
+        return Lineage(False, 0, "this archive's first event is not migrated_from")
+    claim = first.body
+    source = sqlite3.connect(Path(v1_file).absolute().as_uri() + "?mode=ro", uri=True)
+    try:
+        report = verify_database(source, v1_key)
+        if not report.ok:
+            return Lineage(False, 0, f"the v1 file does not verify: {report.problem}")
+        row = source.execute(
+            "SELECT chain FROM events WHERE seq = ?", (claim["v1_head_seq"],)
+        ).fetchone()
+        if claim["v1_head_seq"] and (row is None or row[0] != claim["v1_head_chain"]):
+            return Lineage(False, 0, "the v1 file does not hold the head migrated_from names")
+        mapping: dict[str, str] = {}
+        matched = 0
+        new_events = iter_events(store.conn, 1, claim["v1_head_seq"] + 1, part_types=None)
+        for old in iter_events(source, 0, claim["v1_head_seq"], part_types=None):
+            new = next(new_events, None)
+            if new is None or new.seq != old.seq + 1:
+                return Lineage(False, matched, "the v2 archive ends early", old.seq)
+            same = (new.time, new.type, new.session) == (old.time, old.type, old.session)
+            same = same and len(old.part_digests) == len(new.part_digests)
+            for a, b in zip(old.part_digests, new.part_digests, strict=False):
+                same = same and old.parts.get(a) == new.parts.get(b) is not None
+                same = same and mapping.setdefault(a, b) == b
+            if (
+                not same
+                or _mapped(old.body, mapping) != new.body
+                or _mapped(decode(old.envelope.key), mapping) != decode(new.envelope.key)
+            ):
+                return Lineage(
+                    False, matched, f"v1 event {old.seq} is not v2 event {new.seq}", old.seq
+                )
+            matched += 1
+        return Lineage(True, matched)
+    finally:
+        source.close()
+
+
+def _mapped(value: object, mapping: dict[str, str]) -> object:
+    if isinstance(value, str):
+        return mapping.get(value, value)
+    if isinstance(value, list):
+        return [_mapped(item, mapping) for item in value]
+    if isinstance(value, dict):
+        return {name: _mapped(item, mapping) for name, item in value.items()}
+    return value
