@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from archive_provider.format import verifier
 from archive_provider.format.events import NewEvent
@@ -171,3 +173,52 @@ def test_the_verify_command_checks_signatures_with_key(
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] and data["log"]["authenticity"] == "verified"
     assert data["log"]["format_version"] == 2
+
+
+def _archive(folder: Path) -> Path:
+    store = EventStore.open(folder, format_version=2)
+    for turn in range(1, 13):
+        part = store.hasher.part({"role": "user", "content": f"message {turn % 5}"})
+        body = {"turn": turn, "messages": [part.digest]}
+        store.append([NewEvent("turn", f"s{turn % 3}", {"turn": turn}, body, (part,))])
+    store.close()
+    return folder / "events.db"
+
+
+_TAMPERS = {
+    # column edit -> (code, whether the edited event itself is named)
+    "time": ("UPDATE events SET time = time || 'x' WHERE seq = ?", "chain"),
+    "session": ("UPDATE events SET session = session || 'x' WHERE seq = ?", "identity"),
+    "key": ("UPDATE events SET key = '{\"turn\":999}' WHERE seq = ?", "identity"),
+    "type": ("UPDATE events SET type = 'memory_write' WHERE seq = ?", "identity"),
+    "payload": (
+        "UPDATE events SET payload = (SELECT payload FROM events WHERE seq = 1) WHERE seq = ?",
+        "chain",
+    ),
+    "chain": ("UPDATE events SET chain = zeroblob(32) WHERE seq = ?", "chain"),
+    "utf8": ("UPDATE events SET session = CAST(X'c3' AS TEXT) WHERE seq = ?", "invalid_utf8"),
+}
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _archive(tmp_path_factory.mktemp("pristine") / "archive")
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seq=st.integers(min_value=2, max_value=13), column=st.sampled_from(sorted(_TAMPERS)))
+def test_a_one_column_edit_is_located_by_seq(
+    pristine: Path, tmp_path_factory: pytest.TempPathFactory, seq: int, column: str
+) -> None:
+    """Any single envelope edit is found at the edited event with the rule's code."""
+    copy = tmp_path_factory.mktemp("tampered") / "events.db"
+    shutil.copy(pristine, copy)
+    statement, code = _TAMPERS[column]
+    conn = sqlite3.connect(copy, isolation_level=None)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute(statement, (seq,))
+    report = verifier.verify_database(conn, b"")
+    conn.close()
+    assert (report.ok, report.first_bad_seq, report.as_dict()["code"]) == (False, seq, code)
