@@ -1,8 +1,8 @@
 """Format v2 costs (docs/FORMAT.md 17, 15.4): bytes per turn and the price of a signed commit.
 
-* Bytes per turn of the log alone (no projections) in v1 and v2, on the same generated
-  turns (session_started, then turns of two new ~500-byte messages), split by table with
-  ``dbstat``, beside the raw UTF-8 bytes of the messages.
+* Bytes per turn of the log alone, then with the default projections, in v1 and v2, on
+  the same generated turns (session_started, then turns of two new ~500-byte messages),
+  split by table with ``dbstat``, beside the raw UTF-8 bytes of the messages.
 * Commit cost, interleaved: a durable one-turn append to a v2 archive (tiles grown, head
   root, an Ed25519-signed checkpoint in the same ``synchronous=FULL`` transaction), the same
   append to a v1 archive, and a raw ``synchronous=FULL`` commit of one small row (the floor).
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from archive_provider.domain import builders
+from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
 from .common import Workdir, interleaved, quiet_logging
@@ -27,10 +28,14 @@ from .s7_storage import file_bytes, table_bytes
 from .workload import corpus, turn_events
 
 
-def bytes_per_turn(work: Workdir, version: int, turns: int) -> dict[str, Any]:
+def bytes_per_turn(
+    work: Workdir, version: int, turns: int, *, projections: bool = False
+) -> dict[str, Any]:
     folder = work.fresh(f"v{version}") / "archive"
     text, _ = corpus()
-    store = EventStore.open(folder, format_version=version)
+    store = EventStore.open(
+        folder, format_version=version, projections=default_projections if projections else ()
+    )
     raw = 0
     try:
         chunk = []
@@ -49,6 +54,7 @@ def bytes_per_turn(work: Workdir, version: int, turns: int) -> dict[str, Any]:
     used = file_bytes(db)
     return {
         "format_version": version,
+        "projections": projections,
         "turns": turns,
         "bytes_per_turn": round(used / turns, 1),
         "message_bytes_per_turn": round(raw / turns, 1),
@@ -114,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with quiet_logging():
             result = {
-                "bytes": [bytes_per_turn(work, v, args.turns) for v in (1, 2)],
+                "bytes": [
+                    bytes_per_turn(work, v, args.turns, projections=p)
+                    for p in (False, True)
+                    for v in (1, 2)
+                ],
                 "commit": commit_cost(work, args.repeats),
             }
     finally:

@@ -560,3 +560,43 @@ def test_a_clean_writer_close_signs_the_head_and_keeps_the_fast_path(tmp_path: P
     assert isinstance(store, EventStoreV2)
     assert store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()[0] == 3
     store.close()
+
+
+def test_the_api_the_witness_and_proofs_build_on(tmp_path: Path) -> None:
+    """checkpoint_note, read_tile and salted_payload: a signed tree an outsider can check."""
+    from archive_provider.format.signed_note import Signer, open_checkpoint
+    from archive_provider.storage.store import salted_payload
+
+    store = _open(tmp_path / "a")
+    for turn in range(1, 6):
+        store.append([_turn(store, turn, f"text {turn}")], durable=True)
+    head = store.head()
+    note = store.checkpoint_note()
+    assert note is not None
+    log_key = Verifier.from_vkey(store.vkey)
+    checkpoint, _, cosigned = open_checkpoint(note, log_key)
+    assert (checkpoint.size, checkpoint.root.hex()) == (head.seq, head.root) and not cosigned
+    # a stored cosignature comes back as a verifiable line of the note
+    witness = Signer("witness.example/w1", bytes(32), 0x04)
+    cosignature = witness.cosign(checkpoint.text, 1_700_000_000)
+    store.conn.execute(
+        "INSERT INTO cosignatures VALUES (?, ?, ?, ?, ?)",
+        (head.seq, witness.name, witness.key_id.to_bytes(4, "big"), 1_700_000_000,
+         cosignature.data[8:]),
+    )  # fmt: skip
+    again = store.checkpoint_note(head.seq)
+    assert again is not None
+    _, _, cosigned = open_checkpoint(again, log_key, [witness.verifier])
+    assert [c.name for c in cosigned] == ["witness.example/w1"]
+    # inclusion of event 3 in the signed tree, read from the tiles
+    event = store.event(3)
+    assert event is not None
+    reader = merkle.TileReader(store.read_tile, head.seq)
+    proof = merkle.inclusion_proof(2, head.seq, reader)
+    merkle.verify_inclusion(
+        2, head.seq, merkle.leaf_hash(event.envelope.canonical()), proof, checkpoint.root
+    )
+    salt, body = salted_payload(store.conn, event.part_digests[0]) or (b"", b"")
+    assert digests_v2.payload_digest(salt, body).hex() == event.part_digests[0]
+    assert store.checkpoint_note(999) is None
+    store.close()

@@ -46,7 +46,14 @@ from ..format.digests import (
 )
 from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
 from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, Part, StoredEvent
-from ..format.signed_note import Checkpoint, Signer, format_checkpoint
+from ..format.signed_note import (
+    Checkpoint,
+    Signature,
+    Signer,
+    Verifier,
+    format_checkpoint,
+    format_note,
+)
 from ..format.verifier import schema_problem
 from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
 from .store_v2 import (
@@ -856,10 +863,11 @@ class EventStoreV2(EventStore):
         """The tree edge of the head: kept from the last commit, or read from the tiles."""
         seq = self._head.seq if self._head else self._read_head().seq
         if self._tree is None or self._tree.size != seq:
-            self._tree = TreeEdge.read(seq, self._read_tile)
+            self._tree = TreeEdge.read(seq, self.read_tile)
         return self._tree
 
-    def _read_tile(self, level: int, index: int) -> bytes | None:
+    def read_tile(self, level: int, index: int) -> bytes | None:
+        """One ``tiles`` row (``merkle.TileReader(store.read_tile, size)`` reads proofs)."""
         row = self.conn.execute(
             "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
         ).fetchone()
@@ -919,6 +927,31 @@ class EventStoreV2(EventStore):
             assert head.root is not None
             self._sign(head.seq, bytes.fromhex(head.root))
         return True
+
+    def checkpoint_note(self, size: int | None = None) -> bytes | None:
+        """The signed note of the checkpoint at ``size`` (default: the newest), cosigned.
+
+        The text is rebuilt from the origin, size and root; the log's signature line first,
+        then one line per stored cosignature (FORMAT.md 15.5). None when none is signed.
+        """
+        row = self.conn.execute(
+            "SELECT size, root, signature FROM signed_checkpoints"
+            + (" WHERE size = ?" if size is not None else " ORDER BY size DESC LIMIT 1"),
+            () if size is None else (size,),
+        ).fetchone()
+        if row is None:
+            return None
+        text = format_checkpoint(Checkpoint(self.origin, int(row[0]), bytes(row[1])))
+        log_key = Verifier.from_vkey(self.vkey)
+        lines = [Signature(self.origin, log_key.key_id, bytes(row[2]))]
+        for name, key_id, timestamp, signature in self.conn.execute(
+            "SELECT name, key_id, timestamp, signature FROM cosignatures WHERE size = ?"
+            " ORDER BY name, key_id",
+            (row[0],),
+        ):
+            data = int(timestamp).to_bytes(8, "big") + bytes(signature)
+            lines.append(Signature(str(name), int.from_bytes(bytes(key_id), "big"), data))
+        return format_note(text, lines)
 
     def close(self) -> None:
         """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
@@ -1187,6 +1220,19 @@ def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
         "SELECT body FROM payloads WHERE digest IN (?, ?) AND body IS NOT NULL", (digest, raw)
     ).fetchone()
     return bytes(row[0]) if row else None
+
+
+def salted_payload(conn: sqlite3.Connection, digest: str) -> tuple[bytes, bytes] | None:
+    """A v2 payload's ``(salt, body)`` by hex digest, or None (absent, or erased).
+
+    What a disclosure, a proof file or a serve-time check needs: BLAKE3(payload domain ‖
+    salt ‖ body) must equal the digest (FORMAT.md 12.5, 20.5).
+    """
+    row = conn.execute(
+        "SELECT salt, body FROM payloads WHERE digest = ? AND body IS NOT NULL",
+        (bytes.fromhex(digest),),
+    ).fetchone()
+    return (bytes(row[0]), bytes(row[1])) if row else None
 
 
 def session_part_digests(
