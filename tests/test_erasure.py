@@ -1,0 +1,320 @@
+"""Erasure, legal holds and retention on real format-v2 archives (issue 16, FORMAT.md 12.4).
+
+Every forget is checked where it matters: the raw bytes of every file under the profile,
+the full-text index's vocabulary (fts5vocab), and a full verification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from freezegun import freeze_time
+
+from archive_provider.audit import erasure
+from archive_provider.audit.erasure import Held, NeedsV2, Scope
+from archive_provider.domain import builders
+from archive_provider.format.events import NewEvent
+from archive_provider.format.verifier import verify_database
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore, EventStoreV2
+
+SECRET = "Zorblax Quimby lives at 42 Wallaby Way"
+SECRET_TERM = "zorblax"
+OTHER = "the weather in Lisbon is mild today"
+
+
+def _open(folder: Path) -> EventStoreV2:
+    store = EventStore.open(folder, format_version=2, projections=default_projections)
+    assert isinstance(store, EventStoreV2)
+    return store
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def store(home: Path) -> Iterator[EventStoreV2]:
+    opened = _open(home / "archive")
+    yield opened
+    opened.close()
+
+
+def turn(
+    store: EventStore,
+    session: str,
+    ordinal: int,
+    texts: list[str],
+    start: int = 0,
+    author: dict[str, Any] | None = None,
+) -> NewEvent:
+    parts = [store.hasher.part({"role": "user", "content": t}) for t in texts]
+    return builders.turn(
+        store.hasher, session, ordinal, parts, start=start, legacy=False, author=author
+    )
+
+
+def fill(store: EventStoreV2) -> None:
+    """Two sessions: s-secret holds the secret, s-keep does not; a recall quotes the secret."""
+    store.append([turn(store, "s-secret", 1, [SECRET, "hello there"])])
+    store.append([turn(store, "s-keep", 1, [OTHER])])
+    secret_seq = store.conn.execute(
+        "SELECT max(seq) FROM events WHERE session = 's-secret'"
+    ).fetchone()[0]
+    store.append(
+        [
+            builders.recall_served(
+                store.hasher,
+                "s-keep",
+                turn=2,
+                query="where does he live",
+                result=f"earlier: {SECRET}",
+                sources=[secret_seq],
+                at="t1",
+            )
+        ]
+    )
+
+
+def raw_hits(home: Path, text: str) -> list[str]:
+    """Files under the profile whose bytes hold ``text`` (as UTF-8, or JSON-escaped)."""
+    needles = {text.encode(), json.dumps(text)[1:-1].encode()}
+    found = []
+    for path in home.rglob("*"):
+        if path.is_file() and any(n in path.read_bytes() for n in needles):
+            found.append(str(path.relative_to(home)))
+    return found
+
+
+def fts_terms(store: EventStore) -> set[str]:
+    terms = set()
+    for (name,) in store.conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%USING fts5(%'"
+    ).fetchall():
+        store.conn.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.v_{name} USING fts5vocab(main, {name}, 'row')"
+        )
+        terms |= {str(t) for (t,) in store.conn.execute(f"SELECT term FROM temp.v_{name}")}
+    return terms
+
+
+def assert_gone(home: Path, store: EventStoreV2, text: str, term: str) -> None:
+    assert raw_hits(home, text) == []
+    assert term not in fts_terms(store)
+    report = verify_database(store.conn, store.key, vkey=store.vkey)
+    assert report.ok, report.problem
+
+
+def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
+    home: Path, store: EventStoreV2
+) -> None:
+    fill(store)
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert raw_hits(home, SECRET)  # the test can see the text before
+    assert SECRET_TERM in fts_terms(store)
+    receipt = erasure.forget(
+        store, Scope("session", {"session": "s-secret"}), reason="GDPR request", who="dpo"
+    )
+    # the turn's messages, the recall's result (quotes it) and query (same event)
+    assert receipt.payloads == 4
+    assert receipt.seq is not None and receipt.checkpoint is not None
+    assert int(receipt.checkpoint.split("\n")[1]) >= receipt.seq  # the size line covers it
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()  # the rest stays
+    report = verify_database(store.conn, store.key, vkey=store.vkey)
+    assert report.payloads_erased == 4
+    assert report.erasures == [{"seq": receipt.seq, "payloads": 4}]
+    body = json.loads(store.payload(store.conn.execute(
+        "SELECT lower(hex(payload)) FROM events WHERE seq = ?", (receipt.seq,)
+    ).fetchone()[0]) or b"{}")
+    assert body["reason"] == "GDPR request" and body["payloads"] == 4
+    assert SECRET not in json.dumps(body)
+
+
+def test_forget_is_idempotent(home: Path, store: EventStoreV2) -> None:
+    fill(store)
+    scope = Scope("session", {"session": "s-secret"})
+    first = erasure.forget(store, scope, reason="r")
+    again = erasure.forget(store, scope, reason="r")
+    assert first.payloads == 4 and again.payloads == 0 and again.seq is None
+    assert store.conn.execute("SELECT count(*) FROM events WHERE type = 'erasure'").fetchone() == (
+        1,
+    )
+
+
+def test_forget_one_event_by_seq_and_by_digest_prefix(home: Path, store: EventStoreV2) -> None:
+    store.append([turn(store, "s1", 1, [SECRET])])
+    store.append([turn(store, "s1", 2, [OTHER])])
+    seq = store.conn.execute("SELECT max(seq) FROM events WHERE type = 'turn'").fetchone()[0]
+    prefix = store.conn.execute(
+        "SELECT lower(hex(identity)) FROM events WHERE seq = ?", (seq - 1,)
+    ).fetchone()[0][:12]
+    erasure.forget(store, Scope("event", {"digest": prefix}), reason="r")
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+    erasure.forget(store, Scope("event", {"seq": seq}), reason="r")
+    assert_gone(home, store, OTHER, "lisbon")
+
+
+def test_forget_a_time_range(home: Path, store: EventStoreV2) -> None:
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "s1", 1, [SECRET])])
+    with freeze_time("2026-03-01T00:00:00Z"):
+        store.append([turn(store, "s1", 2, [OTHER])])
+    with freeze_time("2026-03-02T00:00:00Z"):
+        scope = Scope("time", {"since": "2025-12-31T00:00:00Z", "until": "2026-02-01T00:00:00Z"})
+        erasure.forget(store, scope, reason="r")
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+
+
+def test_forget_an_author_erases_their_turns_and_the_author_payload(
+    home: Path, store: EventStoreV2
+) -> None:
+    alice = {"id": "u-alice-1234", "is_bot": False, "name": "Alice Longname"}
+    bob = {"id": "u-bob", "is_bot": False, "name": "Bob"}
+    store.append([turn(store, "s1", 1, [SECRET], author=alice)])
+    store.append([turn(store, "s1", 2, [OTHER], start=1, author=bob)])
+    erasure.forget(store, Scope("author", {"author": "u-alice-1234"}), reason="r")
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert raw_hits(home, "Alice Longname") == []
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+
+
+def test_forget_a_memory_entry_by_a_past_text_erases_every_version(
+    home: Path, store: EventStoreV2
+) -> None:
+    old, new = "user's passport number is X1234567", "user's passport number is Y7654321"
+    store.append(
+        [builders.memory_write(store.hasher, "s1", 1, "add", "user", old, {})]
+    )
+    store.append(
+        [builders.memory_write(
+            store.hasher, "s1", 2, "replace", "user", new, {"old_text": "X1234567"}
+        )]
+    )
+    store.append([builders.memory_write(store.hasher, "s1", 3, "add", "user", OTHER, {})])
+    erasure.forget(store, Scope("memory", {"text": "X1234567"}), reason="r")
+    for text, term in ((old, "x1234567"), (new, "y7654321")):
+        assert_gone(home, store, text, term)
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+
+
+def test_a_v1_archive_is_refused(tmp_path: Path) -> None:
+    store = EventStore.open(tmp_path / "archive", format_version=1)
+    try:
+        with pytest.raises(NeedsV2, match="migrate first: hermes-archive migrate"):
+            erasure.forget(store, Scope("session", {"session": "s"}), reason="r")
+    finally:
+        store.close()
+
+
+def test_a_payload_erased_without_an_erasure_event_is_tampering(
+    home: Path, store: EventStoreV2
+) -> None:
+    fill(store)
+    erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r")
+    digest = store.conn.execute(
+        "SELECT parts FROM events WHERE session = 's-keep' AND type = 'turn'"
+    ).fetchone()[0][:32]
+    conn = store.conn
+    conn.execute("DROP TRIGGER payloads_erase_only")
+    conn.execute("UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = ?",
+                 (digest,))
+    report = verify_database(conn, store.key, vkey=store.vkey)
+    assert not report.ok and report.code == "erased_without_erasure"
+
+
+def test_a_legal_hold_blocks_forget_until_released(home: Path, store: EventStoreV2) -> None:
+    fill(store)
+    hold = erasure.add_hold(store, {"session": "s-secret"}, "litigation 7", "counsel")
+    scope = Scope("session", {"session": "s-secret"})
+    with pytest.raises(Held, match=f"legal hold {hold}"):
+        erasure.forget(store, scope, reason="r")
+    assert raw_hits(home, SECRET)
+    dry = erasure.forget(store, scope, reason="r", dry_run=True)
+    assert dry.held and dry.held[0]["hold"] == hold and dry.payloads == 4
+    erasure.release_hold(store, hold, "case closed", "counsel")
+    erasure.forget(store, scope, reason="r")
+    assert_gone(home, store, SECRET, SECRET_TERM)
+
+
+def test_retention_erases_what_expired_skips_holds_and_shortening_needs_confirmation(
+    home: Path, store: EventStoreV2
+) -> None:
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "old", 1, [SECRET])])
+        store.append([turn(store, "held", 1, ["held text is kept for counsel"])])
+    with freeze_time("2026-09-01T00:00:00Z"):
+        store.append([turn(store, "new", 1, [OTHER])])
+        with pytest.raises(erasure.ErasureError, match="confirm"):
+            erasure.set_retention(store, 180, "policy", "ops", confirmed=False)
+        erasure.set_retention(store, 180, "policy", "ops", confirmed=True)
+        erasure.add_hold(store, {"session": "held"}, "audit", "counsel")
+        dry = erasure.apply_retention(store, dry_run=True)
+        assert dry and dry[0].dry_run and raw_hits(home, SECRET)
+        done = erasure.apply_retention(store, batch=1)
+    assert [r.reason for r in done if r.seq] == ["retention"]
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    data = (home / "archive" / "events.db").read_bytes()
+    assert b"held text is kept" in data and OTHER.encode() in data
+
+
+def test_receipts_list_every_erasure_with_its_signed_checkpoint(store: EventStoreV2) -> None:
+    fill(store)
+    erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="one")
+    erasure.forget(store, Scope("session", {"session": "s-keep"}), reason="two")
+    listed = erasure.receipts(store)
+    assert [r.reason for r in listed] == ["one", "two"]
+    assert all(r.checkpoint and r.chain for r in listed)
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from archive_provider.audit import erasure
+    from archive_provider.storage import store_v2
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.storage.store import EventStore
+
+    real = store_v2.tombstone
+    def dying(conn, digests, seq):
+        real(conn, digests, seq)
+        os.kill(os.getpid(), signal.SIGKILL)  # inside the transaction, before COMMIT
+    erasure.tombstone = dying
+    store = EventStore.open(sys.argv[1], projections=default_projections)
+    erasure.forget(store, erasure.Scope("session", {"session": "s-secret"}), reason="r")
+    """
+)
+
+
+def test_sigkill_during_erasure_leaves_the_state_before_and_a_rerun_completes(
+    home: Path, store: EventStoreV2
+) -> None:
+    fill(store)
+    folder = home / "archive"
+    store.close()
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(folder)], capture_output=True, timeout=120
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    again = _open(folder)
+    try:
+        assert again.conn.execute("SELECT count(*) FROM erased").fetchone() == (0,)
+        assert verify_database(again.conn, again.key, vkey=again.vkey).ok
+        receipt = erasure.forget(again, Scope("session", {"session": "s-secret"}), reason="r")
+        assert receipt.payloads == 4
+        assert_gone(home, again, SECRET, SECRET_TERM)
+    finally:
+        again.close()
+    assert os.path.exists(folder / "events.db")
