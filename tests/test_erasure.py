@@ -318,3 +318,85 @@ def test_sigkill_during_erasure_leaves_the_state_before_and_a_rerun_completes(
     finally:
         again.close()
     assert os.path.exists(folder / "events.db")
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, Any, str]:
+    from archive_provider.cli import main
+
+    code = main(["--home", str(home), "--json", *args])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, json.loads(captured.out) if captured.out.strip() else None, captured.err
+
+
+def test_forget_command_needs_yes_off_a_terminal_and_dry_run_changes_nothing(
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+) -> None:
+    fill(store)
+    store.close()
+    code, data, _ = cli(capsys, home, "forget", "--session", "s-secret", "--reason", "r")
+    assert code == 1 and "--yes" in data["error"]
+    code, data, _ = cli(
+        capsys, home, "forget", "--session", "s-secret", "--reason", "r", "--dry-run"
+    )
+    assert code == 0 and data["dry_run"] and data["payloads"] == 4
+    assert raw_hits(home, SECRET)
+    code, data, _ = cli(
+        capsys, home, "forget", "--session", "s-secret", "--reason", "GDPR", "--yes"
+    )
+    assert code == 0 and data["seq"] and data["payloads"] == 4 and data["checkpoint"]
+    assert raw_hits(home, SECRET) == []
+    code, listed, _ = cli(capsys, home, "erasures")
+    assert code == 0 and [e["seq"] for e in listed["erasures"]] == [data["seq"]]
+    code, report, _ = cli(capsys, home, "verify")
+    assert code == 0 and report["log"]["payloads_erased"] == 4
+    assert report["log"]["erasures"] == [{"seq": data["seq"], "payloads": 4}]
+
+
+def test_hold_commands_block_forget_with_the_hold_named(
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+) -> None:
+    fill(store)
+    store.close()
+    code, added, _ = cli(capsys, home, "hold", "add", "--session", "s-secret", "--reason", "case")
+    assert code == 0
+    code, data, _ = cli(capsys, home, "forget", "--session", "s-secret", "--reason", "r", "--yes")
+    assert code == 1 and added["hold"] in data["error"]
+    code, listed, _ = cli(capsys, home, "hold", "list")
+    assert [h["hold"] for h in listed["holds"]] == [added["hold"]]
+    code, _, _ = cli(capsys, home, "hold", "release", added["hold"], "--reason", "closed")
+    assert code == 0
+    code, data, _ = cli(capsys, home, "forget", "--session", "s-secret", "--reason", "r", "--yes")
+    assert code == 0 and raw_hits(home, SECRET) == []
+
+
+def test_retention_commands_record_an_event_and_apply(
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+) -> None:
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "old", 1, [SECRET])])
+    store.close()
+    with freeze_time("2026-09-01T00:00:00Z"):
+        code, data, _ = cli(capsys, home, "retention", "set", "--days", "180", "--reason", "p")
+        assert code == 1 and "--yes" in data["error"]
+        code, data, _ = cli(
+            capsys, home, "retention", "set", "--days", "180", "--reason", "p", "--yes"
+        )
+        assert code == 0
+        assert not [p for p in home.rglob("*") if "retention" in p.name]  # no policy file
+        code, data, _ = cli(capsys, home, "retention", "apply", "--dry-run")
+        assert code == 0 and raw_hits(home, SECRET)
+        code, data, _ = cli(capsys, home, "retention", "apply", "--yes")
+        assert code == 0 and [e["reason"] for e in data["erasures"]] == ["retention"]
+    assert raw_hits(home, SECRET) == []
+
+
+def test_forget_on_a_v1_archive_says_migrate_first(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    EventStore.open(tmp_path / "archive", format_version=1).close()
+    code, data, _ = cli(capsys, tmp_path, "forget", "--session", "s", "--reason", "r", "--yes")
+    assert code == 1 and "migrate first: hermes-archive migrate" in data["error"]
