@@ -400,3 +400,32 @@ def test_forget_on_a_v1_archive_says_migrate_first(
     EventStore.open(tmp_path / "archive", format_version=1).close()
     code, data, _ = cli(capsys, tmp_path, "forget", "--session", "s", "--reason", "r", "--yes")
     assert code == 1 and "migrate first: hermes-archive migrate" in data["error"]
+
+
+def test_show_log_and_verify_name_the_erased_slot_never_the_text(
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+) -> None:
+    from archive_provider.cli import main
+
+    fill(store)
+    receipt = erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="GDPR")
+    turn_seq = store.conn.execute(
+        "SELECT seq FROM events WHERE session = 's-secret' AND type = 'turn'"
+    ).fetchone()[0]
+    store.close()
+    for args in (["show", str(turn_seq)], ["log"], ["search", "Zorblax"], ["verify"]):
+        main(["--home", str(home), *args])
+        out = capsys.readouterr().out
+        assert SECRET not in out and "Zorblax" not in out.replace("'Zorblax'", "")
+        if args[0] == "show":
+            assert f"(erased at {receipt.time} by seq {receipt.seq}: GDPR)" in out
+        if args[0] == "verify":
+            assert f"erasure at seq {receipt.seq}: 4 payloads erased" in out
+    code, data, _ = cli(capsys, home, "replay")
+    assert code == 0
+    assert raw_hits(home, SECRET) == []  # a rebuild from the log does not bring it back
+    reopened = _open(home / "archive")
+    try:
+        assert SECRET_TERM not in fts_terms(reopened)
+    finally:
+        reopened.close()

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from archive_provider.audit.erasure import erased_slot
 from archive_provider.domain.authors import author_label
 from archive_provider.domain.evidence import message_text
 from archive_provider.format.canonical import decode
@@ -24,9 +25,12 @@ def preview(value: Any, width: int = 60) -> str:
 
 
 def part(store: EventStore, digest: Any) -> Any:
-    """A part's decoded value, or None when it is not in the archive."""
+    """A part's decoded value; an erased slot's "(erased at T by seq E: reason)"; else None."""
     body = store.payload(digest) if isinstance(digest, str) else None
-    return decode(body) if body is not None else None
+    if body is None:
+        slot = erased_slot(store.conn, digest) if isinstance(digest, str) else None
+        return f"({slot})" if slot else None
+    return decode(body)
 
 
 def _message(value: Any) -> str:
@@ -121,7 +125,10 @@ def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict
             chain=event.chain,
             key=event.key,
             payload=event.body,
-            parts=[{"digest": d, "value": part(store, d)} for d in event.part_digests],
+            parts=[
+                {"digest": d, "value": part(store, d), "erased": erased_slot(store.conn, d)}
+                for d in event.part_digests
+            ],
         )
     return data
 
