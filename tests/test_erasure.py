@@ -134,9 +134,14 @@ def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
     report = verify_database(store.conn, store.key, vkey=store.vkey)
     assert report.payloads_erased == 4
     assert report.erasures == [{"seq": receipt.seq, "payloads": 4}]
-    body = json.loads(store.payload(store.conn.execute(
-        "SELECT lower(hex(payload)) FROM events WHERE seq = ?", (receipt.seq,)
-    ).fetchone()[0]) or b"{}")
+    body = json.loads(
+        store.payload(
+            store.conn.execute(
+                "SELECT lower(hex(payload)) FROM events WHERE seq = ?", (receipt.seq,)
+            ).fetchone()[0]
+        )
+        or b"{}"
+    )
     assert body["reason"] == "GDPR request" and body["payloads"] == 4
     assert SECRET not in json.dumps(body)
 
@@ -195,13 +200,13 @@ def test_forget_a_memory_entry_by_a_past_text_erases_every_version(
     home: Path, store: EventStoreV2
 ) -> None:
     old, new = "user's passport number is X1234567", "user's passport number is Y7654321"
+    store.append([builders.memory_write(store.hasher, "s1", 1, "add", "user", old, {})])
     store.append(
-        [builders.memory_write(store.hasher, "s1", 1, "add", "user", old, {})]
-    )
-    store.append(
-        [builders.memory_write(
-            store.hasher, "s1", 2, "replace", "user", new, {"old_text": "X1234567"}
-        )]
+        [
+            builders.memory_write(
+                store.hasher, "s1", 2, "replace", "user", new, {"old_text": "X1234567"}
+            )
+        ]
     )
     store.append([builders.memory_write(store.hasher, "s1", 3, "add", "user", OTHER, {})])
     erasure.forget(store, Scope("memory", {"text": "X1234567"}), reason="r")
@@ -229,8 +234,9 @@ def test_a_payload_erased_without_an_erasure_event_is_tampering(
     ).fetchone()[0][:32]
     conn = store.conn
     conn.execute("DROP TRIGGER payloads_erase_only")
-    conn.execute("UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = ?",
-                 (digest,))
+    conn.execute(
+        "UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = ?", (digest,)
+    )
     report = verify_database(conn, store.key, vkey=store.vkey)
     assert not report.ok and report.code == "erased_without_erasure"
 

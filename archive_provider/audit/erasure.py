@@ -103,8 +103,10 @@ class Receipt:
 
 def require_v2(store: EventStore) -> EventStoreV2:
     if not isinstance(store, EventStoreV2):
-        raise NeedsV2("this archive is format v1, whose payloads cannot be erased: migrate "
-                      "first: hermes-archive migrate")
+        raise NeedsV2(
+            "this archive is format v1, whose payloads cannot be erased: migrate "
+            "first: hermes-archive migrate"
+        )
     return store
 
 
@@ -163,8 +165,13 @@ def _scope_events(conn: sqlite3.Connection, scope: Scope) -> list[int]:
         rows = conn.execute(
             f"SELECT seq FROM events WHERE time >= ? AND time < ? AND seq BETWEEN ? AND ?"
             f" AND {not_records}",
-            (value["since"], value["until"], value.get("from_seq", 0),
-             value.get("to_seq", 2**62), *skip),
+            (
+                value["since"],
+                value["until"],
+                value.get("from_seq", 0),
+                value.get("to_seq", 2**62),
+                *skip,
+            ),
         )
     elif kind == "author":
         wanted = str(value["author"])
@@ -225,7 +232,9 @@ def _quoting(conn: sqlite3.Connection, seqs: set[int], sessions: set[str]) -> se
         if not isinstance(body, dict):
             continue
         sources = body.get("sources")
-        if isinstance(sources, list) and seqs.intersection(s for s in sources if isinstance(s, int)):
+        if isinstance(sources, list) and seqs.intersection(
+            s for s in sources if isinstance(s, int)
+        ):
             found.add(int(seq))
         if body.get("child_session") in sessions:
             found.add(int(seq))
@@ -255,7 +264,9 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         t for d in result.digests for t in _texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
     }
     if quoted:  # a payload elsewhere holding an erased text verbatim goes with it
-        for digest, body in conn.execute("SELECT digest, body FROM payloads WHERE body IS NOT NULL"):
+        for digest, body in conn.execute(
+            "SELECT digest, body FROM payloads WHERE body IS NOT NULL"
+        ):
             data = bytes(body)
             if bytes(digest) not in result.digests and any(
                 q.encode() in data or json.dumps(q)[1:-1].encode() in data for q in quoted
@@ -307,9 +318,9 @@ def _held_by(conn: sqlite3.Connection, hold: dict[str, Any], seqs: set[int]) -> 
     for seq, time, session, author in _in(
         conn, "SELECT seq, time, session, author FROM events WHERE seq IN ({})", seqs
     ):
-        if "session" in selector and session == selector["session"]:
-            hit.append(int(seq))
-        elif "since" in selector and selector["since"] <= time < selector["until"]:
+        by_session = "session" in selector and session == selector["session"]
+        by_time = "since" in selector and selector["since"] <= time < selector["until"]
+        if by_session or by_time:
             hit.append(int(seq))
         elif "author" in selector and author is not None:
             found = _body(conn, bytes(author))
@@ -381,7 +392,11 @@ def retention_cutoff(store: EventStore, now: str) -> str | None:
 
 
 def apply_retention(
-    store: EventStore, *, dry_run: bool = False, batch: int = RETENTION_BATCH, who: str = "retention"
+    store: EventStore,
+    *,
+    dry_run: bool = False,
+    batch: int = RETENTION_BATCH,
+    who: str = "retention",
 ) -> list[Receipt]:
     """Erase what the retention policy says has expired, ``batch`` events per transaction.
 
@@ -404,11 +419,17 @@ def apply_retention(
         ][:batch]
         if not seqs:
             return done
-        scope = Scope("time", {"since": "", "until": cutoff, "from_seq": seqs[0],
-                               "to_seq": seqs[-1]})
+        scope = Scope(
+            "time", {"since": "", "until": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
+        )
         receipt = forget(
-            v2, scope, reason="retention", legal_basis="retention policy", who=who,
-            dry_run=dry_run, skip_held=True,
+            v2,
+            scope,
+            reason="retention",
+            legal_basis="retention policy",
+            who=who,
+            dry_run=dry_run,
+            skip_held=True,
         )
         done.append(receipt)
         if dry_run or receipt.payloads == 0:
@@ -455,8 +476,8 @@ def forget(
             )
         if skip_held and found.held:
             kept = {s for _, hit in found.held for s in hit}
-            for seq, parts, author in _in(
-                conn, "SELECT seq, parts, author FROM events WHERE seq IN ({})", kept
+            for parts, author in _in(
+                conn, "SELECT parts, author FROM events WHERE seq IN ({})", kept
             ):
                 found.digests.difference_update(_digests(parts))
                 if author is not None:
@@ -610,13 +631,14 @@ def receipts(store: EventStore) -> list[Receipt]:
     """Every erasure's receipt, oldest first (``hermes-archive erasures``)."""
     v2 = require_v2(store)
     seqs = [
-        int(s) for (s,) in v2.conn.execute("SELECT seq FROM events WHERE type = 'erasure' ORDER BY seq")
+        int(s)
+        for (s,) in v2.conn.execute("SELECT seq FROM events WHERE type = 'erasure' ORDER BY seq")
     ]
     return [erasure_receipt(v2, s) for s in seqs]
 
 
 def erased_slot(conn: sqlite3.Connection, digest: str) -> str | None:
-    """"erased at T by seq E: reason" for an erased payload, or None when it is not erased."""
+    """ "erased at T by seq E: reason" for an erased payload, or None when it is not erased."""
     try:
         raw = bytes.fromhex(digest)
         row = conn.execute(

@@ -31,7 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--event", metavar="SEQ|DIGEST", help="one event: seq or digest prefix")
     which.add_argument("--since", type=time_arg, help="events at or after this time (with --until)")
     which.add_argument("--author", help="every turn of this author id (as the host gave it)")
-    which.add_argument("--memory", metavar="TEXT", help="the memory entry holding TEXT, every version")
+    which.add_argument(
+        "--memory", metavar="TEXT", help="the memory entry holding TEXT, every version"
+    )
     parser.add_argument("--until", type=time_arg, help="events before this time (with --since)")
     parser.add_argument("--reason", required=True, help="why (recorded in the erasure event)")
     parser.add_argument("--legal-basis", default="", help="free text, e.g. 'GDPR Art. 17(1)(a)'")

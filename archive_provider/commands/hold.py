@@ -31,7 +31,9 @@ def run(ctx: CommandContext) -> int:
             found = holds(store)
         ctx.emit(
             {"ok": True, "holds": found},
-            "\n".join(f"{h['hold']} (seq {h['seq']}): {h['selector']}: {h['reason']}" for h in found)
+            "\n".join(
+                f"{h['hold']} (seq {h['seq']}): {h['selector']}: {h['reason']}" for h in found
+            )
             or "no legal holds in force",
         )
         return 0
