@@ -435,3 +435,26 @@ def test_show_log_and_verify_name_the_erased_slot_never_the_text(
         assert SECRET_TERM not in fts_terms(reopened)
     finally:
         reopened.close()
+
+
+def test_a_text_another_session_still_names_is_kept_unless_the_scope_says_shared(
+    home: Path, store: EventStoreV2
+) -> None:
+    both = "the shared sentence both sessions hold"
+    store.append([turn(store, "a", 1, [SECRET, both])])
+    store.append([turn(store, "b", 1, [both])])
+    kept = erasure.forget(store, Scope("session", {"session": "a"}), reason="r")
+    assert kept.payloads == 1 and kept.kept_shared == 1
+    assert raw_hits(home, SECRET) == [] and raw_hits(home, both)
+    gone = erasure.forget(store, Scope("session", {"session": "a", "shared": True}), reason="r")
+    assert gone.payloads == 1 and gone.events == 2  # b's turn is touched: its part dangles
+    assert_gone(home, store, both, "shared")
+    body = json.loads(
+        store.payload(
+            store.conn.execute(
+                "SELECT lower(hex(payload)) FROM events WHERE seq = ?", (gone.seq,)
+            ).fetchone()[0]
+        )
+        or b"{}"
+    )
+    assert body["dangling"] == body["digests"]

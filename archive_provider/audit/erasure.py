@@ -65,6 +65,8 @@ class Plan:
     digests: set[bytes] = field(default_factory=set)  # payloads to tombstone
     touched: set[int] = field(default_factory=set)  # every event naming an erased payload
     held: list[tuple[dict[str, Any], list[int]]] = field(default_factory=list)
+    dangling: set[bytes] = field(default_factory=set)  # erased though named outside the scope
+    kept_shared: int = 0  # payloads left because events outside the scope name them
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Receipt:
     checkpoint: str | None
     dry_run: bool = False
     held: list[dict[str, Any]] = field(default_factory=list)
+    kept_shared: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +101,7 @@ class Receipt:
             "checkpoint": self.checkpoint,
             "dry_run": self.dry_run,
             "held": self.held,
+            "kept_shared": self.kept_shared,
         }
 
 
@@ -263,22 +267,34 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     quoted = {
         t for d in result.digests for t in _texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
     }
-    if quoted:  # a payload elsewhere holding an erased text verbatim goes with it
+    swept: set[bytes] = set()
+    if quoted:  # a part elsewhere holding an erased text verbatim quotes it: it goes too
         for digest, body in conn.execute(
-            "SELECT digest, body FROM payloads WHERE body IS NOT NULL"
+            "SELECT digest, body FROM payloads WHERE body IS NOT NULL AND lookup IS NOT NULL"
         ):
             data = bytes(body)
             if bytes(digest) not in result.digests and any(
                 q.encode() in data or json.dumps(q)[1:-1].encode() in data for q in quoted
             ):
-                result.digests.add(bytes(digest))
-    result.digests = {d for d in result.digests if _body(conn, d) is not None}
-    result.touched = covered | {
-        int(seq)
-        for seq, parts, author in conn.execute("SELECT seq, parts, author FROM events")
-        if result.digests.intersection(_digests(parts))
-        or (author is not None and bytes(author) in result.digests)
-    }
+                swept.add(bytes(digest))
+    result.digests = {d for d in result.digests | swept if _body(conn, d) is not None}
+    naming: dict[int, set[bytes]] = {}
+    for seq, parts, author in conn.execute("SELECT seq, parts, author FROM events"):
+        named = result.digests.intersection(_digests(parts))
+        if author is not None and bytes(author) in result.digests:
+            named.add(bytes(author))
+        if named:
+            naming[int(seq)] = named
+    covered |= {seq for seq, named in naming.items() if named & swept}
+    # a payload an event outside the scope still names (the same text said elsewhere) is
+    # that event's too: kept, unless the scope says to erase it anyway ("shared")
+    shared = {d for seq, named in naming.items() if seq not in covered for d in named}
+    if scope.value.get("shared"):
+        result.dangling = shared
+    else:
+        result.digests -= shared
+        result.kept_shared = len(shared)
+    result.touched = {seq for seq, named in naming.items() if named & result.digests} | covered
     result.held = [
         (hold, hit) for hold in holds(store) if (hit := _held_by(conn, hold, result.touched))
     ]
@@ -492,7 +508,8 @@ def forget(
                 "digests": sorted(d.hex() for d in found.digests),
                 "payloads": len(found.digests),
                 "events": len(found.touched),
-                "dangling": [],
+                "dangling": sorted(d.hex() for d in found.dangling),
+                "kept_shared": found.kept_shared,
             }
             event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
             seq = v2.append_in_transaction([event])[0].seq
@@ -530,6 +547,7 @@ def _receipt(
         None,
         dry_run,
         [{"hold": h["hold"], "reason": h.get("reason"), "events": len(s)} for h, s in found.held],
+        found.kept_shared,
     )
 
 
@@ -624,6 +642,7 @@ def erasure_receipt(store: EventStore, seq: int) -> Receipt:
         int(body.get("payloads", 0)),
         int(body.get("events", 0)),
         note.decode() if note else None,
+        kept_shared=int(body.get("kept_shared", 0)),
     )
 
 

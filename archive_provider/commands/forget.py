@@ -36,6 +36,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--until", type=time_arg, help="events before this time (with --since)")
     parser.add_argument("--reason", required=True, help="why (recorded in the erasure event)")
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="also erase texts that events outside the scope name (listed as dangling)",
+    )
     parser.add_argument("--legal-basis", default="", help="free text, e.g. 'GDPR Art. 17(1)(a)'")
     add_safety(parser)
 
@@ -47,6 +52,13 @@ def add_safety(parser: argparse.ArgumentParser) -> None:
 
 
 def scope_of(args: argparse.Namespace) -> Scope:
+    from archive_provider.audit.erasure import Scope
+
+    found = _scope(args)
+    return Scope(found.kind, {**found.value, "shared": True}) if args.shared else found
+
+
+def _scope(args: argparse.Namespace) -> Scope:
     from archive_provider.audit.erasure import Scope
 
     if args.session is not None:
@@ -105,6 +117,8 @@ def open_writer(ctx: CommandContext) -> EventStore:
 def render(receipt: Receipt) -> str:
     if receipt.dry_run:
         lines = [f"would erase {receipt.payloads} payloads touching {receipt.events} events"]
+        if receipt.kept_shared:
+            lines.append(f"kept: {receipt.kept_shared} payloads events outside the scope name")
         lines += [
             f"held: {h['events']} events by legal hold {h['hold']} ({h['reason']})"
             for h in receipt.held
@@ -117,6 +131,8 @@ def render(receipt: Receipt) -> str:
         f"erasure event: seq {receipt.seq} at {receipt.time}, chain {receipt.chain}",
         f"scope: {receipt.scope}  reason: {receipt.reason}  by: {receipt.who}",
     ]
+    if receipt.kept_shared:
+        lines.append(f"kept: {receipt.kept_shared} payloads events outside the scope name")
     if receipt.checkpoint:
         lines += ["signed checkpoint including it:", receipt.checkpoint.rstrip("\n")]
     return "\n".join(lines)
