@@ -458,3 +458,37 @@ def test_a_text_another_session_still_names_is_kept_unless_the_scope_says_shared
         or b"{}"
     )
     assert body["dangling"] == body["digests"]
+
+
+def test_the_background_worker_applies_retention_in_batches_on_its_own_thread(
+    home: Path, store: EventStoreV2
+) -> None:
+    import threading
+
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "old", 1, [SECRET])])
+        store.append([turn(store, "old", 2, ["another expired sentence here"], start=1)])
+    with freeze_time("2026-09-01T00:00:00Z"):
+        store.append([turn(store, "new", 1, [OTHER])])
+        erasure.set_retention(store, 180, "policy", "ops", confirmed=True)
+        store.close()
+        worker = erasure.RetentionWorker(
+            home / "archive",
+            default_projections,
+            lambda target, name, daemon: threading.Thread(target=target, name=name, daemon=daemon),
+            pause_s=0.0,
+            batch=1,
+        ).start()
+        try:
+            assert worker.passed.wait(60)
+        finally:
+            worker.close()
+    reopened = _open(home / "archive")
+    try:
+        assert_gone(home, reopened, SECRET, SECRET_TERM)
+        assert_gone(home, reopened, "another expired sentence here", "expired")
+        batches = [r.scope for r in erasure.receipts(reopened)]
+        assert len(batches) == 2 and all(r["kind"] == "time" for r in batches)  # one per batch
+    finally:
+        reopened.close()
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()

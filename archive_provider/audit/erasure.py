@@ -13,9 +13,12 @@ A crash before the commit leaves the archive as it was; after it, re-running the
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..domain.clock import now_text
@@ -23,6 +26,8 @@ from ..errors import ArchiveError
 from ..format.events import NewEvent
 from ..storage.store import EventStore, EventStoreV2
 from ..storage.store_v2 import tombstone
+
+log = logging.getLogger(__name__)
 
 #: event types whose bodies hold no erasable text: erasure bookkeeping itself
 RECORD_TYPES = frozenset(
@@ -413,10 +418,13 @@ def apply_retention(
     dry_run: bool = False,
     batch: int = RETENTION_BATCH,
     who: str = "retention",
+    between: Callable[[], bool] = lambda: True,
 ) -> list[Receipt]:
     """Erase what the retention policy says has expired, ``batch`` events per transaction.
 
     Held data is skipped, not refused: retention is a policy, a hold an exception to it.
+    ``between`` runs after each batch (the background worker pauses there, so a running
+    writer waits for at most one batch); False stops early, the rest is left for next time.
     """
     v2 = require_v2(store)
     now = now_text()
@@ -448,9 +456,66 @@ def apply_retention(
             skip_held=True,
         )
         done.append(receipt)
-        if dry_run or receipt.payloads == 0:
+        if dry_run or receipt.payloads == 0 or not between():
             return done
         after = seqs[-1]
+
+
+class RetentionWorker:
+    """Applies the retention policy in the background: once at start, then every interval.
+
+    Its own connection, one bounded batch per transaction and a pause between batches, so a
+    turn or a checkpoint on the provider's writer waits for one batch at most (each batch's
+    cost is bounded by :data:`RETENTION_BATCH` events, not by the archive's size). The
+    provider starts it with the host's thread factory; nothing in it raises into the host.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        projections: Callable[[sqlite3.Connection], Any],
+        thread_factory: Callable[..., threading.Thread],
+        *,
+        interval_s: float = 86400.0,
+        pause_s: float = 0.5,
+        batch: int = RETENTION_BATCH,
+    ) -> None:
+        self.folder, self.projections = folder, projections
+        self.interval_s, self.pause_s, self.batch = interval_s, pause_s, batch
+        self._stop = threading.Event()
+        self.passes = 0  # completed passes (status and tests read it)
+        self.passed = threading.Event()  # set after each pass
+        self._thread = thread_factory(self._run, name="archive-retention", daemon=True)
+
+    def start(self) -> RetentionWorker:
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # never into the host: logged, retried next interval
+                log.warning("archive: retention not applied this time: %s", exc)
+            self.passes += 1
+            self.passed.set()
+            self._stop.wait(self.interval_s)
+
+    def run_once(self) -> list[Receipt]:
+        store = EventStore.open(self.folder, create=False, projections=self.projections)
+        try:
+            if not isinstance(store, EventStoreV2) or retention_policy(store) is None:
+                return []
+            return apply_retention(
+                store, batch=self.batch, between=lambda: not self._stop.wait(self.pause_s)
+            )
+        finally:
+            store.close()
 
 
 def _erasable(conn: sqlite3.Connection, seq: int) -> bool:
