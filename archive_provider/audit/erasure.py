@@ -33,6 +33,18 @@ log = logging.getLogger(__name__)
 RECORD_TYPES = frozenset(
     {"erasure", "retention_policy", "legal_hold", "legal_hold_released", "store_created"}
 )
+#: events whose parts may quote other events' text (searched for the erased text verbatim)
+QUOTING_TYPES = frozenset(
+    {
+        "recall_served",
+        "delegation",
+        "checkpoint",
+        "memory_write",
+        "peer_summary_updated",
+        "peer_message_sent",
+        "peer_message_received",
+    }
+)
 #: an erased text shorter than this is not searched for inside other payloads (too common)
 QUOTE_MIN_CHARS = 12
 #: events erased per transaction by retention, so a running provider waits at most one batch
@@ -272,16 +284,22 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     quoted = {
         t for d in result.digests for t in _texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
     }
+    needles = {q.encode() for q in quoted} | {json.dumps(q)[1:-1].encode() for q in quoted}
     swept: set[bytes] = set()
-    if quoted:  # a part elsewhere holding an erased text verbatim quotes it: it goes too
-        for digest, body in conn.execute(
-            "SELECT digest, body FROM payloads WHERE body IS NOT NULL AND lookup IS NOT NULL"
+    if quoted:  # a quoting event's part holding an erased text verbatim goes with it
+        marks = ", ".join("?" * len(QUOTING_TYPES))
+        for (parts,) in conn.execute(
+            f"SELECT parts FROM events WHERE type IN ({marks})", sorted(QUOTING_TYPES)
         ):
-            data = bytes(body)
-            if bytes(digest) not in result.digests and any(
-                q.encode() in data or json.dumps(q)[1:-1].encode() in data for q in quoted
-            ):
-                swept.add(bytes(digest))
+            for digest in _digests(parts):
+                if digest in result.digests or digest in swept:
+                    continue
+                row = conn.execute(
+                    "SELECT body FROM payloads WHERE digest = ?", (digest,)
+                ).fetchone()
+                data = bytes(row[0]) if row and row[0] is not None else b""
+                if data and any(n in data for n in needles):
+                    swept.add(digest)
     result.digests = {d for d in result.digests | swept if _body(conn, d) is not None}
     naming: dict[int, set[bytes]] = {}
     for seq, parts, author in conn.execute("SELECT seq, parts, author FROM events"):
