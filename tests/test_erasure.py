@@ -492,3 +492,24 @@ def test_the_background_worker_applies_retention_in_batches_on_its_own_thread(
     finally:
         reopened.close()
     assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+
+
+def test_every_new_event_matches_its_schema_and_holds_no_erased_text(
+    home: Path, store: EventStoreV2
+) -> None:
+    import jsonschema
+
+    from archive_provider.host.schemas import load_event_schema
+    from archive_provider.storage.store import iter_events
+
+    fill(store)
+    hold = erasure.add_hold(store, {"session": "s-keep"}, "case", "counsel")
+    erasure.release_hold(store, hold, "closed", "counsel")
+    erasure.set_retention(store, 365, "policy", "ops", confirmed=True)
+    erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r", legal_basis="b")
+    kinds = set()
+    for event in iter_events(store.conn, types=sorted(erasure.RECORD_TYPES - {"store_created"})):
+        jsonschema.validate(event.body, load_event_schema(event.type))
+        assert SECRET not in json.dumps(event.body)
+        kinds.add(event.type)
+    assert kinds == {"erasure", "retention_policy", "legal_hold", "legal_hold_released"}
