@@ -513,3 +513,50 @@ def test_every_new_event_matches_its_schema_and_holds_no_erased_text(
         assert SECRET not in json.dumps(event.body)
         kinds.add(event.type)
     assert kinds == {"erasure", "retention_policy", "legal_hold", "legal_hold_released"}
+
+
+def test_the_standalone_verifier_alone_passes_an_erased_archive_and_fails_a_bare_tombstone(
+    home: Path, store: EventStoreV2, tmp_path: Path
+) -> None:
+    import shutil
+
+    import archive_provider.format as fmt
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for name in ("verifier.py", "merkle.py", "signed_note.py"):
+        shutil.copy(Path(fmt.__file__).parent / name, alone / name)
+    fill(store)
+    receipt = erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r")
+    vkey = store.vkey
+    db = home / "archive" / "events.db"
+
+    def standalone() -> dict[str, Any]:
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(alone / "verifier.py"),
+                "database",
+                str(db),
+                "--key",
+                vkey,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=alone,
+        )
+        return dict(json.loads(done.stdout))
+
+    report = standalone()
+    assert report["ok"] and report["payloads_erased"] == 4
+    assert report["erasures"] == [{"seq": receipt.seq, "payloads": 4}]
+    store.conn.execute("DROP TRIGGER payloads_erase_only")
+    store.conn.execute(
+        "UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = ("
+        "SELECT substr(parts, 1, 32) FROM events WHERE session = 's-keep' AND type = 'turn')"
+    )
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    report = standalone()
+    assert not report["ok"] and report["code"] == "erased_without_erasure"
