@@ -109,10 +109,15 @@ def fts_terms(store: EventStore) -> set[str]:
 
 
 def assert_gone(home: Path, store: EventStoreV2, text: str, term: str) -> None:
+    """No byte, no token; the log verifies; the projections equal a rebuild from the log."""
+    from archive_provider.audit.replay import verify_projections
+
     assert raw_hits(home, text) == []
     assert term not in fts_terms(store)
     report = verify_database(store.conn, store.key, vkey=store.vkey)
     assert report.ok, report.problem
+    check = verify_projections(store.path.parent, scratch_dir=home.parent)
+    assert check.ok, check.mismatched
 
 
 def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
@@ -193,6 +198,7 @@ def test_forget_an_author_erases_their_turns_and_the_author_payload(
     erasure.forget(store, Scope("author", {"author": "u-alice-1234"}), reason="r")
     assert_gone(home, store, SECRET, SECRET_TERM)
     assert raw_hits(home, "Alice Longname") == []
+    assert raw_hits(home, "u-alice-1234") == []  # not even in the erasure's own scope record
     assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
 
 
@@ -210,7 +216,8 @@ def test_forget_a_memory_entry_by_a_past_text_erases_every_version(
     )
     store.append([builders.memory_write(store.hasher, "s1", 3, "add", "user", OTHER, {})])
     erasure.forget(store, Scope("memory", {"text": "X1234567"}), reason="r")
-    for text, term in ((old, "x1234567"), (new, "y7654321")):
+    # the replace's metadata named the old text: its body went too
+    for text, term in ((old, "x1234567"), (new, "y7654321"), ("X1234567", "passport")):
         assert_gone(home, store, text, term)
     assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
 

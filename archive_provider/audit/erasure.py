@@ -33,6 +33,18 @@ log = logging.getLogger(__name__)
 RECORD_TYPES = frozenset(
     {"erasure", "retention_policy", "legal_hold", "legal_hold_released", "store_created"}
 )
+#: event types whose body holds text the host gave (memory metadata such as a replaced
+#: entry's old text, error texts, session details): erased with the event's parts
+BODY_TEXT_TYPES = frozenset(
+    {
+        "memory_write",
+        "checkpoint_failed",
+        "write_failed",
+        "session_started",
+        "session_switched",
+        "delegation",
+    }
+)
 #: events whose parts may quote other events' text (searched for the erased text verbatim)
 QUOTING_TYPES = frozenset(
     {
@@ -275,10 +287,12 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         sessions = set()  # a child session is forgotten only with its whole session
     covered |= _quoting(conn, covered, sessions)
     author_scope = scope.kind == "author"
-    for _, parts, author in _in(
-        conn, "SELECT seq, parts, author FROM events WHERE seq IN ({})", covered
+    for _, kind, payload, parts, author in _in(
+        conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
         result.digests.update(_digests(parts))
+        if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
+            result.digests.add(bytes(payload))
         if author is not None and author_scope:
             result.digests.add(bytes(author))
     quoted = {
@@ -460,7 +474,7 @@ def apply_retention(
             if _erasable(v2.conn, int(seq))
         ][:batch]
         if not seqs:
-            return done
+            break
         scope = Scope(
             "time", {"since": "", "until": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
         )
@@ -472,11 +486,16 @@ def apply_retention(
             who=who,
             dry_run=dry_run,
             skip_held=True,
+            rebuild=False,
         )
         done.append(receipt)
         if dry_run or receipt.payloads == 0 or not between():
-            return done
+            break
         after = seqs[-1]
+    if any(r.seq for r in done):
+        rederive(v2)
+        scrub(v2)
+    return done
 
 
 class RetentionWorker:
@@ -555,8 +574,15 @@ def forget(
     who: str = "operator",
     dry_run: bool = False,
     skip_held: bool = False,
+    rebuild: bool = True,
 ) -> Receipt:
-    """Erase what ``scope`` covers in one transaction; see the module docstring."""
+    """Erase what ``scope`` covers in one transaction; see the module docstring.
+
+    The erasure transaction deletes every derived row that held the text (so no text
+    survives a crash after it); ``rebuild`` then re-derives the projections from the log in
+    a second transaction, so they equal what a replay gives (row numbering, counters of
+    events whose body went). Retention batches pass False and rebuild once per pass.
+    """
     v2 = require_v2(store)
     conn = v2.conn
     scope_record = scope.record()
@@ -583,6 +609,7 @@ def forget(
                     found.digests.discard(bytes(author))
         if found.digests:
             at = v2._time
+            scope_record = _recorded(conn, scope, found)
             body = {
                 "scope": scope_record,
                 "reason": reason,
@@ -600,10 +627,38 @@ def forget(
             tombstone(conn, sorted(found.digests), seq)
             _merge_fts(conn)
             receipt = _receipt(seq, None, at, scope_record, reason, legal_basis, who, found, False)
+    if receipt is not None and rebuild:
+        rederive(v2)
     scrub(v2)
     if receipt is None:
         return _receipt(None, None, None, scope_record, reason, legal_basis, who, Plan(), False)
     return erasure_receipt(v2, receipt.seq or 0)
+
+
+def rederive(store: EventStore) -> None:
+    """Rebuild the projections from the log (one transaction; a crash keeps the old ones,
+    which already hold no erased text)."""
+    from .replay import rebuild
+
+    rebuild(store)
+
+
+def _recorded(conn: sqlite3.Connection, scope: Scope, found: Plan) -> dict[str, Any]:
+    """The scope as the erasure records it: never the personal data it was selected by.
+
+    A memory scope's search text and an author's id are themselves the data being erased:
+    the record names the memory writes (seqs) and the author payloads (digests) instead.
+    """
+    if scope.kind == "memory":
+        return {"kind": "memory", "writes": found.events}
+    if scope.kind == "author":
+        authors = {
+            bytes(a).hex()
+            for (a,) in _in(conn, "SELECT author FROM events WHERE seq IN ({})", found.events)
+            if a is not None
+        }
+        return {"kind": "author", "authors": sorted(authors)}
+    return scope.record()
 
 
 def _receipt(
@@ -637,7 +692,6 @@ def _receipt(
 def _purge_derived(conn: sqlite3.Connection, found: Plan) -> None:
     """Delete every derived row that held the erased text (same transaction)."""
     seqs = found.touched
-    hexes = {d.hex() for d in found.digests}
     tables = {
         name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
@@ -660,13 +714,7 @@ def _purge_derived(conn: sqlite3.Connection, found: Plan) -> None:
         list(_in(conn, "DELETE FROM memory_entries WHERE seq IN ({})", seqs))
     if "recalls_served" in tables:
         list(_in(conn, "DELETE FROM recalls_served WHERE seq IN ({})", seqs))
-    for table in ("transcript", "transcript_rewound"):
-        if table in tables:
-            for chunk in _chunks(sorted(hexes)):
-                conn.execute(
-                    f"DELETE FROM {table} WHERE digest IN (SELECT value FROM json_each(?))",
-                    (json.dumps(chunk),),
-                )
+    # transcripts hold digests only, never text: they stay (the slots read as erased)
 
 
 def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:

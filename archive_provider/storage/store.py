@@ -1180,9 +1180,9 @@ def _iter_events_v2(
     for row in rows:
         seq, time, type_, session, key, identity, payload, parts, author, chain, body = row
         if body is None:
-            raise PayloadMissing(
-                f"event {seq}: its payload {bytes(payload).hex()} is missing or erased"
-            )
+            if lookup.execute("SELECT 1 FROM erased WHERE digest = ?", (payload,)).fetchone():
+                continue  # an erased event body (FORMAT.md 12.4): nothing to read or replay
+            raise PayloadMissing(f"event {seq}: its payload {bytes(payload).hex()} is missing")
         envelope = Envelope(
             int(seq),
             str(time),
