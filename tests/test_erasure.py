@@ -296,38 +296,45 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from archive_provider.audit import erasure
-    from archive_provider.storage import store_v2
     from archive_provider.projections.registry import default_projections
     from archive_provider.storage.store import EventStore
 
-    real = store_v2.tombstone
-    def dying(conn, digests, seq):
-        real(conn, digests, seq)
-        os.kill(os.getpid(), signal.SIGKILL)  # inside the transaction, before COMMIT
-    erasure.tombstone = dying
+    where = sys.argv[2]
+    real = getattr(erasure, where)
+    def dying(*args, **kwargs):
+        if where == "tombstone":
+            real(*args, **kwargs)  # the rows are tombstoned; COMMIT has not run
+        os.kill(os.getpid(), signal.SIGKILL)  # scrub: after COMMIT, before the WAL truncate
+    setattr(erasure, where, dying)
     store = EventStore.open(sys.argv[1], projections=default_projections)
     erasure.forget(store, erasure.Scope("session", {"session": "s-secret"}), reason="r")
     """
 )
 
 
-def test_sigkill_during_erasure_leaves_the_state_before_and_a_rerun_completes(
-    home: Path, store: EventStoreV2
+@pytest.mark.parametrize("where", ["tombstone", "scrub"])
+def test_sigkill_during_erasure_leaves_before_or_after_and_a_rerun_completes(
+    home: Path, store: EventStoreV2, where: str
 ) -> None:
     fill(store)
     folder = home / "archive"
     store.close()
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(folder)], capture_output=True, timeout=120
+        [sys.executable, "-c", CHILD, str(folder), where], capture_output=True, timeout=120
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
     again = _open(folder)
     try:
-        assert again.conn.execute("SELECT count(*) FROM erased").fetchone() == (0,)
+        erased = again.conn.execute("SELECT count(*) FROM erased").fetchone()[0]
+        assert erased == (0 if where == "tombstone" else 4)  # before, or after: nothing between
         assert verify_database(again.conn, again.key, vkey=again.vkey).ok
         receipt = erasure.forget(again, Scope("session", {"session": "s-secret"}), reason="r")
-        assert receipt.payloads == 4
+        assert receipt.payloads == (4 if where == "tombstone" else 0)
         assert_gone(home, again, SECRET, SECRET_TERM)
+        assert (
+            again.conn.execute("SELECT count(*) FROM events WHERE type = 'erasure'").fetchone()[0]
+            == 1
+        )
     finally:
         again.close()
     assert os.path.exists(folder / "events.db")

@@ -627,7 +627,7 @@ def forget(
             tombstone(conn, sorted(found.digests), seq)
             _merge_fts(conn)
             receipt = _receipt(seq, None, at, scope_record, reason, legal_basis, who, found, False)
-    if receipt is not None and rebuild:
+    if rebuild:  # also on a re-run that found nothing: it completes an interrupted one
         rederive(v2)
     scrub(v2)
     if receipt is None:
