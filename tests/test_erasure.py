@@ -433,7 +433,15 @@ def test_show_log_and_verify_name_the_erased_slot_never_the_text(
         "SELECT seq FROM events WHERE session = 's-secret' AND type = 'turn'"
     ).fetchone()[0]
     store.close()
-    for args in (["show", str(turn_seq)], ["log"], ["search", "Zorblax"], ["verify"]):
+    views = (
+        ["show", str(turn_seq)],
+        ["log"],
+        ["search", "Zorblax"],
+        ["verify"],
+        ["as-of", "2099-01-01T00:00:00Z", "--session", "s-keep"],
+        ["history", "Zorblax"],
+    )
+    for args in views:
         main(["--home", str(home), *args])
         out = capsys.readouterr().out
         assert SECRET not in out and "Zorblax" not in out.replace("'Zorblax'", "")
