@@ -433,16 +433,16 @@ def test_show_log_and_verify_name_the_erased_slot_never_the_text(
         "SELECT seq FROM events WHERE session = 's-secret' AND type = 'turn'"
     ).fetchone()[0]
     store.close()
-    views = (
-        ["show", str(turn_seq)],
-        ["log"],
-        ["search", "Zorblax"],
-        ["verify"],
-        ["as-of", "2099-01-01T00:00:00Z", "--session", "s-keep"],
-        ["history", "Zorblax"],
+    views = (  # (args, exit code): nothing found is 1
+        (["show", str(turn_seq)], 0),
+        (["log"], 0),
+        (["search", "Zorblax"], 1),
+        (["verify"], 0),
+        (["as-of", "2099-01-01T00:00:00Z", "--session", "s-keep"], 0),
+        (["history", "Zorblax"], 1),
     )
-    for args in views:
-        main(["--home", str(home), *args])
+    for args, code in views:
+        assert main(["--home", str(home), *args]) == code, args
         out = capsys.readouterr().out
         assert SECRET not in out and "Zorblax" not in out.replace("'Zorblax'", "")
         if args[0] == "show":
