@@ -582,3 +582,15 @@ def test_the_standalone_verifier_alone_passes_an_erased_archive_and_fails_a_bare
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     report = standalone()
     assert not report["ok"] and report["code"] == "erased_without_erasure"
+
+
+def test_the_recall_search_prefetch_and_archive_search_use_finds_nothing_erased(
+    store: EventStoreV2,
+) -> None:
+    from archive_provider.projections import recall
+
+    fill(store)
+    assert recall.search(store.conn, "Zorblax Quimby Wallaby")
+    erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r")
+    assert recall.search(store.conn, "Zorblax Quimby Wallaby") == []
+    assert recall.search(store.conn, "weather Lisbon")  # the rest is still found
