@@ -5,9 +5,10 @@ transaction: an ``erasure`` event naming the digests it erases (never their cont
 payloads tombstoned, every payload that quotes them tombstoned too (found through the
 sources each event records, and by the erased text itself), the derived rows that held
 their text deleted and the full-text index merged so no segment keeps their tokens. After
-the commit the WAL is checkpointed with truncate, so no file of the folder keeps the bytes.
-A crash before the commit leaves the archive as it was; after it, re-running the same
-``forget`` finds nothing left to erase and redoes the physical clean-up.
+the commit the projections are re-derived from the log (so they equal a replay) and the WAL
+is checkpointed with truncate, so no file of the folder keeps the bytes. A crash before the
+commit leaves the archive as it was; after it, re-running the same ``forget`` finds nothing
+left to erase and redoes the re-derivation and the physical clean-up.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class Held(ErasureError):
 
 @dataclass(frozen=True)
 class Scope:
-    """What to forget, as the operator gave it (recorded as is in the erasure event)."""
+    """What to forget, as the operator gave it (recorded without the data that selected it)."""
 
     kind: str  # session | event | time | author | memory
     value: dict[str, Any]
@@ -287,15 +288,16 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         sessions = set()  # a child session is forgotten only with its whole session
     covered |= _quoting(conn, covered, sessions)
     author_scope = scope.kind == "author"
+    bodies: set[bytes] = set()
     for _, kind, payload, parts, author in _in(
         conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
         result.digests.update(_digests(parts))
         if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
-            result.digests.add(bytes(payload))
+            bodies.add(bytes(payload))
         if author is not None and author_scope:
             result.digests.add(bytes(author))
-    quoted = {
+    quoted = {  # the texts said (parts), not the bodies' metadata such as session ids
         t for d in result.digests for t in _texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
     }
     needles = {q.encode() for q in quoted} | {json.dumps(q)[1:-1].encode() for q in quoted}
@@ -314,7 +316,7 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
                 data = bytes(row[0]) if row and row[0] is not None else b""
                 if data and any(n in data for n in needles):
                     swept.add(digest)
-    result.digests = {d for d in result.digests | swept if _body(conn, d) is not None}
+    result.digests = {d for d in result.digests | swept | bodies if _body(conn, d) is not None}
     naming: dict[int, set[bytes]] = {}
     for seq, parts, author in conn.execute("SELECT seq, parts, author FROM events"):
         named = result.digests.intersection(_digests(parts))
