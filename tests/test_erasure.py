@@ -405,7 +405,7 @@ def test_retention_commands_record_an_event_and_apply(
         code, data, _ = cli(
             capsys, home, "retention", "set", "--days", "180", "--reason", "p", "--yes"
         )
-        assert code == 0
+        assert code == 0 and "EU AI Act" in data["note"]  # 180 < six months: said, not refused
         assert not [p for p in home.rglob("*") if "retention" in p.name]  # no policy file
         code, data, _ = cli(capsys, home, "retention", "apply", "--dry-run")
         assert code == 0 and raw_hits(home, SECRET)

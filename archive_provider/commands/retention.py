@@ -8,6 +8,8 @@ import argparse
 from archive_provider.commands import CommandContext, UsageError, positive_int
 from archive_provider.commands.forget import add_safety
 
+#: six months, the least the EU AI Act keeps logs of high-risk systems (docs/OPERATIONS.md)
+AI_ACT_FLOOR_DAYS = 183
 NAME = "retention"
 HELP = "show, set (--days N | --keep) or apply [--dry-run] the retention policy"
 
@@ -49,7 +51,16 @@ def run(ctx: CommandContext) -> int:
             if shorter:
                 confirm(ctx, f"Shorten retention to {args.days} days (this erases older data)?")
             seq = set_retention(store, args.days, args.reason, who(), confirmed=shorter)
-            ctx.emit({"ok": True, "seq": seq, "days": args.days}, f"retention set (seq {seq})")
+            note = (
+                f"note: {args.days} days is below the six months (183 days) the EU AI Act "
+                "(Art. 19, 26(6)) requires for the logs of high-risk AI systems"
+                if args.days is not None and args.days < AI_ACT_FLOOR_DAYS
+                else None
+            )
+            ctx.emit(
+                {"ok": True, "seq": seq, "days": args.days, "note": note},
+                f"retention set (seq {seq})" + (f"\n{note}" if note else ""),
+            )
             return 0
         if not args.dry_run:
             preview = apply_retention(store, dry_run=True)
