@@ -594,3 +594,13 @@ def test_the_recall_search_prefetch_and_archive_search_use_finds_nothing_erased(
     erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r")
     assert recall.search(store.conn, "Zorblax Quimby Wallaby") == []
     assert recall.search(store.conn, "weather Lisbon")  # the rest is still found
+
+
+def test_no_tool_the_model_can_call_erases(make_provider: Any) -> None:
+    """The model's tools read and message; erasing is an operator command only."""
+    provider = make_provider()
+    names = {schema["name"] for schema in provider.get_tool_schemas()}
+    shipped = {p.stem for p in (Path(__file__).parent.parent / "schemas" / "tools").glob("*")}
+    assert names and names <= shipped
+    for name in names | shipped:
+        assert not any(word in name for word in ("forget", "erase", "retention", "hold", "delete"))
