@@ -604,3 +604,31 @@ def test_no_tool_the_model_can_call_erases(make_provider: Any) -> None:
     assert names and names <= shipped
     for name in names | shipped:
         assert not any(word in name for word in ("forget", "erase", "retention", "hold", "delete"))
+
+
+def test_the_provider_applies_the_recorded_retention_policy_when_it_opens(
+    home: Path, store: EventStoreV2, make_provider: Any
+) -> None:
+    """Issue 16 point 4: retention runs at open, in the background, from the log's policy."""
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "old", 1, [SECRET])])
+    with freeze_time("2026-09-01T00:00:00Z"):
+        store.append([turn(store, "new", 1, [OTHER])])
+        erasure.set_retention(store, 180, "policy", "ops", confirmed=True)
+        store.close()
+        provider = make_provider(home)
+        retention = provider.core.retention
+        assert retention is not None and retention.passed.wait(60)
+        provider.shutdown()
+    reopened = _open(home / "archive")
+    try:
+        assert_gone(home, reopened, SECRET, SECRET_TERM)
+        assert [r.scope["kind"] for r in erasure.receipts(reopened)] == ["time"]
+    finally:
+        reopened.close()
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+
+
+def test_a_subagent_provider_applies_no_retention(home: Path, make_provider: Any) -> None:
+    provider = make_provider(home, agent_context="subagent")
+    assert provider.core.retention is None

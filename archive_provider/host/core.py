@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..audit.erasure import RetentionWorker
 from ..domain import builders
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
@@ -105,6 +106,8 @@ class ArchiveCore:
         self._reader: sqlite3.Connection | None = None
         self._key = b""  # the payload key, read with the reader: served excerpts are re-proved
         self._reader_lock = threading.Lock()
+        #: applies the recorded retention policy at open and daily (primary context only)
+        self.retention: RetentionWorker | None = None
 
     @property
     def writes_turns(self) -> bool:
@@ -128,9 +131,16 @@ class ArchiveCore:
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(self.home),
             )
+            if self.writes_turns and self.retention is None:
+                self.retention = RetentionWorker(
+                    archive_dir(self.home), lambda conn: self.projections(), spawn_thread
+                ).start()
 
     def close(self) -> None:
         """Release the writer (drained within the settings' budget) and the reader."""
+        retention, self.retention = self.retention, None
+        if retention is not None:
+            retention.close(timeout=self.settings.drain_timeout_s)
         writer, self.writer = self.writer, None
         if writer is not None:
             report = writers.release(writer, timeout=self.settings.drain_timeout_s)
