@@ -43,9 +43,7 @@ class CentralError(RuntimeError):
 
 
 def missing_extra() -> CentralError:
-    return CentralError(
-        "the central store needs psycopg 3: pip install 'hermes-archive[fleet]'"
-    )
+    return CentralError("the central store needs psycopg 3: pip install 'hermes-archive[fleet]'")
 
 
 def conninfo(target: str) -> str:
@@ -167,7 +165,7 @@ def schema_sql() -> str:
 def init(target: str) -> None:
     """Create (or bring up to date) the schema, roles and grants, in one transaction."""
     with connect(target) as conn:
-        conn.execute(schema_sql())  # type: ignore[arg-type]  # a trusted file of ours
+        conn.execute(schema_sql())  # a trusted file of ours
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -190,7 +188,7 @@ def stores(conn: psycopg.Connection[Any], store: str | None = None) -> list[Stor
     if store:
         sql += " WHERE store_id LIKE %s"
         args.append(store.lower().replace("%", "").replace("_", "") + "%")
-    rows = conn.execute(sql + " ORDER BY store_id", args).fetchall()  # type: ignore[call-overload]
+    rows = conn.execute(sql + " ORDER BY store_id", args).fetchall()
     return [StoreRow(r[0], r[1], bytes.fromhex(r[2]), r[3]) for r in rows]
 
 
@@ -207,7 +205,7 @@ def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dic
               SELECT e.seq, e.chain, e.time, e.shipped FROM {SCHEMA}.events e
                WHERE e.store_id = s.store_id ORDER BY e.seq DESC LIMIT 1) h ON true
          WHERE s.store_id LIKE %s ORDER BY s.store_id"""
-    rows = conn.execute(sql, [(store or "").lower() + "%"]).fetchall()  # type: ignore[call-overload]
+    rows = conn.execute(sql, [(store or "").lower() + "%"]).fetchall()
     return [
         {
             "store_id": r[0],
@@ -234,13 +232,11 @@ def _rows(
     )
     with conn.cursor(name="hermes_archive_rows") as cursor:
         cursor.itersize = 2000
-        cursor.execute(sql, [store_id, after, until if until is not None else 2**63 - 1])  # type: ignore[arg-type]
+        cursor.execute(sql, [store_id, after, until if until is not None else 2**63 - 1])
         yield from cursor
 
 
-def payload_reader(
-    conn: psycopg.Connection[Any], store_id: str
-) -> Callable[[str], bytes | None]:
+def payload_reader(conn: psycopg.Connection[Any], store_id: str) -> Callable[[str], bytes | None]:
     """``payload_of`` for the verifier and the renderers: a body by digest, None if absent
     or erased."""
 
@@ -273,7 +269,7 @@ def verify_store(
         if store.genesis != genesis(store.store_id):
             return Report().fail(None, "the registered genesis is not the store id's genesis")
         erased = dict(
-            conn.execute(  # type: ignore[arg-type]
+            conn.execute(
                 f"SELECT digest, erased_by FROM {SCHEMA}.payloads "
                 "WHERE store_id = %s AND body IS NULL",
                 [store.store_id],

@@ -56,5 +56,12 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="",
             description="A folder outside HERMES_HOME that keeps the chain head, to detect a rolled-back archive.",
         ),
+        ProviderField(
+            key="ship_to",
+            label="Central store",
+            kind=KIND_TEXT,
+            default="",
+            description="A PostgreSQL URL or service name to ship the archive to in the background (keep the password in PGPASSFILE).",
+        ),
     ),
 )

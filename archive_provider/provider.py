@@ -47,6 +47,7 @@ from .recall import render, search
 from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
+from .ship import BackgroundShipper, shippers
 from .store import EventStore, archive_dir, connect
 from .witness import Witness
 from .writer import Writer, WriterUnavailable, writers
@@ -124,6 +125,7 @@ class ArchiveProvider(MemoryProviderBase):
         # Cheap and side-effect free: discovery and `hermes memory status` construct us.
         self._home: Path | None = None
         self._writer: Writer | None = None
+        self._shipper: BackgroundShipper | None = None
         self._settings = Settings()
         self._session = ""
         self._parent_session = ""
@@ -179,6 +181,14 @@ class ArchiveProvider(MemoryProviderBase):
                 busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(home, self._settings.witness_dir),
             )
+        if self._settings.ship_to and self._shipper is None:
+            # a copy for the central store, on its own thread: never in a hook's way
+            self._shipper = shippers.acquire(
+                archive_dir(home),
+                self._settings.ship_to,
+                interval=self._settings.ship_interval_s,
+                thread_factory=spawn_thread,
+            )
         if self._writes_turns:
             details = {
                 key: kwargs[key]
@@ -206,6 +216,9 @@ class ArchiveProvider(MemoryProviderBase):
             )
 
     def shutdown(self) -> None:
+        shipper, self._shipper = self._shipper, None
+        if shipper is not None:
+            shippers.release(shipper)
         writer, self._writer = self._writer, None
         if writer is not None:
             report = writers.release(writer, timeout=self._settings.drain_timeout_s)

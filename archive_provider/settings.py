@@ -26,6 +26,9 @@ class Settings:
     drain_timeout_s: float = 5.0
     redact_secrets: bool = True
     witness_dir: str = ""
+    #: central PostgreSQL store to ship to in the background (libpq URL or service name)
+    ship_to: str = ""
+    ship_interval_s: float = 2.0
 
     @staticmethod
     def config_schema() -> list[dict[str, Any]]:
@@ -55,6 +58,12 @@ class Settings:
             {
                 "key": "witness_dir",
                 "description": "Folder outside HERMES_HOME that keeps the chain head (rollback detection)",
+                "default": "",
+            },
+            {
+                "key": "ship_to",
+                "description": "Central PostgreSQL store to ship the archive to in the background "
+                "(libpq URL or service name; keep the password in PGPASSFILE)",
                 "default": "",
             },
         ]

@@ -19,13 +19,14 @@ Lag (events, seconds, last error) is kept in ``archive/shipping.json`` for ``sta
 
 from __future__ import annotations
 
+import contextlib
 import json
-from hashlib import sha256
 import logging
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -306,10 +307,9 @@ class Shipper:
         self.state.last_error_time = format_time(utc_now())
         store = self._store
         if store is not None:
-            try:
+            # the state is informational; the error is what matters
+            with contextlib.suppress(Exception):
                 self._note_lag(store, self.state.central_seq, store.head().seq)
-            except Exception:  # the state is informational; the error is what matters
-                pass
         self._save()
 
     def _save(self) -> None:
@@ -334,7 +334,11 @@ class Shipper:
             try:
                 added = self.ship_once()
             except Exception as exc:
-                log.warning("archive: shipping failed, retrying in %.1fs: %s", backoff, self.state.last_error)
+                log.warning(
+                    "archive: shipping failed, retrying in %.1fs: %s",
+                    backoff,
+                    self.state.last_error,
+                )
                 if on_pass:
                     on_pass(0, exc)
                 stop.wait(backoff)
@@ -374,3 +378,47 @@ class BackgroundShipper:
         """Ask the thread to stop; never wait longer than ``timeout`` (it is a daemon)."""
         self._stop.set()
         self._thread.join(timeout)
+
+
+class _Shippers:
+    """One background shipper per archive folder in a process, shared by its providers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Path, list[Any]] = {}  # folder -> [shipper, users]
+
+    def acquire(
+        self,
+        folder: Path,
+        target: str,
+        *,
+        interval: float,
+        thread_factory: Callable[..., threading.Thread],
+    ) -> BackgroundShipper:
+        with self._lock:
+            entry = self._running.get(folder)
+            if entry is None:
+                entry = [
+                    BackgroundShipper(
+                        folder, target, interval=interval, thread_factory=thread_factory
+                    ),
+                    0,
+                ]
+                self._running[folder] = entry
+            entry[1] += 1
+            shipper: BackgroundShipper = entry[0]
+            return shipper
+
+    def release(self, shipper: BackgroundShipper) -> None:
+        with self._lock:
+            entry = self._running.get(shipper.shipper.folder)
+            if entry is None or entry[0] is not shipper:
+                return
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del self._running[shipper.shipper.folder]
+        shipper.stop()
+
+
+shippers = _Shippers()

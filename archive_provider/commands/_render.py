@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from archive_provider.canonical import decode
 from archive_provider.events import StoredEvent
 from archive_provider.evidence import message_text
-from archive_provider.store import EventStore
+
+
+class Archive(Protocol):
+    """What rendering reads from an archive: payload bodies by digest (local or central)."""
+
+    def payload(self, digest: str) -> bytes | None: ...
 
 
 def preview(value: Any, width: int = 60) -> str:
@@ -21,7 +26,7 @@ def preview(value: Any, width: int = 60) -> str:
     return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)
 
 
-def part(store: EventStore, digest: Any) -> Any:
+def part(store: Archive, digest: Any) -> Any:
     """A part's decoded value, or None when it is not in the archive."""
     body = store.payload(digest) if isinstance(digest, str) else None
     return decode(body) if body is not None else None
@@ -36,7 +41,7 @@ def _message(value: Any) -> str:
     return f"{value.get('role', '?')}: {preview(text, 50)}"
 
 
-def summary(store: EventStore, event: StoredEvent) -> str:
+def summary(store: Archive, event: StoredEvent) -> str:
     """What happened, in one line (the payload and the parts it names, briefly)."""
     body, kind = event.body, event.type
     if not isinstance(body, Mapping):
@@ -89,7 +94,7 @@ def summary(store: EventStore, event: StoredEvent) -> str:
     return preview(dict(body), 80)
 
 
-def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict[str, Any]:
+def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[str, Any]:
     """An event as JSON: the envelope, a summary and (``full``) its payload and parts decoded."""
     data: dict[str, Any] = {
         "seq": event.seq,

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from archive_provider.commands import CommandContext
+from archive_provider.ship import read_state
 
 NAME = "status"
 HELP = "summarize the archive: events, sessions, checkpoints, head, size, projection health"
@@ -61,6 +62,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             name: {"last_seq": seq, "current": seq == head.seq}
             for name, seq in sorted(projections.items())
         },
+        "shipping": read_state(ctx.archive),
     }
 
 
@@ -88,6 +90,13 @@ def _human(data: dict[str, Any]) -> str:
     else:
         lines.append(
             "Projections: " + ("all current" if not stale else "behind: " + ", ".join(stale))
+        )
+    shipping = data.get("shipping")
+    if shipping:
+        lines.append(
+            f"Shipping to {shipping['target']}: central seq {shipping['central_seq']}, "
+            f"lag {shipping['lag_events']} events / {shipping['lag_seconds']:.1f} s"
+            + (f"; last error: {shipping['last_error']}" if shipping.get("last_error") else "")
         )
     return "\n".join(lines)
 
