@@ -8,6 +8,7 @@ the real thing or not at all.
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from archive_provider import central
+from archive_provider.events import NewEvent
 from archive_provider.store import EventStore, archive_dir
 from tests.fleet.pgserver import PgServer
 
@@ -87,3 +89,37 @@ def central_db(pg: PgServer) -> Central:
 def make_archive(home: Path) -> EventStore:
     """A real local archive (writable store) under ``home``."""
     return EventStore.open(archive_dir(home))
+
+
+def append_turns(store: EventStore, count: int, *, session: str = "s1", text: str = "note") -> None:
+    """Append ``count`` turn events, each with one message part, one transaction each."""
+    start = store.head().seq
+    for n in range(start, start + count):
+        message = store.hasher.part({"role": "user", "content": f"{text} {n} about tulips"})
+        store.append(
+            [
+                NewEvent(
+                    "turn",
+                    session,
+                    {"session": session, "turn": n},
+                    {"turn": n, "messages": [message.digest]},
+                    (message,),
+                )
+            ]
+        )
+
+
+def local_rows(home: Path) -> list[tuple[object, ...]]:
+    """(seq, identity, chain) of every local event, in order."""
+    conn = sqlite3.connect(archive_dir(home) / "events.db")
+    try:
+        return conn.execute("SELECT seq, identity, chain FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+
+
+def central_rows(db: Central, store_id: str) -> list[tuple[object, ...]]:
+    return db.query(
+        "SELECT seq, identity, chain FROM hermes_archive.events WHERE store_id = %s ORDER BY seq",
+        [store_id],
+    )
