@@ -106,6 +106,18 @@ def _connect_kwargs(target: str) -> dict[str, Any]:
     return extra
 
 
+def checkout_timeout(target: str) -> float:
+    """How long to wait for a pooled connection: twice the connect timeout the target allows."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(conninfo(target)).get("connect_timeout")
+    try:
+        seconds = int(str(given)) if given is not None else DEFAULT_CONNECT_TIMEOUT_S
+    except ValueError:
+        seconds = DEFAULT_CONNECT_TIMEOUT_S
+    return 2.0 * max(1, seconds)
+
+
 def _configure(statement_timeout_ms: int) -> Callable[[psycopg.Connection[Any]], None]:
     def configure(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
@@ -152,6 +164,7 @@ def pool(
         configure=_configure(statement_timeout_ms),
         check=ConnectionPool.check_connection,
         reconnect_timeout=60,
+        timeout=checkout_timeout(target),
         name="hermes-archive-ship",
     )
     made.open(wait=False)

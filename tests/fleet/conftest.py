@@ -110,7 +110,9 @@ def append_turns(store: EventStore, count: int, *, session: str = "s1", text: st
 
 
 def local_rows(home: Path) -> list[tuple[object, ...]]:
-    """(seq, identity, chain) of every local event, in order."""
+    """(seq, identity, chain) of every local event, in order (none before the archive exists)."""
+    if not (archive_dir(home) / "events.db").exists():
+        return []
     conn = sqlite3.connect(archive_dir(home) / "events.db")
     try:
         return conn.execute("SELECT seq, identity, chain FROM events ORDER BY seq").fetchall()
