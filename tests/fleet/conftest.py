@@ -116,6 +116,8 @@ def local_rows(home: Path) -> list[tuple[object, ...]]:
     conn = sqlite3.connect(archive_dir(home) / "events.db")
     try:
         return conn.execute("SELECT seq, identity, chain FROM events ORDER BY seq").fetchall()
+    except sqlite3.OperationalError:  # the writer made the file and not yet its tables
+        return []
     finally:
         conn.close()
 
