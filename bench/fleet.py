@@ -11,7 +11,9 @@ a corpus archive, then in the same run and against the same server
   read from the archive beforehand, no hashing) into another fresh central database with
   ``COPY``, in transactions of the same size, through the same triggers.
 
-The ratio is shipping / COPY in events per second (target >= 0.5x). Kept out of
+The ratio is shipping / COPY in events per second (target >= 0.5x). Then two real
+providers take 100 turns/s each with ``ship_to`` set (a pass every 0.5 s when idle), and
+each event's lag from its local commit to its central insert is reported (p50, p99). Kept out of
 ``python -m bench`` because it needs a PostgreSQL server; the smoke test does not start one.
 """
 
@@ -21,6 +23,7 @@ import argparse
 import json
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from archive_provider.ship import Shipper
 from archive_provider.store import DB_NAME
 from archive_provider.verifier import SUPPORTED_FORMAT, genesis
 
-from .common import Row, Workdir, machine, quiet_logging, table
+from .common import Row, Workdir, machine, percentile, quiet_logging, table
 from .workload import build_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,13 +138,72 @@ def ship(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
         shipper.close()
 
 
-def rows_for(turns: int, batch: int, workdir: Workdir) -> list[Row]:
+def steady_lag(
+    server: Any, workdir: Workdir, *, rate: float, seconds: float, interval: float
+) -> list[float]:
+    """Two providers each taking ``rate`` turns/s for ``seconds``, shipping in the
+    background every ``interval`` s: each event's lag from its local commit time to its
+    central insert (both clocks are this machine's)."""
+    from archive_provider import ArchiveProvider
+    from archive_provider.clock import parse_time
+
+    dsn = _database(server, "bench_lag")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(  # type: ignore[arg-type]
+            "CREATE ROLE bench_ship LOGIN PASSWORD 'bench' IN ROLE hermes_archive_shipper"
+        )
+    target = server.url("bench_ship", "bench", "bench_lag")
+    providers = []
+    for name in ("alpha", "beta"):
+        home = workdir.fresh(f"lag-{name}")
+        (home / "archive").mkdir()
+        (home / "archive" / "config.json").write_text(
+            json.dumps({"ship_to": target, "ship_interval_s": interval})
+        )
+        provider = ArchiveProvider()
+        provider.initialize(name, hermes_home=str(home), platform="cli", agent_context="primary")
+        providers.append(provider)
+
+    def talk(provider: Any, name: str) -> None:
+        began = time.perf_counter()
+        for turn in range(int(rate * seconds)):
+            delay = began + turn / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            provider.sync_turn(f"{name} asks about tulips {turn}", f"answer {turn}")
+
+    threads = [
+        threading.Thread(target=talk, args=(p, n))
+        for p, n in zip(providers, ("alpha", "beta"), strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    deadline = time.perf_counter() + 120
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.perf_counter() < deadline:
+            shipped = conn.execute(
+                "SELECT count(*) FROM hermes_archive.events WHERE type = 'turn'"
+            ).fetchone()
+            if shipped and shipped[0] >= 2 * int(rate * seconds):
+                break
+            time.sleep(0.2)
+        rows = conn.execute("SELECT time, shipped FROM hermes_archive.events").fetchall()
+    for provider in providers:
+        provider.shutdown()
+    return sorted((shipped - parse_time(local)).total_seconds() for local, shipped in rows)
+
+
+def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> list[Row]:
     folder = workdir.fresh("fleet-archive")
     built = build_log(folder, turns, projections=False)
     server = _server()
     try:
         copied, copy_s = raw_copy(_database(server, "bench_copy"), folder, batch)
         shipped, ship_s = ship(_database(server, "bench_ship"), folder, batch)
+        interval = 0.5
+        lags = steady_lag(server, workdir, rate=100, seconds=lag_seconds, interval=interval)
     finally:
         server.cleanup()
     assert copied == shipped == built.events, (copied, shipped, built.events)
@@ -156,7 +218,24 @@ def rows_for(turns: int, batch: int, workdir: Workdir) -> list[Row]:
             target_kind="min",
             target_value=0.5,
             target_text=">= 0.5x COPY",
-        )
+        ),
+        Row(
+            "9",
+            f"shipping lag p50, 2 providers x 100 turns/s for {lag_seconds:g} s",
+            percentile(lags, 50),
+            "s",
+            baseline=interval,
+            baseline_name="shipping interval",
+            note=f"{len(lags)} events",
+        ),
+        Row(
+            "9",
+            f"shipping lag p99, 2 providers x 100 turns/s for {lag_seconds:g} s",
+            percentile(lags, 99),
+            "s",
+            baseline=interval,
+            baseline_name="shipping interval",
+        ),
     ]
 
 
@@ -164,13 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
     parser.add_argument("--turns", type=int, default=5000, help="corpus turns (default 5000)")
     parser.add_argument("--batch", type=int, default=1000, help="events per transaction")
+    parser.add_argument(
+        "--lag-seconds", type=float, default=20, help="length of the steady-rate lag run"
+    )
     parser.add_argument("--json", type=Path, help="write the rows and machine facts here")
     parser.add_argument("--workdir", type=Path, help="scratch folder (default: a temp dir)")
     args = parser.parse_args(argv)
     workdir = Workdir(args.workdir)
     try:
         with quiet_logging():
-            rows = rows_for(args.turns, args.batch, workdir)
+            rows = rows_for(args.turns, args.batch, workdir, args.lag_seconds)
     finally:
         workdir.cleanup()
     print(table(rows))
