@@ -260,3 +260,19 @@ def test_an_erasure_blanks_only_the_payloads_its_shipped_event_covers(
         report = central.verify_store(conn, central.stores(conn, store_id)[0])
     assert report.ok, report.problem
     assert report.envelopes_only == 1 and "1 payloads were erased" in report.warnings[0]
+
+
+def test_central_init_from_the_command_line(
+    pg: object, central_db: Central, capsys: pytest.CaptureFixture[str]
+) -> None:
+    central_db.query("DROP SCHEMA hermes_archive CASCADE")
+    assert main(["central", "init"]) == 2  # needs --db
+    assert main(["--store", "abcd", "status"]) == 2  # --store only means something with --db
+    capsys.readouterr()
+    assert main(["central", "init", "--db", central_db.admin]) == 0
+    assert "central store ready" in capsys.readouterr().out
+    assert central_db.query(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'hermes_archive'"
+    ) == [(3,)]
+    assert main(["central", "sql"]) == 0
+    assert "CREATE TABLE IF NOT EXISTS hermes_archive.events" in capsys.readouterr().out
