@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from .central import SCHEMA, CentralError, pool, redacted, scrub
 from .clock import format_time, parse_time, utc_now
-from .digests import payload_digest
 from .store import DB_NAME, EventStore, StoreError
 from .verifier import SUPPORTED_FORMAT, genesis, verify_rows
 
@@ -153,32 +152,47 @@ class Shipper:
             return 0  # nothing archived yet
         shipped = 0
         with self._connections().connection() as conn:
-            central = self._central_head(conn, store)
             local = store.head()
-            self._note_lag(store, central[0], local.seq)
-            if central[0] > local.seq:
-                raise ShipError(
-                    f"the central store holds {central[0]} events of store {store.store_id} "
-                    f"but this archive only {local.seq}: was the archive restored from an "
-                    "older copy? Nothing is shipped until someone looks."
-                )
-            if central[0] and self._local_chain(store, central[0]) != central[1]:
-                raise ShipError(
-                    f"the central chain at seq {central[0]} differs from this archive's: the "
-                    "two histories diverged. Nothing is shipped until someone looks."
-                )
-            position = central
+            position = self._agreed_head(conn, store, local.seq)
             while position[0] < local.seq:
-                rows, bodies = self._verified_batch(store, position, local.seq)
-                added = self._send(conn, store.store_id, position, rows, bodies)
-                if added is None:  # another shipper moved the head: read it again
-                    position = self._central_head(conn, store)
+                rows, bodies, problem = self._verified_batch(store, position, local.seq)
+                added = self._send(conn, store.store_id, position, rows, bodies) if rows else 0
+                if added is None:  # another shipper of this archive moved the head
+                    moved = self._agreed_head(conn, store, local.seq)
+                    if moved[0] <= position[0]:
+                        raise ShipError(
+                            f"the central store refused events {rows[0][0]}..{rows[-1][0]} "
+                            "as duplicates without moving its head"
+                        )
+                    position = moved
                     continue
                 shipped += added
                 self.state.shipped_total += added
-                position = (rows[-1][0], rows[-1][8])
-                self._note_lag(store, position[0], local.seq)
+                if rows:
+                    position = (rows[-1][0], rows[-1][8])
+                    self._note_lag(store, position[0], local.seq)
+                if problem:
+                    raise ShipError(problem)
         return shipped
+
+    def _agreed_head(
+        self, conn: psycopg.Connection[Any], store: EventStore, local_seq: int
+    ) -> tuple[int, str]:
+        """The central head, once it is known to be a point of this archive's own history."""
+        central = self._central_head(conn, store)
+        self._note_lag(store, central[0], local_seq)
+        if central[0] > local_seq:
+            raise ShipError(
+                f"the central store holds {central[0]} events of store {store.store_id} "
+                f"but this archive only {local_seq}: was the archive restored from an "
+                "older copy? Nothing is shipped until someone looks."
+            )
+        if central[0] and self._local_chain(store, central[0]) != central[1]:
+            raise ShipError(
+                f"the central chain at seq {central[0]} differs from this archive's: the "
+                "two histories diverged. Nothing is shipped until someone looks."
+            )
+        return central
 
     def _central_head(self, conn: psycopg.Connection[Any], store: EventStore) -> tuple[int, str]:
         """Register the store if needed; return the central (seq, chain)."""
@@ -217,15 +231,16 @@ class Shipper:
 
     def _verified_batch(
         self, store: EventStore, start: tuple[int, str], last: int
-    ) -> tuple[list[tuple[Any, ...]], dict[str, bytes]]:
-        """The next rows after ``start``, checked by the verifier; the bodies it checked."""
+    ) -> tuple[list[tuple[Any, ...]], dict[str, bytes], str | None]:
+        """The next rows after ``start`` that the verifier passes, the bodies they name (as
+        it checked them), and why the batch stops early (None when it does not)."""
         until = min(last, start[0] + self.batch)
-        bodies: dict[str, bytes] = {}
+        checked: dict[str, bytes] = {}
 
         def payload_of(digest: str) -> bytes | None:
             body = store.payload(digest)
             if body is not None:
-                bodies[digest] = body
+                checked[digest] = body
             return body
 
         rows = store.conn.execute(_ROWS_SQL, (start[0], until)).fetchall()
@@ -234,19 +249,27 @@ class Shipper:
             store_id=store.store_id,
             key=store.key,
             payload_of=payload_of,
-            head=(until, rows[-1][8]) if rows else None,
+            head=(until, rows[-1][8]) if rows else (until, start[1]),
             start=start,
         )
-        if not report.ok or not rows:
-            raise ShipError(
-                f"the local archive fails verification at seq {report.first_bad_seq}: "
-                f"{report.problem}; nothing after seq {start[0]} is shipped "
-                "(hermes-archive verify, docs/RECOVER.md)"
+        problem = None
+        if not report.ok:
+            bad = report.first_bad_seq if report.first_bad_seq is not None else start[0] + 1
+            rows = [row for row in rows if row[0] < bad]
+            problem = (
+                f"the local archive fails verification at seq {bad}: {report.problem}; "
+                "nothing from there on is shipped (hermes-archive verify, docs/RECOVER.md)"
             )
-        for digest, body in bodies.items():  # the verifier checked them; say it twice
-            if payload_digest(store.key, body) != digest:
-                raise ShipError(f"payload {digest} changed while it was being shipped")
-        return rows, bodies
+        for index, row in enumerate(rows):
+            if any("\x00" in text for text in row[1:4]):
+                rows = rows[:index]
+                problem = (
+                    f"event {row[0]} has a NUL character in its time, type or session, which "
+                    "PostgreSQL text cannot hold; it and what follows stay local"
+                )
+                break
+        named = {digest for row in rows for digest in (row[6], *json.loads(row[7]))}
+        return rows, {d: b for d, b in checked.items() if d in named}, problem
 
     def _send(
         self,

@@ -109,9 +109,28 @@ def test_only_what_the_local_archive_verifies_is_shipped(
             shipper.ship_once()
     finally:
         shipper.close()
-    assert [row[0] for row in central_rows(central_db, _store_id(home))] == [1, 2, 3, 4]
+    # everything before the damage is shipped, even inside the batch that holds it
+    assert [row[0] for row in central_rows(central_db, _store_id(home))] == [1, 2, 3, 4, 5, 6]
     state = read_state(archive_dir(home))
-    assert state is not None and "seq 7" in state["last_error"] and state["lag_events"] == 6
+    assert state is not None and "seq 7" in state["last_error"] and state["lag_events"] == 4
+
+
+def test_a_session_postgresql_cannot_hold_stops_shipping_before_it(
+    tmp_path: Path, central_db: Central
+) -> None:
+    home = tmp_path / "home"
+    store = make_archive(home)
+    append_turns(store, 3)
+    append_turns(store, 1, session="odd\x00id")
+    append_turns(store, 2)
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        with pytest.raises(ShipError, match="event 4 has a NUL character"):
+            shipper.ship_once()
+    finally:
+        shipper.close()
+    assert [row[0] for row in central_rows(central_db, _store_id(home))] == [1, 2, 3]
 
 
 def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) -> None:
