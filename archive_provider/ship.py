@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -98,14 +99,13 @@ class Shipper:
         *,
         batch: int = DEFAULT_BATCH,
         label: str = "",
-        connections: ConnectionPool | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.target = target
         self.batch = max(1, batch)
-        self.label = label or str(self.folder.parent.name)
-        self._pool = connections
-        self._own_pool = connections is None
+        # which machine and profile an archive came from, for people reading the fleet
+        self.label = label or f"{socket.gethostname()}:{self.folder.resolve().parent.name}"
+        self._pool: ConnectionPool | None = None
         self._store: EventStore | None = None
         self.state = ShipState(target=redacted(target))
         self._registered = False
@@ -128,7 +128,7 @@ class Shipper:
         if self._store is not None:
             self._store.close()
             self._store = None
-        if self._pool is not None and self._own_pool:
+        if self._pool is not None:
             self._pool.close()
             self._pool = None
 
