@@ -208,7 +208,7 @@ def stores(conn: psycopg.Connection[Any], store: str | None = None) -> list[Stor
 def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dict[str, Any]]:
     """Per store: events, head, last event time, last shipped, payloads and erasures."""
     sql = f"""
-        SELECT s.store_id, s.label, s.registered,
+        SELECT s.store_id, s.label, s.registered, s.shipper,
                h.seq, h.chain, h.time, h.shipped,
                (SELECT count(*) FROM {SCHEMA}.payloads p WHERE p.store_id = s.store_id),
                (SELECT count(*) FROM {SCHEMA}.payloads p
@@ -224,12 +224,13 @@ def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dic
             "store_id": r[0],
             "label": r[1],
             "registered": r[2].isoformat(),
-            "events": r[3] or 0,
-            "head": {"seq": r[3] or 0, "chain": r[4]},
-            "last_event_time": r[5],
-            "last_shipped": r[6].isoformat() if r[6] else None,
-            "payloads": r[7],
-            "erased_payloads": r[8],
+            "shipper": r[3],
+            "events": r[4] or 0,
+            "head": {"seq": r[4] or 0, "chain": r[5]},
+            "last_event_time": r[6],
+            "last_shipped": r[7].isoformat() if r[7] else None,
+            "payloads": r[8],
+            "erased_payloads": r[9],
         }
         for r in rows
     ]

@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS hermes_archive.stores (
     -- the store's payload key: central verify needs it to recompute keyed payload digests
     payload_key    text NOT NULL CHECK (payload_key ~ '^[0-9a-f]{64}$'),
     label          text NOT NULL DEFAULT '',
+    -- the login role that registered the store; only it (or a role it is granted to)
+    -- may append to this store. Set by the server, whatever the client sends.
+    shipper        name NOT NULL DEFAULT session_user,
     registered     timestamptz NOT NULL DEFAULT now()
 );
 
@@ -84,12 +87,33 @@ CREATE INDEX IF NOT EXISTS events_payload ON hermes_archive.events (payload, sto
 CREATE INDEX IF NOT EXISTS events_parts ON hermes_archive.events USING gin ((parts::jsonb));
 
 -- Appending: the row must continue its store's chain exactly where it stands.
+-- Whether the connected login role may append to a store: the role that registered it,
+-- or a role that role was granted to (to hand a store over without an UPDATE).
+CREATE OR REPLACE FUNCTION hermes_archive.may_ship(p_store_id text) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
+    SELECT coalesce(bool_or(pg_has_role(session_user, s.shipper, 'MEMBER')), false)
+      FROM hermes_archive.stores s WHERE s.store_id = p_store_id
+$fn$;
+
+CREATE OR REPLACE FUNCTION hermes_archive.stores_before_insert() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+BEGIN
+    NEW.shipper := session_user;
+    NEW.registered := now();
+    RETURN NEW;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION hermes_archive.events_before_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
 DECLARE
     expected text;
     part     text;
 BEGIN
+    IF NOT hermes_archive.may_ship(NEW.store_id) THEN
+        RAISE EXCEPTION 'store %: % did not register it and may not append to it',
+            NEW.store_id, session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF NEW.seq = 1 THEN
         SELECT s.genesis INTO expected FROM hermes_archive.stores s
          WHERE s.store_id = NEW.store_id;
@@ -127,6 +151,10 @@ $fn$;
 CREATE OR REPLACE FUNCTION hermes_archive.payloads_before_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, hermes_archive AS $fn$
 BEGIN
+    IF NOT hermes_archive.may_ship(NEW.store_id) THEN
+        RAISE EXCEPTION 'store %: % did not register it and may not add payloads to it',
+            NEW.store_id, session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF NEW.body IS NULL OR NEW.erased_by IS NOT NULL THEN
         RAISE EXCEPTION 'store %: payload % arrives without its body', NEW.store_id, NEW.digest
             USING ERRCODE = 'check_violation';
@@ -207,6 +235,9 @@ $fn$;
 DROP TRIGGER IF EXISTS events_insert ON hermes_archive.events;
 CREATE TRIGGER events_insert BEFORE INSERT ON hermes_archive.events
     FOR EACH ROW EXECUTE FUNCTION hermes_archive.events_before_insert();
+DROP TRIGGER IF EXISTS stores_insert ON hermes_archive.stores;
+CREATE TRIGGER stores_insert BEFORE INSERT ON hermes_archive.stores
+    FOR EACH ROW EXECUTE FUNCTION hermes_archive.stores_before_insert();
 DROP TRIGGER IF EXISTS payloads_insert ON hermes_archive.payloads;
 CREATE TRIGGER payloads_insert BEFORE INSERT ON hermes_archive.payloads
     FOR EACH ROW EXECUTE FUNCTION hermes_archive.payloads_before_insert();
@@ -239,5 +270,6 @@ GRANT INSERT ON hermes_archive.stores, hermes_archive.events, hermes_archive.pay
     TO hermes_archive_shipper;
 GRANT EXECUTE ON FUNCTION hermes_archive.head(text)
     TO hermes_archive_shipper, hermes_archive_reader;
+GRANT EXECUTE ON FUNCTION hermes_archive.may_ship(text) TO hermes_archive_shipper;
 GRANT SELECT ON ALL TABLES IN SCHEMA hermes_archive TO hermes_archive_reader;
 GRANT EXECUTE ON FUNCTION hermes_archive.erase(text, bigint) TO hermes_archive_eraser;

@@ -23,11 +23,13 @@ from tests.fleet.pgserver import PgServer
 
 PASSWORDS = {
     "ship_login": "ship-pw-7c1d",
+    "ship_other": "other-pw-5a3e",
     "read_login": "read-pw-9e2a",
     "erase_login": "erase-pw-4b6f",
 }
 GROUPS = {
     "ship_login": "hermes_archive_shipper",
+    "ship_other": "hermes_archive_shipper",
     "read_login": "hermes_archive_reader",
     "erase_login": "hermes_archive_eraser",
 }

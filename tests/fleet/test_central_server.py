@@ -50,8 +50,8 @@ def _row(db: Central, store_id: str, seq: int) -> dict[str, object]:
     return dict(zip(names, values, strict=True))
 
 
-def _insert_as_shipper(db: Central, row: dict[str, object]) -> None:
-    with psycopg.connect(db.url()) as conn:
+def _insert_as_shipper(db: Central, row: dict[str, object], login: str = "ship_login") -> None:
+    with psycopg.connect(db.url(login)) as conn:
         conn.execute(
             f"INSERT INTO hermes_archive.events ({', '.join(row)}) "
             f"VALUES ({', '.join(['%s'] * len(row))})",
@@ -65,7 +65,7 @@ def test_init_is_idempotent_and_needs_no_ownership_change(central_db: Central) -
     )
     central.init(central_db.admin)
     after = central_db.query("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname")
-    assert before == after and len(after) == 9
+    assert before == after and len(after) == 10
     owners = central_db.query(
         "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'hermes_archive'"
     )
@@ -123,6 +123,37 @@ def test_a_hostile_shipper_cannot_fork_rewrite_gap_or_replay(
             "VALUES (%s, %s, NULL, 1)",
             [store_id, "33" * 32],
         )
+
+
+def test_another_host_cannot_append_to_a_store_it_did_not_register(
+    shipped: tuple[str, Path], central_db: Central
+) -> None:
+    store_id, _ = shipped
+    before = central_rows(central_db, store_id)
+    last = _row(central_db, store_id, 6)
+    # correctly chained, so only the store's owner check can refuse it
+    forged = {**last, "seq": 7, "identity": "ab" * 32, "prev_chain": last["chain"]}
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="did not register it"):
+        _insert_as_shipper(central_db, forged, "ship_other")
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        psycopg.connect(central_db.url("ship_other")) as conn,
+    ):
+        conn.execute(
+            "INSERT INTO hermes_archive.payloads (store_id, digest, body) VALUES (%s, %s, 'x')",
+            [store_id, "44" * 32],
+        )
+    assert central_rows(central_db, store_id) == before
+    # a store's shipper is whoever registered it, whatever the client claims
+    with psycopg.connect(central_db.url("ship_other")) as conn:
+        conn.execute(
+            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key, "
+            "shipper) VALUES (%s, 1, %s, %s, 'ship_login')",
+            ["1" * 32, "11" * 32, "22" * 32],
+        )
+    assert central_db.query(
+        "SELECT shipper FROM hermes_archive.stores WHERE store_id = %s", ["1" * 32]
+    ) == [("ship_other",)]
 
 
 @pytest.mark.parametrize(
