@@ -183,12 +183,15 @@ class ArchiveProvider(MemoryProviderBase):
             )
         if self._settings.ship_to and self._shipper is None:
             # a copy for the central store, on its own thread: never in a hook's way
-            self._shipper = shippers.acquire(
-                archive_dir(home),
-                self._settings.ship_to,
-                interval=self._settings.ship_interval_s,
-                thread_factory=spawn_thread,
-            )
+            try:
+                self._shipper = shippers.acquire(
+                    archive_dir(home),
+                    self._settings.ship_to,
+                    interval=self._settings.ship_interval_s,
+                    thread_factory=spawn_thread,
+                )
+            except Exception as exc:  # archiving goes on; only the central copy waits
+                log.error("archive: shipping did not start: %s", type(exc).__name__)
         if self._writes_turns:
             details = {
                 key: kwargs[key]

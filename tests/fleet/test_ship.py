@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -325,3 +326,33 @@ def test_passwords_are_redacted_in_every_form() -> None:
     scrubbed = central.scrub(message, url, kv)
     assert all(secret not in scrubbed for secret in ("s3cr", "'p w'", "plain"))
     assert central.conninfo("fleet") == "service=fleet"
+
+
+def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
+    tmp_path: Path, make_provider: Callable[..., object]
+) -> None:
+    """A server that accepts the connection and never answers: the worst network case."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        home = tmp_path / "home"
+        (home / "archive").mkdir(parents=True)
+        target = f"postgresql://x:pw@127.0.0.1:{port}/db?sslmode=disable&connect_timeout=60"
+        (home / "archive" / "config.json").write_text(
+            json.dumps({"ship_to": target, "ship_interval_s": 0.1})
+        )
+        provider = make_provider(home)
+        silent.settimeout(120)
+        caller, _ = silent.accept()  # the shipper connected and now waits for an answer
+        for turn in range(5):
+            provider.sync_turn(f"question {turn}", f"answer {turn}")  # type: ignore[attr-defined]
+        receipt = provider.on_pre_compress(  # type: ignore[attr-defined]
+            [{"role": "user", "content": "question 4"}], require_checkpoint=True
+        )
+        assert "seq" in receipt
+        assert [row[0] for row in local_rows(home)][-1] >= 7  # session, 5 turns, checkpoint
+        state = read_state(archive_dir(home))
+        assert state is None or state["central_seq"] == 0  # nothing reached the silent server
+        provider.shutdown()  # returns although the shipper is still waiting for the server
+        caller.close()
