@@ -218,6 +218,19 @@ BEGIN
 END
 $fn$;
 
+-- The envelope bytes of a row (docs/FORMAT.md section 4), built by the server itself:
+-- to_json(text) writes exactly the canonical text of 2.3 for every string PostgreSQL can
+-- hold. Format v2 hashes these bytes into its SHA-256 Merkle leaves; the server will
+-- recompute leaves and roots from them and match each shipped signed checkpoint.
+CREATE OR REPLACE FUNCTION hermes_archive.envelope(e hermes_archive.events) RETURNS bytea
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+    SELECT convert_to(
+        '{"identity":"' || e.identity || '","key":' || e.key || ',"parts":' || e.parts
+        || ',"payload":"' || e.payload || '","seq":' || e.seq::text
+        || ',"session":' || to_json(e.session)::text || ',"time":' || to_json(e.time)::text
+        || ',"type":' || to_json(e.type)::text || '}', 'UTF8')
+$fn$;
+
 -- Where a store stands: (0, genesis) when registered and empty, no row when unknown.
 -- key_sha256 lets a shipper confirm the registered key is its own without reading it.
 CREATE OR REPLACE FUNCTION hermes_archive.head(p_store_id text)
@@ -271,5 +284,7 @@ GRANT INSERT ON hermes_archive.stores, hermes_archive.events, hermes_archive.pay
 GRANT EXECUTE ON FUNCTION hermes_archive.head(text)
     TO hermes_archive_shipper, hermes_archive_reader;
 GRANT EXECUTE ON FUNCTION hermes_archive.may_ship(text) TO hermes_archive_shipper;
+GRANT EXECUTE ON FUNCTION hermes_archive.envelope(hermes_archive.events)
+    TO hermes_archive_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA hermes_archive TO hermes_archive_reader;
 GRANT EXECUTE ON FUNCTION hermes_archive.erase(text, bigint) TO hermes_archive_eraser;

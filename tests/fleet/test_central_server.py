@@ -18,6 +18,7 @@ from archive_provider.cli import main
 from archive_provider.events import NewEvent
 from archive_provider.ship import Shipper
 from archive_provider.store import archive_dir
+from archive_provider.verifier import envelope_bytes
 from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
 
 pytestmark = pytest.mark.postgres
@@ -307,3 +308,30 @@ def test_central_init_from_the_command_line(
     ) == [(3,)]
     assert main(["central", "sql"]) == 0
     assert "CREATE TABLE IF NOT EXISTS hermes_archive.events" in capsys.readouterr().out
+
+
+def test_the_server_builds_the_same_envelope_bytes_as_the_verifier(
+    tmp_path: Path, central_db: Central
+) -> None:
+    """What format v2's Merkle leaves will be computed from, server-side."""
+    home = tmp_path / "home"
+    store = make_archive(home)
+    append_turns(store, 2)
+    append_turns(store, 2, session='a "quoted" \\ session\t\x01\x7f \u2028 😀 é/')
+    store_id = store.store_id
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        shipper.ship_once()
+    finally:
+        shipper.close()
+    with psycopg.connect(central_db.url("read_login")) as conn:
+        rows = conn.execute(
+            "SELECT seq, time, type, session, key, identity, payload, parts, "
+            "hermes_archive.envelope(e) FROM hermes_archive.events e WHERE store_id = %s "
+            "ORDER BY seq",
+            [store_id],
+        ).fetchall()
+    assert len(rows) == 4 and "😀" in rows[-1][3]
+    for *fields, built in rows:
+        assert bytes(built) == envelope_bytes(*fields)
