@@ -288,10 +288,25 @@ def test_an_erasure_blanks_only_the_payloads_its_shipped_event_covers(
             "WHERE store_id = %s AND digest = %s",
             [store_id, kept],
         )
+    # the same message said again later and shipped: the erased body does not come back
+    store = make_archive(home)
+    again = store.hasher.part({"role": "user", "content": "note 1 about tulips"})
+    assert again.digest == secret
+    store.append([NewEvent("turn", "s1", {"turn": 99}, {"messages": [secret]}, (again,))])
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        assert shipper.ship_once() == 1
+    finally:
+        shipper.close()
+    assert central_db.query(
+        "SELECT body IS NULL FROM hermes_archive.payloads WHERE store_id = %s AND digest = %s",
+        [store_id, secret],
+    ) == [(True,)]
     with central.connect(central_db.url("read_login")) as conn:
         report = central.verify_store(conn, central.stores(conn, store_id)[0])
     assert report.ok, report.problem
-    assert report.envelopes_only == 1 and "1 payloads were erased" in report.warnings[0]
+    assert report.envelopes_only == 2 and "1 payloads were erased" in report.warnings[0]
 
 
 def test_central_init_from_the_command_line(
