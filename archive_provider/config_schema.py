@@ -2,7 +2,7 @@
 
 hermes allows this file to import only from ``plugins.memory.config_schema``. Storage is
 ``flat_json``: the dashboard writes ``<HERMES_HOME>/archive/config.json``, the same file
-``archive_provider.settings`` reads.
+``archive_provider.host.settings`` reads.
 """
 
 from plugins.memory.config_schema import (
@@ -48,13 +48,6 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="true",
             inline=True,
             description="Mask secret-shaped strings (API keys, tokens, private keys) before archiving.",
-        ),
-        ProviderField(
-            key="witness_dir",
-            label="Witness folder",
-            kind=KIND_TEXT,
-            default="",
-            description="A folder outside HERMES_HOME that keeps the chain head, to detect a rolled-back archive.",
         ),
         ProviderField(
             key="ship_to",

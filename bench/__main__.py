@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from . import (
     s1_append,
@@ -27,6 +27,7 @@ from . import (
     s6_recall,
     s7_storage,
     s8_holographic,
+    s9_startup,
 )
 from .common import Row, Workdir, machine, quiet_logging, table
 from .config import MODES, Config
@@ -266,9 +267,12 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     finally:
                         provider.shutdown()
                     rows += s3_provider.latency_rows(samples, _say)
+            if want("9"):
+                section("9 CLI start-up")
+                rows += s9_startup.run(work, config.startup_repeats, _say)
     finally:
         work.cleanup()
-    order = {s: i for i, s in enumerate("12345678")}
+    order = {s: i for i, s in enumerate("123456789")}
     rows.sort(key=lambda r: order.get(r.section, 9))
     info["seconds"] = round(time.perf_counter() - started, 1)
     return {"rows": rows, "info": info}

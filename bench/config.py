@@ -29,6 +29,8 @@ class Config:
     holo_adds: int = 300
     verify_repeats: int = 3
     verify_es: int = 2000  # turns in the eventsourcing log that row 2 reads back
+    #: row 9: new processes per command (and as many of the baseline)
+    startup_repeats: int = 21
 
 
 SMOKE = Config(
@@ -45,6 +47,7 @@ SMOKE = Config(
     holo_adds=20,
     verify_repeats=1,
     verify_es=200,
+    startup_repeats=3,
 )
 
 QUICK = Config(

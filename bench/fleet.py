@@ -4,7 +4,7 @@
 (the test suite's server helper: Debian's binaries, an unprivileged user, 127.0.0.1), builds
 a corpus archive, then in the same run and against the same server
 
-* ships it with :class:`archive_provider.ship.Shipper` into a fresh central database
+* ships it with :class:`archive_provider.storage.ship.Shipper` into a fresh central database
   (read, verify with BLAKE3, send, one transaction per batch, server triggers checking
   every row), and
 * copies exactly the rows the shipper sent (stores, payloads, events with prev_chain;
@@ -30,10 +30,10 @@ from typing import Any
 
 import psycopg
 
-from archive_provider import central
-from archive_provider.ship import Shipper
-from archive_provider.store import DB_NAME
-from archive_provider.verifier import SUPPORTED_FORMAT, genesis
+from archive_provider.format.verifier import SUPPORTED_FORMAT, genesis
+from archive_provider.storage import central
+from archive_provider.storage.ship import Shipper
+from archive_provider.storage.store import DB_NAME
 
 from .common import Row, Workdir, machine, percentile, quiet_logging, table
 from .workload import build_log
@@ -145,7 +145,7 @@ def steady_lag(
     background every ``interval`` s: each event's lag from its local commit time to its
     central insert (both clocks are this machine's)."""
     from archive_provider import ArchiveProvider
-    from archive_provider.clock import parse_time
+    from archive_provider.domain.clock import parse_time
 
     dsn = _database(server, "bench_lag")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -209,7 +209,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
     assert copied == shipped == built.events, (copied, shipped, built.events)
     return [
         Row(
-            "9",
+            "10",
             f"ship {shipped:,} events to PostgreSQL (verify + send, batches of {batch})",
             shipped / ship_s,
             "events/s",
@@ -220,7 +220,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
             target_text=">= 0.5x COPY",
         ),
         Row(
-            "9",
+            "10",
             f"shipping lag p50, 2 providers x 100 turns/s for {lag_seconds:g} s",
             percentile(lags, 50),
             "s",
@@ -229,7 +229,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
             note=f"{len(lags)} events",
         ),
         Row(
-            "9",
+            "10",
             f"shipping lag p99, 2 providers x 100 turns/s for {lag_seconds:g} s",
             percentile(lags, 99),
             "s",

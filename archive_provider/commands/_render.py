@@ -6,9 +6,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from archive_provider.canonical import decode
-from archive_provider.events import StoredEvent
-from archive_provider.evidence import message_text
+from archive_provider.domain.evidence import message_text
+from archive_provider.format.canonical import decode
+from archive_provider.format.events import StoredEvent
 
 
 class Archive(Protocol):

@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider import central
+    from archive_provider.storage import central
 
     if ctx.args.action == "sql":
         ctx.out.write(central.schema_sql())

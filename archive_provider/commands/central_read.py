@@ -27,7 +27,7 @@ class CentralView:
     """What the renderers read from an archive (payload bodies), for one central store."""
 
     def __init__(self, conn: Any, store_id: str) -> None:
-        from archive_provider.central import payload_reader
+        from archive_provider.storage.central import payload_reader
 
         self.store_id = store_id
         self._read = payload_reader(conn, store_id)
@@ -38,7 +38,7 @@ class CentralView:
 
 @contextmanager
 def _connection(ctx: CommandContext) -> Iterator[Any]:
-    from archive_provider.central import CentralError, connect
+    from archive_provider.storage.central import CentralError, connect
 
     try:
         conn = connect(ctx.db or "")
@@ -51,11 +51,11 @@ def _connection(ctx: CommandContext) -> Iterator[Any]:
 
 
 def _event(row: tuple[Any, ...]) -> Any:
-    from archive_provider.events import StoredEvent
-    from archive_provider.store import stored_event
+    from archive_provider.format.events import StoredEvent
+    from archive_provider.storage.store import stored_event
 
     if row[-1] is None:  # an erased payload: the envelope stays, the body is gone
-        from archive_provider.digests import Envelope
+        from archive_provider.format.digests import Envelope
 
         return StoredEvent(Envelope(*row[1:9]), row[9], b'"(erased)"')
     return stored_event(row[1:])
@@ -67,7 +67,7 @@ def _record(conn: Any, row: tuple[Any, ...], *, full: bool = False) -> dict[str,
 
 
 def status(ctx: CommandContext) -> int:
-    from archive_provider.central import redacted, summary
+    from archive_provider.storage.central import redacted, summary
 
     with _connection(ctx) as conn:
         stores = summary(conn, ctx.central_store)
@@ -88,7 +88,7 @@ def status(ctx: CommandContext) -> int:
 
 
 def verify(ctx: CommandContext) -> int:
-    from archive_provider.central import stores, verify_store
+    from archive_provider.storage.central import stores, verify_store
 
     if getattr(ctx.args, "projections", False):
         raise UsageError("--projections applies to a local archive; the central store has none")

@@ -53,8 +53,8 @@ def _line(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.central import CentralError
-    from archive_provider.ship import ShipError, Shipper
+    from archive_provider.storage.central import CentralError
+    from archive_provider.storage.ship import ShipError, Shipper
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive} to ship")

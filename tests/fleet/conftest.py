@@ -16,9 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from archive_provider import central
-from archive_provider.events import NewEvent
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.format.events import NewEvent
+from archive_provider.storage import central
+from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.pgserver import PgServer
 
 PASSWORDS = {

@@ -13,12 +13,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from archive_provider import central, events
 from archive_provider.cli import main
-from archive_provider.events import NewEvent
-from archive_provider.ship import Shipper
-from archive_provider.store import archive_dir
-from archive_provider.verifier import envelope_bytes
+from archive_provider.format import events
+from archive_provider.format.events import NewEvent
+from archive_provider.format.verifier import envelope_bytes
+from archive_provider.storage import central
+from archive_provider.storage.ship import Shipper
+from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
 
 pytestmark = pytest.mark.postgres

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from archive_provider import central
 from archive_provider.cli import main
-from archive_provider.ship import ShipError, Shipper, read_state
-from archive_provider.store import archive_dir
+from archive_provider.storage import central
+from archive_provider.storage.ship import ShipError, Shipper, read_state
+from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import (
     PASSWORDS,
     Central,
