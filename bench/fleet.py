@@ -209,7 +209,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
     assert copied == shipped == built.events, (copied, shipped, built.events)
     return [
         Row(
-            "10",
+            "11",
             f"ship {shipped:,} events to PostgreSQL (verify + send, batches of {batch})",
             shipped / ship_s,
             "events/s",
@@ -220,7 +220,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
             target_text=">= 0.5x COPY",
         ),
         Row(
-            "10",
+            "11",
             f"shipping lag p50, 2 providers x 100 turns/s for {lag_seconds:g} s",
             percentile(lags, 50),
             "s",
@@ -229,7 +229,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
             note=f"{len(lags)} events",
         ),
         Row(
-            "10",
+            "11",
             f"shipping lag p99, 2 providers x 100 turns/s for {lag_seconds:g} s",
             percentile(lags, 99),
             "s",

@@ -19,12 +19,25 @@ if TYPE_CHECKING:
     from archive_provider.storage.witness import Witness
 
 NAME = "witness"
-HELP = "show the external witness of the chain head, or accept the archive as it is now"
+HELP = (
+    "show the external witness of the chain head, or accept the archive as it is now; "
+    "serve a C2SP tlog-witness (serve, keygen)"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("show", "accept"), help="show, or accept (re-anchor)")
+    parser.add_argument(
+        "action",
+        choices=("show", "accept", "serve", "keygen"),
+        help="show, accept (re-anchor), serve a remote witness, or make its key",
+    )
     parser.add_argument("--reason", help="why the archive is accepted (required for accept)")
+    parser.add_argument("--listen", default="127.0.0.1:7380", help="serve: HOST:PORT to bind")
+    parser.add_argument("--state", help="serve, keygen: the witness's own folder (key, state)")
+    parser.add_argument(
+        "--log-key", action="append", default=[], metavar="VKEY", help="serve: a log to witness"
+    )
+    parser.add_argument("--name", help="keygen: the witness's key name (default: HOSTNAME/witness)")
 
 
 def _witness(ctx: CommandContext) -> Witness:
@@ -136,6 +149,10 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
 
 
 def run(ctx: CommandContext) -> int:
+    if ctx.args.action in ("serve", "keygen"):
+        from archive_provider.commands.witness_serve import run_remote
+
+        return run_remote(ctx)
     witness = _witness(ctx)
     if ctx.args.action == "show":
         try:
