@@ -37,6 +37,7 @@ EVENT_TYPES = frozenset(
         "peer_input_rejected",
         "peer_link_state",
         "witness_accepted",
+        "turns_rewound",
     }
 )
 
@@ -72,6 +73,11 @@ class NewEvent:
     ``key`` is what makes it *that* event (its identity is a digest of type and key);
     ``body`` is its payload; ``parts`` are payloads it refers to by digest (messages),
     stored once however many events name them.
+
+    ``author`` is who wrote a turn, as the host stated it (``{"id", "name", "is_bot",
+    "source", ...}``, docs/HOST.md §1), never part of the identity. Format v1 stores it as
+    one more part of the event (``domain.builders.turn`` maps it); format v2 maps it to the
+    envelope's separate, erasable author payload.
     """
 
     type: str
@@ -79,6 +85,7 @@ class NewEvent:
     key: Mapping[str, Any]
     body: Any
     parts: tuple[Part, ...] = field(default=())
+    author: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:

@@ -64,13 +64,18 @@ CREATE VIEW IF NOT EXISTS audit_turns AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        CAST(m.key AS INTEGER) + 1 AS position,
        json_extract(CAST(p.body AS TEXT), '$.role') AS role,
-       json_extract(CAST(p.body AS TEXT), '$.name') AS author,
+       json_extract(CAST(p.body AS TEXT), '$.name') AS name,
+       coalesce(json_extract(CAST(a.body AS TEXT), '$.name'),
+                json_extract(CAST(a.body AS TEXT), '$.id')) AS author,
+       json_extract(CAST(a.body AS TEXT), '$.id') AS author_id,
+       json_extract(CAST(a.body AS TEXT), '$.is_bot') AS author_is_bot,
        coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
                 json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
        json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
        m.value AS message_digest, e.payload_digest, e.chain
 FROM audit_events e, json_each(e.payload, '$.messages') m
 JOIN payloads p ON p.digest = m.value
+LEFT JOIN payloads a ON a.digest = json_extract(e.payload, '$.author')
 WHERE e.type = 'turn';
 CREATE VIEW IF NOT EXISTS audit_memory AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
@@ -386,6 +391,12 @@ class EventStore:
             )
         conn.execute("BEGIN IMMEDIATE")
         try:
+            stale = conn.execute(  # views hold no data: an older shape is just remade
+                "SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = 'audit_turns'"
+                " AND sql NOT LIKE '%author_id%'"
+            ).fetchone()
+            if stale:
+                conn.execute("DROP VIEW audit_turns")
             for statement in SCHEMA.split(";\n"):
                 if statement.strip():
                     conn.execute(statement)
