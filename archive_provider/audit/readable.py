@@ -246,7 +246,8 @@ def write_copy(
     head = store.head()
     until = report.last_seq if report.ok else head.seq
     chain_row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (until,)).fetchone()
-    chain = str(chain_row[0]) if chain_row else head.chain
+    stored = chain_row[0] if chain_row else None
+    chain = stored.hex() if isinstance(stored, bytes) else str(stored) if stored else head.chain
     meta = dict(store.conn.execute("SELECT name, value FROM meta").fetchall())
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     tmp.unlink(missing_ok=True)

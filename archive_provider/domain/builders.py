@@ -59,11 +59,13 @@ def turn(
 ) -> NewEvent:
     """A completed turn: its new messages (all roles, as the host sent them, after redaction).
 
-    ``author`` (domain/authors.py) is carried as :attr:`NewEvent.author` and, in format v1,
-    stored as one more keyed part named by the body's ``author``: erasable with its part,
-    never in the envelope nor the identity key. This is the one place that mapping is made.
+    ``author`` (domain/authors.py) is stored as a payload of its own: in format v2 it is
+    :attr:`NewEvent.author`, named by the envelope's ``author`` field; in format v1 one more
+    keyed part named by the body's ``author``. Either way it is erasable with its payload and
+    never in the identity. This is the one place that mapping is made.
     """
     digests = [part.digest for part in parts]
+    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     body: dict[str, Any] = {
         "turn": ordinal,
         "messages": digests,
@@ -71,8 +73,8 @@ def turn(
         "legacy_shape": legacy,
     }
     stored = tuple(parts)
-    if author is not None:
-        author_part = hasher.part(dict(author))
+    author_part = hasher.part(dict(author)) if author is not None else None
+    if author_part is not None and not v2:  # v2: the envelope's own author field (13.1)
         body["author"] = author_part.digest
         stored = (*stored, author_part)
     if host_masks:
@@ -80,10 +82,10 @@ def turn(
     return NewEvent(
         "turn",
         session,
-        {"session": session, "turn": ordinal, "messages": digests},
+        {"turn": ordinal} if v2 else {"session": session, "turn": ordinal, "messages": digests},
         with_redactions(body, redactions),
         stored,
-        author=author,
+        author=author_part if v2 else None,
     )
 
 
@@ -138,10 +140,11 @@ def checkpoint(
     """
     digests = [part.digest for part in parts]
     evidence = hasher.digest(canonical_bytes(digests))
+    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     return NewEvent(
         "checkpoint",
         session,
-        {"session": session, "evidence": evidence},
+        {} if v2 else {"session": session, "evidence": evidence},
         with_redactions(
             {
                 "evidence": digests,
@@ -214,7 +217,9 @@ def memory_write(
     return NewEvent(
         "memory_write",
         session,
-        {"session": session, "order": order, "content": part.digest},
+        {"order": order}
+        if hasher.format_version == 2
+        else {"session": session, "order": order, "content": part.digest},
         with_redactions(
             {
                 "order": order,

@@ -38,6 +38,8 @@ EVENT_TYPES = frozenset(
         "peer_link_state",
         "witness_accepted",
         "turns_rewound",
+        "store_created",
+        "migrated_from",
     }
 )
 
@@ -50,10 +52,16 @@ class Part:
 
     digest: str
     body: bytes
+    salt: bytes | None = None  # v2: a salt drawn for a body not stored yet (FORMAT.md 12.3)
+    lookup: bytes | None = None  # v2: the keyed lookup of the body
 
 
 class Hasher:
     """Keyed payload digests for one store; builders use it to name parts and payloads."""
+
+    #: the format of the store it names parts for: v2 identity keys leave out what the
+    #: identity already covers (session, part digests)
+    format_version = 1
 
     def __init__(self, key: bytes) -> None:
         self._key = key
@@ -85,7 +93,7 @@ class NewEvent:
     key: Mapping[str, Any]
     body: Any
     parts: tuple[Part, ...] = field(default=())
-    author: Mapping[str, Any] | None = None
+    author: Part | None = None  # v2: the turn's author payload (FORMAT.md 13.1)
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:

@@ -25,6 +25,7 @@ from ..domain.evidence import bindable_text, message_text
 from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
 from ..format.events import LoadedEvent, StoredEvent
+from ..storage.store import payload_body, session_part_digests
 from .base import TableProjection, event_part, event_text
 
 
@@ -620,20 +621,17 @@ class RecallProjection(TableProjection):
     @staticmethod
     def _unseen_evidence(conn: sqlite3.Connection, event: StoredEvent) -> list[tuple[str, str]]:
         """The checkpoint's messages its session's earlier turns and checkpoints did not hold."""
-        earlier = (
-            " FROM events e, json_each(e.parts) j{} WHERE e.session = ?"
-            " AND e.type IN ('turn', 'checkpoint') AND e.seq < ?"
-        )
-        args = (event.session, event.seq)
-        held = {row[0] for row in conn.execute("SELECT j.value" + earlier.format(""), args)}
+        earlier = list(session_part_digests(conn, event.session, ("turn", "checkpoint"), event.seq))
+        held = set(earlier)
         digests = [d for d in _digests(_mapping(event.body).get("evidence")) if d not in held]
         if not digests:
             return []
         said: set[tuple[str, str]] = set()
-        for (body,) in conn.execute(
-            "SELECT p.body" + earlier.format(" JOIN payloads p ON p.digest = j.value"), args
-        ):
-            message = _read_json(bytes(body).decode())
+        for digest in earlier:
+            body = payload_body(conn, digest)
+            if body is None:
+                continue
+            message = _read_json(body.decode())
             if isinstance(message, dict) and isinstance(message.get("role"), str):
                 said.add((message["role"], bindable_text(message_text(message))))
         fresh = []
