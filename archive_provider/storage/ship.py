@@ -35,7 +35,7 @@ from ..domain.clock import format_time, parse_time, utc_now
 from ..errors import ArchiveDamaged
 from ..format.verifier import SUPPORTED_FORMAT, genesis, verify_rows
 from .central import SCHEMA, CentralError, pool, redacted, scrub
-from .store import DB_NAME, EventStore, StoreError
+from .store import DB_NAME, EventStore, EventStoreV2, StoreError
 
 if TYPE_CHECKING:
     import psycopg
@@ -122,7 +122,14 @@ class Shipper:
         if self._store is None:
             if not (self.folder / DB_NAME).exists():
                 return None
-            self._store = EventStore.open(self.folder, create=False, readonly=True)
+            store = EventStore.open(self.folder, create=False, readonly=True)
+            if isinstance(store, EventStoreV2):  # the central schema holds format 1 rows
+                store.close()
+                raise ShipError(
+                    f"the archive at {self.folder} is format 2; the central store takes "
+                    f"format {SUPPORTED_FORMAT} archives only (nothing was shipped)"
+                )
+            self._store = store
         return self._store
 
     def close(self) -> None:
