@@ -7,6 +7,7 @@ from typing import Any
 
 from archive_provider.commands import CommandContext
 from archive_provider.format.verifier import printable
+from archive_provider.storage.ship import read_state
 from archive_provider.storage.store import DB_NAME, EventStore
 
 NAME = "status"
@@ -66,6 +67,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             name: {"last_seq": seq, "current": seq == head.seq}
             for name, seq in sorted(projections.items())
         },
+        "shipping": read_state(ctx.archive),
         "recall": recall,
     }
 
@@ -134,6 +136,13 @@ def _human(data: dict[str, Any]) -> str:
     else:
         lines.append(
             "Projections: " + ("all current" if not stale else "behind: " + ", ".join(stale))
+        )
+    shipping = data.get("shipping")
+    if shipping:
+        lines.append(
+            f"Shipping to {shipping['target']}: central seq {shipping['central_seq']}, "
+            f"lag {shipping['lag_events']} events / {shipping['lag_seconds']:.1f} s"
+            + (f"; last error: {shipping['last_error']}" if shipping.get("last_error") else "")
         )
     return "\n".join(lines)
 

@@ -3,9 +3,9 @@
 :class:`~archive_provider.host.provider.ArchiveProvider` and hivemind's provider are thin
 adapters from host hooks to this object: it owns the profile binding, the settings, the
 session state (session, parent, agent context, turn) and the transcript cache of the turn
-delta, the writer, the one read-only connection (recall, the peers block, tools), search
-and submission. Nothing outside reads its underscored members; the attributes and methods
-below are its API (docs/DESIGN.md, "Composition").
+delta, the writer, the shipper to a central store, the one read-only connection (recall,
+the peers block, tools), search and submission. Nothing outside reads its underscored
+members; the attributes and methods below are its API (docs/DESIGN.md, "Composition").
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
 from ..projections.recall import Hit, Prover, search
 from ..projections.registry import default_projections
+from ..storage.ship import BackgroundShipper, shippers
 from ..storage.store import (
     DB_NAME,
     KEY_NAME,
@@ -92,6 +93,8 @@ class ArchiveCore:
         self.projections = projections
         self.home: Path | None = None
         self.writer: Writer | None = None
+        #: the background shipper to a central store (the ``ship_to`` setting), if any
+        self.shipper: BackgroundShipper | None = None
         self.settings = Settings()
         self.session = ""
         self.parent_session = ""
@@ -136,11 +139,33 @@ class ArchiveCore:
                     archive_dir(self.home), lambda conn: self.projections(), spawn_thread
                 ).start()
 
+    def open_shipper(self) -> None:
+        """Share the profile's shipper when ``ship_to`` is set; its failure never raises.
+
+        Shipping reads the log on its own thread, so no hook waits on the network; the
+        local log stays the commit point (DESIGN.md invariant 12).
+        """
+        if self.shipper is not None or self.home is None or not self.settings.ship_to:
+            return
+        try:
+            self.shipper = shippers.acquire(
+                archive_dir(self.home),
+                self.settings.ship_to,
+                interval=self.settings.ship_interval_s,
+                thread_factory=spawn_thread,
+            )
+        except Exception as exc:  # archiving goes on; only the central copy waits
+            log.error("archive: shipping did not start: %s", type(exc).__name__)
+
     def close(self) -> None:
-        """Release the writer (drained within the settings' budget) and the reader."""
+        """Release the retention worker, the shipper, the writer (drained within the settings'
+        budget) and the reader."""
         retention, self.retention = self.retention, None
         if retention is not None:
             retention.close(timeout=self.settings.drain_timeout_s)
+        shipper, self.shipper = self.shipper, None
+        if shipper is not None:
+            shippers.release(shipper)
         writer, self.writer = self.writer, None
         if writer is not None:
             report = writers.release(writer, timeout=self.settings.drain_timeout_s)

@@ -125,6 +125,7 @@ class ArchiveProvider(MemoryProviderBase):
         if not self._bind(session_id, kwargs):
             return
         self.core.open_writer()
+        self.core.open_shipper()
         if self.core.writes_turns:
             details = {
                 key: kwargs[key]

@@ -46,6 +46,9 @@ class Settings:
     busy_timeout_s: float = 5.0
     drain_timeout_s: float = 5.0
     redact_secrets: bool = True
+    #: central PostgreSQL store to ship to in the background (libpq URL or service name)
+    ship_to: str = ""
+    ship_interval_s: float = 2.0
 
     @staticmethod
     def config_schema() -> list[dict[str, Any]]:
@@ -72,6 +75,12 @@ class Settings:
                 "default": Settings.redact_secrets,
                 "choices": [True, False],
             },
+            {
+                "key": "ship_to",
+                "description": "Central PostgreSQL store to ship the archive to in the background "
+                "(libpq URL or service name; keep the password in PGPASSFILE)",
+                "default": Settings.ship_to,
+            },
         ]
 
 
@@ -83,6 +92,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "checkpoint_timeout_s": (0.0, 3600.0, True),
     "busy_timeout_s": (0.0, 600.0, False),
     "drain_timeout_s": (0.0, 600.0, False),
+    "ship_interval_s": (0.0, 3600.0, True),
 }
 
 
@@ -91,6 +101,10 @@ def check_value(name: str, raw: Any) -> Any:
     if name in _OUTSIDE_ONLY:
         raise SettingError(f"archive setting {name} is ignored: {_OUTSIDE_ONLY[name]}")
     default = getattr(Settings, name)
+    if isinstance(default, str):
+        if not isinstance(raw, str):
+            raise SettingError(f"archive setting {name} = {raw!r} is not text; using {default!r}")
+        return raw.strip()
     if isinstance(default, bool):
         text = str(raw).strip().lower() if isinstance(raw, (str, int)) else None
         if isinstance(raw, bool):
