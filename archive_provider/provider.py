@@ -27,6 +27,7 @@ from . import builders
 from .clock import now_text
 from .events import AppendResult, NewEvent
 from .evidence import (
+    archivable,
     archivable_message,
     archivable_text,
     bindable_text,
@@ -47,9 +48,10 @@ from .recall import render, search
 from .redaction import redact_rows, renumber
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
+from .spill import Encoder, Record
 from .store import EventStore, archive_dir, connect
 from .witness import Witness
-from .writer import Writer, WriterUnavailable, writers
+from .writer import Taker, Writer, WriterUnavailable, writers
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +180,11 @@ class ArchiveProvider(MemoryProviderBase):
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self._settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(home, self._settings.witness_dir),
+                kinds=SPILL_KINDS,
+                queue_max_events=self._settings.queue_max_events,
+                queue_max_bytes=self._settings.queue_max_bytes,
+                spill_fsync_s=self._settings.spill_fsync_s,
+                journal_every_event=self._settings.journal_every_event,
             )
         if self._writes_turns:
             details = {
@@ -203,6 +210,7 @@ class ArchiveProvider(MemoryProviderBase):
                     builders.session_started(session, at=at, details=details, redact=redact)
                 ],
                 "session_started",
+                _entry("session_started", session=session, at=at, details=details, redact=redact),
             )
 
     def shutdown(self) -> None:
@@ -261,7 +269,11 @@ class ArchiveProvider(MemoryProviderBase):
             snapshot, legacy = transcript_snapshot(messages), False
         redact = self._settings.redact_secrets
         self._submit(
-            lambda store: self._turn_events(store, session, snapshot, legacy, redact), "turn"
+            lambda store: self._turn_events(store, session, snapshot, legacy, redact),
+            "turn",
+            turn_entry(session, snapshot, legacy, redact),
+            # what the queue holds beyond the host's own objects: the list and the new text
+            256 + 8 * len(snapshot) + _text_size(user_content) + _text_size(assistant_content),
         )
 
     def _turn_events(
@@ -283,40 +295,14 @@ class ArchiveProvider(MemoryProviderBase):
         cached = None if legacy else self._transcripts.get(session)
         fast = cached is not None and cached.turns == turns and cached.is_prefix_of(messages)
         if fast and cached is not None:
-            start = len(cached.raw)
-            rows, redactions = redact_rows(
-                [archivable_message(m) for m in messages[start:]], redact, "/messages"
-            )
-            new_parts = [store.hasher.part(row) for row in rows]
-            found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
+            start: int | None = len(cached.raw)
+            rows = [archivable_message(m) for m in messages[len(cached.raw) :]]
         else:
-            rows, redactions = redact_rows(
-                [archivable_message(m) for m in messages], redact, "/messages"
-            )
-            parts = [store.hasher.part(row) for row in rows]
-            if legacy:
-                start = 0
-            else:
-                previous = transcript_digests(store.conn, session)
-                roles = [r.get("role") for r in rows]
-                start = new_messages_start(previous, [p.digest for p in parts], roles)
-            new_parts = parts[start:]
-            found = renumber(redactions, start, "/messages")
-        if not new_parts:
-            return []  # nothing new: the host re-sent what is archived
-        if not legacy:
+            start, rows = None, [archivable_message(m) for m in messages]
+        events, _ = turn_event(store, session, turns, rows, start, legacy, redact)
+        if events and not legacy:
             self._remember(session, turns + 1, messages, cached if fast else None)
-        return [
-            builders.turn(
-                store.hasher,
-                session,
-                turns + 1,
-                new_parts,
-                start=start,
-                legacy=legacy,
-                redactions=found,
-            )
-        ]
+        return events
 
     def _remember(
         self, session: str, turns: int, messages: Sequence[Any], prefix: _Transcript | None
@@ -342,7 +328,7 @@ class ArchiveProvider(MemoryProviderBase):
         """Archive whatever the last sync did not cover, then mark the end."""
         if not self._writes_turns:
             return
-        session = self._session
+        session, at = self._session, now_text()
         snapshot = transcript_snapshot(messages)
         redact = self._settings.redact_secrets
 
@@ -350,10 +336,16 @@ class ArchiveProvider(MemoryProviderBase):
             events = self._turn_events(store, session, snapshot, False, redact) if snapshot else []
             return [
                 *events,
-                builders.session_ended(session, at=now_text(), message_count=len(snapshot)),
+                builders.session_ended(session, at=at, message_count=len(snapshot)),
             ]
 
-        self._submit(build, "session_ended")
+        turn = turn_entry(session, snapshot, False, redact)
+
+        def entry(state: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
+            _, args = turn(state)
+            return "session_ended", {**args, "at": at, "message_count": len(snapshot)}
+
+        self._submit(build, "session_ended", entry, 256 + 8 * len(snapshot))
 
     @_survives
     def on_session_switch(
@@ -388,6 +380,14 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "session_switched",
+            _entry(
+                "session_switched",
+                session=session,
+                previous=previous,
+                at=at,
+                details=details,
+                redact=redact,
+            ),
         )
 
     @_survives
@@ -414,7 +414,20 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ]
 
-        self._submit(build, "memory_write")
+        self._submit(
+            build,
+            "memory_write",
+            _entry(
+                "memory_write",
+                session=session,
+                action=action,
+                target=target,
+                content=content,
+                meta=meta,
+                redact=redact,
+            ),
+            512 + _text_size(content),
+        )
 
     @_survives
     def on_delegation(
@@ -425,6 +438,7 @@ class ArchiveProvider(MemoryProviderBase):
         session = self._session
         details = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool))}
         redact = self._settings.redact_secrets
+        child = session_text(child_session_id)
         self._submit(
             lambda store: [
                 builders.delegation(
@@ -432,12 +446,22 @@ class ArchiveProvider(MemoryProviderBase):
                     session,
                     task=task,
                     result=result,
-                    child_session=session_text(child_session_id),
+                    child_session=child,
                     details=details,
                     redact=redact,
                 )
             ],
             "delegation",
+            _entry(
+                "delegation",
+                session=session,
+                task=task,
+                result=result,
+                child_session=child,
+                details=details,
+                redact=redact,
+            ),
+            512 + _text_size(task) + _text_size(result),
         )
 
     # -- checkpoints (API v2) ------------------------------------------------------------
@@ -529,6 +553,15 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "checkpoint_failed",
+            _entry(
+                "checkpoint_failed",
+                session=session,
+                at=at,
+                error=error,
+                require_checkpoint=require_checkpoint,
+                evidence_count=count,
+                redact=redact,
+            ),
         )
 
     # -- recall --------------------------------------------------------------------------
@@ -568,6 +601,17 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "recall_served",
+            _entry(
+                "recall_served",
+                session=session,
+                turn=turn,
+                query=query,
+                result=result,
+                sources=sources,
+                at=at,
+                redact=redact,
+            ),
+            512 + len(query) + len(result),
         )
 
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
@@ -652,12 +696,15 @@ class ArchiveProvider(MemoryProviderBase):
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _submit(self, build: Any, label: str) -> None:
+    def _submit(
+        self, build: Any, label: str, entry: Encoder | None = None, size: int = 512
+    ) -> None:
+        """Hand the writer a job; ``entry`` is the same job as a spill record (see SPILL_KINDS)."""
         writer = self._writer
         if writer is None:
             log.warning("archive: %s not archived: the archive is not initialized", label)
             return
-        future = writer.submit(build, label=label)
+        future = writer.submit(build, label=label, entry=entry, size=size)
 
         def report(done: Future[Any]) -> None:
             error = None if done.cancelled() else done.exception()
@@ -678,9 +725,266 @@ class ArchiveProvider(MemoryProviderBase):
         self._submit(
             lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
             "write_failed",
+            _entry("write_failed", session=session, at=at, hook=hook, error=text),
         )
+
+
+def _text_size(value: Any) -> int:
+    """Characters of a hook argument when it is text (a cheap estimate of what it holds)."""
+    return len(value) if isinstance(value, str) else 256
 
 
 def register(ctx: Any) -> None:
     """Plugin entry: a new provider per registration (profile isolation), nothing else."""
     ctx.register_memory_provider(ArchiveProvider())
+
+
+# -- turns, and the spill: what each hook's job is as data, and how it is taken in ----------
+
+
+def turn_event(
+    store: EventStore,
+    session: str,
+    turns: int,
+    rows: list[Any],
+    start: int | None,
+    legacy: bool,
+    redact: bool,
+) -> tuple[list[NewEvent], str | None]:
+    """The turn event for a transcript (runs on the writer thread), and its last digest.
+
+    With ``start`` known (the caller proved messages before it are archived as they are),
+    ``rows`` is only the tail from ``start`` and only it is redacted and hashed. Otherwise
+    ``rows`` is the whole transcript and the new messages are found against the transcript
+    projection (a legacy turn is all new).
+    """
+    if start is not None:
+        redacted, redactions = redact_rows(rows, redact, "/messages")
+        new_parts = [store.hasher.part(row) for row in redacted]
+        found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
+        last = new_parts[-1].digest if new_parts else None
+    else:
+        redacted, redactions = redact_rows(rows, redact, "/messages")
+        parts = [store.hasher.part(row) for row in redacted]
+        if legacy:
+            start = 0
+        else:
+            previous = transcript_digests(store.conn, session)
+            roles = [r.get("role") for r in redacted]
+            start = new_messages_start(previous, [p.digest for p in parts], roles)
+        new_parts = parts[start:]
+        found = renumber(redactions, start, "/messages")
+        last = parts[-1].digest if parts else None
+    if not new_parts:
+        return [], last  # nothing new: the host re-sent what is archived
+    event = builders.turn(
+        store.hasher,
+        session,
+        turns + 1,
+        new_parts,
+        start=start,
+        legacy=legacy,
+        redactions=found,
+    )
+    return [event], last
+
+
+def turn_entry(session: str, snapshot: list[Any], legacy: bool, redact: bool) -> Encoder:
+    """A turn as a spill record: only what is new since the session's last record in the
+    same segment (``base`` messages are that record's), so a re-sent transcript costs its
+    tail, not its length.
+
+    The prefix is recognised by the identity of the messages: the host re-sends the very
+    objects, and a rewritten transcript (compression, rewind) holds new ones. A sample of
+    positions is compared (at most :data:`PREFIX_PROBES`), so a shutdown with 100k queued
+    turns of long transcripts stays linear; the rows are written as sent and made
+    archivable when taken in.
+    """
+
+    def encode(state: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
+        base = 0
+        seen = None if legacy else state.get(("turn", session))
+        if seen is not None and _same_prefix(seen, snapshot):
+            base = len(seen)
+        if not legacy:
+            state[("turn", session)] = snapshot
+        args = {
+            "session": session,
+            "base": base,
+            "rows": snapshot[base:],
+            "legacy": legacy,
+            "redact": redact,
+        }
+        return "turn", args
+
+    return encode
+
+
+PREFIX_PROBES = 64
+
+
+def _same_prefix(seen: Sequence[Any], snapshot: Sequence[Any]) -> bool:
+    count = len(seen)
+    if count > len(snapshot):
+        return False
+    step = max(1, count // PREFIX_PROBES)
+    probes = [*range(0, count, step), count - 1] if count else []
+    return all(seen[i] is snapshot[i] for i in probes)
+
+
+@dataclass
+class _Taken:
+    """A session's transcript as the spill segment being taken in has rebuilt it."""
+
+    rows: list[Any]
+    last: str | None  # the digest of its last message, when this take-in hashed it
+
+
+def _archived_tail(store: EventStore, session: str) -> tuple[int, str] | None:
+    row = store.conn.execute(
+        "SELECT position, digest FROM transcript WHERE session = ? ORDER BY position DESC LIMIT 1",
+        (session,),
+    ).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def _take_turn(
+    store: EventStore | None, record: Record, state: dict[Any, Any]
+) -> Sequence[NewEvent]:
+    """A spilled turn's events: the fast path when the log ends where the last record of this
+    session left it, else the full path (which also makes a second take-in add nothing)."""
+    args = record.args
+    session, base = str(args["session"]), int(args["base"])
+    tail = [archivable_message(m) for m in args["rows"]]
+    legacy, redact = bool(args["legacy"]), bool(args["redact"])
+    events: list[NewEvent] = []
+    if legacy:
+        if store is not None:
+            events, _ = turn_event(
+                store, session, session_counters(store.conn, session)[0], tail, None, True, redact
+            )
+        return events
+    known = state.get(session)
+    if base and (known is None or base > len(known.rows)):
+        raise ValueError(f"the record builds on {base} messages the segment does not hold")
+    rows = (known.rows[:base] if base and known is not None else []) + tail
+    last = None
+    if store is not None:
+        turns = session_counters(store.conn, session)[0]
+        fast = (
+            known is not None
+            and base == len(known.rows) > 0
+            and known.last is not None
+            and _archived_tail(store, session) == (base - 1, known.last)
+        )
+        if fast:
+            events, last = turn_event(store, session, turns, tail, base, False, redact)
+            last = last or (known.last if known is not None else None)
+        else:
+            events, last = turn_event(store, session, turns, rows, None, False, redact)
+    state[session] = _Taken(rows, last)
+    return events
+
+
+def _plain(
+    build: Callable[[EventStore, dict[str, Any]], NewEvent],
+) -> Taker:
+    """A taker for a record whose event depends on its arguments (and the store) only."""
+
+    def take(store: EventStore | None, record: Record, state: dict[Any, Any]) -> Sequence[NewEvent]:
+        return [] if store is None else [build(store, record.args)]
+
+    return take
+
+
+def _take_session_end(
+    store: EventStore | None, record: Record, state: dict[Any, Any]
+) -> Sequence[NewEvent]:
+    args = record.args
+    events = list(_take_turn(store, record, state)) if args.get("rows") else []
+    if store is None:
+        return []
+    ended = builders.session_ended(
+        str(args["session"]), at=str(args["at"]), message_count=int(args["message_count"])
+    )
+    return [*events, ended]
+
+
+def _take_memory_write(store: EventStore, a: dict[str, Any]) -> NewEvent:
+    session = str(a["session"])
+    _, writes = session_counters(store.conn, session)
+    return builders.memory_write(
+        store.hasher,
+        session,
+        writes + 1,
+        a["action"],
+        a["target"],
+        a["content"],
+        a["meta"],
+        redact=bool(a["redact"]),
+    )
+
+
+#: every kind of spill record the provider writes, and how it is taken in
+SPILL_KINDS: dict[str, Taker] = {
+    "turn": _take_turn,
+    "session_ended": _take_session_end,
+    "session_started": _plain(
+        lambda store, a: builders.session_started(
+            a["session"], at=a["at"], details=a["details"], redact=a["redact"]
+        )
+    ),
+    "session_switched": _plain(
+        lambda store, a: builders.session_switched(
+            a["session"],
+            previous=a["previous"],
+            at=a["at"],
+            details=a["details"],
+            redact=a["redact"],
+        )
+    ),
+    "memory_write": _plain(_take_memory_write),
+    "delegation": _plain(
+        lambda store, a: builders.delegation(
+            store.hasher,
+            a["session"],
+            task=a["task"],
+            result=a["result"],
+            child_session=a["child_session"],
+            details=a["details"],
+            redact=a["redact"],
+        )
+    ),
+    "checkpoint_failed": _plain(
+        lambda store, a: builders.checkpoint_failed(
+            a["session"],
+            at=a["at"],
+            error=a["error"],
+            require_checkpoint=a["require_checkpoint"],
+            evidence_count=a["evidence_count"],
+            redact=a["redact"],
+        )
+    ),
+    "recall_served": _plain(
+        lambda store, a: builders.recall_served(
+            store.hasher,
+            a["session"],
+            turn=a["turn"],
+            query=a["query"],
+            result=a["result"],
+            sources=a["sources"],
+            at=a["at"],
+            redact=a["redact"],
+        )
+    ),
+    "write_failed": _plain(
+        lambda store, a: builders.write_failed(
+            a["session"], at=a["at"], hook=a["hook"], error=a["error"]
+        )
+    ),
+}
+
+
+def _entry(kind: str, **args: Any) -> Encoder:
+    """A record whose arguments are taken as they are now (made encodable, nothing lost)."""
+    return lambda state: (kind, archivable(args))

@@ -26,6 +26,25 @@ class Settings:
     drain_timeout_s: float = 5.0
     redact_secrets: bool = True
     witness_dir: str = ""
+    queue_max_events: int = 10_000
+    queue_max_bytes: int = 64 << 20
+    spill_fsync_s: float = 1.0
+    journal_every_event: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse values that would break a guarantee rather than bend it silently."""
+        if self.queue_max_events < 1:
+            raise ValueError(f"queue_max_events must be at least 1, got {self.queue_max_events}")
+        if self.queue_max_bytes < 1 << 16:
+            raise ValueError(
+                f"queue_max_bytes must be at least 65536 (64 KiB), got {self.queue_max_bytes}"
+            )
+        if not 0 <= self.spill_fsync_s <= 60:
+            raise ValueError(
+                f"spill_fsync_s must be from 0 to 60 seconds, got {self.spill_fsync_s}"
+            )
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must not be negative, got {self.drain_timeout_s}")
 
     @staticmethod
     def config_schema() -> list[dict[str, Any]]:
@@ -50,6 +69,13 @@ class Settings:
                 "key": "redact_secrets",
                 "description": "Mask secret-shaped strings before archiving",
                 "default": Settings.redact_secrets,
+                "choices": [True, False],
+            },
+            {
+                "key": "journal_every_event",
+                "description": "Write every accepted event to the spill journal before the hook "
+                "returns (a SIGKILL then loses nothing accepted; costs a write per turn)",
+                "default": Settings.journal_every_event,
                 "choices": [True, False],
             },
             {

@@ -407,8 +407,13 @@ class EventStore:
         finally:
             self._head = None
 
-    def append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
+    def append_in_transaction(
+        self, events: Iterable[NewEvent], *, time: str | None = None
+    ) -> list[AppendResult]:
         """Append inside an open :meth:`transaction`; later reads in it see these events.
+
+        ``time`` stamps them instead of the transaction's time: events taken in from the
+        spill keep the time the provider accepted them.
 
         Everything that can fail on the input (encoding, hashing) happens before the first
         insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
@@ -418,7 +423,8 @@ class EventStore:
         if self._head is None:
             raise RuntimeError("append_in_transaction needs an open transaction()")
         conn = self.conn
-        seq, chain, time = self._head.seq, self._head.chain, self._time
+        seq, chain = self._head.seq, self._head.chain
+        time = time or self._time
         results: list[AppendResult] = []
         payload_rows: list[tuple[str, bytes]] = []
         event_rows: list[tuple[object, ...]] = []
