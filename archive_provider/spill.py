@@ -13,8 +13,9 @@ in ``<archive>/spill/`` as numbered *segments*, each append-only:
 A record cut short (a crash mid-write) or changed fails its check; reading stops there and
 the segment is moved aside into ``spill/damaged/`` (kept, never deleted) for the writer to
 report. The writer records how far it has taken a segment in the ``meta`` row
-``spill_taken`` inside the transaction that commits it, so a segment taken in again
-(crash after the commit, before its removal) adds nothing twice; identities dedupe besides.
+``spill_taken:<segment id>`` inside the transaction that commits it, so a segment taken
+in again (a crash after the commit, before its removal) adds nothing twice. Identities
+alone would not do: a turn's and a memory write's include their ordinal in the session.
 docs/FORMAT.md, "Spill file", is the written spec.
 
 This module knows files and records only; what a record means (its ``kind``) is the
@@ -51,7 +52,7 @@ CHECK_BYTES = 32
 FRAME_BYTES = 4 + CHECK_BYTES
 DOMAIN = b"hermes-archive/v1/spill\x00"
 MAX_RECORD_BYTES = 1 << 30  # a length beyond this is damage, not a record to allocate for
-META_TAKEN = "spill_taken"
+META_TAKEN = "spill_taken:"  # + segment id (hex): the end offset of the last record taken in
 END = 1 << 62  # "every record of the segment" in a position
 #: a journal segment that is fully taken in is replaced once it is this big
 ROTATE_BYTES = 8 << 20
@@ -329,13 +330,14 @@ class Spill:
                 self._sync(active)
             active.close()
 
-    def drop_active(self) -> None:
+    def drop_active(self) -> bytes | None:
         """Remove the active segment: everything in it is committed (caller checked)."""
         active, self._active = self._active, None
         if active is None:
-            return
+            return None
         active.close()
         remove(active.path)
+        return active.id
 
     def prepend(self, encoders: list[tuple[Encoder, str]]) -> Path | None:
         """Write jobs that were queued in memory *before* every segment of this process into a

@@ -102,7 +102,7 @@ class Job:
     size: int = 0  # bytes it holds in memory, as the submitter estimated them
     after: Position = (0, 0)  # the spill records accepted before it (taken in first)
     taken: tuple[bytes, int, Position] | None = None  # from the spill: segment id, end, position
-    finishes: Path | None = None  # the last record of this (finished) segment: remove it after
+    finishes: tuple[Path, bytes] | None = None  # ends this segment (path, id): remove after
     damaged: Path | None = None  # set this damaged segment aside once this job is committed
 
 
@@ -216,6 +216,7 @@ class Writer:
         self._consumed: Position = (0, 0)  # spill records taken into the batch so far
         self._committed: Position = (0, 0)  # spill records committed so far
         self._done = 0  # the last spill segment number fully taken in
+        self._removed: list[bytes] = []  # ids of segments removed since the last commit
         self._reading: _Reading | None = None
         self.spill_damage: list[str] = []  # damaged segments set aside (for status)
         self.spilled = 0  # records this writer spilled (for status and tests)
@@ -701,7 +702,7 @@ class Writer:
         if last is None:
             last = Job(lambda store: (), label="spill:end", taken=None)
             self._pending.append(last)
-        last.finishes = reading.path
+        last.finishes = (reading.path, reading.segment)
         self._consumed = (reading.number, END)
         self._done = reading.number
         self._reading = None
@@ -736,17 +737,16 @@ class Writer:
         if path is None:
             return None
         skip = 0
-        row = store.conn.execute("SELECT value FROM meta WHERE name = ?", (META_TAKEN,)).fetchone()
-        if row is not None:
-            taken_id, _, taken_end = str(row[0]).partition(" ")
-            try:
-                with open(path, "rb") as handle:
-                    segment = handle.read(HEADER_BYTES)[len(MAGIC) :]
-                if taken_id == segment.hex():
-                    skip = int(taken_end)
-            except (OSError, ValueError):
-                skip = 0  # read as new: identities dedupe what is there already
-        return _Reading(path, segment_number(path), skip)
+        try:
+            with open(path, "rb") as handle:
+                segment = handle.read(HEADER_BYTES)[len(MAGIC) :]
+            row = store.conn.execute(
+                "SELECT value FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),)
+            ).fetchone()
+            skip = int(row[0]) if row is not None else 0
+        except (OSError, ValueError):
+            segment, skip = b"", 0  # unreadable: reading it reports the damage
+        return _Reading(path, segment_number(path), segment, skip)
 
     def _taker(self, record: Record, state: dict[Any, Any]) -> Build:
         return lambda store: self._take_in(store, record, state)
@@ -792,7 +792,13 @@ class Writer:
             if active is not None and self._reading is not None:
                 if self._journal and self.spill.size_of_active()[0] < ROTATE_BYTES:
                     return  # keep appending to this journal segment
-                self.spill.drop_active()
+                try:
+                    dropped = self.spill.drop_active()
+                except OSError as exc:  # the file stays: its meta row keeps it from doubling
+                    log.error("archive: a taken-in spill segment could not be removed: %s", exc)
+                    dropped = None
+                if dropped is not None:
+                    self._removed.append(dropped)
                 self._done = self._reading.number
                 self._reading = None
             self._spill_open = self._journal
@@ -818,13 +824,7 @@ class Writer:
                 self._check_foreign_rows(store)
                 for job in batch:
                     results.append(self._append_job(job, store))
-                taken = [job.taken for job in batch if job.taken is not None]
-                if taken:  # how far the spill is in, with the events (exactly once)
-                    store.conn.execute(
-                        "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) "
-                        "DO UPDATE SET value = excluded.value",
-                        (META_TAKEN, f"{taken[-1][0].hex()} {taken[-1][1]}"),
-                    )
+                self._record_progress(store, batch)
                 end = store.head()
         except _Redo:
             self._pending = [job for job in batch if not job.failed]
@@ -857,11 +857,32 @@ class Writer:
         self._pending = []
         return True
 
+    def _record_progress(self, store: EventStore, batch: list[Job]) -> None:
+        """In the batch's transaction: how far each spill segment is taken in (exactly once).
+
+        One meta row per segment, so a segment whose removal failed is still known when a
+        later one has been taken in; rows of segments removed since are dropped.
+        """
+        last: dict[bytes, int] = {}
+        for job in batch:
+            if job.taken is not None:
+                last[job.taken[0]] = job.taken[1]
+        for segment, end in last.items():
+            store.conn.execute(
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) "
+                "DO UPDATE SET value = excluded.value",
+                (META_TAKEN + segment.hex(), str(end)),
+            )
+        for segment in self._removed:
+            store.conn.execute("DELETE FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),))
+        self._removed = []
+
     def _settle_segment(self, job: Job) -> None:
         """After the commit: remove a segment taken in whole, set a damaged one aside."""
         try:
             if job.finishes is not None:
-                remove(job.finishes)
+                remove(job.finishes[0])
+                self._removed.append(job.finishes[1])
             if job.damaged is not None:
                 kept = set_aside(job.damaged)
                 self.spill_damage.append(str(kept))
@@ -997,6 +1018,7 @@ class _Reading:
 
     path: Path
     number: int
+    segment: bytes  # its id, from the header
     skip_until: int  # records ending at or before this offset were committed (meta)
     offset: int = 0
     count: int = 0
