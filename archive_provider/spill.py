@@ -56,6 +56,9 @@ META_TAKEN = "spill_taken:"  # + segment id (hex): the end offset of the last re
 END = 1 << 62  # "every record of the segment" in a position
 #: a journal segment that is fully taken in is replaced once it is this big
 ROTATE_BYTES = 8 << 20
+#: records a hook buffers before it writes them itself (the writer thread writes them
+#: sooner: before it reads the spill and after every commit)
+BUFFER_BYTES = 1 << 20
 
 #: what a job becomes in the spill: (kind, args) from the encoder's per-segment state
 Encoder = Callable[[dict[Any, Any]], tuple[str, dict[str, Any]]]
@@ -213,7 +216,7 @@ def _sync_dir(folder: Path) -> None:
 
 
 class _Segment:
-    """The segment this process appends to: an open descriptor, its size and record count."""
+    """The segment this process appends to: its descriptor, what is on file, what is not yet."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -227,21 +230,39 @@ class _Segment:
         except BaseException:
             os.close(self.fd)
             raise
-        self.size = HEADER_BYTES
-        self.records = 0
-        self.dirty = False
+        self.size = HEADER_BYTES  # bytes on file
+        self.records = 0  # records accepted into it
+        self.written = 0  # records on file
+        self.chunks: list[bytes] = []  # framed records not yet written
+        self.buffered = 0
+        self.dirty = False  # written, not yet fsynced
 
-    def close(self) -> None:
-        os.close(self.fd)
+    def take(self) -> tuple[bytes, int]:
+        data, count = b"".join(self.chunks), len(self.chunks)
+        self.chunks, self.buffered = [], 0
+        return data, count
+
+    def write(self, data: bytes, count: int) -> None:
+        written = os.write(self.fd, data)
+        if written != len(data):  # a short write (disk full): the record is torn, stop here
+            raise OSError(f"short write to {self.path} ({written} of {len(data)} bytes)")
+        self.size += written
+        self.written += count
+        self.dirty = True
 
 
 class Spill:
     """The spill of one archive folder in this process; thread-safe.
 
-    ``append`` runs on the caller's thread (a hook): it encodes one job and writes one
-    record with a single ``write(2)``, so a reader that stops at the size it was told never
-    sees half a record. Records are fsynced at most ``fsync_s`` after they are written
-    (``sync_due``, called after appends and by the writer) and always on ``sync``.
+    ``append`` runs on the caller's thread (a hook) under :attr:`lock`: it encodes one job
+    into a framed record and adds it to a small buffer, so a hook does no system call (which
+    would hand the GIL to the busy writer thread, for up to the switch interval). The writer
+    thread writes the buffer out (``write_out``) before it reads the spill and after every
+    commit; a hook writes it itself when it passes :data:`BUFFER_BYTES`, or at once with
+    ``now`` (``journal_every_event``). Writes are whole records, so a reader that stops at
+    the size it was told never sees half of one. Written records are fsynced by
+    ``sync_due`` once ``fsync_s`` has passed since the last fsync, and always on ``sync``
+    and at shutdown. Lock order: :attr:`lock`, then :attr:`io` (held while writing).
     """
 
     def __init__(self, folder: Path, *, fsync_s: float = 1.0) -> None:
@@ -249,6 +270,7 @@ class Spill:
         self.dir = folder / SPILL_DIR
         self.fsync_s = fsync_s
         self.lock = threading.Lock()
+        self.io = threading.Lock()
         self._active: _Segment | None = None
         self._state: dict[Any, Any] = {}  # encoders' per-segment state (transcript deltas)
         self._synced_at = time.monotonic()
@@ -263,16 +285,22 @@ class Spill:
         return self._active.path if self._active is not None else None
 
     def position(self) -> tuple[int, int]:
-        """Where the spill ends now: (segment number, records in it).
+        """Where the spill ends now: (segment number, records accepted into it).
 
         Without a segment of ours it is the end of the segments an earlier process left.
         """
         active = self._active
         return (active.number, active.records) if active is not None else self._floor
 
-    def size_of_active(self) -> tuple[int, int]:
+    def active_size(self) -> int:
         active = self._active
-        return (active.size, active.records) if active is not None else (0, 0)
+        return active.size + active.buffered if active is not None else 0
+
+    def readable(self) -> tuple[int, int]:
+        """What of the active segment is on file: (bytes, records)."""
+        with self.io:
+            active = self._active
+            return (active.size, active.written) if active is not None else (0, 0)
 
     def _new_segment(self, number: int | None = None) -> _Segment:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -285,57 +313,72 @@ class Spill:
             number = self._last_number = last + 2
         return _Segment(self.dir / f"{number:012d}{SUFFIX}")
 
-    def append(self, encode: Encoder, accepted: str) -> tuple[int, int]:
-        """Encode a job and append it; returns its position (segment number, record count)."""
+    def append(self, encode: Encoder, accepted: str, *, now: bool = False) -> None:
+        """Encode a job into a record of the active segment (made on first use)."""
         if self._active is None:
             self._active = self._new_segment()
             self._state = {}
         active = self._active
         kind, args = encode(self._state)
         data = frame(active.id, record_body(kind, accepted, args))
-        written = os.write(active.fd, data)
-        if written != len(data):  # a short write (disk full): the record is torn, stop here
-            raise OSError(f"short write to {active.path} ({written} of {len(data)} bytes)")
-        active.size += written
+        active.chunks.append(data)
+        active.buffered += len(data)
         active.records += 1
-        active.dirty = True
-        self.sync_due()
-        return active.number, active.records
+        if now or active.buffered >= BUFFER_BYTES:
+            with self.io:
+                active.write(*active.take())
+
+    def write_out(self) -> None:
+        """Write the buffered records (writer thread; the hooks wait only for the swap)."""
+        with self.lock:
+            active = self._active
+            if active is None or not active.chunks:
+                return
+            data, count = active.take()
+            self.io.acquire()  # before the lock is let go: writes stay in order
+        try:
+            active.write(data, count)
+        finally:
+            self.io.release()
 
     def sync_due(self) -> None:
-        """fsync the active segment if its oldest unsynced record is ``fsync_s`` old."""
-        active = self._active
-        if (
-            active is not None
-            and active.dirty
-            and time.monotonic() - self._synced_at >= self.fsync_s
-        ):
-            self._sync(active)
-
-    def _sync(self, active: _Segment) -> None:
-        os.fdatasync(active.fd)
-        active.dirty = False
-        self._synced_at = time.monotonic()
+        """fsync the active segment if ``fsync_s`` has passed since the last fsync."""
+        if time.monotonic() - self._synced_at >= self.fsync_s:
+            self.sync()
 
     def sync(self) -> None:
-        active = self._active
-        if active is not None and active.dirty:
-            self._sync(active)
+        """Write out and fsync what the active segment holds."""
+        self.write_out()
+        with self.io:
+            active = self._active
+            if active is not None and active.dirty:
+                os.fdatasync(active.fd)
+                active.dirty = False
+        self._synced_at = time.monotonic()
 
     def release_active(self) -> None:
-        """Forget the active segment (its file stays); the next append starts a new one."""
+        """Write out, fsync and forget the active segment (its file stays for the next open).
+
+        Called under :attr:`lock`."""
         active, self._active = self._active, None
-        if active is not None:
-            if active.dirty:
-                self._sync(active)
-            active.close()
+        if active is None:
+            return
+        with self.io:
+            try:
+                if active.chunks:
+                    active.write(*active.take())
+                os.fdatasync(active.fd)
+            finally:
+                os.close(active.fd)
 
     def drop_active(self) -> bytes | None:
-        """Remove the active segment: everything in it is committed (caller checked)."""
+        """Remove the active segment: everything in it is committed (caller checked, under
+        :attr:`lock`)."""
         active, self._active = self._active, None
         if active is None:
             return None
-        active.close()
+        with self.io:
+            os.close(active.fd)
         remove(active.path)
         return active.id
 
@@ -364,7 +407,7 @@ class Spill:
                 os.write(segment.fd, b"".join(chunks))
             os.fsync(segment.fd)
         finally:
-            segment.close()
+            os.close(segment.fd)
         return segment.path
 
 

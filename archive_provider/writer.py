@@ -284,7 +284,7 @@ class Writer:
         with self._gate:
             if entry is not None and not durable and self._spill_wanted(size):
                 try:
-                    self.spill.append(entry, job.accepted)
+                    self.spill.append(entry, job.accepted, now=self._journal)
                 except Exception as exc:  # disk full, read-only: keep it in memory instead
                     message = f"the archive spill cannot be written ({exc}); kept in memory"
                     if message != self.last_error:
@@ -656,9 +656,10 @@ class Writer:
                 reading = self._reading = self._next_segment(store)
                 if reading is None:
                     return
-            with self._gate:
-                active = self.spill.active == reading.path
-                size, count = self.spill.size_of_active() if active else (None, END)
+            active = self.spill.active == reading.path
+            if active:
+                self.spill.write_out()
+            size, count = self.spill.readable() if active else (None, END)
             if limit is not None and limit[0] == reading.number:
                 count = min(count, limit[1])
             if reading.count >= count:
@@ -779,18 +780,18 @@ class Writer:
     def _after_commit(self) -> None:
         """Fsync the spill when due; once all of it is committed, remove it (or keep the
         journal's segment until it is big) and let the queue take jobs again."""
+        try:
+            self.spill.sync_due()
+        except OSError as exc:
+            log.error("archive: the spill could not be synced: %s", exc)
         with self._gate:
-            try:
-                self.spill.sync_due()
-            except OSError as exc:
-                log.error("archive: the spill could not be synced: %s", exc)
             if not self._spill_open or self._committed < self.spill.position():
                 return
             if self._held is not None or self._consumed < self.spill.position():
                 return
             active = self.spill.active
             if active is not None and self._reading is not None:
-                if self._journal and self.spill.size_of_active()[0] < ROTATE_BYTES:
+                if self._journal and self.spill.active_size() < ROTATE_BYTES:
                     return  # keep appending to this journal segment
                 try:
                     dropped = self.spill.drop_active()
