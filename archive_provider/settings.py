@@ -26,7 +26,7 @@ class Settings:
     drain_timeout_s: float = 5.0
     redact_secrets: bool = True
     witness_dir: str = ""
-    queue_max_events: int = 10_000
+    queue_max_events: int = 2_000
     queue_max_bytes: int = 64 << 20
     spill_fsync_s: float = 1.0
     journal_every_event: bool = False

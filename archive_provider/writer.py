@@ -183,7 +183,7 @@ class Writer:
         verify_on_open: bool = True,
         witness: Witness | None = None,
         kinds: Mapping[str, Taker] | None = None,
-        queue_max_events: int = 10_000,
+        queue_max_events: int = 2_000,
         queue_max_bytes: int = 64 << 20,
         spill_fsync_s: float = 1.0,
         journal_every_event: bool = False,

@@ -290,7 +290,7 @@ def test_nothing_in_memory_overtakes_the_spill(
 
 
 def test_queue_and_spill_settings_are_checked() -> None:
-    assert Settings().queue_max_events == 10_000 and Settings().spill_fsync_s == 1.0
+    assert Settings().queue_max_events == 2_000 and Settings().spill_fsync_s == 1.0
     for bad in (
         {"queue_max_events": 0},
         {"queue_max_bytes": 1000},
