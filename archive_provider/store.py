@@ -299,10 +299,12 @@ class EventStore:
             except Exception:
                 self.conn.execute("ROLLBACK TO catch_up")
                 self._catch_up_event_by_event()
+            self._finish_projections()
             self.conn.execute("RELEASE catch_up")
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
+            self._discard_projections()
             raise
 
     def _catch_up_event_by_event(self) -> None:
@@ -392,6 +394,7 @@ class EventStore:
             self._head = start = self._read_head()
             self._time = now_text()
             yield
+            self._finish_projections()
             end = self._head
             if end != start:
                 conn.execute(
@@ -403,6 +406,7 @@ class EventStore:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self._discard_projections()
             raise
         finally:
             self._head = None
@@ -473,6 +477,32 @@ class EventStore:
                 self._apply_projection(projection, record)
         return results
 
+    def _finish_projections(self) -> None:
+        """Before the commit: let projections that buffer within a transaction write it out."""
+        for projection in self.projections:
+            self._finish(projection)
+
+    def _finish(self, projection: Projection) -> None:
+        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
+        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
+        the log's events are not affected."""
+        finish = getattr(projection, "finish", None)
+        if finish is None:
+            return
+        try:
+            finish(self.conn)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
+            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
+
+    def _discard_projections(self) -> None:
+        for projection in self.projections:
+            discard = getattr(projection, "discard", None)
+            if discard is not None:
+                discard()
+
     def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
         """Apply one projection; a projection bug never costs the log an event.
 
@@ -483,6 +513,11 @@ class EventStore:
         """
         if projection.name in self.broken_projections:
             return
+        defers = getattr(projection, "defers", None)
+        if defers is not None and not defers(event.type):
+            self._finish(projection)  # what it buffered goes first, outside the savepoint
+            if projection.name in self.broken_projections:
+                return
         handles = getattr(projection, "handles", None)
         if isinstance(handles, frozenset) and event.type not in handles:
             projection.apply(self.conn, event)  # only moves last_seq: no savepoint needed
