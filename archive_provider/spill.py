@@ -32,12 +32,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from blake3 import blake3
 
-from .clock import utc_now
+from .clock import format_time, utc_now
 from .evidence import archivable
 
 log = logging.getLogger(__name__)
@@ -313,14 +314,14 @@ class Spill:
             number = self._last_number = last + 2
         return _Segment(self.dir / f"{number:012d}{SUFFIX}")
 
-    def append(self, encode: Encoder, accepted: str, *, now: bool = False) -> None:
+    def append(self, encode: Encoder, accepted: datetime, *, now: bool = False) -> None:
         """Encode a job into a record of the active segment (made on first use)."""
         if self._active is None:
             self._active = self._new_segment()
             self._state = {}
         active = self._active
         kind, args = encode(self._state)
-        data = frame(active.id, record_body(kind, accepted, args))
+        data = frame(active.id, record_body(kind, format_time(accepted), args))
         active.chunks.append(data)
         active.buffered += len(data)
         active.records += 1
@@ -382,7 +383,7 @@ class Spill:
         remove(active.path)
         return active.id
 
-    def prepend(self, encoders: list[tuple[Encoder, str]]) -> Path | None:
+    def prepend(self, encoders: list[tuple[Encoder, datetime]]) -> Path | None:
         """Write jobs that were queued in memory *before* every segment of this process into a
         segment that sorts in front of them, fsynced (shutdown)."""
         if not encoders:
@@ -399,7 +400,7 @@ class Spill:
             chunks = []
             for encode, accepted in encoders:
                 kind, args = encode(state)
-                chunks.append(frame(segment.id, record_body(kind, accepted, args)))
+                chunks.append(frame(segment.id, record_body(kind, format_time(accepted), args)))
                 if len(chunks) >= 256:
                     os.write(segment.fd, b"".join(chunks))
                     chunks = []

@@ -34,11 +34,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from . import builders
-from .clock import now_text
+from .clock import now_text, utc_now
 from .events import AppendResult, NewEvent
 from .spill import (
     END,
@@ -98,7 +99,9 @@ class Job:
     events: Sequence[NewEvent] | None = None
     failed: bool = False  # its own input could not be archived; its future holds why
     entry: Encoder | None = None  # how to write it to the spill; None: it cannot be spilled
-    accepted: str = ""  # when the provider accepted it (the one clock), for the spill
+    accepted: datetime | None = None  # when the provider accepted it (the one clock; it is
+    # formatted only if the job is spilled: formatting costs more than the rest of a submit)
+    time: str | None = None  # from the spill: the accepted time its events carry
     size: int = 0  # bytes it holds in memory, as the submitter estimated them
     after: Position = (0, 0)  # the spill records accepted before it (taken in first)
     taken: tuple[bytes, int, Position] | None = None  # from the spill: segment id, end, position
@@ -207,8 +210,10 @@ class Writer:
         self._kinds: Mapping[str, Taker] = kinds or {}
         self._max_events, self._max_bytes = queue_max_events, queue_max_bytes
         self._journal = journal_every_event
-        self._queued_events = 0  # jobs in the queue (not yet taken by the writer)
-        self._queued_bytes = 0
+        # what is queued in memory: hooks count what they put (under the gate), the writer
+        # what it takes, so neither writes the other's counter
+        self._submitted_events = self._submitted_bytes = 0
+        self._taken_events = self._taken_bytes = 0
         self._spill_open = bool(segment_paths(folder))  # records wait there: spill what follows
         self._woken = False  # a _WAKE is in the queue
         self._held: Job | None = None  # the next job from the queue, waiting for the spill
@@ -279,12 +284,11 @@ class Writer:
                 WriterUnavailable("the archive writer is closed; this write was rejected")
             )
             return job.future
-        if entry is not None:
-            job.accepted = now_text()
+        accepted = job.accepted = utc_now() if entry is not None else None
         with self._gate:
-            if entry is not None and not durable and self._spill_wanted(size):
+            if entry is not None and accepted and not durable and self._spill_wanted(size):
                 try:
-                    self.spill.append(entry, job.accepted, now=self._journal)
+                    self.spill.append(entry, accepted, now=self._journal)
                 except Exception as exc:  # disk full, read-only: keep it in memory instead
                     message = f"the archive spill cannot be written ({exc}); kept in memory"
                     if message != self.last_error:
@@ -300,9 +304,11 @@ class Writer:
                     self._ensure_thread()
                     return job.future
             job.after = self.spill.position() if self._spill_open else (0, 0)
-            self._queued_events += 1
-            self._queued_bytes += size
-            self._queue.put(job)
+            self._submitted_events += 1
+            self._submitted_bytes += size
+        # outside the gate: the writer, woken by the put, need not wait for it. Calls from one
+        # thread stay in order; calls racing from two threads have no order to keep
+        self._queue.put(job)
         self._ensure_thread()
         return job.future
 
@@ -310,9 +316,14 @@ class Writer:
         return (
             self._journal
             or self._spill_open
-            or self._queued_events >= self._max_events
-            or self._queued_bytes + size > self._max_bytes
+            or self.queued_events >= self._max_events
+            or self._submitted_bytes - self._taken_bytes + size > self._max_bytes
         )
+
+    @property
+    def queued_events(self) -> int:
+        """Jobs in the queue in memory (submitted, not yet taken by the writer)."""
+        return self._submitted_events - self._taken_events
 
     def append_durable(
         self, build: Build, *, timeout: float, label: str = ""
@@ -417,7 +428,7 @@ class Writer:
         with self._gate:
             try:
                 written = self.spill.prepend(
-                    [(job.entry, job.accepted) for job in front if job.entry]
+                    [(job.entry, job.accepted) for job in front if job.entry and job.accepted]
                 )
                 if written is not None:
                     log.warning(
@@ -427,7 +438,7 @@ class Writer:
                         written,
                     )
                 for job in back:
-                    assert job.entry is not None
+                    assert job.entry is not None and job.accepted is not None
                     self.spill.append(job.entry, job.accepted)
             except Exception as exc:
                 log.error("archive: the spill could not take the queued jobs: %s", exc)
@@ -584,6 +595,8 @@ class Writer:
 
     def _spill_behind(self) -> bool:
         """Whether the spill holds records not yet taken into a batch."""
+        if not self._spill_open:
+            return False
         with self._gate:
             return self._spill_open and self._consumed < self.spill.position()
 
@@ -628,9 +641,8 @@ class Writer:
                     self._woken = False
                 break  # look at the spill
             assert isinstance(item, Job)
-            with self._gate:
-                self._queued_events -= 1
-                self._queued_bytes -= item.size
+            self._taken_events += 1
+            self._taken_bytes += item.size
             if item.future.cancelled():
                 continue
             if item.after > self._consumed:
@@ -683,7 +695,7 @@ class Writer:
                     last = Job(
                         self._taker(record, reading.state),
                         label=f"spill:{record.kind}",
-                        accepted=record.accepted,
+                        time=record.accepted,
                         taken=(record.segment, record.end, position),
                     )
                     self._pending.append(last)
@@ -943,9 +955,7 @@ class Writer:
             if job.events is None:
                 job.events = list(job.build(store))
             # an event taken in from the spill carries the time it was accepted
-            return store.append_in_transaction(
-                job.events, time=job.accepted if job.taken is not None else None
-            )
+            return store.append_in_transaction(job.events, time=job.time)
         except sqlite3.Error:
             raise
         except Exception as exc:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from archive_provider.clock import now_text
+from archive_provider.clock import utc_now
 from archive_provider.provider import turn_entry
 from archive_provider.settings import Settings
 from archive_provider.spill import Spill, segment_paths
@@ -71,7 +71,7 @@ def shutdown_spill_seconds(folder: Path, text: Text, turns: int) -> tuple[float,
     """Seconds to write and fsync ``turns`` queued turns (whole transcripts) as shutdown does."""
     jobs = []
     for session, _, _ in sessions("shutdown", text, 500, turns):
-        jobs.append((turn_entry(session.name, list(session.messages), False, True), now_text()))
+        jobs.append((turn_entry(session.name, list(session.messages), False, True), utc_now()))
     spill = Spill(folder)
     start = time.perf_counter()
     with spill.lock:

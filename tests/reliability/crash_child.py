@@ -105,7 +105,7 @@ def burst(home: str, turns: int, sessions: int) -> None:
             {"role": "assistant", "content": f"answer {session} {turn} " + "y" * 300},
         ]
         provider.sync_turn(user, "answer", session_id=session, messages=list(messages))
-        most = max(most, writer._queued_events)
+        most = max(most, writer.queued_events)
     spilled = writer.spilled
     provider.shutdown()
     say(f"burst {spilled} {most} {writer._max_events}")

@@ -22,7 +22,7 @@ from freezegun import freeze_time
 
 from archive_provider import ArchiveProvider
 from archive_provider.canonical import decode
-from archive_provider.clock import now_text
+from archive_provider.clock import utc_now
 from archive_provider.projections import transcript_digests
 from archive_provider.provider import turn_entry
 from archive_provider.settings import Settings, load_settings
@@ -151,7 +151,7 @@ def spill_of(home: Path, count: int, session: str = "sp") -> list[dict[str, Any]
             {"role": "user", "content": f"spilled {turn}"},
             {"role": "assistant", "content": f"reply {turn}"},
         ]
-        jobs.append((turn_entry(session, messages, False, True), now_text()))
+        jobs.append((turn_entry(session, messages, False, True), utc_now()))
     with spill.lock:
         spill.prepend(jobs)
     return messages
