@@ -693,19 +693,21 @@ class RecallProjection(TableProjection):
             return
         if self._since is None:
             self._since = self.last_seq(conn)
-        rows, rowid = len(self._rows), self._next_rowid
-        try:
-            self.reduce(conn, event)
-        except BaseException:
-            del self._rows[rows:]  # nothing of the failing event is kept
-            self._next_rowid = rowid
-            raise
+        if event.type in self.handles:
+            rows, rowid = len(self._rows), self._next_rowid
+            try:
+                self.reduce(conn, event)  # reads only: the store needs no savepoint for it
+            except BaseException:
+                del self._rows[rows:]  # nothing of the failing event is kept
+                self._next_rowid = rowid
+                raise
         self.set_last_seq(conn, event.seq)
 
     @staticmethod
     def defers(event_type: str) -> bool:
-        """Whether :meth:`apply` only buffers this event's rows (until :meth:`finish`)."""
-        return event_type in ("turn", "checkpoint")
+        """Whether :meth:`apply` only buffers this event's rows (until :meth:`finish`) and
+        writes nothing but ``last_seq``: all but a memory write."""
+        return event_type != "memory_write"
 
     def finish(self, conn: sqlite3.Connection) -> None:
         """Before the commit: insert what :meth:`apply` buffered, in one statement.

@@ -519,8 +519,16 @@ class EventStore:
             if projection.name in self.broken_projections:
                 return
         handles = getattr(projection, "handles", None)
-        if isinstance(handles, frozenset) and event.type not in handles:
-            projection.apply(self.conn, event)  # only moves last_seq: no savepoint needed
+        if (isinstance(handles, frozenset) and event.type not in handles) or (
+            defers is not None and defers(event.type)
+        ):
+            # it only buffers and moves last_seq, writing that last: no savepoint needed
+            try:
+                projection.apply(self.conn, event)
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                self._left_behind(projection, event, exc)
             return
         self.conn.execute("SAVEPOINT projection")
         try:
@@ -529,16 +537,17 @@ class EventStore:
             raise
         except Exception as exc:
             self.conn.execute("ROLLBACK TO projection")
-            self.broken_projections[projection.name] = (
-                f"seq {event.seq}: {type(exc).__name__}: {exc}"
-            )
-            log.error(
-                "archive projection %s failed at seq %d and is left behind: %s",
-                projection.name,
-                event.seq,
-                exc,
-            )
+            self._left_behind(projection, event, exc)
         self.conn.execute("RELEASE projection")
+
+    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
+        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
+        log.error(
+            "archive projection %s failed at seq %d and is left behind: %s",
+            projection.name,
+            event.seq,
+            exc,
+        )
 
 
 _ROWS_PER_STATEMENT = 8

@@ -460,3 +460,26 @@ def test_a_recall_insert_failing_at_the_commit_leaves_recall_behind_alone(
     assert SessionsProjection().last_seq(store.conn) == store.head().seq
     assert store.conn.execute("SELECT count(*) FROM recall_memory").fetchone()[0] == 0
     assert [row[1] for row in recall_rows(store)] == ["first"]
+
+
+def test_a_recall_reducer_failing_mid_batch_keeps_what_precedes_it(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reduce = RecallProjection.reduce
+
+    def picky(self: Any, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        reduce(self, conn, event)  # buffers its rows first: they must not survive the failure
+        if event.key.get("turn") == 2:
+            raise ValueError("a reducer bug")
+
+    monkeypatch.setattr(RecallProjection, "reduce", picky)
+    results = store.append(
+        [
+            turn(store, "s1", n, [{"role": "user", "content": f"message {n}"}], n - 1)
+            for n in (1, 2, 3)
+        ]
+    )
+    assert "recall" in store.broken_projections
+    assert [row[1] for row in recall_rows(store)] == ["message 1"]
+    assert RecallProjection().last_seq(store.conn) == results[0].seq
+    assert SessionsProjection().last_seq(store.conn) == results[2].seq
