@@ -866,6 +866,9 @@ class Writer:
                 job.future.set_result(job_results)
             if job.taken is not None:
                 self._committed = max(self._committed, job.taken[2])
+            for ended in (job.finishes[0] if job.finishes else None, job.damaged):
+                if ended is not None:  # all of that segment is in
+                    self._committed = max(self._committed, (segment_number(ended), END))
             self._settle_segment(job)
         self._pending = []
         return True

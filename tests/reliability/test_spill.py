@@ -172,6 +172,20 @@ def test_events_taken_in_from_the_spill_carry_the_time_they_were_accepted(
     assert started[0].seq > turns[-1].seq, "the spill is appended before anything new"
 
 
+def test_once_the_spill_is_in_new_work_queues_in_memory_again(
+    home: Path, providers: Callable[..., ArchiveProvider]
+) -> None:
+    spill_of(home, 20)
+    quiet = providers(session="cron", agent_context="cron")  # writes nothing of its own
+    writer = quiet._writer
+    assert writer is not None and writer.flush(60) and not segment_paths(archive_dir(home))
+    provider = providers(session="next")  # the same writer
+    provider.sync_turn("q", "a", session_id="next", messages=[{"role": "user", "content": "q"}])
+    assert provider._writer is writer and writer.flush(60)
+    assert writer.spilled == 0, "the spill is empty: nothing more goes through it"
+    assert [e.type for e in events(home)][-2:] == ["session_started", "turn"]
+
+
 def test_a_spill_taken_in_twice_adds_nothing(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a crash after the commit and before the removal leaves the segment behind: the meta
     # row written with the commit says how far it was taken in. (Identities alone would not
