@@ -50,6 +50,14 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             description="Mask secret-shaped strings (API keys, tokens, private keys) before archiving.",
         ),
         ProviderField(
+            key="journal_every_event",
+            label="Journal every event",
+            kind=KIND_BOOL,
+            default="false",
+            description="Write each accepted event to the spill journal before the hook returns, "
+            "so a killed process loses nothing it accepted (a file write per turn).",
+        ),
+        ProviderField(
             key="witness_dir",
             label="Witness folder",
             kind=KIND_TEXT,
