@@ -273,7 +273,10 @@ class ArchiveProvider(MemoryProviderBase):
             "turn",
             turn_entry(session, snapshot, legacy, redact),
             # what the queue holds beyond the host's own objects: the list and the new text
-            256 + 8 * len(snapshot) + _text_size(user_content) + _text_size(assistant_content),
+            256
+            + 8 * len(snapshot)
+            + (len(user_content) if isinstance(user_content, str) else 256)
+            + (len(assistant_content) if isinstance(assistant_content, str) else 256),
         )
 
     def _turn_events(

@@ -90,7 +90,7 @@ def context_thread(
     return threading.Thread(target=context.run, args=(target,), name=name, daemon=daemon)
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     build: Build
     durable: bool = False
@@ -278,15 +278,25 @@ class Writer:
         future then resolves at once with no results: it is accepted, on disk, and the
         writer takes it in later. Durable jobs always wait in memory (their caller waits).
         """
-        job = Job(build, durable, label, entry=entry, size=size)
+        accepted = utc_now() if entry is not None else None
+        job = Job(build, durable, label, entry=entry, size=size, accepted=accepted)
         if self._closing:
             job.future.set_exception(
                 WriterUnavailable("the archive writer is closed; this write was rejected")
             )
             return job.future
-        accepted = job.accepted = utc_now() if entry is not None else None
         with self._gate:
-            if entry is not None and accepted and not durable and self._spill_wanted(size):
+            if (
+                accepted is not None
+                and entry is not None
+                and not durable
+                and (  # spill: journal, records waiting there, or the queue is at its bound
+                    self._journal
+                    or self._spill_open
+                    or self._submitted_events - self._taken_events >= self._max_events
+                    or self._submitted_bytes - self._taken_bytes + size > self._max_bytes
+                )
+            ):
                 try:
                     self.spill.append(entry, accepted, now=self._journal)
                 except Exception as exc:  # disk full, read-only: keep it in memory instead
@@ -303,7 +313,8 @@ class Writer:
                     job.future.set_result([])
                     self._ensure_thread()
                     return job.future
-            job.after = self.spill.position() if self._spill_open else (0, 0)
+            if self._spill_open:
+                job.after = self.spill.position()
             self._submitted_events += 1
             self._submitted_bytes += size
         # outside the gate: the writer, woken by the put, need not wait for it. Calls from one
@@ -311,14 +322,6 @@ class Writer:
         self._queue.put(job)
         self._ensure_thread()
         return job.future
-
-    def _spill_wanted(self, size: int) -> bool:
-        return (
-            self._journal
-            or self._spill_open
-            or self.queued_events >= self._max_events
-            or self._submitted_bytes - self._taken_bytes + size > self._max_bytes
-        )
 
     @property
     def queued_events(self) -> int:
