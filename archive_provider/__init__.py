@@ -3,9 +3,165 @@
 Hermes discovers this package as the memory provider ``archive`` (entry point group
 ``hermes_agent.memory_providers``, or a plugin folder written by ``hermes-archive install``);
 ``register(ctx)`` calls ``ctx.register_memory_provider()`` with a new provider each time.
+
+The names below are the package's public API: what ``hivemind`` (and any other package
+built on the archive) may import, always as ``from archive_provider import NAME``. They
+are loaded on first use, so ``import archive_provider`` costs nothing (every CLI call and
+every host start imports it); the provider, and hermes-agent with it, load only when
+``ArchiveProvider`` or ``register`` is first touched. docs/DESIGN.md says which layer
+each comes from.
 """
 
-from .provider import ArchiveProvider, register
+from __future__ import annotations
 
-__all__ = ["ArchiveProvider", "register"]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    # errors: one root, subclasses by what the caller can do
+    "ArchiveError": "archive_provider.errors",
+    "ArchiveBusy": "archive_provider.errors",
+    "ArchiveDamaged": "archive_provider.errors",
+    "ArchiveNotWritable": "archive_provider.errors",
+    "ArchiveUnavailable": "archive_provider.errors",
+    "InvalidRequest": "archive_provider.errors",
+    "UsageError": "archive_provider.errors",
+    # format: encoding, digests, the event model, verification
+    "INT_MAX": "archive_provider.format.canonical",
+    "canonical_bytes": "archive_provider.format.canonical",
+    "canonical_text": "archive_provider.format.canonical",
+    "decode": "archive_provider.format.canonical",
+    "identity_digest": "archive_provider.format.digests",
+    "AppendResult": "archive_provider.format.events",
+    "Hasher": "archive_provider.format.events",
+    "NewEvent": "archive_provider.format.events",
+    "Part": "archive_provider.format.events",
+    "StoredEvent": "archive_provider.format.events",
+    "verify_database": "archive_provider.format.verifier",
+    # domain
+    "with_redactions": "archive_provider.domain.builders",
+    "now_text": "archive_provider.domain.clock",
+    "utc_now": "archive_provider.domain.clock",
+    "one_line": "archive_provider.domain.fence",
+    "archivable_text": "archive_provider.domain.evidence",
+    "bindable_text": "archive_provider.domain.evidence",
+    "redact_value": "archive_provider.domain.redaction",
+    # storage
+    "DB_NAME": "archive_provider.storage.store",
+    "EventStore": "archive_provider.storage.store",
+    "archive_dir": "archive_provider.storage.store",
+    "connect": "archive_provider.storage.store",
+    "part_body": "archive_provider.storage.store",
+    # projections
+    "TableProjection": "archive_provider.projections.base",
+    # host: the provider, its glue, and the CLI door hermes wires as `hermes <provider>`
+    "archive_command": "archive_provider.cli",
+    "register_cli": "archive_provider.cli",
+    "ArchiveProvider": "archive_provider.host.provider",
+    "register": "archive_provider.host.provider",
+    "get_secret": "archive_provider.host.hermes",
+    "HostLLMReply": "archive_provider.host.hermes",
+    "call_host_llm": "archive_provider.host.hermes",
+    "spawn_thread": "archive_provider.host.hermes",
+    "load_tool_schema": "archive_provider.host.schemas",
+    "Settings": "archive_provider.host.settings",
+    "config_path": "archive_provider.host.settings",
+    "save_settings": "archive_provider.host.settings",
+    # demo
+    "DemoRefused": "archive_provider.demo.demo",
+    "demo_home": "archive_provider.demo.demo",
+}
+
+__all__ = [
+    "AppendResult",
+    "ArchiveBusy",
+    "ArchiveDamaged",
+    "ArchiveError",
+    "ArchiveNotWritable",
+    "ArchiveProvider",
+    "ArchiveUnavailable",
+    "DB_NAME",
+    "DemoRefused",
+    "EventStore",
+    "Hasher",
+    "HostLLMReply",
+    "INT_MAX",
+    "InvalidRequest",
+    "NewEvent",
+    "Part",
+    "Settings",
+    "StoredEvent",
+    "TableProjection",
+    "UsageError",
+    "archivable_text",
+    "archive_command",
+    "archive_dir",
+    "bindable_text",
+    "call_host_llm",
+    "canonical_bytes",
+    "canonical_text",
+    "config_path",
+    "connect",
+    "decode",
+    "demo_home",
+    "get_secret",
+    "identity_digest",
+    "load_tool_schema",
+    "now_text",
+    "one_line",
+    "part_body",
+    "redact_value",
+    "register",
+    "register_cli",
+    "save_settings",
+    "spawn_thread",
+    "utc_now",
+    "verify_database",
+    "with_redactions",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module the first time it is asked for (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'archive_provider' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
+    from .cli import archive_command, register_cli
+    from .demo.demo import DemoRefused, demo_home
+    from .domain.builders import with_redactions
+    from .domain.clock import now_text, utc_now
+    from .domain.evidence import archivable_text, bindable_text
+    from .domain.fence import one_line
+    from .domain.redaction import redact_value
+    from .errors import (
+        ArchiveBusy,
+        ArchiveDamaged,
+        ArchiveError,
+        ArchiveNotWritable,
+        ArchiveUnavailable,
+        InvalidRequest,
+        UsageError,
+    )
+    from .format.canonical import INT_MAX, canonical_bytes, canonical_text, decode
+    from .format.digests import identity_digest
+    from .format.events import AppendResult, Hasher, NewEvent, Part, StoredEvent
+    from .format.verifier import verify_database
+    from .host.hermes import HostLLMReply, call_host_llm, get_secret, spawn_thread
+    from .host.provider import ArchiveProvider, register
+    from .host.schemas import load_tool_schema
+    from .host.settings import Settings, config_path, save_settings
+    from .projections.base import TableProjection
+    from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body

@@ -1,8 +1,8 @@
 """The command line, with two doors: ``hermes-archive <command>`` and ``hermes archive <command>``.
 
 Both doors build the same parser from :mod:`archive_provider.commands` and print the same
-output. Human text by default, ``--json`` for machines; exit codes are stable: 0 all is
-well, 1 a problem was found (verification failed, nothing matched), 2 a usage error.
+output. Human text by default, ``--json`` for machines; exit codes follow the one rule of
+docs/AUDIT.md section 2 (0 done and found, 1 the data says no, 2 the command line is wrong).
 
 This file is also what Hermes imports *by path* to wire ``hermes archive`` (only for the
 active memory provider), so it uses absolute imports only.
@@ -18,6 +18,12 @@ from typing import Any
 from archive_provider.commands import COMMANDS, CommandContext, UsageError
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    from archive_provider import __version__
+
+    parser.add_argument("--version", action="version", version=f"hermes-archive {__version__}")
 
 
 def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
@@ -40,21 +46,24 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hermes-archive", description="Audit, verify and manage a hermes-archive event log."
+        prog="hermes-archive",
+        description="Audit, verify and manage a hermes-archive event log (no command: status).",
     )
+    _add_version(parser)
     _add_common(parser)
     _add_commands(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed command; the one dispatcher both doors share."""
-    runner = getattr(args, "archive_run", None)
-    if runner is None:
-        print(
-            "usage: hermes-archive [--home DIR] [--json] COMMAND ... (see --help)", file=sys.stderr
-        )
-        return EXIT_USAGE
+    """Run a parsed command; the one dispatcher both doors share (no command: ``status``).
+
+    ``hermes <plugin>`` with no subcommand shows the plugin's status in Hermes' own plugin
+    CLIs; both doors do the same.
+    """
+    runner = getattr(args, "archive_run", None) or next(
+        command.run for command in COMMANDS if command.NAME == "status"
+    )
     try:
         return int(runner(CommandContext.from_args(args)))
     except UsageError as exc:
@@ -81,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def register_cli(subparser: argparse.ArgumentParser) -> None:
     """Called by hermes with the parser of ``hermes archive``."""
+    _add_version(subparser)
     _add_common(subparser)
     _add_commands(subparser)
     subparser.set_defaults(func=archive_command)

@@ -2,13 +2,12 @@
 
 hermes allows this file to import only from ``plugins.memory.config_schema``. Storage is
 ``flat_json``: the dashboard writes ``<HERMES_HOME>/archive/config.json``, the same file
-``archive_provider.settings`` reads.
+``archive_provider.host.settings`` reads.
 """
 
 from plugins.memory.config_schema import (
     KIND_BOOL,
     KIND_NUMBER,
-    KIND_TEXT,
     STORAGE_FLAT_JSON,
     ProviderConfigSchema,
     ProviderField,
@@ -56,13 +55,6 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="false",
             description="Write each accepted event to the spill journal before the hook returns, "
             "so a killed process loses nothing it accepted (a file write per turn).",
-        ),
-        ProviderField(
-            key="witness_dir",
-            label="Witness folder",
-            kind=KIND_TEXT,
-            default="",
-            description="A folder outside HERMES_HOME that keeps the chain head, to detect a rolled-back archive.",
         ),
     ),
 )

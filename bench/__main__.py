@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from . import (
     s1_append,
@@ -28,6 +28,8 @@ from . import (
     s6_recall,
     s7_storage,
     s8_holographic,
+    s9_startup,
+    s10_witness,
 )
 from .common import Row, Workdir, machine, quiet_logging, table
 from .config import MODES, Config
@@ -136,6 +138,9 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                 rows += s4_checkpoint.run(
                     work, text, config.checkpoints, config.checkpoint_repeats, _say
                 )
+            if want("10"):
+                section("10 witnesses: cosign round trip, consistency proofs")
+                rows += s10_witness.run(work, config.witness_leaves, config.witness_cosigns, _say)
             if want("7"):
                 section("7 storage: re-sent transcripts")
                 rows += s7_storage.resend(work, text, config.resend_turns, _say)
@@ -271,10 +276,12 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     finally:
                         provider.shutdown()
                     rows += s3_provider.latency_rows(samples, _say)
+            if want("9"):
+                section("9 CLI start-up")
+                rows += s9_startup.run(work, config.startup_repeats, _say)
     finally:
         work.cleanup()
-    order = {s: i for i, s in enumerate("12345678")}
-    rows.sort(key=lambda r: order.get(r.section, 9))
+    rows.sort(key=lambda r: int(r.section))
     info["seconds"] = round(time.perf_counter() - started, 1)
     return {"rows": rows, "info": info}
 

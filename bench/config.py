@@ -31,6 +31,11 @@ class Config:
     holo_adds: int = 300
     verify_repeats: int = 3
     verify_es: int = 2000  # turns in the eventsourcing log that row 2 reads back
+    #: row 9: new processes per command (and as many of the baseline)
+    startup_repeats: int = 21
+    #: row 10: leaves of the tree whose consistency proofs are verified, and cosign requests
+    witness_leaves: int = 1_000_000
+    witness_cosigns: int = 200
 
 
 SMOKE = Config(
@@ -48,6 +53,9 @@ SMOKE = Config(
     holo_adds=20,
     verify_repeats=1,
     verify_es=200,
+    startup_repeats=3,
+    witness_leaves=4096,
+    witness_cosigns=10,
 )
 
 QUICK = Config(

@@ -1,7 +1,7 @@
-"""Adapter from the project's corpus generator (``archive_provider.corpus``) to the bench.
+"""Adapter from the project's corpus generator (``bench.corpus``) to the bench.
 
 The bench asks for messages of a given size and for two kinds of queries; the project's
-:class:`~archive_provider.corpus.Vocabulary` gives Zipf sentences. Both benchmarks and
+:class:`~bench.corpus.Vocabulary` gives Zipf sentences. Both benchmarks and
 recall tests then draw from one word distribution.
 """
 
@@ -14,7 +14,7 @@ class ProjectText:
     """Messages of about ``size`` bytes and queries, from the project's Zipf vocabulary."""
 
     def __init__(self, seed: int) -> None:
-        from archive_provider.corpus import FUNCTION_WORDS, Vocabulary
+        from bench.corpus import FUNCTION_WORDS, Vocabulary
 
         self.rng = random.Random(seed)
         self.vocab = Vocabulary()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archive_provider.canonical import decode
+from archive_provider.format.canonical import decode
 
 # tables written by SQLite itself or read-only views
 _SKIP = {"meta", "sqlite_sequence"}

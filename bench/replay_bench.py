@@ -8,7 +8,7 @@ children, each timed alone with its peak RSS:
   turn and checkpoint with its parts, JSON decode of each payload and message, and
   batched inserts of the turns' user/assistant texts (the rows the replay indexes) into a
   fresh FTS5 table with the same tokenizer, in one transaction, committed;
-* replay: :func:`archive_provider.replay.rebuild`, every projection from scratch in one
+* replay: :func:`archive_provider.audit.replay.rebuild`, every projection from scratch in one
   transaction, committed.
 
 ``ratio`` is baseline seconds / replay seconds (target >= 0.8; ``cpu_ratio`` the same in
@@ -57,8 +57,8 @@ def _peak_mb() -> float:
 
 
 def build(folder: Path, events: int) -> dict[str, Any]:
-    from archive_provider.corpus import build as build_corpus
-    from archive_provider.store import EventStore
+    from archive_provider.storage.store import EventStore
+    from bench.corpus import build as build_corpus
 
     turns = max(int(events * 40 / 42), 1)  # 40 turns + start + checkpoint + end per session
     started = time.perf_counter()
@@ -79,7 +79,7 @@ def baseline(folder: Path) -> dict[str, Any]:
     """
     import sqlite3
 
-    from archive_provider.recall import TOKENIZER
+    from archive_provider.projections.builtin import TOKENIZER
 
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
     started, cpu = time.perf_counter(), time.process_time()
@@ -117,8 +117,8 @@ def baseline(folder: Path) -> dict[str, Any]:
 
 
 def replay(folder: Path) -> dict[str, Any]:
-    from archive_provider.replay import rebuild
-    from archive_provider.store import EventStore
+    from archive_provider.audit.replay import rebuild
+    from archive_provider.storage.store import EventStore
 
     store = EventStore.open(folder)
     samples: list[float] = []

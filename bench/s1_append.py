@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from archive_provider.canonical import decode
-from archive_provider.events import NewEvent
-from archive_provider.store import EventStore
-from archive_provider.writer import Writer
+from archive_provider.format.canonical import decode
+from archive_provider.format.events import NewEvent
+from archive_provider.storage.store import EventStore
+from archive_provider.storage.writer import Writer
 
 from .common import Row, Workdir, median
 from .peers import eventsourcing_rows

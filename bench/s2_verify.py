@@ -17,7 +17,7 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from archive_provider.verifier import (
+from archive_provider.format.verifier import (
     DOMAIN_CHAIN,
     DOMAIN_IDENTITY,
     DOMAIN_PAYLOAD,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from archive_provider import ArchiveProvider
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from .common import Row, Workdir, median, percentile
 from .peers import eventsourcing_rows
@@ -40,7 +40,7 @@ Report = Callable[[str], None]
 def open_provider(home: Path, session: str = "bench-0") -> ArchiveProvider:
     provider = ArchiveProvider()
     provider.initialize(session, hermes_home=str(home), platform="cli", agent_context="primary")
-    if provider._writer is None or not provider._writer.flush(3600):
+    if provider.core.writer is None or not provider.core.writer.flush(3600):
         raise RuntimeError(f"the provider at {home} did not open its log")
     return provider
 
@@ -60,7 +60,7 @@ def sync_latencies(
     (same moment, same noise) and appended there: copy the transcript list and put a closure
     on a queue a parked consumer thread is blocked on (waking it is part of the cost).
     """
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
     drained: queue.SimpleQueue[None] = queue.SimpleQueue()
@@ -202,7 +202,7 @@ def _ingest(
 def _ingest_with(
     provider: ArchiveProvider, text: Text, size: int, turns: int, tag: str
 ) -> tuple[float, list[int], list[tuple[str, list[dict[str, Any]]]]]:
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     batches = count_batches(writer)
     writer.flush(60)

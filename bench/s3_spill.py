@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from archive_provider.clock import utc_now
-from archive_provider.provider import turn_entry
-from archive_provider.settings import Settings
-from archive_provider.spill import Spill, segment_paths
+from archive_provider.domain.clock import utc_now
+from archive_provider.host.settings import Settings
+from archive_provider.host.spill_kinds import turn_entry
+from archive_provider.storage.spill import Spill, segment_paths
 
 from .common import Row, Workdir, percentile
 from .s3_provider import open_provider, sync_latencies
@@ -48,7 +48,7 @@ def spilling_latencies(home: Path, text: Text, calls: int) -> tuple[list[float],
     """Microseconds per sync_turn once the queue is full and every call spills."""
     with settings_env(queue_max_events="50"):
         provider = open_provider(home, "spill-open")
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     samples: list[float] = []
     clock = time.perf_counter_ns
@@ -86,7 +86,7 @@ def commit_lag_ms(home: Path, text: Text, calls: int) -> list[float]:
     """Milliseconds from sync_turn's return to the commit of its turn, one turn at a time:
     what a SIGKILL right after the call would lose."""
     provider = open_provider(home, "lag-open")
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     lags = []
     try:

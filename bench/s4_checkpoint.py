@@ -23,8 +23,8 @@ from typing import Any
 
 from blake3 import blake3
 
-from archive_provider.digests import DOMAIN_PAYLOAD
-from archive_provider.store import archive_dir
+from archive_provider.format.digests import DOMAIN_PAYLOAD
+from archive_provider.storage.store import archive_dir
 
 from .common import Row, Workdir, median
 from .rawcopy import RawCopy, empty_like, extract

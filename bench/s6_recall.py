@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from archive_provider import ArchiveProvider
-from archive_provider.recall import STOPWORDS
+from archive_provider.projections.recall import STOPWORDS
 
 from .common import Row, percentile
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from archive_provider.store import archive_dir
+from archive_provider.storage.store import archive_dir
 
 from .common import Row, Workdir
 from .s3_provider import open_provider
@@ -105,7 +105,7 @@ def _counts(db: Path) -> dict[str, int]:
 def resend(work: Workdir, text: Text, turns: int, say: Report) -> list[Row]:
     home = work.fresh("resend")
     provider = open_provider(home, "resend-0")
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     db = archive_dir(home) / "events.db"
     done: list[tuple[str, list[dict[str, Any]]]] = []

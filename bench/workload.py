@@ -5,7 +5,7 @@ prompt, then user/assistant pairs), so a session's k-th turn archives two new me
 transcript position ``1 + 2(k-1)`` (the first turn also carries the system prompt). The
 same shapes feed the provider, the bulk log builder, the raw baselines and the peers.
 
-Text comes from ``archive_provider.corpus``, the project's own realistic generator, so
+Text comes from ``bench.corpus``, the project's own realistic generator, so
 benchmarks and recall tests share one word distribution.
 """
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from archive_provider import builders
-from archive_provider.clock import now_text
-from archive_provider.events import NewEvent
-from archive_provider.projections import default_projections
-from archive_provider.store import EventStore
+from archive_provider.domain import builders
+from archive_provider.domain.clock import now_text
+from archive_provider.format.events import NewEvent
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore
 
 SYSTEM = {"role": "system", "content": "You are Hermes, a helpful assistant. Be concise and exact."}
 TURNS_PER_SESSION = 20
@@ -40,7 +40,7 @@ def corpus(seed: int = 7) -> tuple[Text, str]:
     """The text generator (the project's Zipf vocabulary) and its name."""
     from bench.corpus_adapter import ProjectText
 
-    return ProjectText(seed), "archive_provider.corpus (Zipf s=1.07, 30k words)"
+    return ProjectText(seed), "bench.corpus (Zipf s=1.07, 30k words)"
 
 
 @dataclass
@@ -117,7 +117,7 @@ def bulk_append(store: EventStore, events: Iterator[NewEvent], batch: int = 5000
 def log_events(store: EventStore, turns: int, seed: int) -> Iterator[NewEvent]:
     """The big logs' events: the project's corpus stream (sessions of 40 turns, each closed
     by a checkpoint of its last ten messages and session_ended)."""
-    from archive_provider.corpus import corpus_events
+    from bench.corpus import corpus_events
 
     for event, _planted in corpus_events(store.hasher, turns, seed=seed):
         yield event

@@ -4,7 +4,7 @@ Hermes imports this file by path (never the package ``__init__``) for the active
 when it finds the provider through the ``hermes_agent.memory_providers`` entry point.
 """
 
-from archive_provider.cli import archive_command, register_cli
+from archive_provider import archive_command, register_cli
 
 hivemind_command = archive_command
 

@@ -106,5 +106,23 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             group="Advanced",
             description="Bound of one Matrix request made by a tool call.",
         ),
+        ProviderField(
+            key="summary_llm_per_hour",
+            label="Model summaries per hour",
+            kind=KIND_NUMBER,
+            default="20",
+            group="Summaries",
+            description="At most this many peer summaries per hour go through the host's "
+            "auxiliary model (config.yaml auxiliary.hivemind_summary); the rest, and all of "
+            "them at 0, are extractive (quoted sentences, no model).",
+        ),
+        ProviderField(
+            key="summary_input_chars",
+            label="Peer text per summary (characters)",
+            kind=KIND_NUMBER,
+            default="4000",
+            group="Summaries",
+            description="How much of a peer's latest messages one model call may read.",
+        ),
     ),
 )

@@ -27,16 +27,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archive_provider.demo import DemoRefused, fresh_demo_home
-from archive_provider.store import EventStore, archive_dir
-from archive_provider.verifier import verify_database
+from archive_provider import DemoRefused, EventStore, archive_dir, demo_home, verify_database
 
 from .homeserver import Homeserver
 from .peers import PeersProjection
 from .provider import HivemindProvider
 from .settings import CREDENTIALS, save_settings
 
-MARKER = ".hermes-archive-peers-demo"
 AGENTS: dict[str, dict[str, Any]] = {
     "alice": {"about": "Security researcher", "interests": ["TEE attestation", "SEV-SNP"]},
     "bob": {"about": "Frontend developer", "interests": ["attestation dashboards", "React"]},
@@ -70,16 +67,11 @@ class PeersDemoResult:
         )
 
 
-def prepare_home(home: Path) -> None:
-    """A fresh demo folder; refuse a non-empty folder the demo did not make."""
-    fresh_demo_home(home, MARKER, "hermes-archive demo --peers")
-
-
 def _check_synapse() -> None:
     if not os.environ.get("SYNAPSE_PYTHON") and importlib.util.find_spec("synapse") is None:
         raise DemoRefused(
-            "the peers demo runs a local Synapse: pip install "
-            "'hermes-archive[test]' (or set SYNAPSE_PYTHON to a Python that has it)"
+            "the peers demo runs a local Synapse: bash .ci/setup (the full set), or pip install "
+            "'.[hivemind,test]' (or set SYNAPSE_PYTHON to a Python that has it)"
         )
 
 
@@ -122,7 +114,11 @@ def run_peers_demo(home: Path, say: Callable[[str], None] = print) -> PeersDemoR
     """Run the scenario (narrated through ``say``) and return what happened."""
     home = home.resolve()
     _check_synapse()
-    prepare_home(home)
+    with demo_home(home, "hermes-archive demo --peers"):
+        return _run(home, say)
+
+
+def _run(home: Path, say: Callable[[str], None]) -> PeersDemoResult:
     result = PeersDemoResult(home)
     started = time.monotonic()
     server = Homeserver(_fresh(home / "synapse"))
@@ -260,7 +256,7 @@ def run_command(ctx: Any) -> int:
     """The ``demo --peers`` command: narrate, then a summary (or JSON with --json)."""
     import io
 
-    from archive_provider.commands import UsageError
+    from archive_provider import UsageError
 
     out = io.StringIO() if ctx.json else ctx.out  # under --json only the JSON is printed
     # nio warns about every Olm session it sets up ("Missing session for device"): expected here.

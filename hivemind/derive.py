@@ -10,10 +10,10 @@ the spark rules change later.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
-from archive_provider.canonical import canonical_bytes
-from archive_provider.events import Hasher, NewEvent
+from archive_provider import Hasher, NewEvent, canonical_bytes
 
 from . import events
 from .peers import (
@@ -26,12 +26,20 @@ from .peers import (
 )
 from .sparks import detect_sparks
 from .summaries import summarize
+from .summarizer import SummaryRequest
 
 SUMMARY_MESSAGES = 20  # a peer's summary covers its latest messages, at most this many
 
 
-def derived_events(conn: sqlite3.Connection, hasher: Hasher) -> list[NewEvent]:
+def derived_events(
+    conn: sqlite3.Connection,
+    hasher: Hasher,
+    defer: Callable[[SummaryRequest], None] | None = None,
+) -> list[NewEvent]:
     """Summaries for peers whose latest messages changed, then sparks not yet suggested.
+
+    With ``defer``, a stale summary is handed to it (the model summarizer, which records it
+    later) instead of being extracted here; sparks then use the summary the peer has now.
 
     A dismissed pair, a pair already introduced and a pair already in a room together with
     us are never suggested; a pair is suggested at most once.
@@ -43,6 +51,9 @@ def derived_events(conn: sqlite3.Connection, hasher: Hasher) -> list[NewEvent]:
         covers = [event_id for event_id, _ in rows]
         known = current.get(user_id)
         if known is not None and known.summary_covers == hasher.digest(canonical_bytes(covers)):
+            continue
+        if defer is not None:
+            defer(SummaryRequest(user_id, tuple(covers), tuple(text for _, text in rows)))
             continue
         summary = summarize(text for _, text in rows)
         summaries[user_id] = summary

@@ -1,6 +1,6 @@
 """Peer events: Matrix facts and peer-tool outcomes in, :class:`NewEvent` out.
 
-Pure given the store's keyed hasher, like :mod:`archive_provider.builders`. Each builder
+Pure given the store's keyed hasher, like :mod:`archive_provider.domain.builders`. Each builder
 decides what makes its event *that* event (its identity key), so a fact delivered twice
 (a resync, a restart from an older sync token) is stored once:
 
@@ -13,24 +13,36 @@ decides what makes its event *that* event (its identity key), so a fact delivere
 * ``peer_summary_updated``: the peer and a digest of the message ids the summary covers;
 * ``peer_messages_read``: a digest of the message ids marked read;
 * ``peer_invite_ignored``: the room and the inviter;
+* ``peer_input_rejected``: the Matrix event id (else the digest of the raw event);
+* ``peer_link_state``: the state (``offline``/``online``) and the clock time of the change;
 * ``peer_sync_position``: the sync token, appended in the same transaction as the events
   of that sync, so a restart resumes from the last sync whose events are all in the log.
 
 Texts written by peers (messages, introduction contexts, summaries) are parts, stored once by
 digest and erasable later without breaking the chain. Everything here is peer-controlled and
 untrusted: builders bound its size, nothing more.
+
+Redaction (the archive's ``redact_secrets``) covers every builder on every path: each text
+part and each body goes through :func:`_event`, which masks secret-shaped spans when
+``redact`` is on (the default), so a failed send or introduction is masked like a sent one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from archive_provider.builders import with_redactions
-from archive_provider.canonical import canonical_bytes
-from archive_provider.events import Hasher, NewEvent, Part
-from archive_provider.evidence import archivable_text
-from archive_provider.redaction import redact_value
+from archive_provider import (
+    Hasher,
+    NewEvent,
+    Part,
+    archivable_text,
+    canonical_bytes,
+    now_text,
+    redact_value,
+    with_redactions,
+)
 
 from .sparks import pair_key
 
@@ -43,6 +55,25 @@ MAX_ABOUT_CHARS = 1000
 MAX_INTERESTS = 32
 MAX_INTEREST_CHARS = 100
 MAX_ERROR_CHARS = 500
+MAX_REJECTED_CHARS = 16 * 1024
+
+
+def _event(
+    event_type: str,
+    session: str,
+    key: Mapping[str, Any],
+    body: dict[str, Any],
+    parts: Sequence[Part] = (),
+    found: Sequence[Mapping[str, Any]] = (),
+    *,
+    redact: bool,
+) -> NewEvent:
+    """The one way a peer event is made: its body masked too when ``redact`` (digests and
+    ids never match a pattern), and every redaction, its parts' first, listed."""
+    masked, more = redact_value(body) if redact else (body, [])
+    return NewEvent(
+        event_type, session, key, with_redactions(masked, [*found, *more]), tuple(parts)
+    )
 
 
 def _text(value: Any, limit: int) -> str:
@@ -67,7 +98,13 @@ def clean_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def member_seen(
-    room_id: str, user_id: str, display_name: str | None, membership: str, event_id: str
+    room_id: str,
+    user_id: str,
+    display_name: str | None,
+    membership: str,
+    event_id: str,
+    *,
+    redact: bool = True,
 ) -> NewEvent:
     """A membership event of another user in a room we are in."""
     body: dict[str, Any] = {
@@ -78,14 +115,21 @@ def member_seen(
     }
     if display_name:
         body["display_name"] = _text(display_name, MAX_NAME_CHARS)
-    return NewEvent("peer_seen", PEER_SESSION, {"source": "member", "event_id": event_id}, body)
+    key = {"source": "member", "event_id": event_id}
+    return _event("peer_seen", PEER_SESSION, key, body, redact=redact)
 
 
 def profile_seen(
-    room_id: str, user_id: str, event_id: str, origin_server_ts: int, profile: Mapping[str, Any]
+    room_id: str,
+    user_id: str,
+    event_id: str,
+    origin_server_ts: int,
+    profile: Mapping[str, Any],
+    *,
+    redact: bool = True,
 ) -> NewEvent:
     """A peer's self-published profile (state keyed by its own user id)."""
-    return NewEvent(
+    return _event(
         "peer_seen",
         PEER_SESSION,
         {"source": "profile", "event_id": event_id},
@@ -96,23 +140,27 @@ def profile_seen(
             "origin_server_ts": origin_server_ts,
             "profile": clean_profile(profile),
         },
+        redact=redact,
     )
 
 
-def contact_seen(user_id: str) -> NewEvent:
+def contact_seen(user_id: str, *, redact: bool = True) -> NewEvent:
     """A peer the operator configured as a contact: known before any room is shared."""
-    return NewEvent(
+    return _event(
         "peer_seen",
         PEER_SESSION,
         {"source": "contact", "user_id": user_id},
         {"source": "contact", "user_id": user_id},
+        redact=redact,
     )
 
 
-def _text_part(hasher: Hasher, text: str, redact: bool) -> tuple[Part, list[dict[str, Any]]]:
+def _text_part(
+    hasher: Hasher, text: str, redact: bool, path: str = "/text"
+) -> tuple[Part, list[dict[str, Any]]]:
     """A peer's text as a part, secret-shaped spans masked when ``redact`` (as for turns)."""
     value, found = (
-        redact_value(archivable_text(text), "/text") if redact else (archivable_text(text), [])
+        redact_value(archivable_text(text), path) if redact else (archivable_text(text), [])
     )
     return hasher.part(value), found
 
@@ -126,10 +174,12 @@ def message_received(
     text: str,
     origin_server_ts: int,
     encrypted: bool,
-    redact: bool = False,
+    redact: bool = True,
     msgtype: str = "m.text",
+    backfilled: bool = False,
 ) -> NewEvent:
-    """A peer's message; ``msgtype`` is recorded when it is not plain text (``m.text``)."""
+    """A peer's message; ``msgtype`` is recorded when it is not plain text (``m.text``), and
+    ``backfilled`` when it came from ``/messages`` after a sync gap rather than from a sync."""
     part, found = _text_part(hasher, text, redact)
     body: dict[str, Any] = {
         "room_id": room_id,
@@ -140,19 +190,22 @@ def message_received(
     }
     if msgtype != "m.text":
         body["msgtype"] = archivable_text(msgtype)
-    return NewEvent(
-        "peer_message_received",
-        PEER_SESSION,
-        {"event_id": event_id},
-        with_redactions(body, found),
-        (part,),
-    )
+    if backfilled:
+        body["backfilled"] = True
+    key = {"event_id": event_id}
+    return _event("peer_message_received", PEER_SESSION, key, body, (part,), found, redact=redact)
 
 
 def message_undecryptable(
-    *, event_id: str, room_id: str, sender: str, origin_server_ts: int, session_id: str
+    *,
+    event_id: str,
+    room_id: str,
+    sender: str,
+    origin_server_ts: int,
+    session_id: str,
+    redact: bool = True,
 ) -> NewEvent:
-    return NewEvent(
+    return _event(
         "peer_message_undecryptable",
         PEER_SESSION,
         {"event_id": event_id},
@@ -162,16 +215,50 @@ def message_undecryptable(
             "origin_server_ts": origin_server_ts,
             "megolm_session": session_id,
         },
+        redact=redact,
     )
 
 
-def invite_ignored(*, room_id: str, inviter: str, is_direct: bool) -> NewEvent:
+def input_rejected(
+    hasher: Hasher,
+    *,
+    room_id: str,
+    event_id: str,
+    sender: str,
+    event_type: str,
+    reason: str,
+    source: Mapping[str, Any],
+    backfilled: bool = False,
+    redact: bool = True,
+) -> NewEvent:
+    """An event from a room we are in that matrix-nio could not parse: kept, never used.
+
+    The raw event is a part (bounded, erasable); identity is its event id, else its digest.
+    """
+    raw = json.dumps(dict(source), ensure_ascii=False, sort_keys=True, default=str)
+    part, found = _text_part(hasher, raw[:MAX_REJECTED_CHARS], redact, "/source")
+    body: dict[str, Any] = {
+        "room_id": room_id,
+        "event_type": _text(event_type, MAX_NAME_CHARS),
+        "reason": _text(reason, MAX_ERROR_CHARS),
+        "source": part.digest,
+    }
+    if sender:
+        body["sender"] = _text(sender, MAX_NAME_CHARS)
+    if backfilled:
+        body["backfilled"] = True
+    key = {"event_id": event_id} if event_id else {"source": part.digest}
+    return _event("peer_input_rejected", PEER_SESSION, key, body, (part,), found, redact=redact)
+
+
+def invite_ignored(*, room_id: str, inviter: str, is_direct: bool, redact: bool = True) -> NewEvent:
     """An invite the policy refused: we did not join, so nothing from that room reaches us."""
-    return NewEvent(
+    return _event(
         "peer_invite_ignored",
         PEER_SESSION,
         {"room_id": room_id, "inviter": inviter},
         {"room_id": room_id, "inviter": inviter, "is_direct": is_direct},
+        redact=redact,
     )
 
 
@@ -182,9 +269,12 @@ def introduction_seen(
     introducer: str,
     peers: Sequence[str],
     event_id: str,
+    redact: bool = True,
 ) -> NewEvent:
     """Someone introduced us (one of ``peers``) in ``room_id``; the sender is the introducer."""
-    return _introduced(hasher, PEER_SESSION, room_id, introducer, peers, "", event_id, False)
+    return _introduced(
+        hasher, PEER_SESSION, room_id, introducer, peers, "", event_id, False, redact
+    )
 
 
 def introduction_made(
@@ -195,9 +285,10 @@ def introduction_made(
     introducer: str,
     peers: Sequence[str],
     context: str,
+    redact: bool = True,
 ) -> NewEvent:
     """We introduced two peers (the room exists and the introduction text was accepted)."""
-    return _introduced(hasher, session, room_id, introducer, peers, context, "", True)
+    return _introduced(hasher, session, room_id, introducer, peers, context, "", True, redact)
 
 
 def _introduced(
@@ -209,8 +300,9 @@ def _introduced(
     context: str,
     event_id: str,
     outgoing: bool,
+    redact: bool,
 ) -> NewEvent:
-    part = hasher.part(archivable_text(context))
+    part, found = _text_part(hasher, context, redact, "/context")
     body: dict[str, Any] = {
         "room_id": room_id,
         "introducer": introducer,
@@ -220,7 +312,8 @@ def _introduced(
     }
     if event_id:
         body["marker_event_id"] = event_id
-    return NewEvent("peers_introduced", session, {"room_id": room_id}, body, (part,))
+    key = {"room_id": room_id}
+    return _event("peers_introduced", session, key, body, (part,), found, redact=redact)
 
 
 def message_sent(
@@ -232,18 +325,13 @@ def message_sent(
     recipient: str,
     text: str,
     txn_id: str,
-    redact: bool = False,
+    redact: bool = True,
 ) -> NewEvent:
     """A message the homeserver accepted (``event_id`` is what it returned)."""
     part, found = _text_part(hasher, text, redact)
     body = {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id}
-    return NewEvent(
-        "peer_message_sent",
-        session,
-        {"event_id": event_id},
-        with_redactions(body, found),
-        (part,),
-    )
+    key = {"event_id": event_id}
+    return _event("peer_message_sent", session, key, body, (part,), found, redact=redact)
 
 
 def send_failed(
@@ -257,9 +345,10 @@ def send_failed(
     retryable: bool,
     room_id: str | None = None,
     action: str = "send",
+    redact: bool = True,
 ) -> NewEvent:
     """A send (or introduction) the homeserver did not acknowledge: nothing is marked sent."""
-    part = hasher.part(archivable_text(text))
+    part, found = _text_part(hasher, text, redact)
     body: dict[str, Any] = {
         "action": action,
         "recipients": list(recipients),
@@ -269,73 +358,130 @@ def send_failed(
     }
     if room_id:
         body["room_id"] = room_id
-    return NewEvent("peer_send_failed", session, {"txn_id": txn_id}, body, (part,))
+    key = {"txn_id": txn_id}
+    return _event("peer_send_failed", session, key, body, (part,), found, redact=redact)
 
 
-def messages_read(hasher: Hasher, session: str, event_ids: Iterable[str]) -> NewEvent:
+def messages_read(
+    hasher: Hasher, session: str, event_ids: Iterable[str], *, redact: bool = True
+) -> NewEvent:
     """The messages a ``hivemind_check_messages`` call returned, now read."""
     ids = sorted(set(event_ids))
-    return NewEvent(
+    return _event(
         "peer_messages_read",
         session,
         {"messages": hasher.digest(canonical_bytes(ids))},
         {"messages": ids},
+        redact=redact,
     )
 
 
-def summary_updated(hasher: Hasher, *, peer: str, summary: str, covers: Sequence[str]) -> NewEvent:
-    """A peer's summary, extracted from the messages ``covers`` names (oldest first)."""
+def summary_updated(
+    hasher: Hasher,
+    *,
+    peer: str,
+    summary: str,
+    covers: Sequence[str],
+    method: str = "extractive",
+    provider: str = "",
+    model: str = "",
+    prompt: Any = None,
+    fallback: str = "",
+    redact: bool = True,
+) -> NewEvent:
+    """A peer's summary of the messages ``covers`` names (oldest first), and what made it.
+
+    ``method`` is ``llm`` (the host's auxiliary model; ``provider``/``model`` say which, and
+    ``prompt`` is digested so an auditor can rebuild and compare it) or ``extractive``
+    (``fallback`` says why no model wrote it, when one was meant to).
+    """
     digest = hasher.digest(canonical_bytes(list(covers)))
-    part = hasher.part(archivable_text(summary))
-    return NewEvent(
-        "peer_summary_updated",
-        PEER_SESSION,
-        {"peer": peer, "covers": digest},
-        {
-            "peer": peer,
-            "summary": part.digest,
-            "covers": list(covers),
-            "covers_digest": digest,
-            "method": "extractive",
-        },
-        (part,),
-    )
+    part, found = _text_part(hasher, summary, redact, "/summary")
+    body: dict[str, Any] = {
+        "peer": peer,
+        "summary": part.digest,
+        "covers": list(covers),
+        "covers_digest": digest,
+        "method": method,
+    }
+    if method == "llm":
+        body["provider"] = _text(provider, MAX_NAME_CHARS) or "unknown"
+        body["model"] = _text(model, MAX_NAME_CHARS) or "unknown"
+    if prompt is not None:
+        body["prompt_digest"] = hasher.digest(canonical_bytes(prompt))
+    if fallback:
+        body["fallback"] = _text(fallback, MAX_ERROR_CHARS)
+    key = {"peer": peer, "covers": digest}
+    return _event("peer_summary_updated", PEER_SESSION, key, body, (part,), found, redact=redact)
 
 
-def spark_suggested(peer_a: str, peer_b: str, shared: Sequence[str], score: int) -> NewEvent:
+def spark_suggested(
+    peer_a: str, peer_b: str, shared: Sequence[str], score: int, *, redact: bool = True
+) -> NewEvent:
     a, b = pair_key(peer_a, peer_b)
-    return NewEvent(
+    return _event(
         "spark_suggested",
         PEER_SESSION,
         {"pair": [a, b]},
         {"peer_a": a, "peer_b": b, "shared": list(shared), "score": score},
+        redact=redact,
     )
 
 
-def spark_dismissed(session: str, peer_a: str, peer_b: str) -> NewEvent:
+def spark_dismissed(session: str, peer_a: str, peer_b: str, *, redact: bool = True) -> NewEvent:
     a, b = pair_key(peer_a, peer_b)
-    return NewEvent("spark_dismissed", session, {"pair": [a, b]}, {"peer_a": a, "peer_b": b})
+    body = {"peer_a": a, "peer_b": b}
+    return _event("spark_dismissed", session, {"pair": [a, b]}, body, redact=redact)
 
 
 def sync_position(
-    next_batch: str, *, limited_rooms: Sequence[str] = (), left_rooms: Sequence[str] = ()
+    next_batch: str,
+    *,
+    limited_rooms: Sequence[str] = (),
+    left_rooms: Sequence[str] = (),
+    unfilled_rooms: Sequence[str] = (),
+    redact: bool = True,
 ) -> NewEvent:
     """Where the next sync resumes: every event of the syncs before it is in the log."""
     body: dict[str, Any] = {"next_batch": next_batch}
     if limited_rooms:
-        body["limited_rooms"] = sorted(limited_rooms)  # messages there may be missing
+        body["limited_rooms"] = sorted(limited_rooms)  # a gap, backfilled from /messages
+    if unfilled_rooms:
+        body["unfilled_rooms"] = sorted(unfilled_rooms)  # backfill short: messages missing
     if left_rooms:
         body["left_rooms"] = sorted(left_rooms)
-    return NewEvent("peer_sync_position", PEER_SESSION, {"next_batch": next_batch}, body)
+    key = {"next_batch": next_batch}
+    return _event("peer_sync_position", PEER_SESSION, key, body, redact=redact)
 
 
-def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> list[NewEvent]:
+def link_state(state: str, *, error: str = "", redact: bool = True) -> NewEvent:
+    """The homeserver stopped answering (``offline``, with why) or answers again (``online``).
+
+    Peer state in the projection is as of the last sync: while offline, the ``## Peers``
+    block says it may be stale. One event per transition, keyed by the state and its time.
+    """
+    body: dict[str, Any] = {"state": state}
+    if error:
+        body["error"] = _text(error, MAX_ERROR_CHARS)
+    key = {"state": state, "at": now_text()}
+    return _event("peer_link_state", PEER_SESSION, key, body, redact=redact)
+
+
+def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = True) -> list[NewEvent]:
     """Every loggable fact of one sync result, in a fixed order (no position event)."""
     events: list[NewEvent] = []
     for m in result.members:
-        events.append(member_seen(m.room_id, m.user_id, m.display_name, m.membership, m.event_id))
+        events.append(
+            member_seen(
+                m.room_id, m.user_id, m.display_name, m.membership, m.event_id, redact=redact
+            )
+        )
     for p in result.profiles:
-        events.append(profile_seen(p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile))
+        events.append(
+            profile_seen(
+                p.room_id, p.user_id, p.event_id, p.origin_server_ts, p.profile, redact=redact
+            )
+        )
     for intro in result.introductions:
         events.append(
             introduction_seen(
@@ -344,13 +490,17 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 introducer=intro.introducer,
                 peers=intro.peers,
                 event_id=intro.event_id,
+                redact=redact,
             )
         )
     for invite in result.invites:
         if not invite.accepted:
             events.append(
                 invite_ignored(
-                    room_id=invite.room_id, inviter=invite.inviter, is_direct=invite.is_direct
+                    room_id=invite.room_id,
+                    inviter=invite.inviter,
+                    is_direct=invite.is_direct,
+                    redact=redact,
                 )
             )
     for u in result.undecryptable:
@@ -361,6 +511,7 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 sender=u.sender,
                 origin_server_ts=u.origin_server_ts,
                 session_id=u.session_id,
+                redact=redact,
             )
         )
     for r in result.messages:
@@ -375,6 +526,20 @@ def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = False) -> li
                 encrypted=r.encrypted,
                 redact=redact,
                 msgtype=r.msgtype,
+                backfilled=r.backfilled,
+            )
+        )
+    for bad in result.rejected:
+        events.append(
+            input_rejected(
+                hasher,
+                room_id=bad.room_id,
+                event_id=bad.event_id,
+                sender=bad.sender,
+                event_type=bad.event_type,
+                reason=bad.reason,
+                source=bad.source,
+                backfilled=bad.backfilled,
             )
         )
     return events

@@ -21,10 +21,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from archive_provider.digests import identity_digest
-from archive_provider.events import AppendResult, NewEvent
-from archive_provider.host import spawn_thread
-from archive_provider.store import EventStore
+from archive_provider import (
+    AppendResult,
+    ArchiveBusy,
+    EventStore,
+    NewEvent,
+    identity_digest,
+    spawn_thread,
+)
 
 from . import events
 from .derive import derived_events
@@ -36,11 +40,12 @@ from .matrix_backend import (
     SyncResult,
 )
 from .settings import HivemindSettings
+from .summarizer import SummaryWorker, host_model
 
 log = logging.getLogger(__name__)
 
 Submit = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
-RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
+RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # then every 15 s while unreachable
 READY_COMMIT_WAIT_S = 5.0
 
 _stores_in_use: set[Path] = set()  # one live Matrix client per crypto store in a process
@@ -52,7 +57,7 @@ def backend_thread(target: Callable[[], None], name: str) -> threading.Thread:
     return spawn_thread(target, name=name)
 
 
-class LinkRefused(RuntimeError):
+class LinkRefused(ArchiveBusy):
     """The crypto store is already driven by another live link in this process."""
 
 
@@ -70,7 +75,7 @@ class PeerLink:
         settings: HivemindSettings,
         submit: Submit,
         read_token: Callable[[], str | None],
-        redact: bool = False,
+        redact: bool = True,
     ) -> None:
         self.user_id = user_id
         self.redact = redact  # mask secret-shaped spans in peer text (archive redact_secrets)
@@ -91,6 +96,11 @@ class PeerLink:
         self._fatal = False
         self._resume_from_log = True
         self.error: str | None = None  # why the link is down, for tool results
+        self._summaries = (  # None: extractive summaries, derived inside the writer job
+            SummaryWorker(settings, submit, self._derive, host_model(settings))
+            if settings.summary_llm_per_hour
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"PeerLink(user_id={self.user_id!r}, connected={self._connected})"
@@ -105,6 +115,8 @@ class PeerLink:
                     "provider in this process (one Matrix device per profile)"
                 )
             _stores_in_use.add(self._crypto_dir)
+        if self._summaries is not None:
+            self._summaries.start()
         self._thread = spawn_thread(self._run, name=f"hivemind-sync-{self.user_id}")
         self._thread.start()
 
@@ -123,6 +135,8 @@ class PeerLink:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 log.warning("hivemind: the sync loop did not stop within %.1f s", timeout)
+        if self._summaries is not None:
+            self._summaries.close(timeout)
         with _stores_lock:
             _stores_in_use.discard(self._crypto_dir)
 
@@ -163,6 +177,7 @@ class PeerLink:
                 continue
             if failures:
                 log.info("hivemind: the homeserver answers again; sync resumes")
+                self._log_link_state("online")
                 failures = 0
             self.error = None
             try:
@@ -199,6 +214,7 @@ class PeerLink:
             allow_servers=self._settings.allow_servers,
             thread_factory=backend_thread,
             op_timeout=self._settings.op_timeout_s,
+            timeline_limit=self._settings.timeline_limit,
         )
         with self._lock:
             if self._stop.is_set():
@@ -244,8 +260,16 @@ class PeerLink:
         self.error = f"the homeserver is unreachable: {exc}"
         if failures == 0:
             log.warning("hivemind: %s; retrying with back-off", self.error)
+            self._log_link_state("offline", str(exc))
         else:
             log.debug("hivemind: still unreachable: %s", exc)
+
+    def _log_link_state(self, state: str, error: str = "") -> None:
+        """Record a transition, so the peer context says when its state may be stale."""
+        try:
+            self._submit(lambda store: [events.link_state(state, error=error)], "peer link")
+        except Exception as exc:  # the archive is closing: nothing to mark
+            log.debug("hivemind: link state not recorded: %s", exc)
 
     def _back_off(self, failures: int) -> int:
         self._stop.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
@@ -262,19 +286,21 @@ class PeerLink:
             or result.introductions
             or result.invites
             or result.undecryptable
+            or result.rejected
         )
         if not (news or result.limited_rooms or result.left_rooms):
             return None
-        if result.limited_rooms:  # also normal for a room just joined; the log records it
-            log.info(
-                "hivemind: more news than one sync returns in %s; messages there may be missing",
-                ", ".join(result.limited_rooms),
+        if result.unfilled_rooms:  # the log records it too (peer_sync_position)
+            log.warning(
+                "hivemind: a sync gap in %s could not be backfilled in full; "
+                "messages there may be missing",
+                ", ".join(result.unfilled_rooms),
             )
 
         def build(store: EventStore) -> list[NewEvent]:
             candidates = events.from_sync(store.hasher, result, redact=self.redact)
             fresh = [
-                e for e in candidates if store.has_identity(identity_digest(e.type, e.key)) is None
+                e for e in candidates if store.identity_seq(identity_digest(e.type, e.key)) is None
             ]
             if not fresh and not (result.limited_rooms or result.left_rooms):
                 return []
@@ -284,15 +310,21 @@ class PeerLink:
                     result.next_batch,
                     limited_rooms=result.limited_rooms,
                     left_rooms=result.left_rooms,
+                    unfilled_rooms=result.unfilled_rooms,
                 ),
             ]
 
         done = self._submit(build, "peer sync")
         if news:
-            done = self._submit(
-                lambda store: derived_events(store.conn, store.hasher), "peer derivations"
-            )
+            done = self._derive()
         return done
+
+    def _derive(self) -> Future[list[AppendResult]]:
+        """Queue the derivations job (stale summaries go to the summarizer, if any)."""
+        defer = self._summaries.request if self._summaries is not None else None
+        return self._submit(
+            lambda store: derived_events(store.conn, store.hasher, defer), "peer derivations"
+        )
 
     def _publish_profile(self, backend: MatrixBackend) -> None:
         """Publish our profile once in every room we joined (Synapse keeps identical state)."""

@@ -35,9 +35,11 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 import aiohttp
+from jsonschema import ValidationError
 from nio import (
     AsyncClient,
     AsyncClientConfig,
+    BadEvent,
     ErrorResponse,
     InviteMemberEvent,
     JoinResponse,
@@ -50,16 +52,19 @@ from nio import (
     RoomMemberEvent,
     RoomMessage,
     RoomMessageNotice,
+    RoomMessagesResponse,
     RoomMessageText,
     RoomPreset,
     RoomPutStateResponse,
     RoomSendResponse,
     SyncResponse,
+    UnknownBadEvent,
     WhoamiResponse,
 )
 from nio import crypto as nio_crypto
+from nio.schemas import Schemas, validate_json
 
-from archive_provider.canonical import INT_MAX
+from archive_provider import INT_MAX, ArchiveError
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +72,8 @@ PROFILE_EVENT_TYPE = "org.hermes_archive.hivemind.profile"
 INTRODUCTION_EVENT_TYPE = "org.hermes_archive.hivemind.introduction"
 MEGOLM_ALGORITHM = "m.megolm.v1.aes-sha2"
 MAX_PROFILE_BYTES = 32 * 1024  # well under Matrix's 64 KiB event limit
+BACKFILL_PAGE = 100  # events per /messages request when a sync left a gap
+BACKFILL_PAGES = 10  # at most this many requests per gap; beyond, the room is "unfilled"
 
 _ENCRYPTION_STATE = {
     "type": "m.room.encryption",
@@ -80,7 +87,7 @@ T = TypeVar("T")
 ThreadFactory = Callable[[Callable[[], None], str], threading.Thread]
 
 
-class MatrixError(Exception):
+class MatrixError(ArchiveError):
     """A Matrix operation failed; ``room_id`` names the room it concerned, if any."""
 
     def __init__(self, message: str, *, room_id: str | None = None) -> None:
@@ -130,6 +137,21 @@ class ReceivedMessage:
     origin_server_ts: int
     encrypted: bool
     msgtype: str = "m.text"
+    backfilled: bool = False  # fetched from /messages after a gap, not from the sync timeline
+
+
+@dataclass(frozen=True)
+class RejectedEvent:
+    """An event matrix-nio could not parse (``BadEvent``/``UnknownBadEvent``): rejected peer
+    input, kept with the reason. ``event_id``/``sender`` are empty when the event lacked them."""
+
+    room_id: str
+    event_id: str
+    sender: str
+    event_type: str
+    reason: str
+    source: Mapping[str, Any] = field(hash=False, compare=False)
+    backfilled: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,8 +215,10 @@ class IntroductionSeen:
 class SyncResult:
     """Everything seen since the previous ``sync()`` (including syncs run internally).
 
-    ``limited_rooms`` had more new events than the timeline limit: messages there may be
-    missing. ``left_rooms`` are rooms we left or were removed from. After a restart, state
+    ``limited_rooms`` had more new events than the timeline limit: the backend backfilled
+    the gap from ``/messages`` (those messages say ``backfilled``) before returning, except
+    in ``unfilled_rooms``, where the backfill stopped short (too long, or it failed) and
+    messages may be missing. ``left_rooms`` are rooms we left or were removed from. After a restart, state
     (members, profiles, introductions, pending invites) is
     reported again in full; messages are not.
     """
@@ -208,6 +232,8 @@ class SyncResult:
     introductions: tuple[IntroductionSeen, ...] = ()
     limited_rooms: tuple[str, ...] = ()
     left_rooms: tuple[str, ...] = ()
+    rejected: tuple[RejectedEvent, ...] = ()
+    unfilled_rooms: tuple[str, ...] = ()
 
 
 @dataclass
@@ -222,6 +248,8 @@ class _Pending:
     introductions: list[IntroductionSeen] = field(default_factory=list)
     limited_rooms: list[str] = field(default_factory=list)
     left_rooms: list[str] = field(default_factory=list)
+    rejected: list[RejectedEvent] = field(default_factory=list)
+    unfilled_rooms: list[str] = field(default_factory=list)
 
     def result(self, next_batch: str) -> SyncResult:
         def unique(items: list[Any]) -> tuple[Any, ...]:
@@ -237,6 +265,8 @@ class _Pending:
             introductions=unique(self.introductions),
             limited_rooms=unique(self.limited_rooms),
             left_rooms=unique(self.left_rooms),
+            rejected=unique(self.rejected),
+            unfilled_rooms=unique(self.unfilled_rooms),
         )
 
 
@@ -306,66 +336,129 @@ def context_thread(target: Callable[[], None], name: str) -> threading.Thread:
     return threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
 
 
-def _digest(response: SyncResponse, own_user_id: str, into: _Pending) -> None:
-    """Turn the hivemind-relevant parts of a processed sync response into plain records."""
+def _digest(
+    response: SyncResponse,
+    own_user_id: str,
+    into: _Pending,
+    backfills: Mapping[str, list[Any]] = MappingProxyType({}),
+) -> None:
+    """Turn the hivemind-relevant parts of a processed sync response into plain records.
+
+    ``backfills`` holds, per room, what ``/messages`` returned for the gap before its
+    timeline (oldest first): it is digested before that room's timeline, marked backfilled.
+    """
     for room_id, info in response.rooms.join.items():
         if info.timeline.limited:
             into.limited_rooms.append(room_id)
-        for event in (*info.state, *info.timeline.events):
-            sender = getattr(event, "sender", None)
-            if isinstance(event, RoomMemberEvent):
-                name = event.content.get("displayname")
-                if event.state_key != own_user_id:
-                    into.members.append(
-                        MemberSeen(
-                            room_id,
-                            event.state_key,
-                            name if isinstance(name, str) else None,
-                            event.membership,
-                            event.event_id,
-                        )
-                    )
-            elif sender == own_user_id:
-                continue
-            elif isinstance(event, (RoomMessageText, RoomMessageNotice)):
-                into.messages.append(
-                    ReceivedMessage(
-                        event.event_id,
-                        room_id,
-                        event.sender,
-                        event.body,
-                        _timestamp(event.server_timestamp),
-                        bool(event.decrypted),
-                    )
-                )
-            elif isinstance(event, RoomMessage):
-                content = event.source.get("content")
-                content = content if isinstance(content, dict) else {}
-                body, msgtype = content.get("body"), content.get("msgtype")
-                into.messages.append(
-                    ReceivedMessage(
-                        event.event_id,
-                        room_id,
-                        event.sender,
-                        body if isinstance(body, str) else "",
-                        _timestamp(event.server_timestamp),
-                        bool(event.decrypted),
-                        msgtype if isinstance(msgtype, str) else "",
-                    )
-                )
-            elif isinstance(event, MegolmEvent):
-                into.undecryptable.append(
-                    UndecryptableMessage(
-                        event.event_id,
-                        room_id,
-                        event.sender,
-                        _timestamp(event.server_timestamp),
-                        event.session_id,
-                    )
-                )
-            else:
-                _digest_custom_state(event, room_id, into)
+        for event in info.state:
+            _digest_event(event, room_id, own_user_id, into)
+        for event in backfills.get(room_id, ()):
+            _digest_event(event, room_id, own_user_id, into, backfilled=True)
+        for event in info.timeline.events:
+            _digest_event(event, room_id, own_user_id, into)
     into.left_rooms.extend(response.rooms.leave)
+
+
+def _digest_event(
+    event: Any, room_id: str, own_user_id: str, into: _Pending, *, backfilled: bool = False
+) -> None:
+    sender = getattr(event, "sender", None)
+    if isinstance(event, RoomMemberEvent):
+        name = event.content.get("displayname")
+        if event.state_key != own_user_id:
+            into.members.append(
+                MemberSeen(
+                    room_id,
+                    event.state_key,
+                    name if isinstance(name, str) else None,
+                    event.membership,
+                    event.event_id,
+                )
+            )
+    elif sender == own_user_id:
+        return
+    elif isinstance(event, (BadEvent, UnknownBadEvent)):
+        into.rejected.append(_rejected(event, room_id, backfilled))
+    elif isinstance(event, (RoomMessageText, RoomMessageNotice)):
+        into.messages.append(
+            ReceivedMessage(
+                event.event_id,
+                room_id,
+                event.sender,
+                event.body,
+                _timestamp(event.server_timestamp),
+                bool(event.decrypted),
+                backfilled=backfilled,
+            )
+        )
+    elif isinstance(event, RoomMessage):
+        content = event.source.get("content")
+        content = content if isinstance(content, dict) else {}
+        body, msgtype = content.get("body"), content.get("msgtype")
+        into.messages.append(
+            ReceivedMessage(
+                event.event_id,
+                room_id,
+                event.sender,
+                body if isinstance(body, str) else "",
+                _timestamp(event.server_timestamp),
+                bool(event.decrypted),
+                msgtype if isinstance(msgtype, str) else "",
+                backfilled=backfilled,
+            )
+        )
+    elif isinstance(event, MegolmEvent):
+        into.undecryptable.append(
+            UndecryptableMessage(
+                event.event_id,
+                room_id,
+                event.sender,
+                _timestamp(event.server_timestamp),
+                event.session_id,
+            )
+        )
+    else:
+        _digest_custom_state(event, room_id, into)
+
+
+def _rejected(event: BadEvent | UnknownBadEvent, room_id: str, backfilled: bool) -> RejectedEvent:
+    source = event.source if isinstance(event.source, dict) else {}
+
+    def text(key: str) -> str:
+        value = source.get(key)
+        return value if isinstance(value, str) else ""
+
+    return RejectedEvent(
+        room_id,
+        text("event_id"),
+        text("sender"),
+        text("type"),
+        rejection_reason(source, known_shape=isinstance(event, BadEvent)),
+        MappingProxyType(dict(source)),
+        backfilled,
+    )
+
+
+def rejection_reason(source: Mapping[str, Any], *, known_shape: bool) -> str:
+    """Why matrix-nio rejected ``source``: the first schema violation nio's own schemas find."""
+    if not known_shape:
+        return "not an event: event_id, sender, origin_server_ts or type is missing or malformed"
+    kind = source.get("type")
+    content = source.get("content")
+    msgtype = content.get("msgtype") if isinstance(content, dict) else None
+    names = [str(kind).removeprefix("m.").replace(".", "_")]
+    if kind == "m.room.message" and isinstance(msgtype, str):
+        names.insert(0, "room_message_" + msgtype.removeprefix("m."))
+    for name in (*names, "room_event"):
+        schema = getattr(Schemas, name, None)
+        if not isinstance(schema, dict):
+            continue
+        try:
+            validate_json(dict(source), schema)
+        except ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "the event"
+            return f"{kind}: {where}: {exc.message}"[:500]
+    return f"{kind}: matrix-nio's schema for this event type rejected it"
 
 
 def _timestamp(value: Any) -> int:
@@ -402,6 +495,21 @@ def _digest_custom_state(event: Any, room_id: str, into: _Pending) -> None:
             into.introductions.append(
                 IntroductionSeen(room_id, sender, tuple(sorted(peers)), event_id, ts)
             )
+
+
+def direct_room_choice(rooms: Mapping[str, Any], own: str, peer: str) -> str | None:
+    """The one direct room both sides of a pair pick, or None if there is none yet.
+
+    Two agents that open a conversation at the same moment each create a room; once each
+    has joined the other's, both must send to the same one. Among encrypted rooms whose
+    members are exactly the pair, the smallest room id where both have joined wins; a room
+    where one side is still only invited (its invite may never be accepted) is used only
+    when there is no joined one.
+    """
+    pair = {own, peer}
+    candidates = [r for r, room in rooms.items() if room.encrypted and set(room.users) == pair]
+    joined = [r for r in candidates if not pair & set(rooms[r].invited_users)]
+    return min(joined or candidates, default=None)
 
 
 def _invites(response: SyncResponse, own_user_id: str) -> Iterable[tuple[str, str, bool]]:
@@ -774,6 +882,7 @@ class MatrixBackend:
         assert self._sync_lock is not None
         async with self._sync_lock:
             client = self._nio
+            previous = since or client.next_batch
             response = await client.sync(
                 timeout=timeout_ms,
                 sync_filter=self._sync_filter,
@@ -782,7 +891,14 @@ class MatrixBackend:
             )
             if not isinstance(response, SyncResponse):
                 raise self._failure("sync", response)
-            _digest(response, self.user_id, self._pending)
+            backfills: dict[str, list[Any]] = {}
+            if previous:  # a gap since our last position, not a first sync's short history
+                for room_id, info in response.rooms.join.items():
+                    if info.timeline.limited and info.timeline.prev_batch:
+                        backfills[room_id] = await self._backfill(
+                            room_id, info.timeline.prev_batch, previous
+                        )
+            _digest(response, self.user_id, self._pending, backfills)
             for room_id in response.rooms.leave:  # nio 0.26 ignores left rooms: forget them
                 client.rooms.pop(room_id, None)
                 client.invited_rooms.pop(room_id, None)
@@ -800,6 +916,34 @@ class MatrixBackend:
                     )
             await self._maintain_keys()
             await self._join_invited()
+
+    async def _backfill(self, room_id: str, prev_batch: str, since: str) -> list[Any]:
+        """The events of a timeline gap, oldest first, from room ``/messages``.
+
+        Pages back from the gap's ``prev_batch`` to our previous sync position; a gap longer
+        than ``BACKFILL_PAGES`` pages, or a request that fails, leaves the room "unfilled"
+        (recorded, so the log says messages there may be missing) with what was fetched.
+        """
+        fetched: list[Any] = []
+        token = prev_batch
+        for _ in range(BACKFILL_PAGES):
+            try:
+                page = await self._nio.room_messages(
+                    room_id, start=token, end=since, limit=BACKFILL_PAGE
+                )
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                page = exc
+            if not isinstance(page, RoomMessagesResponse):
+                logger.warning(
+                    "hivemind: backfilling %s failed: %s", room_id, self._redact(str(page))
+                )
+                break
+            fetched.extend(page.chunk)
+            if not page.chunk or not page.end or page.end == token:
+                return fetched[::-1]
+            token = page.end
+        self._pending.unfilled_rooms.append(room_id)
+        return fetched[::-1]
 
     async def _join_invited(self) -> None:
         """Join accepted invites; transient failures are retried on the next sync."""
@@ -867,13 +1011,9 @@ class MatrixBackend:
     async def _direct_room(self, user_id: str) -> str:
         assert self._room_lock is not None
         async with self._room_lock:  # two callers must not create two rooms
-            existing = sorted(
-                room_id
-                for room_id, room in self._nio.rooms.items()
-                if room.encrypted and set(room.users) == {self.user_id, user_id}
-            )
-            if existing:
-                return existing[0]
+            existing = direct_room_choice(self._nio.rooms, self.user_id, user_id)
+            if existing is not None:
+                return existing
             created = await self._nio.room_create(
                 is_direct=True,
                 invite=[user_id],

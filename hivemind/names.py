@@ -10,11 +10,13 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping
 
+from archive_provider import InvalidRequest
+
 _MAX_LISTED = 10
 _MAX_NAME_CHARS = 64
 
 
-class PeerNameError(ValueError):
+class PeerNameError(InvalidRequest):
     """``peer_name`` does not designate exactly one known peer; the message says why."""
 
 

@@ -19,10 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
-from archive_provider.canonical import canonical_text, decode
-from archive_provider.events import StoredEvent
-from archive_provider.evidence import bindable_text
-from archive_provider.projections import TableProjection
+from archive_provider import (
+    StoredEvent,
+    TableProjection,
+    bindable_text,
+    canonical_text,
+    decode,
+    part_body,
+)
 
 from .context import PeerCard, SuggestionCard, label
 from .sparks import pair_key
@@ -131,11 +135,7 @@ def _part_text(conn: sqlite3.Connection, event: StoredEvent, digest: Any) -> str
     """A text part the event names: carried by a replayed event, else from the payloads table."""
     if not isinstance(digest, str):
         return ""
-    carried = getattr(event, "parts", None)
-    raw = carried.get(digest) if isinstance(carried, Mapping) else None
-    if raw is None:
-        row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
-        raw = bytes(row[0]) if row else None
+    raw = part_body(conn, event, digest)
     value = decode(raw) if raw is not None else None
     return bindable_text(value) if isinstance(value, str) else ""
 
@@ -144,7 +144,7 @@ class PeersProjection(TableProjection):
     """Peer state for hivemind (see the module docstring)."""
 
     name = "peers"
-    version = 1
+    version = 2
     ddl = (
         "CREATE TABLE IF NOT EXISTS peers (user_id TEXT PRIMARY KEY, display_name TEXT,"
         " profile TEXT NOT NULL, summary TEXT NOT NULL, summary_covers TEXT NOT NULL,"
@@ -166,6 +166,8 @@ class PeersProjection(TableProjection):
         " seq INTEGER NOT NULL, PRIMARY KEY (peer_a, peer_b))",
         "CREATE TABLE IF NOT EXISTS peer_sync (id INTEGER PRIMARY KEY CHECK (id = 1),"
         " next_batch TEXT NOT NULL, seq INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS peer_link (id INTEGER PRIMARY KEY CHECK (id = 1),"
+        " state TEXT NOT NULL, since TEXT NOT NULL, error TEXT NOT NULL, seq INTEGER NOT NULL)",
     )
     tables = {
         "peers": "user_id",
@@ -175,6 +177,7 @@ class PeersProjection(TableProjection):
         "peer_sparks": "peer_a, peer_b",
         "peer_dismissals": "peer_a, peer_b",
         "peer_sync": "id",
+        "peer_link": "id",
     }
     handles = frozenset(
         {
@@ -187,6 +190,7 @@ class PeersProjection(TableProjection):
             "spark_dismissed",
             "peer_summary_updated",
             "peer_sync_position",
+            "peer_link_state",
         }
     )
 
@@ -220,6 +224,15 @@ class PeersProjection(TableProjection):
                 )
         elif kind in ("spark_suggested", "spark_dismissed"):
             self._pair(conn, kind, body, seq)
+        elif kind == "peer_link_state":
+            state, error = body.get("state"), body.get("error")
+            if state in ("offline", "online"):
+                conn.execute(
+                    "INSERT INTO peer_link VALUES (1, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE"
+                    " SET state = excluded.state, since = excluded.since,"
+                    " error = excluded.error, seq = excluded.seq",
+                    (state, event.time, _text(error) or "", seq),
+                )
         elif kind == "peer_sync_position":
             token = body.get("next_batch")
             if isinstance(token, str) and token:
@@ -485,6 +498,12 @@ def active_suggestions(conn: sqlite3.Connection) -> list[Suggestion]:
 def sync_token(conn: sqlite3.Connection) -> str | None:
     row = conn.execute("SELECT next_batch FROM peer_sync WHERE id = 1").fetchone()
     return row[0] if row else None
+
+
+def link_offline(conn: sqlite3.Connection) -> tuple[str, str] | None:
+    """(since, error) while the log says the homeserver stopped answering, else None."""
+    row = conn.execute("SELECT state, since, error FROM peer_link WHERE id = 1").fetchone()
+    return (row[1], row[2]) if row and row[0] == "offline" else None
 
 
 def peer_cards(conn: sqlite3.Connection) -> tuple[list[PeerCard], list[SuggestionCard]]:

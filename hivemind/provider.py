@@ -17,21 +17,23 @@ import json
 import logging
 import re
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from archive_provider.events import NewEvent
-from archive_provider.evidence import bindable_text
-from archive_provider.host import get_secret
-from archive_provider.provider import ArchiveProvider
-from archive_provider.schemas import load_tool_schema
-from archive_provider.settings import Settings
-from archive_provider.settings import save_settings as save_archive_settings
-from archive_provider.store import EventStore, archive_dir, connect
+from archive_provider import (
+    ArchiveProvider,
+    EventStore,
+    NewEvent,
+    Settings,
+    TableProjection,
+    bindable_text,
+    get_secret,
+    load_tool_schema,
+)
+from archive_provider import save_settings as save_archive_settings
 
 from . import events
 from . import peers as projection
@@ -80,9 +82,11 @@ class HivemindProvider(ArchiveProvider):
         self._peer_settings = HivemindSettings()
         self._link: PeerLink | None = None
         self._peers_off = "hivemind is not initialized"
-        self._peer_reader: sqlite3.Connection | None = None
-        self._peer_lock = threading.Lock()
         self._tools: PeerTools | None = None
+
+    def kept_projections(self) -> list[TableProjection]:
+        """The archive's projections and hivemind's own: only hivemind creates peer tables."""
+        return [*super().kept_projections(), projection.PeersProjection()]
 
     def is_available(self) -> bool:
         """The three Matrix credentials are set (secret scope or environment): no I/O."""
@@ -92,13 +96,13 @@ class HivemindProvider(ArchiveProvider):
 
     def initialize(self, session_id: str, **kwargs: Any) -> None:
         super().initialize(session_id, **kwargs)
-        if self._home is None or self._writer is None or self._link is not None:
+        if self.core.home is None or self.core.writer is None or self._link is not None:
             return
-        if not self._writes_turns:
-            self._peers_off = f"peers are off in a {self._agent_context} context"
+        if not self.core.writes_turns:
+            self._peers_off = f"peers are off in a {self.core.agent_context} context"
             return
         try:
-            self._peer_settings = load_settings(self._home)
+            self._peer_settings = load_settings(self.core.home)
         except Exception as exc:
             log.error("hivemind: unreadable settings, using defaults: %s", exc)
         values = {name: get_secret(name) for name in (*CREDENTIALS, *OPTIONAL_CREDENTIALS)}
@@ -112,20 +116,22 @@ class HivemindProvider(ArchiveProvider):
             log.warning("hivemind: ignoring contact %r: not a Matrix user id", contact)
             contacts.remove(contact)
         if contacts:
-            self._submit(lambda store: [events.contact_seen(c) for c in contacts], "peer contacts")
+            self.core.submit(
+                lambda store: [events.contact_seen(c) for c in contacts], "peer contacts"
+            )
         try:
             from .link import PeerLink  # matrix-nio is the `hivemind` extra
 
             link = PeerLink(
-                crypto_dir=self._home / "hivemind" / "crypto",
+                crypto_dir=self.core.home / "hivemind" / "crypto",
                 homeserver=str(values["MATRIX_HOMESERVER"]),
                 user_id=str(values["MATRIX_USER_ID"]),
                 access_token=str(values["MATRIX_ACCESS_TOKEN"]),
                 device_id=values["MATRIX_DEVICE_ID"] or None,
                 settings=self._peer_settings,
-                submit=self._submit_job,
+                submit=self.core.submit_job,
                 read_token=self._logged_sync_token,
-                redact=self._settings.redact_secrets,
+                redact=self.core.settings.redact_secrets,
             )
             link.start()
         except Exception as exc:
@@ -143,10 +149,6 @@ class HivemindProvider(ArchiveProvider):
                 link.close(self._peer_settings.close_timeout_s)
             except Exception as exc:
                 log.warning("hivemind: closing the Matrix link failed: %s", exc)
-        with self._peer_lock:
-            if self._peer_reader is not None:
-                self._peer_reader.close()
-                self._peer_reader = None
         super().shutdown()
 
     def system_prompt_block(self) -> str:
@@ -154,19 +156,20 @@ class HivemindProvider(ArchiveProvider):
 
     # -- prefetch: archive recall plus the peers block ------------------------------------
 
-    def _prefetch(self, query: str, session_id: str) -> str:
+    def prefetch_text(self, query: str, session_id: str) -> str:
+        """Archive recall (its failure costs only the recall) and the peers block."""
         try:
-            recall = super()._prefetch(query, session_id)
+            recall = super().prefetch_text(query, session_id)
         except Exception as exc:
             log.warning("archive: recall failed: %s", exc)
             recall = ""
         block = self.peer_context()
-        self._record_recall(session_id, query, block, [])
+        self.core.record_recall(session_id, query, block, [])
         return "\n\n".join(part for part in (recall, block) if part)
 
     def peer_context(self) -> str:
         """The ``## Peers`` / ``## Suggestions`` block, from the projection ('' if no peers)."""
-        if self._home is None or not self._writes_turns:
+        if self.core.home is None or not self.core.writes_turns:
             return ""
         try:
             return self._read(_block)
@@ -197,11 +200,31 @@ class HivemindProvider(ArchiveProvider):
                 read=self._read,
                 record=self._record,
                 link=lambda: self._link,
-                session=lambda: self._session,
+                session=lambda: self.core.session,
                 unavailable=lambda: self._peers_off,
-                redact=self._settings.redact_secrets,
+                redact=self.core.settings.redact_secrets,
             )
         return self._tools
+
+    # -- reading and recording through the archive core ---------------------------------
+
+    def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """Committed state, on the archive's one read-only connection."""
+        return self.core.read(query, flush_s=RECORD_WAIT_S)
+
+    def _record(self, build: Callable[[EventStore], Sequence[NewEvent]], label_: str) -> bool:
+        """Log a tool's outcome and wait (bounded) until it is committed."""
+        return self.core.record(build, label_, RECORD_WAIT_S)
+
+    def _logged_sync_token(self) -> str | None:
+        """Where the last logged sync ended (after the writer caught up with the log)."""
+        writer = self.core.writer
+        if writer is not None:
+            writer.flush(RECORD_WAIT_S)
+        try:
+            return self._read(projection.sync_token)
+        except sqlite3.OperationalError:
+            return None
 
     # -- configuration -------------------------------------------------------------------
 
@@ -253,44 +276,6 @@ class HivemindProvider(ArchiveProvider):
         if archive:
             save_archive_settings(home, archive)
 
-    # -- plumbing ------------------------------------------------------------------------
-
-    def _submit_job(self, build: Callable[[EventStore], Sequence[NewEvent]], label_: str) -> Any:
-        writer = self._writer
-        if writer is None:
-            raise RuntimeError("the archive is closed")
-        return writer.submit(build, label=label_)
-
-    def _record(self, build: Callable[[EventStore], Sequence[NewEvent]], label_: str) -> bool:
-        """Log a tool's outcome and wait (bounded) until it is committed."""
-        try:
-            self._submit_job(build, label_).result(RECORD_WAIT_S)
-            return True
-        except Exception as exc:
-            log.error("hivemind: %s not archived (yet): %s", label_, exc)
-            return False
-
-    def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``query`` on a read-only connection to the profile's log (committed state)."""
-        with self._peer_lock:
-            if self._peer_reader is None:
-                if self._home is None:
-                    raise sqlite3.OperationalError("the archive is not initialized")
-                if self._writer is not None:  # a new profile: the writer creates the tables
-                    self._writer.flush(RECORD_WAIT_S)
-                self._peer_reader = connect(archive_dir(self._home) / "events.db", readonly=True)
-            return query(self._peer_reader)
-
-    def _logged_sync_token(self) -> str | None:
-        """Where the last logged sync ended (after the writer caught up with the log)."""
-        writer = self._writer
-        if writer is not None:
-            writer.flush(RECORD_WAIT_S)
-        try:
-            return self._read(projection.sync_token)
-        except sqlite3.OperationalError:
-            return None
-
 
 def _block(conn: sqlite3.Connection) -> str:
-    return peers_block(*projection.peer_cards(conn))
+    return peers_block(*projection.peer_cards(conn), offline=projection.link_offline(conn))

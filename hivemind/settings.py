@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from archive_provider.settings import config_path
+from archive_provider import config_path
 
 CONFIG_SECTION = "hivemind"
 CREDENTIALS = ("MATRIX_HOMESERVER", "MATRIX_USER_ID", "MATRIX_ACCESS_TOKEN")
@@ -35,6 +35,11 @@ class HivemindSettings:
     op_timeout_s: float = 10.0  # bound of one Matrix request from a tool call
     connect_wait_s: float = 3.0  # initialize() waits this long for the first sync
     close_timeout_s: float = 5.0
+    timeline_limit: int = 100  # events per room per sync; a longer gap is backfilled
+    # Summaries through the host's auxiliary LLM (extractive when 0, on failure, over budget)
+    summary_llm_per_hour: int = 20  # at most this many model calls in any hour
+    summary_input_chars: int = 4000  # peer text sent per call (newest messages first)
+    summary_timeout_s: float = 30.0
 
     @property
     def profile(self) -> dict[str, Any]:
@@ -44,6 +49,19 @@ class HivemindSettings:
         if self.interests:
             out["interests"] = list(self.interests)
         return out
+
+
+# field -> (lowest, highest) accepted value: a typo must not make a summary cost unbounded
+LIMITS: dict[str, tuple[float, float]] = {
+    "poll_ms": (0, 60_000),
+    "op_timeout_s": (0.1, 600),
+    "connect_wait_s": (0, 600),
+    "close_timeout_s": (0, 600),
+    "timeline_limit": (1, 1000),
+    "summary_llm_per_hour": (0, 3600),
+    "summary_input_chars": (200, 100_000),
+    "summary_timeout_s": (1, 600),
+}
 
 
 def _items(raw: Any) -> tuple[str, ...]:
@@ -73,6 +91,10 @@ def _coerce(settings: HivemindSettings, values: dict[str, Any]) -> HivemindSetti
             changes[f.name] = float(raw)
         else:
             changes[f.name] = str(raw)
+        if f.name in LIMITS:
+            low, high = LIMITS[f.name]
+            if isinstance(raw, bool) or not low <= changes[f.name] <= high:
+                raise ValueError(f"{f.name} must be between {low:g} and {high:g}, got {raw!r}")
     return replace(settings, **changes)
 
 

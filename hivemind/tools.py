@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from archive_provider.events import NewEvent
-from archive_provider.store import EventStore
+from archive_provider import ArchiveError, EventStore, NewEvent
 
 from . import events
 from . import peers as projection
@@ -39,7 +38,7 @@ Read = Callable[[Callable[[sqlite3.Connection], T]], T]
 Record = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], bool]
 
 
-class ToolError(Exception):
+class ToolError(ArchiveError):
     """A result the agent should see as ``{"error": ...}`` (plus any extra fields)."""
 
     def __init__(self, message: str, **extra: Any) -> None:
@@ -56,7 +55,7 @@ class PeerTools:
     link: Callable[[], PeerLink | None]
     session: Callable[[], str]
     unavailable: Callable[[], str]  # why peers are off, when there is no link
-    redact: bool = False  # mask secret-shaped spans in what we log of our own messages
+    redact: bool = True  # mask secret-shaped spans in what we log (archive redact_secrets)
 
     def handle(self, name: str, args: Any) -> dict[str, Any]:
         """Run tool ``name`` (one of the provider's TOOL_NAMES, ``hivemind_<method>``)."""
@@ -221,6 +220,7 @@ class PeerTools:
                     introducer=own,
                     peers=[peer_a, peer_b],
                     context=context,
+                    redact=self.redact,
                 )
             ],
             "peers_introduced",
@@ -266,6 +266,7 @@ class PeerTools:
                     retryable=retryable,
                     room_id=room_id,
                     action=action,
+                    redact=self.redact,
                 )
             ],
             "peer_send_failed",

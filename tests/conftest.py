@@ -12,7 +12,8 @@ import pytest
 from hypothesis import settings
 
 from archive_provider import ArchiveProvider
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.witness import FIRST_WITNESS_REASON
 
 # The suite is a gate: the same examples every run, and no wall-clock deadlines on a slow CI
 # box. HYPOTHESIS_PROFILE=explore draws fresh examples, to hunt for new failures.
@@ -45,8 +46,15 @@ def open_log(home: Path) -> EventStore:
 
 
 def event_rows(home: Path) -> list[tuple[int, str, str]]:
+    """(seq, type, session) of the events the hooks wrote: the writer's own first-witness
+    marker (``witness_accepted``, reason FIRST_WITNESS_REASON) is left out."""
     conn = sqlite3.connect(archive_dir(home) / "events.db")
     try:
-        return conn.execute("SELECT seq, type, session FROM events ORDER BY seq").fetchall()
+        return conn.execute(
+            "SELECT e.seq, e.type, e.session FROM events e JOIN payloads p ON p.digest = e.payload"
+            " WHERE NOT (e.type = 'witness_accepted'"
+            " AND json_extract(CAST(p.body AS TEXT), '$.reason') = ?) ORDER BY e.seq",
+            (FIRST_WITNESS_REASON,),
+        ).fetchall()
     finally:
         conn.close()

@@ -10,10 +10,11 @@ import pytest
 from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings
 
-from archive_provider import builders
-from archive_provider.asof import as_of, resolve_seq
-from archive_provider.projections import SessionLink, default_projections
-from archive_provider.store import EventStore
+from archive_provider.audit.as_of import as_of, resolve_seq
+from archive_provider.domain import builders
+from archive_provider.projections.builtin import SessionLink
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore
 
 from .test_replay import SEQUENCES, START, drive
 

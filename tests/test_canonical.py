@@ -17,8 +17,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from archive_provider import verifier
-from archive_provider.canonical import (
+from archive_provider.format import verifier
+from archive_provider.format.canonical import (
     MAX_DEPTH,
     CanonicalEncodingError,
     canonical_bytes,

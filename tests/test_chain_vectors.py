@@ -17,9 +17,9 @@ import pytest
 from blake3 import blake3
 from freezegun import freeze_time
 
-from archive_provider import verifier
-from archive_provider.canonical import canonical_bytes
-from archive_provider.digests import (
+from archive_provider.format import verifier
+from archive_provider.format.canonical import canonical_bytes
+from archive_provider.format.digests import (
     DOMAIN_CHAIN,
     DOMAIN_GENESIS,
     DOMAIN_IDENTITY,
@@ -32,8 +32,8 @@ from archive_provider.digests import (
     parts_text,
     payload_digest,
 )
-from archive_provider.events import Hasher, NewEvent
-from archive_provider.store import DB_NAME, KEY_NAME, EventStore
+from archive_provider.format.events import Hasher, NewEvent
+from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "chain.json").read_text(encoding="utf-8"))
 KEY = bytes.fromhex(VECTORS["payload_key_hex"])

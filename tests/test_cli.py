@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from archive_provider import ArchiveProvider
-from archive_provider.builders import session_ended
 from archive_provider.cli import archive_command, main, register_cli
 from archive_provider.commands import CommandContext
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.domain.builders import session_ended
+from archive_provider.storage.store import EventStore, archive_dir
 
 REPO = Path(__file__).resolve().parents[1]
 HERMES_ARCHIVE = REPO / ".venv" / "bin" / "hermes-archive"
@@ -240,9 +240,20 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         assert name in out
 
 
-def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = via_main(capsys, [])
-    assert code == 2 and "usage" in err
+def test_no_command_runs_status_in_both_doors(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hermes archive`` alone shows the status, as Hermes' own plugin CLIs do."""
+    bare = doors(capsys, ["--home", str(home)])
+    assert bare == doors(capsys, ["--home", str(home), "status"])
+    assert bare[0] == 0 and bare[1].startswith(f"Archive: {archive_dir(home)}")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from archive_provider import __version__
+
+    code, out, _ = doors(capsys, ["--version"])
+    assert (code, out) == (0, f"hermes-archive {__version__}\n")
 
 
 # -- what each command says ------------------------------------------------------------------
@@ -268,7 +279,7 @@ def test_status_without_an_archive_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, data = run_json(capsys, tmp_path, "status")
-    assert code == 0 and data["exists"] is False
+    assert code == 1 and data["exists"] is False  # AUDIT.md: no archive is exit 1
 
 
 def test_log_lists_oldest_first_with_summaries(
@@ -307,6 +318,14 @@ def test_log_exit_codes(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "unknown event type" in err
     code, _, err = run_text(capsys, home, "log", "--since", "last tuesday")
     assert code == 2 and "ISO 8601" in err
+
+
+def test_search_limit_must_be_positive(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 results is no search: refused as a usage error, like a negative limit."""
+    code, _, err = run_text(capsys, home, "search", "Ziggy", "--limit", "0")
+    assert code == 2 and "from 1 to" in err
+    code, data = run_json(capsys, home, "search", "Ziggy", "--limit", "1")
+    assert code == 0 and len(data["results"]) == 1
 
 
 def test_show_by_seq_decodes_payload_and_parts(
@@ -448,7 +467,7 @@ def test_as_of_shows_memory_lineage_and_recalls(
     _, text, _ = run_text(capsys, home, "as-of", str(remove[0]), "--session", "sess-2")
     assert "lineage: sess-2 <- sess-1" in text
     code, _, err = run_text(capsys, home, "as-of", "99999")
-    assert code == 2 and "outside the log" in err
+    assert code == 1 and "outside the log" in err
     code, _, err = run_text(capsys, home, "as-of", "soon")
     assert code == 2
 
@@ -565,7 +584,7 @@ def test_odd_arguments_are_usage_errors_in_every_door(
 def test_times_before_year_1000_keep_sorting_as_text() -> None:
     from datetime import datetime, timezone
 
-    from archive_provider.clock import format_time
+    from archive_provider.domain.clock import format_time
 
     early = format_time(datetime(999, 1, 1, tzinfo=timezone.utc))
     assert early == "0999-01-01T00:00:00.000000Z"
@@ -629,3 +648,101 @@ def test_witness_show_without_archive_or_witness_claims_nothing(
     code, out, _ = doors(capsys, ["--home", str(tmp_path / "none"), "witness", "show"])
     assert code == 0 and out.rstrip().endswith("ok: nothing to compare yet (no witnessed head)")
     assert "holds the witnessed head" not in out
+
+
+# -- one exit-code rule (docs/AUDIT.md section 2) -----------------------------------------
+
+OK, PROBLEM, USAGE = 0, 1, 2
+EXIT_CODES: list[tuple[list[str], int]] = [
+    # 0: the command did its work and found what was asked
+    ([], OK),
+    (["status"], OK),
+    (["log"], OK),
+    (["show", "1"], OK),
+    (["as-of", "1"], OK),
+    (["as-of", "2000-01-01"], OK),  # before the first event: a true, empty answer
+    (["history", "ziggy"], OK),
+    (["history", "ziggy", "--target", "user"], OK),
+    (["search", "heron"], OK),
+    (["verify"], OK),
+    (["export", "--force", "{tmp}/out.zip"], OK),  # --force: both doors write it
+    (["readable-copy", "--force", "{tmp}/copy.db"], OK),
+    # 1: the data says no: nothing matched, not in the log, no archive, a failed check
+    (["show", "999"], PROBLEM),
+    (["as-of", "999"], PROBLEM),
+    (["history", "no such words anywhere"], PROBLEM),
+    (["search", "qqqzzzxxx"], PROBLEM),
+    (["log", "--session", "no-such-session"], PROBLEM),
+    (["verify-bundle", "{tmp}/missing.zip"], PROBLEM),
+    (["export", "/nonexistent/dir/x.zip"], PROBLEM),
+    (["readable-copy", "/nonexistent/dir/c.db"], PROBLEM),
+    (["--home", "{tmp}/nowhere", "status"], PROBLEM),
+    (["--home", "{tmp}/nowhere"], PROBLEM),
+    (["--home", "{tmp}/nowhere", "show", "1"], PROBLEM),
+    # 2: the command line is wrong: fix it, whatever the archive holds
+    (["no-such-command"], USAGE),
+    (["show", "xyz"], USAGE),
+    (["as-of", "soon"], USAGE),
+    (["history", "ziggy", "--target", "bogus"], USAGE),
+    (["log", "--type", "bogus"], USAGE),
+    (["log", "--limit", "-1"], USAGE),
+    (["export", "--since", "2026-12-02", "--until", "2026-12-01", "{tmp}/y.zip"], USAGE),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"), EXIT_CODES, ids=[" ".join(a) or "(none)" for a, _ in EXIT_CODES]
+)
+def test_every_command_follows_the_one_exit_code_rule(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: int
+) -> None:
+    line = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--home" not in line:
+        line = ["--home", str(home), *line]
+    code, out, err = doors(capsys, line)
+    assert code == expected, (line, out, err)
+    assert "Traceback" not in err and (out or err)
+
+
+def test_an_unknown_history_target_lists_the_known_ones(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_text(capsys, home, "history", "ziggy", "--target", "bogus")
+    assert (code, out) == (2, "")
+    assert err == "error: --target 'bogus' is not a memory target; known: memory, user\n"
+
+
+def test_export_names_the_path_the_user_gave(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_text(capsys, home, "export", "/nonexistent/dir/x.zip")
+    assert code == 1 and err == "error: No such file or directory: /nonexistent/dir/x.zip\n"
+
+
+def test_export_verify_and_verify_bundle_count_payloads_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One definition (FORMAT.md 7.2): distinct payload digests, payloads and parts alike,
+    each counted once however many events name it. Two events share a payload and a part."""
+    from archive_provider.format.events import NewEvent
+
+    store = EventStore.open(archive_dir(tmp_path))
+    try:
+        note = store.hasher.part({"role": "user", "content": "same words"})
+        store.append(
+            [NewEvent("turn", "s1", {"turn": n}, {"same": "body"}, (note,)) for n in (1, 2)]
+        )
+    finally:
+        store.close()
+    code, exported = run_json(capsys, tmp_path, "export", "--force", str(tmp_path / "all.zip"))
+    assert code == 0
+    code, verified = run_json(capsys, tmp_path, "verify")
+    assert code == 0
+    code, bundle = run_json(capsys, tmp_path, "verify-bundle", str(tmp_path / "all.zip"))
+    assert code == 0
+    counts = (
+        exported["payloads"],
+        verified["log"]["payloads_checked"],
+        bundle["bundle"]["payloads_checked"],
+    )
+    assert counts == (2, 2, 2)

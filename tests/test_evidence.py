@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archive_provider.canonical import canonical_bytes, decode
-from archive_provider.evidence import (
+from archive_provider.domain.evidence import (
     archivable,
     archivable_message,
     direct_evidence,
     message_text,
     new_messages_start,
 )
+from archive_provider.format.canonical import canonical_bytes, decode
 
 RAW = [
     {"role": "system", "content": "You are Hermes."},

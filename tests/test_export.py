@@ -22,11 +22,10 @@ from typing import Any
 import pytest
 from blake3 import blake3
 
-from archive_provider import verifier
-from archive_provider.builders import session_ended, session_started
-from archive_provider.export import Selection, export_bundle
-from archive_provider.store import EventStore, StoreError, archive_dir
-from archive_provider.verifier import (
+from archive_provider.audit.export import Selection, export_bundle
+from archive_provider.domain.builders import session_ended, session_started
+from archive_provider.format import verifier
+from archive_provider.format.verifier import (
     DOMAIN_CHAIN,
     DOMAIN_PAYLOAD,
     ENVELOPE_FIELDS,
@@ -40,6 +39,7 @@ from archive_provider.verifier import (
     seal_digest,
     verify_bundle,
 )
+from archive_provider.storage.store import EventStore, StoreError, archive_dir
 
 from .test_cli import REPO, build_archive, rows, run_json, via_main
 
@@ -517,7 +517,7 @@ def test_an_envelope_line_is_read_with_a_bound(
     """One endless line cannot be read whole: past the bound it is not an envelope record."""
     bundle = export(home, tmp_path / "b.zip", Selection(session="sess-2"))
     assert verify_bundle(bundle).ok
-    monkeypatch.setattr("archive_provider.verifier._MAX_ENVELOPE_LINE", 64)
+    monkeypatch.setattr("archive_provider.format.verifier._MAX_ENVELOPE_LINE", 64)
     report = verify_bundle(bundle)
     assert not report.ok and "line 1 is not" in report.problem
 
@@ -535,7 +535,11 @@ def test_a_hostile_database_is_refused_before_its_views_run(tmp_path: Path) -> N
     conn.commit()
     conn.close()
     done = subprocess.run(
-        [sys.executable, str(REPO / "archive_provider" / "verifier.py"), str(folder / "events.db")],
+        [
+            sys.executable,
+            str(REPO / "archive_provider" / "format" / "verifier.py"),
+            str(folder / "events.db"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -556,3 +560,56 @@ def test_the_progress_bar_never_reads_a_huge_manifest(tmp_path: Path) -> None:
     with zipfile.ZipFile(small, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(MANIFEST, b'{"head": {"seq": 5}}')
     assert (_claimed_head(bomb), _claimed_head(small)) == (0, 5)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"garbage, not an archive" * 10], ids=["empty", "garbage"]
+)
+def test_the_standalone_verifier_tells_what_a_file_is_by_its_first_bytes(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "events.db"
+    path.write_bytes(content)
+    done = subprocess.run(
+        [sys.executable, str(VERIFIER), str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and done.stderr == ""
+    assert (
+        done.stdout == f"FAILED at the file: {path} is not an archive database or bundle "
+        "(empty, or other first bytes)\n"
+    )
+
+
+def test_the_standalone_verifier_says_a_database_is_not_a_bundle(home: Path) -> None:
+    database = archive_dir(home) / "events.db"
+    done = subprocess.run(
+        [sys.executable, str(VERIFIER), "bundle", str(database)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and f"{database} is a database, not a bundle" in done.stdout
+
+
+def test_the_standalone_verifier_without_blake3_says_how_to_install_it(tmp_path: Path) -> None:
+    """An auditor's bare Python: one line naming the install command, exit 1, no traceback."""
+    hide = (
+        "import runpy, sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'blake3' or name.startswith('blake3.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.modules.pop('blake3', None)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide, str(VERIFIER), str(tmp_path / "events.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "verifier.py needs the blake3 package: python3 -m pip install blake3\n"

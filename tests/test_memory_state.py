@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive_provider.memory_state import Entry, MemoryWrite, apply_write, locate
+from archive_provider.domain.memory_state import Entry, MemoryWrite, apply_write, locate
 
 
 def run(writes: list[MemoryWrite], start: list[str] | None = None) -> tuple[list[str], list[Any]]:

@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
-from archive_provider import builders
-from archive_provider.events import NewEvent, StoredEvent
-from archive_provider.projections import (
+from archive_provider.audit.replay import projection_digests, rebuild
+from archive_provider.domain import builders
+from archive_provider.format.events import NewEvent, StoredEvent
+from archive_provider.projections.base import TableProjection, check_order
+from archive_provider.projections.builtin import (
     MemoryProjection,
     RecallProjection,
     SessionsProjection,
-    TableProjection,
-    check_order,
-    default_projections,
     history,
     lineage,
     memory_state,
@@ -25,8 +24,8 @@ from archive_provider.projections import (
     session_links,
     transcript_digests,
 )
-from archive_provider.replay import projection_digests, rebuild
-from archive_provider.store import EventStore
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ import jsonschema
 import pytest
 
 from archive_provider import ArchiveProvider, register
-from archive_provider.canonical import decode
-from archive_provider.evidence import direct_evidence
-from archive_provider.provider import CheckpointError
-from archive_provider.schemas import load_envelope_schema, load_event_schema
-from archive_provider.store import archive_dir
-from archive_provider.verifier import verify_database
-from archive_provider.writer import writers
+from archive_provider.domain.evidence import direct_evidence
+from archive_provider.format.canonical import decode
+from archive_provider.format.verifier import verify_database
+from archive_provider.host.provider import CheckpointError
+from archive_provider.host.schemas import load_envelope_schema, load_event_schema
+from archive_provider.storage.store import archive_dir
+from archive_provider.storage.writer import writers
 
 from .conftest import event_rows, open_log
 
@@ -32,7 +32,7 @@ def convo(*pairs: tuple[str, str]) -> list[dict[str, object]]:
 
 
 def flush(provider: ArchiveProvider) -> None:
-    assert provider._writer is not None and provider._writer.flush(10)
+    assert provider.core.writer is not None and provider.core.writer.flush(10)
 
 
 def turn_messages(home: Path) -> list[list[dict[str, object]]]:
@@ -142,7 +142,7 @@ def test_checkpoints_are_idempotent_and_grow_by_the_new_messages(
     messages = convo(("alpha", "beta"), ("gamma", "delta"))
     first = provider.on_pre_compress(messages, require_checkpoint=True)
     again = provider.on_pre_compress(list(messages), require_checkpoint=True)
-    assert "already archived (0 newly stored)" in again
+    assert "already archived (all already stored)" in again
     assert first.split(":")[0] == again.split(":")[0]  # the same checkpoint digest
     grown = provider.on_pre_compress(
         messages + [{"role": "user", "content": "epsilon"}], require_checkpoint=True
@@ -270,7 +270,7 @@ def test_two_instances_of_one_profile_share_a_writer_and_one_chain(
     make_provider, tmp_path: Path
 ) -> None:
     a, b = make_provider(session="s1"), make_provider(session="s2")
-    assert a._writer is b._writer
+    assert a.core.writer is b.core.writer
     for i in range(20):
         (a if i % 2 else b).on_memory_write("add", "memory", f"fact {i}")
     flush(a)
@@ -352,7 +352,7 @@ def test_every_event_matches_its_schema(
     provider.on_turn_start(1, "a")
     provider.prefetch("a b")
     provider.on_session_end(convo(("a", "b"), ("c", "d")))
-    monkeypatch.setattr("archive_provider.provider.transcript_snapshot", _fault)
+    monkeypatch.setattr("archive_provider.host.provider.transcript_snapshot", _fault)
     provider.sync_turn("", "", messages=convo(("e", "f")))  # recorded as write_failed
     flush(provider)
     store = open_log(tmp_path / "home")
@@ -528,9 +528,10 @@ def test_a_hook_that_fails_leaves_a_write_failed_event(
     """The host swallows hook errors at DEBUG; the log must still show that input was lost."""
     provider = make_provider()
     with monkeypatch.context() as patched:  # a fault on the caller's thread
-        patched.setattr("archive_provider.provider.transcript_snapshot", _fault)
+        patched.setattr("archive_provider.host.provider.transcript_snapshot", _fault)
         provider.sync_turn("u", "a", session_id="s1", messages=convo(("u", "a")))
-    monkeypatch.setattr("archive_provider.builders.memory_write", _fault)  # and in the writer
+    # and in the writer
+    monkeypatch.setattr("archive_provider.domain.builders.memory_write", _fault)
     provider.on_memory_write("add", "memory", "lost", {})
     provider.sync_turn("next", "fine", session_id="s1", messages=convo(("next", "fine")))
     flush(provider)

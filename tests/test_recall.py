@@ -14,9 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive_provider import builders, corpus
-from archive_provider.projections import default_projections
-from archive_provider.recall import (
+from archive_provider.domain import builders
+from archive_provider.projections.recall import (
     FENCE_CLOSE,
     FENCE_OPEN,
     POSTINGS_BUDGET,
@@ -27,7 +26,9 @@ from archive_provider.recall import (
     search,
     tokenize,
 )
-from archive_provider.store import DB_NAME, EventStore, connect
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import DB_NAME, EventStore, connect
+from bench import corpus
 
 TEXTS = [
     "I drink green tea every morning",
@@ -250,7 +251,7 @@ def test_render_never_exceeds_its_budget(bodies: list[str], budget: int) -> None
 def provider(make_provider: Callable[..., Any]) -> Any:
     made = make_provider()
     made.sync_turn("my locker code is 4711", "noted: locker code 4711")
-    assert made._writer.flush(10)
+    assert made.core.writer.flush(10)
     return made
 
 

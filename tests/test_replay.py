@@ -28,23 +28,19 @@ from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive_provider import builders
-from archive_provider.asof import asof_projections, read_asof
-from archive_provider.events import NewEvent
-from archive_provider.projections import (
-    RecallProjection,
-    SessionsProjection,
-    default_projections,
-)
-from archive_provider.replay import (
+from archive_provider.audit.as_of import asof_projections, read_asof
+from archive_provider.audit.replay import (
     ProjectionCheck,
     ReplayError,
-    iter_events,
     projection_digests,
     rebuild,
     verify_projections,
 )
-from archive_provider.store import DB_NAME, EventStore
+from archive_provider.domain import builders
+from archive_provider.format.events import NewEvent
+from archive_provider.projections.builtin import RecallProjection, SessionsProjection
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import DB_NAME, EventStore, PayloadMissing, iter_events
 
 ROOT = Path(__file__).resolve().parents[1]
 START = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -197,7 +193,7 @@ class Driver:
             return [builders.session_ended(op[1], at=at, message_count=3)]
         if kind == "checkpoint":
             session, count = op[1], op[2]
-            from archive_provider.evidence import archivable_message, direct_evidence
+            from archive_provider.domain.evidence import archivable_message, direct_evidence
 
             evidence = [
                 archivable_message(m)
@@ -384,9 +380,9 @@ def test_a_failing_rebuild_leaves_the_old_projections(
 
 KILLED_CHILD = textwrap.dedent("""
     import sys
-    from archive_provider.projections import default_projections
-    from archive_provider.replay import rebuild
-    from archive_provider.store import EventStore
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.audit.replay import rebuild
+    from archive_provider.storage.store import EventStore
 
     store = EventStore.open(sys.argv[1], projections=default_projections())
 
@@ -504,7 +500,7 @@ def test_iter_events_carries_parts_and_filters_by_type(tmp_path: Path) -> None:
     store.conn.execute(
         "DELETE FROM payloads WHERE digest = (SELECT payload FROM events WHERE seq = 3)"
     )
-    with pytest.raises(ReplayError, match="event 3"):
+    with pytest.raises(PayloadMissing, match="event 3"):
         list(iter_events(store.conn))
     store.close()
 
@@ -572,9 +568,9 @@ def test_asof_projections_are_a_subset_in_order() -> None:
 
 
 def test_loaded_events_decode_bodies_as_canonical_decode_does() -> None:
-    from archive_provider.canonical import canonical_bytes, decode
-    from archive_provider.digests import Envelope
-    from archive_provider.projections import LoadedEvent
+    from archive_provider.format.canonical import canonical_bytes, decode
+    from archive_provider.format.digests import Envelope
+    from archive_provider.format.events import LoadedEvent
 
     value = {
         "a": 2**63 - 1,
@@ -593,12 +589,12 @@ def test_loaded_events_decode_bodies_as_canonical_decode_does() -> None:
 def test_a_bulk_replay_tunes_fts_merging_and_restores_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import archive_provider.replay as replay_module
+    import archive_provider.projections.runner as runner_module
 
     store = EventStore.open(tmp_path / "a", projections=default_projections())
     fill(store, 300)
     live = projection_digests(store.conn)
-    monkeypatch.setattr(replay_module, "BULK_EVENTS", 1)
+    monkeypatch.setattr(runner_module, "BULK_EVENTS", 1)
     rebuild(store)
     assert projection_digests(store.conn) == live
     config = store.conn.execute("SELECT v FROM recall_fts_config WHERE k = 'automerge'").fetchone()

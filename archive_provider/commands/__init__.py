@@ -1,8 +1,8 @@
 """Subcommands shared by both CLI doors. Each module has NAME, HELP, configure() and run().
 
-``run(ctx)`` writes through ``ctx.emit`` (human text or JSON) and returns the exit code:
-0 all is well, 1 a problem was found (verification failed, nothing matched, no archive),
-2 a usage error. Every command is wrapped so that any failure becomes a one-line message
+``run(ctx)`` writes through ``ctx.emit`` (human text or JSON) and returns the exit code, by
+the one rule of docs/AUDIT.md section 2: 0 done and found, 1 the data says no (a check
+failed, no archive, nothing matched, not in the log), 2 the command line is wrong. Every command is wrapped so that any failure becomes a one-line message
 (``{"ok": false, "error": ...}`` under ``--json``) and exit code 1, never a traceback; set
 ``HERMES_ARCHIVE_DEBUG=1`` to see the traceback instead.
 
@@ -26,18 +26,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from archive_provider.canonical import INT_MAX
-from archive_provider.clock import format_time, parse_time
-from archive_provider.store import DB_NAME, EventStore, StoreError, archive_dir
+from archive_provider.domain.clock import format_time, parse_time
+from archive_provider.errors import ArchiveError, UsageError
+from archive_provider.format.canonical import INT_MAX
+from archive_provider.format.verifier import printable
+from archive_provider.storage.store import DB_NAME, EventStore, StoreError, archive_dir
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
-    """The command was called wrongly (exit code 2)."""
-
-
-class CommandError(Exception):
+class CommandError(ArchiveError):
     """The command found a problem or could not do its work (exit code 1)."""
 
 
@@ -63,15 +61,26 @@ def time_arg(text: str) -> str:
         ) from None
 
 
-def positive_int(text: str) -> int:
-    """argparse type for counts: 0 or more, as large as SQLite takes."""
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if not 0 <= value <= INT_MAX:  # SQLite's largest integer, as the log's encoding
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {INT_MAX}")
+        value = least - 1
+    if not least <= value <= INT_MAX:  # SQLite's largest integer, as the log's encoding
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number from {least} to {INT_MAX}"
+        )
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts that must be 1 or more, as large as SQLite takes."""
+    return _whole_number(text, 1)
+
+
+def count_or_all(text: str) -> int:
+    """argparse type for limits where 0 means no limit."""
+    return _whole_number(text, 0)
 
 
 @dataclass
@@ -122,14 +131,17 @@ class CommandContext:
             self.out.write(json.dumps(data, indent=2, default=str) + "\n")
         else:
             text = human(data) if callable(human) else human
-            self.out.write(text.rstrip("\n") + "\n")
+            # text from the log or a bundle may hold ESC sequences: escape every control
+            # character (the line breaks the view itself makes are kept)
+            safe = "\n".join(printable(line) for line in text.rstrip("\n").split("\n"))
+            self.out.write(safe + "\n")
 
     def fail(self, message: str) -> int:
         """Report a problem cleanly (JSON on stdout under --json, else stderr); exit code 1."""
         if self.json:
             self.emit({"ok": False, "error": message}, "")
         else:
-            self.err.write(f"error: {message}\n")
+            self.err.write(f"error: {printable(message)}\n")
         return EXIT_PROBLEM
 
     @contextmanager
@@ -197,6 +209,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     history,
     install,
     log,
+    readable_copy,
     replay,
     search,
     show,
@@ -219,6 +232,7 @@ COMMANDS = [
         history,
         export,
         verify_bundle,
+        readable_copy,
         witness,
         install,
         demo,

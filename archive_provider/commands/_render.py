@@ -6,10 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from archive_provider.canonical import decode
-from archive_provider.events import StoredEvent
-from archive_provider.evidence import message_text
-from archive_provider.store import EventStore
+from archive_provider.domain.evidence import message_text
+from archive_provider.format.canonical import decode
+from archive_provider.format.events import StoredEvent
+from archive_provider.storage.store import EventStore
 
 
 def preview(value: Any, width: int = 60) -> str:

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, time_arg
+from archive_provider.commands import CommandContext, CommandError, UsageError, time_arg
 from archive_provider.commands._render import preview
 
 NAME = "as-of"
@@ -62,14 +62,14 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.asof import as_of
+    from archive_provider.audit.as_of import as_of
 
     point = _point(ctx.args.at)
     with ctx.store() as store:
         try:
             answer = as_of(store, session=ctx.args.session, **point)
-        except ValueError as exc:  # a seq outside the log
-            raise UsageError(str(exc)) from None
+        except ValueError as exc:  # a seq outside the log: not found, a data problem
+            raise CommandError(str(exc)) from None
     data = asdict(answer)
     ctx.emit(data, _human)
     return 0

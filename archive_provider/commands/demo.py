@@ -5,13 +5,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shlex
 import sys
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError
+from archive_provider.commands import CommandContext, UsageError, expanded
 
+DEFAULT_HOME = Path("demo-home")  # in the working folder
+
+DEMOS = "hermes_archive.demos"
 NAME = "demo"
-HELP = "run a real Hermes agent (fake local LLM) with the archive, compress, recall, verify"
+HELP = (
+    "run a real Hermes agent (scripted stand-in LLM on 127.0.0.1) with the archive, compress, "
+    "recall, verify; in ./demo-home unless --home is given (never ~/.hermes or $HERMES_HOME)"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,16 +33,44 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(ctx: CommandContext) -> int:
-    if getattr(ctx.args, "peers", False):
-        from hivemind.demo import run_command
+def _registered_demo(name: str) -> Callable[[CommandContext], int]:
+    """A demo another package registers (``hivemind`` registers ``peers``): core never imports it."""
+    from importlib.metadata import entry_points  # only this command pays for reading metadata
 
-        return run_command(ctx)
+    found = [point for point in entry_points(group=DEMOS) if point.name == name]
+    if not found:
+        raise UsageError(f"the {name} demo needs hivemind: pip install 'hermes-archive[hivemind]'")
+    runner: Callable[[CommandContext], int] = found[0].load()
+    return runner
+
+
+def next_commands(home: Path, timeline: list[dict[str, Any]]) -> list[str]:
+    """Three commands that show what the archive now holds (shell-quoted for ``home``)."""
+    where = f"hermes-archive --home {shlex.quote(str(home))}"
+    checkpoint = next((t["seq"] for t in timeline if t["type"] == "checkpoint"), 1)
+    commands = {
+        "log": "every event, one line each",
+        "history Dee": "how a memory entry changed, and from what",
+        f"show {checkpoint}": "the checkpoint in full, digests and all",
+    }
+    return [f"{where} {command:<12}# {what}" for command, what in commands.items()]
+
+
+def run(ctx: CommandContext) -> int:
+    given = getattr(ctx.args, "home", None)
+    # the demo's own folder: a real profile (~/.hermes, $HERMES_HOME) is never the default
+    ctx = replace(ctx, home=(expanded(given) if given else DEFAULT_HOME).absolute())
+    if not ctx.json:
+        ctx.out.write(
+            f"Demo folder: {ctx.home} (the demo's own; ~/.hermes and $HERMES_HOME are not used)\n"
+        )
+    if getattr(ctx.args, "peers", False):
+        return int(_registered_demo("peers")(ctx))
     try:
-        from archive_provider.demo import DemoRefused, run_demo
+        from archive_provider.demo.demo import DemoRefused, run_demo
     except ImportError as exc:  # hermes-agent is the `hermes` extra
         raise UsageError(
-            f"the demo needs hermes-agent: pip install 'hermes-archive[hermes]' ({exc})"
+            f"the demo needs hermes-agent: bash .ci/setup demo, or pip install '.[hermes]' ({exc})"
         ) from None
     narration = io.StringIO()  # under --json the narration stays out of the JSON document
     stream = narration if ctx.json else ctx.out
@@ -66,6 +104,7 @@ def run(ctx: CommandContext) -> int:
             "The fact from session 1 reached session 2 through recall: "
             + ("yes" if result.fact_recalled else "NO")
         )
+        lines += ["", "Try next:", *(f"  {c}" for c in next_commands(result.home, result.timeline))]
         return "\n".join(lines)
 
     ctx.emit(data, human)

@@ -58,7 +58,7 @@ def _human(data: dict[str, Any]) -> str:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider import __version__
-    from archive_provider.export import ExportError, Selection, export_bundle
+    from archive_provider.audit.export import ExportError, Selection, export_bundle
 
     args = ctx.args
     out = expanded(args.out)

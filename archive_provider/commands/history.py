@@ -6,9 +6,11 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from archive_provider.commands import CommandContext, CommandError
+from archive_provider.commands import CommandContext, CommandError, UsageError
 from archive_provider.commands._render import preview, short_time
+from archive_provider.format.verifier import printable
 
+BUILT_IN_TARGETS = ("memory", "user")  # MEMORY.md and USER.md of Hermes' built-in memory
 NAME = "history"
 HELP = "every change to the memory entries matching ENTRY: time, action, origin, previous content"
 
@@ -21,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
-    from archive_provider.projections import history
+    from archive_provider.projections.builtin import history
 
     with ctx.store() as store:
         conn = store.conn
@@ -29,7 +31,17 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             raise CommandError(
                 "the archive has no memory projection yet; run `hermes-archive replay` to build it"
             )
-        changes = [c for c in history(conn, ctx.args.entry) if ctx.args.target in (None, c.target)]
+        target = ctx.args.target
+        if target is not None:
+            known = sorted(
+                {*BUILT_IN_TARGETS}
+                | {row[0] for row in conn.execute("SELECT DISTINCT target FROM memory_history")}
+            )
+            if target not in known:
+                raise UsageError(
+                    f"--target {target!r} is not a memory target; known: {', '.join(known)}"
+                )
+        changes = [c for c in history(conn, ctx.args.entry) if target in (None, c.target)]
         current = {
             (target, entry): content
             for target, entry, content in conn.execute(
@@ -80,7 +92,7 @@ def _human(data: dict[str, Any]) -> str:
                 f"{k}={v}" for k, v in sorted(c["metadata"].items()) if isinstance(v, (str, int))
             )
             lines.append(
-                f"  seq {c['seq']:>5}  {short_time(c['time'])}  session {c['session']}  {change}"
+                f"  seq {c['seq']:>5}  {short_time(c['time'])}  session {printable(c['session'])}  {change}"
                 + (
                     f"  [{c['resolution']}]"
                     if c["resolution"] not in ("appended", "substring")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from archive_provider.commands import CommandContext, CommandError
-from archive_provider.install import PROVIDERS, ConfigError, activate, install_plugin
+from archive_provider.host.install import PROVIDERS, ConfigError, activate, install_plugin
 
 NAME = "install"
 HELP = "install the provider as a plugin folder in the profile (and optionally activate it)"

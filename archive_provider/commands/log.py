@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, positive_int, time_arg
+from archive_provider.commands import CommandContext, UsageError, count_or_all, time_arg
 from archive_provider.commands._render import record, short_time
-from archive_provider.events import EVENT_TYPES
-from archive_provider.store import stored_event
+from archive_provider.format.events import EVENT_TYPES
+from archive_provider.format.verifier import printable
+from archive_provider.storage.store import EVENT_COLUMNS, EVENTS_WITH_PAYLOAD, stored_event
 
 NAME = "log"
 HELP = "list events (filter by type, session, time); the newest last"
@@ -29,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=time_arg, help="events at or before this ISO 8601 time")
     parser.add_argument(
         "--limit",
-        type=positive_int,
+        type=count_or_all,
         default=50,
         help="show the last N matching events (default 50; 0 shows all)",
     )
@@ -62,11 +63,7 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 def run(ctx: CommandContext) -> int:
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
-    sql = (
-        "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain, "
-        "p.body FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
-        f"{where} ORDER BY e.seq DESC LIMIT ?"
-    )
+    sql = f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq DESC LIMIT ?"
     with ctx.store() as store:
         rows = store.conn.execute(sql, [*params, limit]).fetchall()
         events = [record(store, stored_event(row)) for row in reversed(rows)]
@@ -76,7 +73,7 @@ def run(ctx: CommandContext) -> int:
             return "No events match."
         width = max(len(e["type"]) for e in events)
         return "\n".join(
-            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {e['session']}  "
+            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {printable(e['session'])}  "
             f"{e['summary']}"
             for e in events
         )

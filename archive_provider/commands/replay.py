@@ -18,15 +18,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _writer_running(folder: Path) -> bool:
     """Whether this process already has the archive's writer (one writer per file per process)."""
-    from archive_provider.writer import writers
+    from archive_provider.storage.writer import writers
 
     return Path(os.path.realpath(folder)) in getattr(writers, "_writers", {})
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.projections import default_projections
-    from archive_provider.replay import projection_digests, rebuild
-    from archive_provider.store import EventStore
+    from archive_provider.audit.replay import projection_digests, rebuild
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.storage.store import EventStore
 
     if not ctx.exists():
         ctx.open_store()  # raises the "no archive" message
@@ -35,7 +35,7 @@ def run(ctx: CommandContext) -> int:
             "this process is writing to the archive; replay it from a separate command"
         )
     # a write connection: BEGIN IMMEDIATE waits for, never races, an agent in another process
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections())
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
     try:
         head = store.head().seq
         with ctx.progress("replay", head) as progress:

@@ -8,6 +8,7 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, positive_int, time_arg
 from archive_provider.commands._render import preview
+from archive_provider.format.verifier import printable
 
 NAME = "search"
 HELP = "full-text search over archived messages, checkpoint evidence and memory entries"
@@ -30,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.recall import search
+    from archive_provider.projections.recall import search
 
     text = " ".join(ctx.args.query)
     with ctx.store() as store:
@@ -55,7 +56,7 @@ def run(ctx: CommandContext) -> int:
             return f"Nothing in the archive matches {text!r}."
         return "\n".join(
             f"{h['seq']:>6}  {(h['time'] or '')[:19].replace('T', ' '):<19}  {h['kind']:<10}  "
-            f"{h['role'] or '-':<9}  {h['session'] or '-'}  {preview(h['text'], 80)}"
+            f"{h['role'] or '-':<9}  {printable(h['session']) or '-'}  {preview(h['text'], 80)}"
             for h in data["results"]
         )
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, UsageError
 from archive_provider.commands._render import record
-from archive_provider.events import StoredEvent
-from archive_provider.store import EventStore
+from archive_provider.format.events import StoredEvent
+from archive_provider.format.verifier import printable
+from archive_provider.storage.store import EventStore
 
 NAME = "show"
 HELP = (
@@ -73,7 +74,7 @@ def _human(data: dict[str, Any]) -> str:
     blocks = []
     for e in data["events"]:
         lines = [
-            f"seq {e['seq']}  {e['type']}  {e['time']}  session {e['session']}",
+            f"seq {e['seq']}  {e['type']}  {e['time']}  session {printable(e['session'])}",
             f"  identity  {e['identity']}",
             f"  payload   {e['payload_digest']}",
             f"  chain     {e['chain']}",

@@ -6,7 +6,9 @@ import argparse
 from typing import Any
 
 from archive_provider.commands import CommandContext
-from archive_provider.spill import pending
+from archive_provider.format.verifier import printable
+from archive_provider.storage.spill import pending
+from archive_provider.storage.store import DB_NAME, EventStore
 
 NAME = "status"
 HELP = "summarize the archive: events, sessions, checkpoints, head, size, projection health"
@@ -45,10 +47,13 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
                 if has_state
                 else {}
             )
-            sessions = conn.execute("SELECT count(DISTINCT session) FROM events").fetchone()[0]
+            recall = recall_check(store) if has_state else None
+            sessions = conn.execute(  # '' is no conversation (peer and witness events)
+                "SELECT count(DISTINCT session) FROM events WHERE session != ''"
+            ).fetchone()[0]
         finally:
             conn.execute("COMMIT")
-    size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith("events.db"))
+    size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith(DB_NAME))
     return {
         "archive": str(ctx.archive),
         "exists": True,
@@ -69,6 +74,38 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             name: {"last_seq": seq, "current": seq == head.seq}
             for name, seq in sorted(projections.items())
         },
+        "recall": recall,
+    }
+
+
+#: index rows of each kind (messages, memory) re-proved by status: the newest ones
+RECALL_SAMPLE = 200
+
+
+def recall_check(store: EventStore) -> dict[str, Any] | None:
+    """Re-prove the newest recall index rows against the log, as prefetch does when serving."""
+    from archive_provider.projections.recall import EXCERPT_CHARS, Hit, Prover
+
+    conn = store.conn
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'").fetchone():
+        return None
+    columns = f"substr(text, 1, {EXCERPT_CHARS}), kind, session, seq, role"
+    rows = [
+        *conn.execute(
+            f"SELECT {columns} FROM recall_fts WHERE rowid > 0 ORDER BY rowid DESC LIMIT ?",
+            (RECALL_SAMPLE,),
+        ),
+        *conn.execute(
+            f"SELECT {columns} FROM recall_fts WHERE rowid < 0 ORDER BY rowid LIMIT ?",
+            (RECALL_SAMPLE,),
+        ),
+    ]
+    prover = Prover(conn, store.key)
+    prover.proven([Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", None, 0.0) for r in rows])
+    return {
+        "checked": len(rows),
+        "withheld": len(prover.withheld),
+        "first_problem": prover.withheld[0] if prover.withheld else None,
     }
 
 
@@ -108,8 +145,17 @@ def _human(data: dict[str, Any]) -> str:
     if last:
         lines.append(
             f"Last event: seq {last['seq']} {last['type']} at {last['time']} "
-            f"(session {last['session']})"
+            f"(session {printable(last['session'])})"
         )
+    recall = data.get("recall")
+    if recall and recall["withheld"]:
+        lines.append(
+            f"Recall: {recall['withheld']} of the newest {recall['checked']} index rows do not "
+            f"match the log ({recall['first_problem']}); prefetch and archive_search withhold "
+            "them. Run `hermes-archive verify --projections`, then `hermes-archive replay`"
+        )
+    elif recall:
+        lines.append(f"Recall: the newest {recall['checked']} index rows match the log")
     lines += _spill_lines(data["spill"])
     stale = [name for name, p in data["projections"].items() if not p["current"]]
     if not data["projections"]:
@@ -122,5 +168,6 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
-    ctx.emit(collect(ctx), _human)
-    return 0
+    data = collect(ctx)
+    ctx.emit(data, _human)
+    return 0 if data["exists"] else 1  # no archive: nothing found, as for every command

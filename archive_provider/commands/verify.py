@@ -1,7 +1,7 @@
 """verify: recompute every digest and chain value; name the first bad sequence number.
 
 With ``--projections`` it also rebuilds every projection from the log in a scratch copy
-and compares their digests with the live ones (DESIGN invariant 1).
+and compares their digests with the live ones (docs/DESIGN.md, invariant 1).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from archive_provider.commands import CommandContext
-from archive_provider.verifier import Report, verify_database
+from archive_provider.format.verifier import Report, verify_database
 
 NAME = "verify"
 HELP = "check every identity, payload digest and chain value (--projections: projections too)"
@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _projections(ctx: CommandContext, total: int) -> dict[str, Any]:
-    from archive_provider.replay import verify_projections
+    from archive_provider.audit.replay import verify_projections
 
     with ctx.progress("projections", total) as progress:
         result = verify_projections(ctx.archive, progress=progress)

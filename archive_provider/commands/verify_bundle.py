@@ -13,8 +13,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, expanded
-from archive_provider.verifier import MANIFEST, describe, verify_bundle
+from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
+from archive_provider.format.verifier import MANIFEST, describe, verify_bundle
 
 NAME = "verify-bundle"
 HELP = "verify an export bundle (seal, members, chain, selection) and compare it with this archive"
@@ -95,6 +95,8 @@ def compare(ctx: CommandContext, details: dict[str, Any]) -> dict[str, Any]:
 
 def run(ctx: CommandContext) -> int:
     path = expanded(ctx.args.bundle)
+    if not path.exists():
+        raise CommandError(f"no bundle at {path}")
     if not path.is_file():
         raise UsageError(f"{path} is not a file")
     with ctx.progress("verify-bundle", _claimed_head(path)) as progress:

@@ -10,39 +10,44 @@ said before) committed with synchronous=FULL, and only then writes the new witne
 from __future__ import annotations
 
 import argparse
-import getpass
-import os
-import socket
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
-from archive_provider.store import EventStore, StoreError
+from archive_provider.storage.store import EventStore, StoreError
 
 if TYPE_CHECKING:
-    from archive_provider.witness import Witness
+    from archive_provider.storage.witness import Witness
 
 NAME = "witness"
-HELP = "show the external witness of the chain head, or accept the archive as it is now"
+HELP = (
+    "show the external witness of the chain head, or accept the archive as it is now; "
+    "serve a C2SP tlog-witness (serve, keygen)"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("show", "accept"), help="show, or accept (re-anchor)")
+    parser.add_argument(
+        "action",
+        choices=("show", "accept", "serve", "keygen"),
+        help="show, accept (re-anchor), serve a remote witness, or make its key",
+    )
     parser.add_argument("--reason", help="why the archive is accepted (required for accept)")
+    parser.add_argument("--listen", default="127.0.0.1:7380", help="serve: HOST:PORT to bind")
+    parser.add_argument("--state", help="serve, keygen: the witness's own folder (key, state)")
+    parser.add_argument(
+        "--log-key", action="append", default=[], metavar="VKEY", help="serve: a log to witness"
+    )
+    parser.add_argument("--name", help="keygen: the witness's key name (default: HOSTNAME/witness)")
 
 
 def _witness(ctx: CommandContext) -> Witness:
-    from archive_provider.settings import load_settings
-    from archive_provider.witness import Witness
+    from archive_provider.storage.witness import Witness
 
-    try:
-        setting = load_settings(ctx.home).witness_dir
-    except Exception:
-        setting = ""
-    return Witness.for_home(ctx.home, setting)
+    return Witness.for_home(ctx.home)
 
 
 def _check(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
-    from archive_provider.witness import WitnessMismatch
+    from archive_provider.storage.witness import WitnessMismatch
 
     data: dict[str, Any] = {"archive": str(ctx.archive), "witness": str(witness.path)}
     try:
@@ -84,15 +89,16 @@ def _human_show(data: dict[str, Any]) -> str:
 
 
 def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[str, Any], int]:
-    from archive_provider.clock import now_text
-    from archive_provider.events import NewEvent
-    from archive_provider.projections import default_projections
-    from archive_provider.verifier import verify_database
-    from archive_provider.witness import WitnessMismatch
+    from archive_provider.domain.clock import now_text
+    from archive_provider.format.events import NewEvent
+    from archive_provider.format.verifier import verify_database
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.storage.witness import WitnessMismatch
+    from archive_provider.storage.witness import who as witness_who
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections())
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
     try:
         report = verify_database(store.conn, store.key)
         if not report.ok:
@@ -109,7 +115,7 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
             before = {"unreadable": str(exc)}
         head = store.head()
         at = now_text()
-        who = {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid()}
+        who = witness_who()
         body = {
             "reason": reason,
             **who,
@@ -143,6 +149,10 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
 
 
 def run(ctx: CommandContext) -> int:
+    if ctx.args.action in ("serve", "keygen"):
+        from archive_provider.commands.witness_serve import run_remote
+
+        return run_remote(ctx)
     witness = _witness(ctx)
     if ctx.args.action == "show":
         try:

@@ -6,6 +6,7 @@ never run against a homeserver is not tested.
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -82,17 +83,32 @@ def make_backend(homeserver: Any, tmp_path: Path) -> Iterator[Callable[..., Matr
 
 
 @pytest.fixture
+def host_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The host's HERMES_HOME for config.yaml (auxiliary models), with no real account:
+    provider keys and base URLs are scrubbed, so summaries find no model unless a test
+    configures the loopback fake LLM in ``host_home / "config.yaml"``."""
+    home = tmp_path / "hermes-host"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
+    for name in list(os.environ):
+        if name.endswith(("_API_KEY", "_BASE_URL")):
+            monkeypatch.delenv(name)
+    return home
+
+
+@pytest.fixture
 def make_agent(
-    homeserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    homeserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_home: Path
 ) -> Iterator[Callable[..., Any]]:
     """Start HivemindProviders, each with its own HERMES_HOME; all are shut down afterwards.
 
     The credentials are set in the environment just before ``initialize`` (hermes 0.19.0
     has no per-profile secret scope): each provider keeps the ones it started with.
     """
-    from hivemind_agents import write_config
-
     from hivemind import HivemindProvider
+
+    from .agents import write_config
 
     started: list[HivemindProvider] = []
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 
 def read() -> dict[str, object]:
-    from archive_provider.canonical import decode
-    from archive_provider.store import EventStore, archive_dir
-    from archive_provider.verifier import verify_database
+    from archive_provider.format.canonical import decode
+    from archive_provider.format.verifier import verify_database
+    from archive_provider.storage.store import EventStore, archive_dir
 
     store = EventStore.open(archive_dir(os.environ["HERMES_HOME"]), create=False, readonly=True)
     try:

@@ -22,14 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hostkit
-
 from archive_provider import ArchiveProvider
-from archive_provider.canonical import decode
-from archive_provider.install import activate, install_plugin
-from archive_provider.projections import default_projections
-from archive_provider.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from archive_provider.verifier import verify_database
+from archive_provider.format.canonical import decode
+from archive_provider.format.verifier import verify_database
+from archive_provider.host.install import activate, install_plugin
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
+from archive_provider.storage.witness import FIRST_WITNESS_REASON
+
+from . import hostkit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST_TESTS = Path(__file__).resolve().parent
@@ -58,7 +59,7 @@ def archive_provider_of(agent: Any) -> ArchiveProvider:
 
 def flush(provider: ArchiveProvider, timeout: float = 10.0) -> None:
     """Wait until every write queued so far by ``provider`` is committed."""
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None, "the provider has no open archive"
     assert writer.flush(timeout), "the archive writer did not drain"
 
@@ -146,11 +147,19 @@ def open_view(hermes_home: Path) -> Iterator[EventStore]:
 
 
 def events(hermes_home: Path, *types: str) -> list[Any]:
-    """Committed events (optionally of some types), in sequence order."""
+    """Committed events (optionally of some types), in sequence order: the ones the host's
+    hooks caused, so the writer's first-witness marker is left out."""
     if not db_path(hermes_home).exists():
         return []
     with open_view(hermes_home) as store:
-        return [e for e in store.events() if not types or e.type in types]
+        return [
+            e for e in store.events() if (not types or e.type in types) and not is_first_witness(e)
+        ]
+
+
+def is_first_witness(event: Any) -> bool:
+    """The ``witness_accepted`` event the writer appends when a store is first witnessed."""
+    return event.type == "witness_accepted" and event.body.get("reason") == FIRST_WITNESS_REASON
 
 
 def messages_of(hermes_home: Path, event: Any) -> list[Any]:
@@ -249,9 +258,9 @@ def live_and_replayed(hermes_home: Path, scratch: Path) -> tuple[dict[str, str],
 
 
 def replay_module_check(hermes_home: Path, scratch: Path) -> Any:
-    """``archive_provider.replay.verify_projections`` when the package has it, else None."""
+    """``archive_provider.audit.replay.verify_projections`` when the package has it, else None."""
     try:
-        from archive_provider.replay import verify_projections
+        from archive_provider.audit.replay import verify_projections
     except ImportError:
         return None
     folder = scratch / "replay_module_scratch"

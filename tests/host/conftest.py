@@ -24,9 +24,9 @@ try:
 except ImportError:  # pragma: no cover - run without the host: nothing here applies
     collect_ignore_glob = ["*"]
 else:
-    import hostkit
+    from . import hostkit
 
-from archive_provider.fake_llm import FakeLLM  # noqa: E402
+from archive_provider.demo.fake_llm import FakeLLM  # noqa: E402
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,9 +7,10 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from v2_host import direct_messages_for_pre_compress_memory
 
-from archive_provider.evidence import direct_evidence
+from archive_provider.domain.evidence import direct_evidence
+
+from .v2_host import direct_messages_for_pre_compress_memory
 
 content = (
     st.none()

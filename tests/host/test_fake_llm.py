@@ -9,7 +9,7 @@ import urllib.request
 import openai
 import pytest
 
-from archive_provider.fake_llm import ErrorReply, FakeLLM, Reply, ToolCall
+from archive_provider.demo.fake_llm import ErrorReply, FakeLLM, Reply, ToolCall
 
 
 def _client(fake: FakeLLM) -> openai.OpenAI:

@@ -16,11 +16,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import hostkit
 import pytest
-from stub_memory_plugin import RecordingStubProvider
 
-from archive_provider.fake_llm import FakeLLM, ToolCall
+from archive_provider.demo.fake_llm import FakeLLM, ToolCall
+
+from . import hostkit
+from .stub_memory_plugin import RecordingStubProvider
 
 NAME = "stubarchive"
 

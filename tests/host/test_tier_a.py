@@ -1,7 +1,7 @@
 """Tier A acceptance (hermes-contract.md section 6): the real provider in the real 0.19.0 host.
 
 Every check runs against real hermes-agent objects: ``plugins.memory`` discovery of the
-plugin folder written by ``archive_provider.install``, the real ``MemoryManager``, real
+plugin folder written by ``archive_provider.host.install``, the real ``MemoryManager``, real
 ``AIAgent`` turns against the loopback fake LLM, the real
 ``agent.conversation_compression.compress_context`` and the ``hermes`` CLI in a
 subprocess. Assertions about the archive always read the log through a fresh connection,
@@ -23,10 +23,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import hostkit
 import pytest
 import yaml
-from archive_kit import (
+
+import archive_provider.host.core as core_module
+from archive_provider import ArchiveProvider
+from archive_provider.demo.fake_llm import FakeLLM, ToolCall
+from archive_provider.projections.recall import FENCE_OPEN
+from archive_provider.storage.store import archive_dir
+
+from . import hostkit
+from .archive_kit import (
     NAME,
     REPO_ROOT,
     Recorder,
@@ -44,13 +51,7 @@ from archive_kit import (
     wait_for,
     write_lock_held,
 )
-from stub_memory_plugin import RecordingStubProvider
-
-import archive_provider.provider as provider_module
-from archive_provider import ArchiveProvider
-from archive_provider.fake_llm import FakeLLM, ToolCall
-from archive_provider.recall import FENCE_OPEN
-from archive_provider.store import archive_dir
+from .stub_memory_plugin import RecordingStubProvider
 
 HERMES_BIN = Path(sys.executable).with_name("hermes")
 
@@ -173,7 +174,8 @@ def test_a2_cli_is_wired_for_the_active_provider_and_runs_in_a_subprocess(
     assert machine.returncode == 0, machine.stderr
     data = json.loads(machine.stdout)
     assert data["exists"] is True and data["archive"] == str(archive_dir(hermes_home))
-    assert data["events_by_type"] == {"session_started": 1, "checkpoint": 1}
+    # the first checkpoint also records that the store is witnessed from now on
+    assert data["events_by_type"] == {"session_started": 1, "checkpoint": 1, "witness_accepted": 1}
     assert all(p["current"] for p in data["projections"].values())
     assert os.listdir(user_home) == []
 
@@ -302,13 +304,13 @@ def test_a5_prefetch_runs_on_the_prefetch_thread_within_the_timeout_and_survives
 
         # An injected stalled store: the host gives up after 0.5 s and returns "".
         release = threading.Event()
-        real_search = provider_module.search
+        real_search = core_module.search
 
         def stalled_search(*args: Any, **kwargs: Any) -> Any:
             release.wait(30)
             return real_search(*args, **kwargs)
 
-        monkeypatch.setattr(provider_module, "search", stalled_search)
+        monkeypatch.setattr(core_module, "search", stalled_search)
         assert mm.prefetch_all("launch codename") == ""
         assert mm.prefetch_all("launch codename") == ""  # still stuck: skipped at once
         stuck = [t for t in threading.enumerate() if t.name == f"memory-prefetch-{NAME}"]
@@ -316,7 +318,7 @@ def test_a5_prefetch_runs_on_the_prefetch_thread_within_the_timeout_and_survives
         release.set()
         for thread in stuck:
             thread.join(10)
-        monkeypatch.setattr(provider_module, "search", real_search)
+        monkeypatch.setattr(core_module, "search", real_search)
         assert "BLUEHERON" in mm.prefetch_all("launch codename")  # the provider survived
     finally:
         mm.shutdown_all()
@@ -422,7 +424,7 @@ def test_a6_after_a_real_compaction_resent_transcripts_add_nothing(
 
 def test_a6_delta_rule_after_a_rewrite_in_isolation() -> None:
     """The pure delta rule behind the test above (digests stand for messages)."""
-    from archive_provider.evidence import new_messages_start
+    from archive_provider.domain.evidence import new_messages_start
 
     def roles(digests: list[str]) -> list[str]:
         return ["user" if d.startswith(("u", "S")) else "assistant" for d in digests]
@@ -623,10 +625,10 @@ def test_a10_two_real_turns_then_shutdown(
     ]
     assert {t.session for t in turns} == {agent.session_id}
 
-    writer = provider._writer
+    writer = provider.core.writer
     agent.shutdown_memory_provider(r2["messages"])
     assert recorder.hooks()[-2:] == ["on_session_end", "shutdown"]
-    assert provider._writer is None and writer is not None and not writer._thread.is_alive()
+    assert provider.core.writer is None and writer is not None and not writer._thread.is_alive()
     log = events(hermes_home)
     assert log[-1].type == "session_ended" and log[-1].body["message_count"] == 4
     assert len(events(hermes_home, "turn")) == 2  # session end added no duplicate turn
@@ -655,7 +657,7 @@ def test_a11_tool_dispatch_json_errors_and_unknown_tools(
 
     # Bad input and internal failures come back as JSON errors, never as exceptions.
     assert "error" in json.loads(mm.handle_tool_call("archive_search", {"query": ""}))
-    monkeypatch.setattr(provider_module, "search", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(core_module, "search", lambda *a, **k: 1 / 0)
     assert (
         "ZeroDivisionError"
         in json.loads(mm.handle_tool_call("archive_search", {"query": "x"}))["error"]
@@ -779,13 +781,13 @@ def test_a14_shutdown_drains_closes_rejects_late_writes_and_the_log_replays(
             {"role": "assistant", "content": f"a{i}"},
         ]
         mm.sync_all(f"q{i}", f"a{i}", session_id="s1", messages=list(transcript))
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
 
     mm.shutdown_all()  # no flush first: the drain itself must land every queued turn
 
     assert mm.shutdown_drain_state["status"] == "drained"
-    assert provider._writer is None and not writer._thread.is_alive()
+    assert provider.core.writer is None and not writer._thread.is_alive()
     assert [e.body["turn"] for e in events(hermes_home, "turn")] == list(range(1, 9))
     before = counts(hermes_home)
 

@@ -24,10 +24,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import hostkit
 import pytest
-import v2_host as h
-from archive_kit import (
+
+from archive_provider import ArchiveProvider
+from archive_provider.domain.evidence import direct_evidence
+from archive_provider.format.canonical import canonical_bytes
+from archive_provider.host.hermes import HOST_CHECKPOINT_API_VERSION, spawn_thread
+from archive_provider.host.provider import CheckpointError
+
+from . import hostkit
+from . import v2_host as h
+from .archive_kit import (
     HOST_TESTS,
     Recorder,
     all_payload_values,
@@ -46,13 +53,7 @@ from archive_kit import (
     wait_for,
     write_lock_held,
 )
-from stub_memory_plugin import RecordingStubProvider
-
-from archive_provider import ArchiveProvider
-from archive_provider.canonical import canonical_bytes
-from archive_provider.evidence import direct_evidence
-from archive_provider.host import HOST_CHECKPOINT_API_VERSION, spawn_thread
-from archive_provider.provider import CheckpointError
+from .stub_memory_plugin import RecordingStubProvider
 
 RAW: list[dict[str, Any]] = [
     {"role": "system", "content": "You are Hermes."},
@@ -157,7 +158,7 @@ def test_b3_checkpoint_is_committed_with_full_sync_and_visible_to_another_proces
     v2: tuple[Any, ArchiveProvider], hermes_home: Path
 ) -> None:
     mm, provider = v2
-    store = provider._writer._store  # type: ignore[union-attr]
+    store = provider.core.writer._store  # type: ignore[union-attr]
     assert store is not None
     statements: list[str] = []
     store.conn.set_trace_callback(statements.append)
@@ -329,7 +330,7 @@ def test_b6_same_evidence_twice_is_one_archive_and_a_grown_transcript_adds_only_
     again = mm.on_pre_compress(copy.deepcopy(RAW), evidence_messages=evidence_of(RAW),
                                require_checkpoint=True)  # fmt: skip
     assert counts(hermes_home) == once
-    assert "already archived" in again and "(0 newly stored)" in again
+    assert "already archived" in again and "(all already stored)" in again
     assert first.split(":")[0] == again.split(":")[0]  # same checkpoint identity
 
     new_rows = [{"role": "user", "content": "also hire two people"},
@@ -492,7 +493,7 @@ def test_b9_background_threads_see_the_callers_context_and_write_under_its_home(
                               hc.get_hermes_home_override(), str(store.path))  # fmt: skip
             return []
 
-        provider._writer.submit(probe_on_writer).result(10)  # type: ignore[union-attr]
+        provider.core.writer.submit(probe_on_writer).result(10)  # type: ignore[union-attr]
         name, probe, override, store_path = seen["writer"]
         assert name.startswith("archive-writer") and name != threading.current_thread().name
         assert (probe, override) == ("caller:profile_ctx", str(profile))
@@ -528,7 +529,7 @@ def test_b9_profile_switch_a_b_a_keeps_each_profiles_events_in_its_own_store(
         # A hook reaching a1 from B's scope still lands in a1's own store.
         _in_profile(home_b, lambda: a1.on_memory_write("add", "memory", "fact for A"))
         _in_profile(home_b, lambda: a1.on_pre_compress([{"role": "user", "content": "A evidence"}]))
-        with caplog.at_level(logging.ERROR, logger="archive_provider.provider"):
+        with caplog.at_level(logging.ERROR, logger="archive_provider.host.provider"):
             a1.initialize("hijack", hermes_home=str(home_b), platform="cli")  # refused loudly
         assert "refuses to write into" in caplog.text
         a1.on_memory_write("add", "memory", "still A")

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import v2_host as h
 from agent.memory_manager import MemoryManager
 from agent.memory_provider import MemoryProvider
+
+from . import v2_host as h
 
 EVIDENCE = [{"role": "user", "content": "evidence"}]
 

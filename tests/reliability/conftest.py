@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from archive_provider.canonical import decode
-from archive_provider.provider import ArchiveProvider
-from archive_provider.store import EventStore, archive_dir
-from archive_provider.verifier import Report, verify_database
-from archive_provider.writer import writers
+from archive_provider.format.canonical import decode
+from archive_provider.format.verifier import Report, verify_database
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.writer import writers
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "crash_child.py"
@@ -97,7 +97,7 @@ def providers(home: Path) -> Iterator[Any]:
 
 
 def flush(provider: ArchiveProvider, timeout: float = 20) -> bool:
-    return provider._writer is not None and provider._writer.flush(timeout)
+    return provider.core.writer is not None and provider.core.writer.flush(timeout)
 
 
 def same_but_redacted(original: str, redacted: str, spans: list[tuple[str, int]]) -> bool:
@@ -105,7 +105,7 @@ def same_but_redacted(original: str, redacted: str, spans: list[tuple[str, int]]
 
     ``spans`` are (kind, marker offset) as ``redact_text`` reports them.
     """
-    from archive_provider.redaction import SPAN_PATTERNS, marker
+    from archive_provider.domain.redaction import SPAN_PATTERNS, marker
 
     pattern, position = [], 0
     for kind, at in spans:

@@ -92,7 +92,7 @@ def spill_worker(home: str, seed: int, journal: bool) -> None:
 def burst(home: str, turns: int, sessions: int) -> None:
     provider = ArchiveProvider()
     provider.initialize("burst", hermes_home=home, platform="cli", agent_context="primary")
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     transcripts: dict[str, list[dict[str, object]]] = {}
     most = 0
@@ -149,11 +149,16 @@ def strace_run(home: str) -> None:
     provider.initialize("s1", hermes_home=home, platform="cli")
     messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
     provider.sync_turn("hello", "hi", session_id="s1", messages=messages)
-    assert provider._writer is not None and provider._writer.flush(30)  # open and prove first
+    assert provider.core.writer is not None and provider.core.writer.flush(
+        30
+    )  # open and prove first
+    # a first checkpoint witnesses the store (its seq-0 witness record is written before
+    # that commit, by design: it claims no head); the traced one below is an ordinary one
+    assert provider.on_pre_compress(messages, require_checkpoint=True)
     more = messages + [{"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]
     say("TURN-BEGIN", 2)
     provider.sync_turn("again", "ok", session_id="s1", messages=more)
-    assert provider._writer.flush(30)
+    assert provider.core.writer.flush(30)
     say("TURN-END", 2)
     say("CKPT-BEGIN", 2)
     receipt = provider.on_pre_compress(more, require_checkpoint=True)

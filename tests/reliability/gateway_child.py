@@ -24,7 +24,7 @@ def main() -> None:
     delay = float(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[4] == "--delay" else 0.0
     if len(sys.argv) > 4 and not delay:
         messages = json.loads(sys.argv[4])
-        assert provider._writer is not None and provider._writer.flush(30)
+        assert provider.core.writer is not None and provider.core.writer.flush(30)
         print("ready", flush=True)
         sys.stdin.readline()
         print("receipt " + provider.on_pre_compress(messages, require_checkpoint=True), flush=True)

@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from archive_provider.events import NewEvent
-from archive_provider.store import EventStore, archive_dir
-from archive_provider.verifier import verify_database
-from archive_provider.witness import Witness, fast_path_ok
-from archive_provider.writer import Writer
+from archive_provider.format.events import NewEvent
+from archive_provider.format.verifier import verify_database
+from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.witness import Witness, fast_path_ok
+from archive_provider.storage.writer import Writer
 
 
 def build(folder: Path, events: int) -> None:

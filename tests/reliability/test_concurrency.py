@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from archive_provider.provider import ArchiveProvider
-from archive_provider.store import archive_dir
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.store import archive_dir
 
 from .conftest import RECEIPT, events, part_values, verify_home
 
@@ -152,7 +152,7 @@ def test_two_profiles_in_one_process_with_interleaved_threads(
         thread.join(120)
     assert not errors, errors
     for provider in made.values():
-        assert provider._writer is not None and provider._writer.flush(30)
+        assert provider.core.writer is not None and provider.core.writer.flush(30)
     for name, home in homes.items():
         texts = turn_texts(home)
         assert set(texts) == {f"{name}-1", f"{name}-2"}  # nothing from the other profile

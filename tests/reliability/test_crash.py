@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from archive_provider.projections import default_projections
-from archive_provider.store import EventStore, archive_dir
-from archive_provider.verifier import verify_database
-from archive_provider.witness import Witness
+from archive_provider.format.verifier import verify_database
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.witness import Witness
 
 from .conftest import CHILD, RECEIPT, env_int
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from archive_provider import store as store_module
-from archive_provider.canonical import decode
-from archive_provider.provider import ArchiveProvider, CheckpointError
-from archive_provider.settings import save_settings
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.format.canonical import decode
+from archive_provider.host.provider import ArchiveProvider, CheckpointError
+from archive_provider.host.settings import save_settings
+from archive_provider.storage import store as store_module
+from archive_provider.storage.store import EventStore, archive_dir
 from tests.host.v2_host import BLOCKED_PREFIX, CompressionCheckpointUnavailable
 
 from .conftest import v2_agent, verify_home
@@ -96,7 +96,7 @@ def recovers(provider: ArchiveProvider, home: Path, tag: str, timeout: float = 3
                 raise
             time.sleep(0.2)
     assert "Archive checkpoint" in receipt
-    assert provider._writer is not None and provider._writer.flush(timeout)
+    assert provider.core.writer is not None and provider.core.writer.flush(timeout)
     landed(home, tag)
     return receipt
 
@@ -159,7 +159,7 @@ def test_full_disk_blocks_the_checkpoint_and_recovers(
                     return conn
 
                 monkeypatch.setattr(store_module, "connect", connect)
-                writer_conn = provider._writer._store.conn  # type: ignore[union-attr]
+                writer_conn = provider.core.writer._store.conn  # type: ignore[union-attr]
                 limit["pages"] = writer_conn.execute("PRAGMA page_count").fetchone()[0]
                 writer_conn.execute(f"PRAGMA max_page_count = {limit['pages']}")
             with caplog.at_level(logging.WARNING):
@@ -173,8 +173,8 @@ def test_full_disk_blocks_the_checkpoint_and_recovers(
                 filler.unlink()
             else:
                 limit.clear()
-                if provider._writer._store is not None:  # type: ignore[union-attr]
-                    provider._writer._store.conn.execute("PRAGMA max_page_count = 1073741823")  # type: ignore[union-attr]
+                if provider.core.writer._store is not None:  # type: ignore[union-attr]
+                    provider.core.writer._store.conn.execute("PRAGMA max_page_count = 1073741823")  # type: ignore[union-attr]
             recovers(provider, home, "diskfull")
         finally:
             provider.shutdown()
@@ -252,7 +252,9 @@ def test_corrupt_database_blocks_the_checkpoint_and_a_restore_recovers(
     assert "corrupt" in message and "restore it from backup" in message, message
     shutil.copy2(backup / "events.db", folder / "events.db")  # the restore
     recovers(provider, home, "corrupt")
-    assert provider._writer is not None and provider._writer.last_proof.path == "fingerprint"  # type: ignore[attr-defined]
+    assert (
+        provider.core.writer is not None and provider.core.writer.last_proof.path == "fingerprint"
+    )  # type: ignore[attr-defined]
 
 
 # -- locked ---------------------------------------------------------------------------------
@@ -310,7 +312,7 @@ def test_writer_loop_crash_fails_the_checkpoint_and_restarts_itself(
     provider = providers()
     provider.sync_turn("before", "the crash", session_id="s1")
     assert provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     real = writer._write_batch
     armed = {"left": 0}
@@ -335,11 +337,11 @@ def test_writer_loop_crash_fails_the_checkpoint_and_restarts_itself(
 def test_writer_thread_dead_for_good_is_restarted_by_the_next_call(
     home: Path, providers: Callable[..., ArchiveProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from archive_provider import writer as writer_module
+    from archive_provider.storage import writer as writer_module
 
     provider = providers()
     assert provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
     first_thread = writer._thread
     real_collect = writer._collect
@@ -366,8 +368,8 @@ def test_writer_thread_dead_for_good_is_restarted_by_the_next_call(
 def test_a_fault_that_outlasts_shutdown_spills_exactly_what_was_not_written(
     home: Path, providers: Callable[..., ArchiveProvider], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from archive_provider.spill import read_records, segment_paths
-    from archive_provider.writer import writers
+    from archive_provider.storage.spill import read_records, segment_paths
+    from archive_provider.storage.writer import writers
 
     first = providers()
     assert first.on_pre_compress(EVIDENCE, require_checkpoint=True)
@@ -378,9 +380,9 @@ def test_a_fault_that_outlasts_shutdown_spills_exactly_what_was_not_written(
     for n in range(3):
         provider.sync_turn(f"lost user {n}", f"lost reply {n}", session_id="s1")
     provider.on_memory_write("add", "memory", "lost fact", {"session_id": "s1"})
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None
-    provider._writer = None  # shut down by hand to read the report
+    provider.core.writer = None  # shut down by hand to read the report
     report = writers.release(writer, timeout=2)
     assert report is not None and report.complete  # nothing dropped: it is in the spill
     assert report.error is not None and "corrupt" in report.error

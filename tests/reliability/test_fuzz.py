@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive_provider.canonical import canonical_bytes, decode
-from archive_provider.evidence import archivable, archivable_message, direct_evidence
-from archive_provider.provider import ArchiveProvider, CheckpointError
-from archive_provider.settings import save_settings
-from archive_provider.store import EventStore, archive_dir
+from archive_provider.domain.evidence import archivable, archivable_message, direct_evidence
+from archive_provider.format.canonical import canonical_bytes, decode
+from archive_provider.host.provider import ArchiveProvider, CheckpointError
+from archive_provider.host.settings import save_settings
+from archive_provider.storage.store import EventStore, archive_dir
 
 from .conftest import env_int, same_but_redacted
 
@@ -114,7 +114,7 @@ class Harness:
         return name
 
     def flush(self) -> None:
-        assert self.provider._writer is not None and self.provider._writer.flush(30)
+        assert self.provider.core.writer is not None and self.provider.core.writer.flush(30)
 
     @property
     def reader(self) -> EventStore:

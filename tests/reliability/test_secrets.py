@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archive_provider.provider import ArchiveProvider
-from archive_provider.redaction import marker, redact_text, scan_text
-from archive_provider.settings import save_settings
-from archive_provider.store import archive_dir
-from archive_provider.witness import Witness
+from archive_provider.domain.redaction import marker, redact_text, scan_text
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.host.settings import save_settings
+from archive_provider.storage.store import archive_dir
+from archive_provider.storage.witness import Witness
 
 from .conftest import events, flush, part_values, same_but_redacted
 

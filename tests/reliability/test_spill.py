@@ -21,20 +21,20 @@ import pytest
 from freezegun import freeze_time
 
 from archive_provider import ArchiveProvider
-from archive_provider.canonical import decode
-from archive_provider.clock import utc_now
-from archive_provider.projections import transcript_digests
-from archive_provider.provider import turn_entry
-from archive_provider.settings import Settings, load_settings
-from archive_provider.spill import (
+from archive_provider.domain.clock import utc_now
+from archive_provider.format.canonical import decode
+from archive_provider.host.settings import SettingError, Settings, check_value, load_settings
+from archive_provider.host.spill_kinds import turn_entry
+from archive_provider.projections.builtin import transcript_digests
+from archive_provider.storage.spill import (
     HEADER_BYTES,
     Spill,
     damaged_paths,
     read_records,
     segment_paths,
 )
-from archive_provider.store import EventStore, archive_dir
-from archive_provider.writer import MAX_BATCH_JOBS
+from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.writer import MAX_BATCH_JOBS
 
 from .conftest import CHILD, RECEIPT, env_int, events, raw, verify_home
 from .test_crash import Zygote, check_after_kill
@@ -64,7 +64,7 @@ def take_in(home: Path) -> None:
     provider = ArchiveProvider()
     provider.initialize("after", hermes_home=str(home), platform="cli")
     try:
-        assert provider._writer is not None and provider._writer.flush(900)
+        assert provider.core.writer is not None and provider.core.writer.flush(900)
     finally:
         provider.shutdown()
 
@@ -177,11 +177,11 @@ def test_once_the_spill_is_in_new_work_queues_in_memory_again(
 ) -> None:
     spill_of(home, 20)
     quiet = providers(session="cron", agent_context="cron")  # writes nothing of its own
-    writer = quiet._writer
+    writer = quiet.core.writer
     assert writer is not None and writer.flush(60) and not segment_paths(archive_dir(home))
     provider = providers(session="next")  # the same writer
     provider.sync_turn("q", "a", session_id="next", messages=[{"role": "user", "content": "q"}])
-    assert provider._writer is writer and writer.flush(60)
+    assert provider.core.writer is writer and writer.flush(60)
     assert writer.spilled == 0, "the spill is empty: nothing more goes through it"
     assert [e.type for e in events(home)][-2:] == ["session_started", "turn"]
 
@@ -190,7 +190,7 @@ def test_a_spill_taken_in_twice_adds_nothing(home: Path, monkeypatch: pytest.Mon
     # a crash after the commit and before the removal leaves the segment behind: the meta
     # row written with the commit says how far it was taken in. (Identities alone would not
     # do: a turn's includes its ordinal, and an old transcript re-sent reads as a rewind.)
-    from archive_provider import writer as writer_module
+    from archive_provider.storage import writer as writer_module
 
     spill_of(home, 30)
     (segment,) = segment_paths(archive_dir(home))
@@ -282,7 +282,7 @@ def test_nothing_in_memory_overtakes_the_spill(
         if turn % 100 == 0:
             provider.on_memory_write("add", "memory", f"fact {turn}", {"session_id": "o"})
             accepted.append(("memory_write", turn))
-    writer = provider._writer
+    writer = provider.core.writer
     assert writer is not None and writer.spilled > 0
     receipt = provider.on_pre_compress(messages, require_checkpoint=True)
     assert RECEIPT.search(receipt)
@@ -305,27 +305,32 @@ def test_nothing_in_memory_overtakes_the_spill(
 
 def test_queue_and_spill_settings_are_checked() -> None:
     assert Settings().queue_max_events == 2_000 and Settings().spill_fsync_s == 1.0
-    for bad in (
-        {"queue_max_events": 0},
-        {"queue_max_bytes": 1000},
-        {"spill_fsync_s": -1.0},
-        {"spill_fsync_s": 3600.0},
+    for name, bad in (
+        ("queue_max_events", 0),
+        ("queue_max_events", "1.5"),
+        ("queue_max_bytes", 1000),
+        ("spill_fsync_s", -1.0),
+        ("spill_fsync_s", 3600.0),
+        ("journal_every_event", "sometimes"),
     ):
-        with pytest.raises(ValueError):
-            Settings(**bad)  # type: ignore[arg-type]
+        with pytest.raises(SettingError, match=name):
+            check_value(name, bad)
+    assert check_value("queue_max_bytes", "65536") == 65536
+    assert check_value("spill_fsync_s", 0) == 0.0
+    assert check_value("journal_every_event", "on") is True
 
 
-def test_a_bad_setting_falls_back_to_the_defaults_with_an_error(
+def test_a_bad_setting_falls_back_to_its_default_with_an_error(
     home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("ARCHIVE_QUEUE_MAX_EVENTS", "0")
-    with pytest.raises(ValueError, match="queue_max_events"):
-        load_settings(home)
+    monkeypatch.setenv("ARCHIVE_SPILL_FSYNC_S", "0.5")
+    assert load_settings(home) == Settings(spill_fsync_s=0.5)
     provider = ArchiveProvider()
     provider.initialize("s", hermes_home=str(home), platform="cli")
     try:
-        assert provider._settings == Settings()
-        assert "unreadable settings" in caplog.text
+        assert provider.core.settings == Settings(spill_fsync_s=0.5)
+        assert "queue_max_events = '0' is out of range" in caplog.text
     finally:
         provider.shutdown()
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from archive_provider.provider import ArchiveProvider
-from archive_provider.store import archive_dir
-from archive_provider.witness import Witness
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.store import archive_dir
+from archive_provider.storage.witness import Witness
 
 from .conftest import events, raw, v2_agent, verify_home
 from .test_faults import EVIDENCE, blocked
@@ -196,7 +196,7 @@ def test_tamper_is_caught_by_verify_and_refused_at_open(
     message = str(blocked(v2_agent(provider), EVIDENCE))
     assert "failed verification" in message and "refused" in message, message
     assert f"seq {bad_seq}" in message or "store" in name, message
-    assert provider._writer is not None and provider._writer.refused
+    assert provider.core.writer is not None and provider.core.writer.refused
     assert head_of(home) == before  # nothing was built on the damage
     assert provider.prefetch("question") == ""  # nor recalled from it
     assert (
@@ -213,7 +213,7 @@ def test_refusal_is_not_re_verified_until_the_files_change(
     build(first)
     first.shutdown()
     deletion(home, home)
-    from archive_provider import witness as witness_module
+    from archive_provider.storage import witness as witness_module
 
     calls = []
     real = witness_module.verify_database
@@ -281,9 +281,13 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
     from tests.host.v2_host import pre_compress_memory_context
 
     assert "Archive checkpoint" in pre_compress_memory_context(receipt, EVIDENCE, True)
-    assert provider._writer is not None and provider._writer.flush(20)
+    assert provider.core.writer is not None and provider.core.writer.flush(20)
     logged = events(home)
-    accepted_event = next(e for e in logged if e.type == "witness_accepted")
+    accepted_event = next(
+        e
+        for e in logged
+        if e.type == "witness_accepted" and e.body["reason"].startswith("restored")
+    )
     assert accepted_event.body["reason"] == "restored from Monday's backup"
     assert (
         accepted_event.body["user"]
@@ -325,7 +329,7 @@ def test_the_witness_costs_sync_turn_nothing(
     state = witness.state()
     for n in range(20):
         provider.sync_turn(f"q{n}", f"a{n}", session_id="s1")
-    assert provider._writer is not None and provider._writer.flush(20)
+    assert provider.core.writer is not None and provider.core.writer.flush(20)
     assert witness.state() == state  # ordinary commits never touch it
     assert provider.on_pre_compress(
         EVIDENCE + [{"role": "user", "content": "more"}], require_checkpoint=True

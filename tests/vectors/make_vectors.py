@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from archive_provider.canonical import CanonicalEncodingError, canonical_bytes  # noqa: E402
-from archive_provider.digests import (  # noqa: E402
+from archive_provider.format.canonical import CanonicalEncodingError, canonical_bytes  # noqa: E402
+from archive_provider.format.digests import (  # noqa: E402
     DOMAIN_CHAIN,
     DOMAIN_GENESIS,
     DOMAIN_IDENTITY,
@@ -394,6 +394,76 @@ def dump(document: dict[str, Any]) -> str:
 
 FILES = {"canonical.json": make_canonical, "refusals.json": make_refusals, "chain.json": make_chain}
 
+BUNDLES = HERE / "bundles"
+
+
+def make_bundles() -> None:
+    """``bundles/``: a small export bundle, one with a tampered payload, and their reports.
+
+    The store key and id are random, so the files are made once and kept: a second
+    implementation checks that its verification of each zip matches ``*.expected.json``
+    (``ok``, ``first_bad_seq``, the counts and ``details``; ``problem`` is this one's words).
+    """
+    import tempfile
+    import zipfile
+
+    from blake3 import blake3
+    from freezegun import freeze_time
+
+    from archive_provider.audit.export import Selection, export_bundle
+    from archive_provider.domain.builders import session_ended, session_started
+    from archive_provider.format.verifier import (
+        MANIFEST,
+        PAYLOAD_PREFIX,
+        seal_comment,
+        seal_digest,
+        verify_bundle,
+    )
+    from archive_provider.storage.store import EventStore
+
+    BUNDLES.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch, freeze_time("2026-01-01T00:00:03Z"):
+        store = EventStore.open(Path(scratch) / "archive")
+        store.append(
+            [
+                session_started("a", at="2026-01-01T00:00:00.000000Z", details={"platform": "cli"}),
+                session_ended("b", at="2026-01-01T00:00:01.000000Z", message_count=2),
+                session_ended("a", at="2026-01-01T00:00:02.000000Z", message_count=4),
+            ]
+        )
+        try:
+            export_bundle(store, BUNDLES / "tiny.zip", Selection(session="b"))
+        finally:
+            store.close()
+    # a forger who knows the format changes the selected payload and reseals the bundle
+    # (manifest digests and seal recomputed): only the keyed payload digest can tell
+    with zipfile.ZipFile(BUNDLES / "tiny.zip") as source:
+        content = {name: source.read(name) for name in source.namelist()}
+    manifest = json.loads(content.pop(MANIFEST))
+    member = next(name for name in content if name.startswith(PAYLOAD_PREFIX))
+    content[member] = content[member].replace(b"2", b"3")
+    manifest["members"] = {
+        name: {"size": len(body), "blake3": blake3(body).hexdigest()}
+        for name, body in content.items()
+    }
+    text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    tampered = BUNDLES / "tampered.zip"
+    with zipfile.ZipFile(tampered, "w", zipfile.ZIP_DEFLATED) as target:
+        for name, body in content.items():
+            target.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 3)), body)
+        target.writestr(zipfile.ZipInfo(MANIFEST, date_time=(2026, 1, 1, 0, 0, 3)), text)
+        target.comment = seal_comment(blake3(text).hexdigest())
+    with open(tampered, "r+b") as handle:
+        size = handle.seek(0, 2)
+        seal = seal_digest(handle, size)
+        handle.seek(size - 64)
+        handle.write(seal.encode())
+    for name in ("tiny", "tampered"):
+        report = verify_bundle(BUNDLES / f"{name}.zip").as_dict()
+        (BUNDLES / f"{name}.expected.json").write_text(
+            json.dumps(report, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+        )
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -406,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path.write_text(dump(make()), encoding="utf-8")
         print(f"wrote {path.name}")
+    if BUNDLES.exists() and not args.force:
+        print(f"kept {BUNDLES.name}/ (frozen; --force rewrites it)")
+    else:
+        make_bundles()
+        print(f"wrote {BUNDLES.name}/")
     return 0
 
 

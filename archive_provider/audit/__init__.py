@@ -1,0 +1,1 @@
+"""Audit: export bundles, the log as it stood at a time, replay and projection checks."""

@@ -1,0 +1,349 @@
+"""Export bundles: a self-contained, sealed zip an auditor can check without this package.
+
+A bundle holds the envelopes of every event from its proof start (the genesis by default)
+to the head at export time, the payloads and parts of the *selected* events only, the
+payload key and a manifest with a BLAKE3 digest of every member; the zip comment seals it
+(the layout and every check are in :mod:`archive_provider.format.verifier`, which also reads it).
+
+Why a zip: every platform opens one (``unzip -l``, Explorer, Python's ``zipfile``), members
+can be read one at a time with ``unzip -p``, deflate shrinks the hex-heavy envelopes by
+half, and the archive comment sits at the very end of the file, so a seal over every byte
+before it covers the whole container: headers, directory and the comment's own length.
+A SQLite bundle would be friendlier to query but has free pages and slack a seal cannot
+live inside, and a tar has no place for a trailing seal that tools keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import threading
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from blake3 import blake3
+
+from ..domain.clock import format_time, utc_now
+from ..errors import ArchiveError
+from ..format.digests import FORMAT_VERSION, genesis_chain
+from ..format.verifier import (
+    BUNDLE_NAME,
+    BUNDLE_VERSION,
+    ENVELOPES,
+    KEY_MEMBER,
+    MANIFEST,
+    PAYLOAD_PREFIX,
+    Report,
+    envelope_line,
+    seal_comment,
+    seal_digest,
+    selected,
+    verify_bundle,
+)
+from ..storage.store import ENVELOPE_COLUMNS, EventStore, Head
+
+CHAIN_FROM = ("genesis", "selection")
+_ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
+
+
+class ExportError(ArchiveError):
+    """The export could not be written; nothing was left at the destination."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which events a bundle carries payloads for; ``since``/``until`` are envelope time text."""
+
+    session: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"session": self.session, "since": self.since, "until": self.until}
+
+    def matches(self, session: str, time: str) -> bool:
+        return selected(self.as_dict(), session, time)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    bytes: int
+    store_id: str
+    head_seq: int
+    head_chain: str
+    start_seq: int
+    start_chain: str
+    envelopes: int
+    selected_events: int
+    payloads: int
+    seal: str
+    verification: Report
+
+
+class _Member:
+    """Digest and size of a member while it is written."""
+
+    def __init__(self) -> None:
+        self.hasher, self.size = blake3(), 0
+
+    def feed(self, data: bytes) -> bytes:
+        self.hasher.update(data)
+        self.size += len(data)
+        return data
+
+    def entry(self) -> dict[str, object]:
+        return {"size": self.size, "blake3": self.hasher.hexdigest()}
+
+
+def _start(
+    store: EventStore, selection: Selection, chain_from: str, head_seq: int
+) -> tuple[int, str]:
+    """(seq, chain) just before the first exported envelope."""
+    if chain_from == "genesis":
+        return 0, genesis_chain(store.store_id)
+    first = head_seq + 1
+    for seq, session, time in store.conn.execute(
+        "SELECT seq, session, time FROM events ORDER BY seq"
+    ):
+        if selection.matches(session, time):
+            first = seq
+            break
+    start = min(first, head_seq + 1) - 1
+    if start == 0:
+        return 0, genesis_chain(store.store_id)
+    row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (start,)).fetchone()
+    return start, str(row[0])
+
+
+def export_bundle(
+    store: EventStore,
+    out: Path,
+    selection: Selection,
+    *,
+    chain_from: str = "genesis",
+    progress: Callable[[int], None] | None = None,
+    created_by: str = "hermes-archive",
+) -> ExportResult:
+    """Write a bundle to ``out`` (atomically, mode 0600) and verify it before it appears.
+
+    Reads one snapshot of the store, so the head and the envelopes agree even while the
+    agent keeps writing. The bundle is checked with the standalone verifier before it is
+    renamed into place; a bundle that would not verify (a damaged archive) is never left.
+    """
+    if chain_from not in CHAIN_FROM:
+        raise ValueError(f"chain_from must be one of {CHAIN_FROM}")
+    out = Path(out)
+    remove_stale_partials(out.parent)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+    conn = store.conn
+    # from here to the rename, SIGTERM/SIGHUP unwind like Ctrl-C, so no copy of the archive
+    # (its payload key included) is left under the partial name
+    with _signals_unwind():
+        try:
+            conn.execute("BEGIN")  # one read snapshot: the head and every row agree
+            try:
+                head = store.head()
+                start_seq, start_chain = _start(store, selection, chain_from, head.seq)
+                try:
+                    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                except OSError as exc:  # name the path the user gave, not our temporary file
+                    raise type(exc)(exc.errno, exc.strerror, str(out)) from None
+                with os.fdopen(fd, "w+b") as handle:
+                    envelopes, chosen, payloads = _write(
+                        handle,
+                        store,
+                        selection,
+                        (start_seq, start_chain),
+                        head,
+                        created_by,
+                        progress,
+                    )
+                    size = handle.seek(0, os.SEEK_END)
+                    handle.seek(size - 64)
+                    seal = handle.read().decode("ascii")
+                    os.fsync(handle.fileno())
+            finally:
+                conn.execute("COMMIT")
+            report = verify_bundle(tmp)
+            if not report.ok:
+                where = (
+                    f" at seq {report.first_bad_seq}" if report.first_bad_seq is not None else ""
+                )
+                raise ExportError(
+                    f"the export failed its own verification{where}: {report.problem}. "
+                    "Run `hermes-archive verify`: the archive itself is probably damaged."
+                )
+            os.replace(tmp, out)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    _fsync_dir(out.parent)
+    return ExportResult(
+        out,
+        size,
+        store.store_id,
+        head.seq,
+        head.chain,
+        start_seq,
+        start_chain,
+        envelopes,
+        chosen,
+        payloads,
+        seal,
+        report,
+    )
+
+
+PARTIAL_SUFFIX = ".partial"
+_PARTIAL = re.compile(r"^\..+\.([1-9][0-9]{0,9})" + re.escape(PARTIAL_SUFFIX) + "$")
+
+
+def remove_stale_partials(folder: Path) -> list[Path]:
+    """Remove partial bundles an export here left behind (killed before it could clean up).
+
+    Only files named as :func:`export_bundle` names them (``.<name>.<pid>.partial``), regular,
+    owned by this user, whose process is gone: a running export's partial is never touched.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _PARTIAL.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            os.kill(int(match.group(1)), 0)
+            continue  # the process lives (maybe its PID was reused): leave the file
+        except ProcessLookupError:
+            pass
+        except OSError:  # another user's process, or the file went away
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Inside: SIGTERM and SIGHUP raise :class:`SystemExit` so ``finally`` blocks run.
+
+    Only the main thread can set handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, unwind) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _info(name: str, when: tuple[int, int, int, int, int, int]) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=when)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o600 << 16
+    return info
+
+
+def _write(
+    handle: BinaryIO,
+    store: EventStore,
+    selection: Selection,
+    start: tuple[int, str],
+    head: Head,
+    created_by: str,
+    progress: Callable[[int], None] | None,
+) -> tuple[int, int, int]:
+    """Write the bundle into ``handle``: members, manifest, then the seal.
+
+    Returns (envelopes, selected events, payloads).
+    """
+    created = utc_now()
+    when = created.timetuple()[:6]
+    members: dict[str, dict[str, object]] = {}
+    needed: dict[str, None] = {}  # payload and part digests of the selected events, in order
+    envelopes = chosen = 0
+    with zipfile.ZipFile(handle, "w") as archive:
+        key = _Member()
+        archive.writestr(_info(KEY_MEMBER, when), key.feed(store.key.hex().encode("ascii") + b"\n"))
+        members[KEY_MEMBER] = key.entry()
+        lines = _Member()
+        with archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member:
+            for row in store.conn.execute(_ROWS_SQL, (start[0], head.seq)):
+                member.write(lines.feed(envelope_line(row)))
+                envelopes += 1
+                if selection.matches(row[3], row[1]):
+                    chosen += 1
+                    needed[row[6]] = None
+                    needed.update(dict.fromkeys(json.loads(row[7])))
+                if progress and envelopes % 1000 == 0:
+                    progress(envelopes)
+        members[ENVELOPES] = lines.entry()
+        for digest in sorted(needed):
+            body = store.payload(digest)
+            if body is None:
+                raise ExportError(
+                    f"payload {digest} is missing from the archive; "
+                    "`hermes-archive verify` names the event"
+                )
+            part = _Member()
+            archive.writestr(_info(PAYLOAD_PREFIX + digest, when), part.feed(body))
+            members[PAYLOAD_PREFIX + digest] = part.entry()
+        manifest: dict[str, object] = {
+            "bundle": BUNDLE_NAME,
+            "bundle_version": BUNDLE_VERSION,
+            "format_version": FORMAT_VERSION,
+            "store_id": store.store_id,
+            "created": format_time(created),
+            "created_by": created_by,
+            "head": {"seq": head.seq, "chain": head.chain},
+            "proof": {"start_seq": start[0], "start_chain": start[1]},
+            "selection": selection.as_dict(),
+            "envelopes": envelopes,
+            "selected_events": chosen,
+            "payloads": len(needed),
+            "members": members,
+        }
+        text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("ascii")
+        archive.writestr(_info(MANIFEST, when), text)
+        archive.comment = seal_comment(blake3(text).hexdigest())  # the seal digest is zeros for now
+    if progress:
+        progress(envelopes)
+    size = handle.seek(0, os.SEEK_END)
+    seal = seal_digest(handle, size)
+    handle.seek(size - 64)
+    handle.write(seal.encode("ascii"))
+    handle.flush()
+    return envelopes, chosen, len(needed)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable (best effort: some filesystems refuse a directory fsync)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""Pure domain rules: clock, evidence, redaction, memory state and event builders."""

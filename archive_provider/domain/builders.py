@@ -1,0 +1,279 @@
+"""Event builders: host facts in, :class:`NewEvent` out. Pure apart from the keyed hasher.
+
+Each builder decides what makes its event *that* event (the identity key, docs/DESIGN.md
+invariant 2) and what the payload records. Message texts are parts, stored once by digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..format.canonical import canonical_bytes
+from ..format.events import Hasher, NewEvent, Part
+from .evidence import archivable, archivable_text
+from .redaction import redact_value
+
+
+def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tuple[Part, ...]:
+    return tuple(hasher.part(message) for message in messages)
+
+
+def with_redactions(
+    body: dict[str, Any], redactions: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Add the ``redactions`` list (redaction.py) to a body when anything was redacted."""
+    if redactions:
+        body["redactions"] = [dict(item) for item in redactions]
+    return body
+
+
+def _masked(redact: bool, **fields: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The fields, secret-shaped spans masked when ``redact``, and the redactions made.
+
+    Each redaction's path starts with its field's name (``/query``, ``/metadata/...``).
+    """
+    return redact_value(fields) if redact else (fields, [])
+
+
+def _masked_body(
+    redact: bool, body: dict[str, Any], redactions: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """``body`` with its own text masked too when ``redact`` (digests never match a pattern),
+    and every redaction, its parts' first, listed."""
+    masked, found = redact_value(body) if redact else (body, [])
+    return with_redactions(masked, [*redactions, *found])
+
+
+def turn(
+    hasher: Hasher,
+    session: str,
+    ordinal: int,
+    parts: Sequence[Part],
+    *,
+    start: int,
+    legacy: bool,
+    redactions: Sequence[Mapping[str, Any]] = (),
+) -> NewEvent:
+    """A completed turn: its new messages (all roles, as the host sent them, after redaction)."""
+    digests = [part.digest for part in parts]
+    return NewEvent(
+        "turn",
+        session,
+        {"session": session, "turn": ordinal, "messages": digests},
+        with_redactions(
+            {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
+            redactions,
+        ),
+        tuple(parts),
+    )
+
+
+def checkpoint(
+    hasher: Hasher,
+    session: str,
+    parts: Sequence[Part],
+    *,
+    parent_session: str,
+    host_api_version: int | None,
+    require_checkpoint: bool,
+    received: int,
+    redactions: Sequence[Mapping[str, Any]] = (),
+) -> NewEvent:
+    """A pre-compress checkpoint: the ordered evidence digests; identity = session + list."""
+    digests = [part.digest for part in parts]
+    evidence = hasher.digest(canonical_bytes(digests))
+    return NewEvent(
+        "checkpoint",
+        session,
+        {"session": session, "evidence": evidence},
+        with_redactions(
+            {
+                "evidence": digests,
+                "evidence_digest": evidence,
+                "parent_session": parent_session,
+                "host_api_version": host_api_version,
+                "provider_api_version": 2,
+                "require_checkpoint": require_checkpoint,
+                "received_messages": received,
+            },
+            redactions,
+        ),
+        tuple(parts),
+    )
+
+
+def checkpoint_failed(
+    session: str,
+    *,
+    at: str,
+    error: str,
+    require_checkpoint: bool,
+    evidence_count: int,
+    redact: bool = False,
+) -> NewEvent:
+    text, found = redact_value(archivable_text(error), "/error") if redact else (error, [])
+    return NewEvent(
+        "checkpoint_failed",
+        session,
+        {"session": session, "at": at},
+        with_redactions(
+            {
+                "error": archivable_text(text),
+                "require_checkpoint": require_checkpoint,
+                "evidence_count": evidence_count,
+            },
+            found,
+        ),
+    )
+
+
+def memory_write(
+    hasher: Hasher,
+    session: str,
+    order: int,
+    action: str,
+    target: str,
+    content: Any,
+    metadata: Any,
+    *,
+    redact: bool = False,
+) -> NewEvent:
+    """A built-in memory write, exactly as the host sent it (content kept apart by digest).
+
+    With ``redact``, secret-shaped spans of the content and metadata are masked first
+    (redaction.py) and listed under ``redactions`` (paths ``/content``, ``/metadata/...``).
+    """
+    fields, redactions = _masked(
+        redact,
+        content=archivable(content),
+        metadata=archivable(metadata),
+        action=archivable(action),
+        target=archivable(target),
+    )
+    content, metadata = fields["content"], fields["metadata"]
+    part = hasher.part(content)
+    return NewEvent(
+        "memory_write",
+        session,
+        {"session": session, "order": order, "content": part.digest},
+        with_redactions(
+            {
+                "order": order,
+                "action": fields["action"],
+                "target": fields["target"],
+                "content": part.digest,
+                "metadata": metadata,
+            },
+            redactions,
+        ),
+        (part,),
+    )
+
+
+def session_started(
+    session: str, *, at: str, details: Mapping[str, Any], redact: bool = False
+) -> NewEvent:
+    body = _masked_body(redact, archivable(dict(details)))
+    return NewEvent("session_started", session, {"session": session, "at": at}, body)
+
+
+def session_switched(
+    session: str, *, previous: str, at: str, details: Mapping[str, Any], redact: bool = False
+) -> NewEvent:
+    body = _masked_body(redact, archivable({"from": previous, **details}))
+    return NewEvent(
+        "session_switched", session, {"session": session, "from": previous, "at": at}, body
+    )
+
+
+def session_ended(session: str, *, at: str, message_count: int) -> NewEvent:
+    return NewEvent(
+        "session_ended", session, {"session": session, "at": at}, {"message_count": message_count}
+    )
+
+
+def recall_served(
+    hasher: Hasher,
+    session: str,
+    *,
+    turn: int,
+    query: str,
+    result: str,
+    sources: Sequence[int],
+    at: str,
+    redact: bool = False,
+) -> NewEvent:
+    """What the provider returned as recall for which turn (the host may still trim it)."""
+    fields, redactions = _masked(
+        redact, query=archivable_text(query), result=archivable_text(result)
+    )
+    query, result = fields["query"], fields["result"]
+    query_part, result_part = hasher.part(query), hasher.part(result)
+    return NewEvent(
+        "recall_served",
+        session,
+        {
+            "session": session,
+            "turn": turn,
+            "query": query_part.digest,
+            "result": result_part.digest,
+            "at": at,
+        },
+        with_redactions(
+            {
+                "turn": turn,
+                "query": query_part.digest,
+                "result": result_part.digest,
+                "sources": list(sources),
+            },
+            redactions,
+        ),
+        (query_part, result_part),
+    )
+
+
+def delegation(
+    hasher: Hasher,
+    session: str,
+    *,
+    task: Any,
+    result: Any,
+    child_session: str,
+    details: Mapping[str, Any],
+    redact: bool = False,
+) -> NewEvent:
+    fields, redactions = _masked(redact, task=archivable(task), result=archivable(result))
+    task, result = fields["task"], fields["result"]
+    task_part, result_part = hasher.part(task), hasher.part(result)
+    body = archivable(
+        {
+            "task": task_part.digest,
+            "result": result_part.digest,
+            "child_session": child_session,
+            **details,
+        }
+    )
+    body = _masked_body(redact, body, redactions)
+    return NewEvent(
+        "delegation",
+        session,
+        {
+            "session": session,
+            "child": child_session,
+            "task": task_part.digest,
+            "result": result_part.digest,
+        },
+        body,
+        (task_part, result_part),
+    )
+
+
+def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
+    """A hook's input could not be archived: recorded, never silently dropped."""
+    return NewEvent(
+        "write_failed",
+        session,
+        {"session": session, "hook": hook, "at": at},
+        {"hook": hook, "error": archivable_text(error)},
+    )

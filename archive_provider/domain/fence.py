@@ -1,0 +1,32 @@
+"""The one fence for quoted data put in front of the model (archive recall, hivemind peers).
+
+Quoted text is made a single line of printable characters: NFKC folds look-alikes onto
+plain characters (a full-width ``［`` becomes ``[``), format characters such as zero-width
+spaces and soft hyphens are dropped, other control characters too, and whitespace is
+collapsed, so quoted text can neither start a line of its own nor hide a fence phrase from
+the check. Then every ``[`` that opens a fence phrase (``[end of archive recall]``,
+``[ peer data``, in any case and spacing) becomes ``(``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_FENCE_PHRASE = re.compile(
+    r"\[(?=\s*(?:end\s+of\s+)?(?:archive\s+recall|peer\s+data))", re.IGNORECASE
+)
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """``text`` as one line of printable characters with fence phrases defused, at most
+    ``limit`` characters (an ellipsis marks a cut)."""
+    kept = "".join(
+        " " if ch.isspace() else ch
+        for ch in unicodedata.normalize("NFKC", text)
+        if ch.isspace() or not unicodedata.category(ch).startswith("C")
+    )
+    flat = _FENCE_PHRASE.sub("(", " ".join(kept.split()))
+    if limit is None or len(flat) <= limit:
+        return flat
+    return flat[: limit - 1].rstrip() + "…"

@@ -1,0 +1,144 @@
+"""The event model: what a new event carries and what the store says about it (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from .canonical import canonical_bytes, decode
+from .digests import Envelope, payload_digest
+
+EVENT_TYPES = frozenset(
+    {
+        "session_started",
+        "session_switched",
+        "session_ended",
+        "turn",
+        "memory_write",
+        "checkpoint",
+        "checkpoint_failed",
+        "recall_served",
+        "delegation",
+        "write_failed",
+        "peer_seen",
+        "peer_message_received",
+        "peer_message_sent",
+        "peer_send_failed",
+        "peers_introduced",
+        "spark_suggested",
+        "spark_dismissed",
+        "peer_summary_updated",
+        "peer_message_undecryptable",
+        "peer_invite_ignored",
+        "peer_messages_read",
+        "peer_sync_position",
+        "peer_input_rejected",
+        "peer_link_state",
+        "witness_accepted",
+    }
+)
+
+Outcome = Literal["appended", "already_archived"]
+
+
+@dataclass(frozen=True)
+class Part:
+    """A payload stored apart from any one event (a message), content-addressed."""
+
+    digest: str
+    body: bytes
+
+
+class Hasher:
+    """Keyed payload digests for one store; builders use it to name parts and payloads."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def part(self, value: Any) -> Part:
+        body = canonical_bytes(value)
+        return Part(payload_digest(self._key, body), body)
+
+    def digest(self, body: bytes) -> str:
+        return payload_digest(self._key, body)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event before it is appended.
+
+    ``key`` is what makes it *that* event (its identity is a digest of type and key);
+    ``body`` is its payload; ``parts`` are payloads it refers to by digest (messages),
+    stored once however many events name them.
+    """
+
+    type: str
+    session: str
+    key: Mapping[str, Any]
+    body: Any
+    parts: tuple[Part, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {self.type!r}")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    outcome: Outcome
+    seq: int
+    identity: str
+    type: str
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event as read back from the log: its envelope and its decoded payload."""
+
+    envelope: Envelope
+    chain: str
+    body_bytes: bytes
+
+    @property
+    def seq(self) -> int:
+        return self.envelope.seq
+
+    @property
+    def type(self) -> str:
+        return self.envelope.type
+
+    @property
+    def session(self) -> str:
+        return self.envelope.session
+
+    @property
+    def time(self) -> str:
+        return self.envelope.time
+
+    @property
+    def body(self) -> Any:
+        return decode(self.body_bytes)
+
+    @property
+    def key(self) -> Any:
+        return decode(self.envelope.key)
+
+    @property
+    def part_digests(self) -> list[str]:
+        return list(decode(self.envelope.parts))
+
+
+@dataclass(frozen=True)
+class LoadedEvent(StoredEvent):
+    """A stored event with the bodies of its parts, as the replay streams them.
+
+    Its body is decoded once, however many projections read it.
+    """
+
+    parts: Mapping[str, bytes] = field(default_factory=dict)
+
+    @cached_property
+    def body(self) -> Any:
+        return decode(self.body_bytes)

@@ -1,0 +1,828 @@
+"""Standalone verifier for hermes-archive logs and export bundles (docs/FORMAT.md section 7).
+
+This module imports only the Python standard library and ``blake3`` so that an auditor
+can read it, copy it out and run it alone::
+
+    python verifier.py path/to/archive/events.db [--key path/to/payload.key] [--json]
+    python verifier.py bundle path/to/export.zip [--json]
+
+It is also the verifier the package itself uses, so there is one implementation of the
+checks. It recomputes every identity, payload digest, part digest and chain value from
+the rows, checks that sequence numbers run 1, 2, 3, ... without gaps and that the recorded
+head matches the last event, and names the first bad sequence number.
+
+An export bundle (docs/AUDIT.md) is a zip holding ``manifest.json``, ``payload.key``,
+``envelopes.jsonl`` (every envelope from the proof's start to the head) and
+``payloads/<digest>`` (the payloads and parts of the selected events only), sealed by its
+zip comment: the manifest's BLAKE3 and a BLAKE3 over every byte of the file before the seal
+digest itself, so a change to any single bit anywhere is caught and named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import sqlite3
+import stat
+import sys
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
+
+try:
+    from blake3 import blake3
+except ImportError:
+    if __name__ != "__main__":
+        raise
+    sys.exit("verifier.py needs the blake3 package: python3 -m pip install blake3")
+
+DOMAIN_IDENTITY = b"hermes-archive/v1/identity\x00"
+DOMAIN_PAYLOAD = b"hermes-archive/v1/payload\x00"
+DOMAIN_CHAIN = b"hermes-archive/v1/chain\x00"
+DOMAIN_GENESIS = b"hermes-archive/v1/genesis\x00"
+SUPPORTED_FORMAT = 1
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
+
+
+def _text(value: str) -> str:
+    """Canonical JSON string literal (FORMAT.md 2.3)."""
+    return (
+        '"'
+        + _NEEDS_ESCAPE.sub(lambda m: _ESCAPES.get(m.group()) or f"\\u{ord(m.group()):04x}", value)
+        + '"'
+    )
+
+
+def envelope_bytes(
+    seq: int, time: str, type_: str, session: str, key: str, identity: str, payload: str, parts: str
+) -> bytes:
+    """Canonical bytes of an envelope (keys in code-point order)."""
+    return (
+        '{"identity":"'
+        + identity
+        + '","key":'
+        + key
+        + ',"parts":'
+        + parts
+        + ',"payload":"'
+        + payload
+        + '","seq":'
+        + str(seq)
+        + ',"session":'
+        + _text(session)
+        + ',"time":'
+        + _text(time)
+        + ',"type":'
+        + _text(type_)
+        + "}"
+    ).encode("utf-8")
+
+
+def identity_of(type_: str, key: str) -> str:
+    return blake3(
+        DOMAIN_IDENTITY + ('{"key":' + key + ',"type":' + _text(type_) + "}").encode("utf-8")
+    ).hexdigest()
+
+
+def genesis(store_id: str) -> str:
+    return blake3(DOMAIN_GENESIS + store_id.encode("ascii")).hexdigest()
+
+
+@dataclass
+class Report:
+    """What a verification found. ``ok`` is true only when every check held."""
+
+    ok: bool = True
+    events_checked: int = 0
+    payloads_checked: int = 0
+    last_seq: int = 0
+    head_seq: int | None = None
+    first_bad_seq: int | None = None
+    problem: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    #: envelopes checked for identity and chain only (a partial export carries no payload for them)
+    envelopes_only: int = 0
+    #: what a bundle claims (store, head, proof start, selection), for the auditor to compare
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, seq: int | None, problem: str) -> Report:
+        self.ok, self.first_bad_seq, self.problem = False, seq, problem
+        return self
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+Row = tuple[
+    int, str, str, str, str, str, str, str, str
+]  # seq time type session key identity payload parts chain
+
+
+def _check_payloads(
+    report: Report,
+    seq: int,
+    payload: str,
+    parts: str,
+    key: bytes,
+    payload_of: Callable[[str], bytes | None],
+    seen: set[str],
+) -> Report | None:
+    """Check one event's payload and parts; return the failed report, or None when all hold.
+
+    ``payloads_checked`` counts distinct digests (payloads and parts alike), each once
+    however many events name it: the payloads the log stores, as an export bundle holds them.
+    """
+    failed = _check_payload(report, seq, "payload", payload, key, payload_of, seen)
+    if failed is not None:
+        return failed
+    try:
+        part_digests = json.loads(parts)
+    except ValueError:
+        return report.fail(seq, "parts list is not valid JSON")
+    for digest in part_digests:
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            return report.fail(seq, f"part {digest!r} is not a digest")
+        failed = _check_payload(report, seq, "part", digest, key, payload_of, seen)
+        if failed is not None:
+            return failed
+    return None
+
+
+def _check_payload(
+    report: Report,
+    seq: int,
+    what: str,
+    digest: str,
+    key: bytes,
+    payload_of: Callable[[str], bytes | None],
+    seen: set[str],
+) -> Report | None:
+    if digest in seen:
+        return None
+    body = payload_of(digest)
+    if body is None:
+        return report.fail(seq, f"{what} {digest} is missing")
+    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != digest:
+        return report.fail(seq, f"{what} {digest} does not match its bytes (changed or swapped)")
+    seen.add(digest)
+    report.payloads_checked += 1
+    return None
+
+
+def verify_rows(
+    rows: Iterable[Row],
+    *,
+    store_id: str,
+    key: bytes,
+    payload_of: Callable[[str], bytes | None],
+    head: tuple[int, str] | None,
+    start: tuple[int, str] | None = None,
+    progress: Callable[[int], None] | None = None,
+    payload_needed: Callable[[Row], bool] | None = None,
+) -> Report:
+    """Check a run of envelopes in sequence order.
+
+    ``start`` is the (seq, chain) just before the first row (default: the genesis), so a
+    partial export can be checked from any point of the chain. ``head`` is the recorded
+    (seq, chain) the run must end at (``None`` when the source records no head).
+    ``payload_needed`` says which rows must come with their payload and parts (default:
+    all); the others are checked for identity and chain only, as a partial export carries
+    just their envelopes.
+    """
+    report = Report(head_seq=head[0] if head else None)
+    prev_seq, prev_chain = start if start else (0, genesis(store_id))
+    seen: set[str] = set()  # payload and part digests checked
+    try:
+        for row in rows:
+            seq, time, type_, session, key_text, identity, payload, parts, chain = row
+            if seq != prev_seq + 1:
+                what = "missing" if seq > prev_seq + 1 else "repeated or out of order"
+                return report.fail(
+                    prev_seq + 1,
+                    f"sequence gap: expected {prev_seq + 1}, found {seq} (events {what})",
+                )
+            if identity_of(type_, key_text) != identity:
+                return report.fail(seq, "identity digest does not match the event's type and key")
+            if payload_needed is None or payload_needed(row):
+                failed = _check_payloads(report, seq, payload, parts, key, payload_of, seen)
+                if failed is not None:
+                    return failed
+            else:
+                report.envelopes_only += 1
+            expected = blake3(
+                DOMAIN_CHAIN
+                + bytes.fromhex(prev_chain)
+                + envelope_bytes(seq, time, type_, session, key_text, identity, payload, parts)
+            ).hexdigest()
+            if expected != chain:
+                return report.fail(
+                    seq,
+                    "chain hash does not match "
+                    "(an envelope field, or an earlier event, was changed)",
+                )
+            prev_seq, prev_chain = seq, chain
+            report.events_checked += 1
+            report.last_seq = seq
+            if progress and seq % 10000 == 0:
+                progress(seq)
+    except (TypeError, ValueError) as exc:
+        # a row of the wrong shape (a blob where text belongs, parts that are not a list of
+        # digests): the row after the last good one is bad; report it, do not crash
+        return report.fail(prev_seq + 1, f"malformed event row: {type(exc).__name__}: {exc}")
+    if head is not None and (head[0], head[1]) != (prev_seq, prev_chain):
+        if head[0] > prev_seq:
+            return report.fail(
+                prev_seq + 1,
+                f"the head records {head[0]} events but the log ends at {prev_seq} (truncated)",
+            )
+        if head[0] < prev_seq:
+            return report.fail(
+                head[0] + 1,
+                f"events after the recorded head {head[0]} (appended outside the writer)",
+            )
+        return report.fail(prev_seq, "the recorded head's chain does not match the last event")
+    return report
+
+
+_ROWS_SQL = (
+    "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events ORDER BY seq"
+)
+
+
+ARCHIVE_TABLES = ("meta", "events", "payloads", "head")
+
+
+def schema_problem(conn: sqlite3.Connection) -> str | None:
+    """Why this database cannot be an archive to read, checked before any query of its data.
+
+    A database under audit may come from a compromised system: a view named like one of
+    our tables could run any query (a recursive one never ends), so each must be a table.
+    """
+    kinds = dict(
+        conn.execute(
+            "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?, ?)", ARCHIVE_TABLES
+        ).fetchall()
+    )
+    for name in ARCHIVE_TABLES:
+        if kinds.get(name) != "table":
+            found = f"a {kinds[name]}" if name in kinds else "nothing"
+            return f"{name} is {found}, not a table: this is not a hermes-archive database"
+    return None
+
+
+def verify_database(
+    conn: sqlite3.Connection, key: bytes, progress: Callable[[int], None] | None = None
+) -> Report:
+    """Verify a whole archive database through an open connection.
+
+    The head, the envelopes and the payloads are read in one read transaction, so a writer
+    in another process appending meanwhile can never make the head look stale.
+    """
+    payload_cursor = conn.cursor()
+
+    def payload_of(digest: str) -> bytes | None:
+        row = payload_cursor.execute(
+            "SELECT body FROM payloads WHERE digest = ?", (digest,)
+        ).fetchone()
+        return bytes(row[0]) if row else None
+
+    conn.execute("BEGIN")  # one read snapshot for the whole pass (head included)
+    try:
+        problem = schema_problem(conn)
+        if problem:
+            return Report().fail(None, problem)
+        meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+        if int(meta.get("format_version", 0)) != SUPPORTED_FORMAT:
+            return Report().fail(None, f"unsupported format version {meta.get('format_version')!r}")
+        head_row = conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
+        return verify_rows(
+            conn.execute(_ROWS_SQL),
+            store_id=meta["store_id"],
+            key=key,
+            payload_of=payload_of,
+            head=(head_row[0], head_row[1]) if head_row else (0, genesis(meta["store_id"])),
+            progress=progress,
+        )
+    finally:
+        conn.execute("COMMIT")
+
+
+# -- export bundles (docs/AUDIT.md "The export bundle") -----------------------------------
+
+BUNDLE_NAME = "hermes-archive-bundle"
+BUNDLE_VERSION = 1
+MANIFEST = "manifest.json"
+KEY_MEMBER = "payload.key"
+ENVELOPES = "envelopes.jsonl"
+PAYLOAD_PREFIX = "payloads/"
+ENVELOPE_FIELDS = ("seq", "time", "type", "session", "key", "identity", "payload", "parts", "chain")
+SEAL_PREFIX = b"hermes-archive bundle v1; manifest blake3 "
+SEAL_MIDDLE = b"; seal blake3 "
+SEAL_LENGTH = len(SEAL_PREFIX) + 64 + len(SEAL_MIDDLE) + 64
+_SEAL = re.compile(
+    re.escape(SEAL_PREFIX) + rb"([0-9a-f]{64})" + re.escape(SEAL_MIDDLE) + rb"([0-9a-f]{64})\Z"
+)
+_END_OF_ZIP = b"PK\x05\x06"  # the end-of-central-directory record; the seal is its comment
+_END_RECORD = 22
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+#: manifest.json holds one small entry per member: it may be this large for each member (a
+#: payload name is 73 characters, its size and digest about 90 more) plus a fixed allowance
+_MANIFEST_PER_MEMBER = 512
+_MANIFEST_BASE = 1 << 16
+_MAX_KEY_MEMBER = 256  # 64 hex digits and a newline; anything far larger is not a key
+_MAX_PAYLOAD = 1_000_000_000  # SQLite's largest value: no archive holds a larger payload
+_MAX_ENVELOPE_LINE = 1 << 30
+
+
+class BundleError(Exception):
+    """The bundle is damaged or inconsistent; the message names what, ``seq`` where known."""
+
+    def __init__(self, message: str, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
+def seal_comment(manifest_digest: str, seal: str = "0" * 64) -> bytes:
+    """The zip comment that seals a bundle (the exporter writes zeros, then the seal)."""
+    return SEAL_PREFIX + manifest_digest.encode("ascii") + SEAL_MIDDLE + seal.encode("ascii")
+
+
+def selected(selection: Mapping[str, Any], session: str, time: str) -> bool:
+    """Whether an event is in an export's selection: same session, ``since <= time <= until``.
+
+    Times are envelope time text (fixed-width UTC), so comparing text compares instants.
+    """
+    return (
+        (selection.get("session") is None or session == selection["session"])
+        and (selection.get("since") is None or time >= selection["since"])
+        and (selection.get("until") is None or time <= selection["until"])
+    )
+
+
+def envelope_line(row: Row) -> bytes:
+    """A line of ``envelopes.jsonl``: ASCII JSON, so any text (lone surrogates too) round-trips."""
+    return (
+        json.dumps(
+            dict(zip(ENVELOPE_FIELDS, row, strict=True)), sort_keys=True, separators=(",", ":")
+        )
+        + "\n"
+    ).encode("ascii")
+
+
+def seal_digest(handle: BinaryIO, size: int) -> str:
+    """BLAKE3 over every byte of the bundle except the last 64 (the seal digest itself)."""
+    hasher = blake3()
+    handle.seek(0)
+    remaining = size - 64
+    while remaining > 0:
+        chunk = handle.read(min(1 << 20, remaining))
+        if not chunk:
+            break
+        hasher.update(chunk)
+        remaining -= len(chunk)
+    return hasher.hexdigest()
+
+
+def _read_seal(handle: BinaryIO) -> tuple[str, str, int]:
+    """(manifest digest, seal digest, file size) from the comment of the end-of-zip record."""
+    size = handle.seek(0, os.SEEK_END)
+    if size < SEAL_LENGTH + _END_RECORD:
+        raise BundleError("the file is too short to be a hermes-archive bundle")
+    handle.seek(size - SEAL_LENGTH - _END_RECORD)
+    tail = handle.read()
+    if tail[:4] != _END_OF_ZIP or int.from_bytes(tail[20:22], "little") != SEAL_LENGTH:
+        raise BundleError(
+            "the end-of-zip record before the seal is damaged (or this is not a bundle)"
+        )
+    match = _SEAL.match(tail[_END_RECORD:])
+    if match is None:
+        raise BundleError("the seal (the zip comment at the end of the bundle) is damaged")
+    return match.group(1).decode(), match.group(2).decode(), size
+
+
+def _member_digest(archive: zipfile.ZipFile, name: str, limit: int) -> tuple[int, str]:
+    """(size, BLAKE3) of a member's content, reading at most ``limit`` + 1 bytes."""
+    hasher, size = blake3(), 0
+    try:
+        with archive.open(name) as member:
+            while size <= limit:
+                chunk = member.read(min(1 << 20, limit + 1 - size))
+                if not chunk:
+                    break
+                hasher.update(chunk)
+                size += len(chunk)
+    except Exception as exc:  # CRC, zlib, header and encryption-flag errors all land here
+        raise BundleError(f"member {printable(name)} cannot be read: {exc}") from None
+    return size, hasher.hexdigest()
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = data.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BundleError(f"{where}: field {name!r} is missing or has the wrong type")
+    return value
+
+
+def _digest_field(data: Mapping[str, Any], name: str, where: str) -> str:
+    value = _field(data, name, str, where)
+    if not _HEX64.fullmatch(value):
+        raise BundleError(f"{where}: field {name!r} is not a 64-digit lowercase hex digest")
+    return str(value)
+
+
+def _check_manifest(manifest: Any) -> dict[str, Any]:
+    """Validate the manifest's shape (every field the checks rely on); return it."""
+    where = MANIFEST
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{where} is not a JSON object")
+    if manifest.get("bundle") != BUNDLE_NAME or manifest.get("bundle_version") != BUNDLE_VERSION:
+        raise BundleError(f"{where}: not a {BUNDLE_NAME} version {BUNDLE_VERSION}")
+    if manifest.get("format_version") != SUPPORTED_FORMAT:
+        raise BundleError(
+            f"{where}: unsupported archive format version {manifest.get('format_version')!r}"
+        )
+    store_id = _field(manifest, "store_id", str, where)
+    if not re.fullmatch(r"[0-9a-f]{32}", store_id):
+        raise BundleError(f"{where}: store_id is not 32 hex digits")
+    for section in ("head", "proof"):
+        block = _field(manifest, section, dict, where)
+        seq_name = "seq" if section == "head" else "start_seq"
+        if _field(block, seq_name, int, f"{where} {section}") < 0:
+            raise BundleError(f"{where}: {section} {seq_name} is negative")
+        _digest_field(block, "chain" if section == "head" else "start_chain", f"{where} {section}")
+    selection = _field(manifest, "selection", dict, where)
+    if set(selection) != {"session", "since", "until"}:
+        raise BundleError(f"{where}: selection must name exactly session, since and until")
+    for name in ("session", "since", "until"):
+        value = selection[name]
+        if value is not None and not isinstance(value, str):
+            raise BundleError(f"{where}: selection {name} must be text or null")
+        if name != "session" and value is not None and not _TIME.fullmatch(value):
+            raise BundleError(f"{where}: selection {name} is not envelope time text")
+    for name in ("envelopes", "selected_events", "payloads"):
+        if _field(manifest, name, int, where) < 0:
+            raise BundleError(f"{where}: {name} is negative")
+    members = _field(manifest, "members", dict, where)
+    for name, entry in members.items():
+        if not isinstance(entry, dict):
+            raise BundleError(f"{where}: member entry {name!r} is not an object")
+        _field(entry, "size", int, f"{where} member {name}")
+        _digest_field(entry, "blake3", f"{where} member {name}")
+        if name not in (KEY_MEMBER, ENVELOPES) and not (
+            name.startswith(PAYLOAD_PREFIX) and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
+        ):
+            raise BundleError(f"{where}: unexpected member name {name!r}")
+    for name in (KEY_MEMBER, ENVELOPES):
+        if name not in members:
+            raise BundleError(f"{where}: member {name} is not listed")
+    return manifest
+
+
+def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
+    """Parse ``envelopes.jsonl`` strictly: exact fields, exact types, ASCII only."""
+    expected = set(ENVELOPE_FIELDS)
+    with archive.open(ENVELOPES) as member:
+        for number, raw in enumerate(iter(lambda: member.readline(_MAX_ENVELOPE_LINE), b""), 1):
+            seq_hint = first_seq + number
+            try:
+                value = json.loads(raw.decode("ascii"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise BundleError(
+                    f"{ENVELOPES} line {number} is not JSON: {exc}", seq_hint
+                ) from None
+            if not raw.endswith(b"\n") or not isinstance(value, dict) or set(value) != expected:
+                raise BundleError(f"{ENVELOPES} line {number} is not an envelope record", seq_hint)
+            seq = value["seq"]
+            if (
+                not isinstance(seq, int)
+                or isinstance(seq, bool)
+                or any(not isinstance(value[name], str) for name in ENVELOPE_FIELDS[1:])
+            ):
+                raise BundleError(
+                    f"{ENVELOPES} line {number}: a field has the wrong type", seq_hint
+                )
+            yield tuple(value[name] for name in ENVELOPE_FIELDS)
+
+
+def _verify_open_bundle(
+    handle: BinaryIO, report: Report, progress: Callable[[int], None] | None
+) -> Report:
+    manifest_digest, seal, size = _read_seal(handle)
+    try:
+        archive = zipfile.ZipFile(handle)
+    except Exception as exc:
+        raise BundleError(f"the zip directory is damaged: {exc}") from None
+    names = archive.namelist()
+    seen: set[str] = set()
+    for name in names:  # linear: one set lookup per member
+        if name in seen:
+            raise BundleError(f"member {printable(name)} appears more than once")
+        seen.add(name)
+    if MANIFEST not in seen:
+        raise BundleError(f"{MANIFEST} is missing")
+    manifest_limit = _MANIFEST_BASE + _MANIFEST_PER_MEMBER * len(names)
+    if archive.getinfo(MANIFEST).file_size > manifest_limit:
+        raise BundleError(
+            f"{MANIFEST} says it inflates to {archive.getinfo(MANIFEST).file_size} bytes, more "
+            f"than a manifest of {len(names)} members can hold"
+        )
+    manifest_size, digest = _member_digest(archive, MANIFEST, manifest_limit)
+    if manifest_size > manifest_limit:
+        raise BundleError(f"{MANIFEST} inflates past {manifest_limit} bytes")
+    if digest != manifest_digest:
+        raise BundleError(
+            f"{MANIFEST} does not match the manifest digest in the seal (one of them was changed)"
+        )
+    with archive.open(MANIFEST) as member:
+        try:
+            manifest = _check_manifest(json.loads(member.read(manifest_size).decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BundleError(f"{MANIFEST} is not valid JSON: {exc}") from None
+    members: dict[str, dict[str, Any]] = manifest["members"]
+    present = set(names) - {MANIFEST}
+    missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
+    if missing:
+        raise BundleError(f"member {printable(missing[0])} is listed in the manifest but missing")
+    if unlisted:
+        raise BundleError(f"member {printable(unlisted[0])} is not listed in the manifest")
+    for name in names:
+        if name == MANIFEST:
+            continue
+        entry = members[name]
+        if _member_digest(archive, name, entry["size"]) != (entry["size"], entry["blake3"]):
+            raise BundleError(
+                f"member {printable(name)} was changed: its size or BLAKE3 differs from the manifest"
+            )
+
+    store_id, head, proof = manifest["store_id"], manifest["head"], manifest["proof"]
+    start = (proof["start_seq"], proof["start_chain"])
+    report.details = {
+        "store_id": store_id,
+        "created": manifest.get("created"),
+        "head": {"seq": head["seq"], "chain": head["chain"]},
+        "proof_start": {"seq": start[0], "chain": start[1], "genesis": start[0] == 0},
+        "selection": manifest["selection"],
+        "envelopes": manifest["envelopes"],
+        "selected_events": manifest["selected_events"],
+        "payloads": manifest["payloads"],
+    }
+    if start[0] == 0 and start[1] != genesis(store_id):
+        raise BundleError(
+            f"{MANIFEST}: the proof starts at seq 0 but not at the genesis of store {store_id}"
+        )
+    if start[0] > head["seq"]:
+        raise BundleError(f"{MANIFEST}: the proof starts after the head")
+    if members[KEY_MEMBER]["size"] > _MAX_KEY_MEMBER:
+        raise BundleError(
+            f"{KEY_MEMBER} is {members[KEY_MEMBER]['size']} bytes; a key is 64 hex digits"
+        )
+    try:
+        key = bytes.fromhex(archive.read(KEY_MEMBER).decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        raise BundleError(f"{KEY_MEMBER} is not hex text") from None
+    if len(key) != 32:
+        raise BundleError(f"{KEY_MEMBER} must hold 32 bytes, found {len(key)}")
+
+    payload_names = {name for name in members if name.startswith(PAYLOAD_PREFIX)}
+    referenced: set[str] = set()
+    selection, chosen = manifest["selection"], [0]
+
+    def payload_of(digest: str) -> bytes | None:
+        name = PAYLOAD_PREFIX + digest
+        if name not in payload_names:
+            return None
+        if members[name]["size"] > _MAX_PAYLOAD:  # checked against the content above
+            raise BundleError(f"member {printable(name)} is larger than any archive can hold")
+        referenced.add(name)
+        return archive.read(name)
+
+    def payload_needed(row: Row) -> bool:
+        if selected(selection, row[3], row[1]):
+            chosen[0] += 1
+            return True
+        return False
+
+    checked = verify_rows(
+        _envelope_rows(archive, start[0]),
+        store_id=store_id,
+        key=key,
+        payload_of=payload_of,
+        head=(head["seq"], head["chain"]),
+        start=start,
+        progress=progress,
+        payload_needed=payload_needed,
+    )
+    checked.details, checked.warnings = report.details, report.warnings
+    report = checked
+    if not report.ok:
+        return report
+    if report.events_checked != manifest["envelopes"]:
+        return report.fail(
+            None,
+            f"{MANIFEST} claims {manifest['envelopes']} envelopes, "
+            f"the bundle holds {report.events_checked}",
+        )
+    if chosen[0] != manifest["selected_events"]:
+        return report.fail(
+            None,
+            f"{MANIFEST} claims {manifest['selected_events']} selected events, "
+            f"the envelopes select {chosen[0]}",
+        )
+    unreferenced = sorted(payload_names - referenced)
+    if unreferenced:
+        return report.fail(
+            None,
+            f"member {printable(unreferenced[0])} is not a payload or part of any selected event",
+        )
+    if len(payload_names) != manifest["payloads"]:
+        return report.fail(
+            None,
+            f"{MANIFEST} claims {manifest['payloads']} payloads, "
+            f"the bundle holds {len(payload_names)}",
+        )
+    if seal_digest(handle, size) != seal:
+        return report.fail(
+            None,
+            "the bundle's bytes do not match its seal: a zip header or directory entry "
+            "(outside every member's content) or the seal itself was changed",
+        )
+    if start[0] > 0:
+        report.warnings.append(
+            f"the chain was checked from a stated start (seq {start[0]}, chain {start[1]}), "
+            "not from the genesis: confirm that value against the archive "
+            f"(hermes-archive show {start[0]})"
+        )
+    return report
+
+
+def verify_bundle(
+    path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+) -> Report:
+    """Verify an export bundle: seal, manifest, every member, the chain from its start to its head,
+    every selected event's payload and parts, and that the selection is complete."""
+    report = Report()
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
+            return report.fail(None, f"{printable(path)} is not a regular file")
+        with open(path, "rb") as handle:
+            return _verify_open_bundle(handle, report, progress)
+    except BundleError as exc:
+        return report.fail(exc.seq, str(exc))
+    except Exception as exc:  # an unreadable file or a zip damaged in a way zipfile did not foresee
+        return report.fail(None, f"cannot read the bundle: {type(exc).__name__}: {exc}")
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """``text`` safe for a terminal: control characters (ESC, CR, bidi overrides) escaped."""
+    return _CONTROL.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        str(text),
+    )
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of regular file ``path`` (a FIFO or device is refused, not read)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"{path} is larger than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _verify_database_file(database: str, key_path: str | None) -> Report:
+    key_path = key_path or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
+    try:
+        key = bytes.fromhex(_read_regular(key_path, 4096).decode("ascii").strip())
+        if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
+            raise ValueError(f"{database} is not a regular file")
+        uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
+        return verify_database(conn, key)
+    except Exception as exc:  # an unreadable or hostile file is a failed check, never a crash
+        return Report().fail(None, f"cannot read the archive: {type(exc).__name__}: {exc}")
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+ZIP_MAGIC = b"PK\x03\x04"  # a bundle starts with its first member's local header
+
+
+def kind_of(path: str) -> str | None:
+    """``database`` or ``bundle`` by the file's first bytes; None when it is neither.
+
+    A file that cannot be opened is taken for what its name suggests, so that the check
+    itself reports why it cannot be read.
+    """
+    try:
+        start = _read_regular_head(path)
+    except (OSError, ValueError):
+        return "bundle" if path.endswith(".zip") else "database"
+    if start == SQLITE_MAGIC:
+        return "database"
+    if start.startswith(ZIP_MAGIC):
+        return "bundle"
+    return None
+
+
+def _read_regular_head(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        return os.read(fd, 16)
+    finally:
+        os.close(fd)
+
+
+def describe(report: Report, kind: str) -> str:
+    """One human line (plus warnings) for a report."""
+    if not report.ok:
+        where = f"seq {report.first_bad_seq}" if report.first_bad_seq is not None else f"the {kind}"
+        return f"FAILED at {where}: {printable(report.problem)}"
+    if kind == "bundle":
+        d = report.details
+        start = (
+            "the genesis"
+            if d["proof_start"]["genesis"]
+            else f"stated seq {d['proof_start']['seq']}"
+        )
+        chosen = {k: v for k, v in d["selection"].items() if v is not None}
+        text = (
+            f"ok: bundle of store {d['store_id']}: {report.events_checked} envelopes chained "
+            f"from {start} to head seq {d['head']['seq']} (chain {d['head']['chain']}); "
+            f"{d['selected_events']} selected "
+            f"events ({', '.join(f'{k}={v}' for k, v in chosen.items()) or 'everything'}), "
+            f"{report.payloads_checked} payloads verified"
+        )
+    else:
+        text = (
+            f"ok: {report.events_checked} events, {report.payloads_checked} payloads verified; "
+            f"head at {report.last_seq}"
+        )
+    return "\n".join(printable(line) for line in [text, *(f"note: {w}" for w in report.warnings)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    mode = args_in.pop(0) if args_in and args_in[0] in ("bundle", "database") else None
+    parser = argparse.ArgumentParser(
+        prog="verifier.py",
+        description="Verify a hermes-archive events.db or export bundle without the package.",
+        usage="%(prog)s [bundle|database] PATH [--key payload.key] [--json]",
+    )
+    parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
+    parser.add_argument(
+        "--key", help="payload.key of a database (default: beside it; bundles carry theirs)"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(args_in)
+    kind = kind_of(args.path)
+    if mode and kind in (None, mode):  # a damaged first byte is the named check's to report
+        kind = mode
+    if kind is None or (mode and mode != kind):
+        report = Report().fail(
+            None,
+            f"{args.path} is a {kind}, not a {mode}"
+            if kind
+            else f"{args.path} is not an archive database or bundle (empty, or other first bytes)",
+        )
+        print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, "file"))
+        return 1
+    report = (
+        _verify_database_file(args.path, args.key)
+        if kind == "database"
+        else verify_bundle(args.path)
+    )
+    print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, kind))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

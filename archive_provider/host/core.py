@@ -1,0 +1,279 @@
+"""ArchiveCore: what every provider over one profile's archive shares.
+
+:class:`~archive_provider.host.provider.ArchiveProvider` and hivemind's provider are thin
+adapters from host hooks to this object: it owns the profile binding, the settings, the
+session state (session, parent, agent context, turn) and the transcript cache of the turn
+delta, the writer, the one read-only connection (recall, the peers block, tools), search
+and submission. Nothing outside reads its underscored members; the attributes and methods
+below are its API (docs/DESIGN.md, "Composition").
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..domain import builders
+from ..domain.clock import now_text
+from ..domain.evidence import archivable_text, is_set
+from ..format.events import NewEvent
+from ..projections.recall import Hit, Prover, search
+from ..projections.registry import default_projections
+from ..storage.spill import Encoder
+from ..storage.store import (
+    DB_NAME,
+    KEY_NAME,
+    EventStore,
+    Projection,
+    archive_dir,
+    connect,
+    read_key,
+)
+from ..storage.witness import Witness
+from ..storage.writer import Writer, WriterUnavailable, writers
+from .hermes import spawn_thread
+from .settings import Settings
+from .spill_kinds import SPILL_KINDS, spill_entry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Build = Callable[[EventStore], Sequence[NewEvent]]
+
+
+def session_text(value: Any) -> str:
+    """A session id as the log stores it: text SQLite can hold ('' for none).
+
+    Total, so no hook loses its input to an odd id: an id without a text is described by
+    its type, and a lone surrogate is written as its escape (``\\ud800``), which keeps
+    two ids that differ there apart (U+FFFD would merge their sessions).
+    """
+    try:
+        text = str(value) if is_set(value) else ""
+    except Exception:
+        text = f"<{type(value).__name__} without a text>"
+    return archivable_text(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@dataclass
+class Transcript:
+    """The last transcript archived for a session: a cache for the delta, never the truth."""
+
+    turns: int  # the session's turn count once it was archived
+    raw: list[Any]  # deep copies of the messages as the host sent them
+
+    def is_prefix_of(self, messages: Sequence[Any]) -> bool:
+        """Whether ``messages`` starts with the cached transcript, unchanged.
+
+        A message whose comparison raises or is not a plain truth value (an array, say)
+        counts as changed: the full path then decides what is new.
+        """
+        if len(self.raw) > len(messages):
+            return False
+        try:
+            return all(bool(old == new) for old, new in zip(self.raw, messages, strict=False))
+        except Exception:
+            return False
+
+
+class ArchiveCore:
+    """One profile's archive as the providers use it: state, writer, reader, search, submit."""
+
+    def __init__(
+        self, projections: Callable[[], Sequence[Projection]] = default_projections
+    ) -> None:
+        # Cheap and side-effect free: discovery and `hermes memory status` construct us.
+        #: the projections this archive's writer keeps (hivemind's provider adds its peers)
+        self.projections = projections
+        self.home: Path | None = None
+        self.writer: Writer | None = None
+        self.settings = Settings()
+        self.session = ""
+        self.parent_session = ""
+        self.agent_context = "primary"
+        self.turn = 0
+        #: writer-thread cache of the last transcript archived per session (the turn delta)
+        self.transcripts: dict[str, Transcript] = {}
+        self._reader: sqlite3.Connection | None = None
+        self._key = b""  # the payload key, read with the reader: served excerpts are re-proved
+        self._reader_lock = threading.Lock()
+
+    @property
+    def writes_turns(self) -> bool:
+        """Only the primary context writes turns, memory and peers (subagents, cron: not)."""
+        return self.agent_context == "primary"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def open_writer(self) -> None:
+        """Share the profile's writer (one per database per process); once per core."""
+        if self.writer is None and self.home is not None:
+            self.writer = writers.acquire(
+                archive_dir(self.home),
+                projections_factory=self.projections,
+                thread_factory=spawn_thread,
+                busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
+                witness=Witness.for_home(self.home),
+                kinds=SPILL_KINDS,
+                queue_max_events=self.settings.queue_max_events,
+                queue_max_bytes=self.settings.queue_max_bytes,
+                spill_fsync_s=self.settings.spill_fsync_s,
+                journal_every_event=self.settings.journal_every_event,
+            )
+
+    def close(self) -> None:
+        """Release the writer (drained within the settings' budget) and the reader."""
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            report = writers.release(writer, timeout=self.settings.drain_timeout_s)
+            if report is not None and not report.complete:
+                log.error(
+                    "archive: %d events could not be written before shutdown: %s",
+                    len(report.unwritten),
+                    report.unwritten[:10],
+                )
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    # -- writing -------------------------------------------------------------------------
+
+    def submit(
+        self, build: Build, label: str, entry: Encoder | None = None, size: int = 512
+    ) -> None:
+        """Hand the writer a job and return; a failure is logged and put on the record.
+
+        ``entry`` is the same job as a spill record (a kind of :data:`SPILL_KINDS`): with it
+        the writer may spill the job instead of holding it in memory; ``size`` estimates
+        the bytes the queue holds for it (its bound counts them).
+        """
+        writer = self.writer
+        if writer is None:
+            log.warning("archive: %s not archived: the archive is not initialized", label)
+            return
+        future = writer.submit(build, label=label, entry=entry, size=size)
+
+        def report(done: Future[Any]) -> None:
+            error = None if done.cancelled() else done.exception()
+            if error is None:
+                return
+            log.error("archive: %s could not be archived: %s", label, error)
+            if not isinstance(error, WriterUnavailable):  # this input, not the store, failed
+                self.record_write_failure(label, error)
+
+        future.add_done_callback(report)
+
+    def submit_job(self, build: Build, label: str) -> Future[Any]:
+        """Hand the writer a job; the caller owns the future (raises when the archive is closed)."""
+        writer = self.writer
+        if writer is None:
+            raise RuntimeError("the archive is closed")
+        return writer.submit(build, label=label)
+
+    def record(self, build: Build, label: str, wait_s: float) -> bool:
+        """Log an outcome and wait (bounded) until it is committed; False if it is not yet."""
+        try:
+            self.submit_job(build, label).result(wait_s)
+            return True
+        except Exception as exc:
+            log.error("archive: %s not archived (yet): %s", label, exc)
+            return False
+
+    def record_write_failure(self, hook: str, error: BaseException) -> None:
+        """Put a hook whose input could not be archived on the record (never twice over)."""
+        if hook == "write_failed":
+            return
+        session, at = self.session, now_text()
+        text = f"{type(error).__name__}: {error}"
+        self.submit(
+            lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
+            "write_failed",
+            spill_entry("write_failed", session=session, at=at, hook=hook, error=text),
+        )
+
+    def record_recall(self, session_id: str, query: str, result: str, sources: list[int]) -> None:
+        """Log what prefetch returned for this turn as ``recall_served`` (the host may trim it)."""
+        if not result or not self.writes_turns:
+            return
+        session, turn, at = session_text(session_id) or self.session, self.turn, now_text()
+        redact = self.settings.redact_secrets
+        self.submit(
+            lambda store: [
+                builders.recall_served(
+                    store.hasher,
+                    session,
+                    turn=turn,
+                    query=query,
+                    result=result,
+                    sources=sources,
+                    at=at,
+                    redact=redact,
+                )
+            ],
+            "recall_served",
+            spill_entry(
+                "recall_served",
+                session=session,
+                turn=turn,
+                query=query,
+                result=result,
+                sources=sources,
+                at=at,
+                redact=redact,
+            ),
+            512 + len(query) + len(result),
+        )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, query: Callable[[sqlite3.Connection], T], *, flush_s: float = 0.0) -> T:
+        """Run ``query`` on the one read-only connection to the log (committed state).
+
+        The connection opens on first use; with ``flush_s`` a new profile's writer gets
+        that long to create the tables first. Raises ``sqlite3.OperationalError`` while
+        the archive is not initialized.
+        """
+        with self._reader_lock:
+            if self._reader is None:
+                if self.home is None:
+                    raise sqlite3.OperationalError("the archive is not initialized")
+                if flush_s and self.writer is not None:
+                    self.writer.flush(flush_s)
+                folder = archive_dir(self.home)
+                self._reader = connect(folder / DB_NAME, readonly=True)
+                self._key = read_key(folder / KEY_NAME)
+            return query(self._reader)
+
+    def search(self, query: str, **kwargs: Any) -> tuple[list[Hit], list[str]]:
+        """Ranked hits, each re-proved from the log (invariant 11), and why any was withheld.
+
+        Nothing before the archive exists; refused while its proof has failed.
+        """
+        if self.home is None:
+            return [], []
+        writer = self.writer
+        if writer is not None and writer.refused:  # a log that failed its proof is not recalled
+            raise RuntimeError(f"archive recall is withheld: {writer.refused}")
+        if not (archive_dir(self.home) / DB_NAME).exists():
+            return [], []
+
+        def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
+            prover = Prover(conn, self._key)
+            return prover.proven(search(conn, query, **kwargs)), prover.withheld
+
+        hits, withheld = self.read(proven)
+        if withheld:
+            log.error(
+                "archive: %d recalled excerpts withheld, not proven against the log (%s); "
+                "run `hermes-archive verify --projections` and `hermes-archive replay`",
+                len(withheld),
+                withheld[0],
+            )
+        return hits, withheld

@@ -1,0 +1,142 @@
+"""The one place that meets the Hermes host.
+
+Everything the package needs from hermes-agent is imported here, each symbol detected on
+its own (upstream added them at different times), with a fallback so the package imports
+and its tests run without hermes, on 0.19.0 and on hosts with checkpoint API v2.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..storage.writer import context_thread
+
+try:  # the real base class when hermes is installed
+    from agent.memory_provider import MemoryProvider as MemoryProviderBase
+except Exception:  # pragma: no cover - exercised only where hermes is absent
+
+    class MemoryProviderBase(ABC):  # type: ignore[no-redef]
+        """Stand-in with the same abstract surface as hermes' MemoryProvider."""
+
+        @property
+        @abstractmethod
+        def name(self) -> str: ...
+
+        @abstractmethod
+        def is_available(self) -> bool: ...
+
+        @abstractmethod
+        def initialize(self, session_id: str, **kwargs: Any) -> None: ...
+
+        @abstractmethod
+        def get_tool_schemas(self) -> list[dict[str, Any]]: ...
+
+
+try:
+    from agent.memory_provider import (
+        PRE_COMPRESS_CHECKPOINT_API_VERSION as HOST_CHECKPOINT_API_VERSION,
+    )
+except Exception:
+    HOST_CHECKPOINT_API_VERSION = None  # 0.19.0: no checkpoint API v2 on the host side
+
+#: The checkpoint API this provider implements, whatever the host offers.
+CHECKPOINT_API_VERSION = 2
+
+try:
+    from agent.memory_provider import spawn_context_thread as _host_spawn
+except Exception:
+    _host_spawn = None
+
+
+def spawn_thread(target: Callable[[], None], *, name: str, daemon: bool = True) -> threading.Thread:
+    """An unstarted thread that keeps the caller's contextvars (profile scope, secrets)."""
+    if _host_spawn is not None:
+        return _host_spawn(target, name=name, daemon=daemon)
+    return context_thread(target, name=name, daemon=daemon)
+
+
+try:
+    from agent.secret_scope import get_secret as _host_get_secret
+except Exception:
+    _host_get_secret = None
+
+
+def get_secret(name: str, default: str | None = None) -> str | None:
+    """Read a credential through the host's per-profile secret scope when it has one."""
+    if _host_get_secret is not None:
+        return _host_get_secret(name, default)
+    return os.environ.get(name, default)
+
+
+def current_hermes_home() -> Path | None:
+    """The profile home of the current context (override, env, default), if hermes says."""
+    try:
+        from hermes_constants import get_hermes_home
+    except Exception:
+        home = os.environ.get("HERMES_HOME")
+        return Path(home) if home else None
+    return Path(get_hermes_home())
+
+
+def host_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hermes-agent")
+    except Exception:
+        return "absent"
+
+
+class HostLLMUnavailable(RuntimeError):
+    """This host has no auxiliary LLM helper (``agent.auxiliary_client.call_llm``)."""
+
+
+@dataclass(frozen=True)
+class HostLLMReply:
+    """What the host's auxiliary model answered, and who answered (``unknown`` if unsaid)."""
+
+    text: str
+    provider: str
+    model: str
+
+
+def call_host_llm(
+    task: str, messages: list[dict[str, str]], *, max_tokens: int, timeout: float
+) -> HostLLMReply:
+    """One call through the host's auxiliary LLM helper (docs/HOST.md §7); blocking.
+
+    ``task`` selects ``auxiliary.<task>.*`` in the host's config.yaml; without one the host
+    auto-detects a provider, and raises ``RuntimeError`` when it finds none. Only arguments
+    the host's signature accepts are passed: main's ``route_info`` out-parameter (provider
+    and model actually used) is read when the host has it. Call it from a background thread,
+    never from a hook: it waits for the model.
+    """
+    try:
+        from agent.auxiliary_client import call_llm
+    except Exception as exc:
+        raise HostLLMUnavailable(f"no auxiliary LLM helper in this host: {exc}") from None
+    accepted = inspect.signature(call_llm).parameters
+    route: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "timeout": timeout}
+    if "route_info" in accepted:
+        kwargs["route_info"] = route
+    response = call_llm(task, **kwargs)
+    try:
+        text = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        text = None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the auxiliary model returned no text")
+    answered = getattr(response, "model", None)
+    return HostLLMReply(
+        text=text,
+        provider=str(route.get("provider") or "unknown"),
+        model=str(route.get("model") or answered or "unknown"),
+    )

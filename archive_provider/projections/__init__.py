@@ -1,0 +1,1 @@
+"""Projections: read models rebuilt from the log, and the queries over them."""

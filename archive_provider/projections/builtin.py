@@ -1,0 +1,748 @@
+"""The archive's own projections: sessions, memory, recall, checkpoints, recalls served.
+
+Each follows the contract of :mod:`.base` and is listed by :mod:`.registry`; the queries
+over their tables live beside them here (and in :mod:`.recall` for search).
+
+Determinism is what makes digests comparable: every row, including FTS5 rowids, is a
+function of the log prefix alone, never of when or in which batches it was applied. A
+projection's ``version`` is bumped whenever its tables or reducer change; a stored
+projection of another version is dropped on open and rebuilt by the catch-up.
+
+Reducers never raise on odd payloads (a missing key reads as empty) and store text with
+lone surrogates replaced, so no event the log accepted can make a projection, or a replay,
+fail.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..domain.evidence import bindable_text, message_text
+from ..domain.memory_state import Entry, MemoryWrite, apply_write
+from ..format.canonical import canonical_text, decode
+from ..format.events import LoadedEvent, StoredEvent
+from .base import TableProjection, event_part, event_text
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _digests(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+#: The one FTS5 tokenizer: recall_fts indexes with it and search tokenizes queries with it.
+TOKENIZER = "unicode61 remove_diacritics 2"
+
+
+# -- sessions --------------------------------------------------------------------------
+
+#: session_links.relation for each switch reason; lineage follows these (not resume/reset/rewind)
+LINEAGE_RELATIONS = frozenset({"start", "compression", "branch", "switch"})
+
+
+def link_relation(body: Mapping[str, Any]) -> str:
+    """What a session switch means for lineage, from the host's flags and reason."""
+    if body.get("rewound"):
+        return "rewind"
+    if body.get("reset"):
+        return "reset"
+    reason = body.get("reason")
+    if reason in ("compression", "branch", "resume"):
+        return str(reason)
+    return "switch"
+
+
+class SessionsProjection(TableProjection):
+    """Sessions, their counters and their lineage across switches, resets and compressions.
+
+    ``transcript`` is the transcript as last archived, kept so the next turn's delta can be
+    computed. A rewind (``/undo``) leaves it as it is: the host's transcript is then no
+    longer an extension of it, and the delta starts at the last user message, whereas an
+    emptied transcript would make the next turn re-archive the whole conversation.
+    """
+
+    name = "sessions"
+    version = 2
+    ddl = (
+        "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY,"
+        " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT,"
+        " turns INTEGER NOT NULL DEFAULT 0, memory_writes INTEGER NOT NULL DEFAULT 0,"
+        " checkpoints INTEGER NOT NULL DEFAULT 0, platform TEXT, agent_context TEXT)",
+        "CREATE TABLE IF NOT EXISTS session_links (seq INTEGER PRIMARY KEY, session TEXT NOT NULL,"
+        " parent TEXT NOT NULL, relation TEXT NOT NULL, reason TEXT, reset INTEGER NOT NULL,"
+        " rewound INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS session_links_session ON session_links(session, seq)",
+        "CREATE TABLE IF NOT EXISTS transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
+        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
+        " WITHOUT ROWID",
+    )
+    tables = {"sessions": "session", "session_links": "seq", "transcript": "session, position"}
+    handles = frozenset(
+        {
+            "session_started",
+            "session_switched",
+            "session_ended",
+            "turn",
+            "memory_write",
+            "checkpoint",
+        }
+    )
+
+    reads_parts: frozenset[str] = frozenset()
+    batch_events = 5000
+    _COUNTERS = {"turn": 2, "memory_write": 3, "checkpoint": 4}
+
+    def __init__(self) -> None:
+        # buffered until flush: session -> [first_seq, last_seq, turns, memory_writes, checkpoints]
+        self._counts: dict[str, list[int]] = {}
+        self._transcript: list[tuple[str, int, str, int]] = []
+        self._lengths: dict[str, int] = {}  # transcript length per session, once read or written
+
+    def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        kind, session, seq = event.type, event.session, event.seq
+        counts = self._counts.get(session)
+        if counts is None:
+            counts = self._counts[session] = [seq, seq, 0, 0, 0]
+        counts[1] = seq
+        slot = self._COUNTERS.get(kind)
+        if slot is not None:
+            counts[slot] += 1
+        if kind == "turn":
+            body = _mapping(event.body)
+            start = body.get("start")
+            start = start if isinstance(start, int) and start >= 0 else 0
+            self._record_transcript(conn, session, start, _digests(body.get("messages")), seq)
+        elif kind == "session_started":
+            body = _mapping(event.body)
+            conn.execute(
+                "INSERT INTO sessions (session, first_seq, last_seq, started_at, platform,"
+                " agent_context) VALUES (?1, ?2, ?2, ?3, ?4, ?5) ON CONFLICT(session) DO UPDATE"
+                " SET started_at = coalesce(started_at, excluded.started_at),"
+                " platform = excluded.platform, agent_context = excluded.agent_context",
+                (
+                    session,
+                    seq,
+                    event.time,
+                    _text_or_none(body.get("platform")),
+                    _text_or_none(body.get("agent_context")),
+                ),
+            )
+            parent = body.get("parent_session_id")
+            if isinstance(parent, str) and parent:
+                conn.execute(
+                    "INSERT INTO session_links VALUES (?, ?, ?, 'start', 'start', 0, 0)",
+                    (seq, session, bindable_text(parent)),
+                )
+        elif kind == "session_switched":
+            body = _mapping(event.body)
+            parent = body.get("parent_session_id") or body.get("from") or ""
+            conn.execute(
+                "INSERT INTO session_links VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    seq,
+                    session,
+                    bindable_text(str(parent)),
+                    link_relation(body),
+                    _text_or_none(body.get("reason")),
+                    int(bool(body.get("reset"))),
+                    int(bool(body.get("rewound"))),
+                ),
+            )
+        elif kind == "session_ended":
+            conn.execute(
+                "INSERT INTO sessions (session, first_seq, last_seq, ended_at)"
+                " VALUES (?1, ?2, ?2, ?3) ON CONFLICT(session) DO UPDATE SET"
+                " ended_at = excluded.ended_at",
+                (session, seq, event.time),
+            )
+        if len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events:
+            self.flush(conn)
+
+    def _record_transcript(
+        self, conn: sqlite3.Connection, session: str, start: int, digests: list[str], seq: int
+    ) -> None:
+        """Positions from ``start`` on become ``digests``; an append (usual) deletes nothing."""
+        length = self._lengths.get(session)
+        if length is None:
+            row = conn.execute(
+                "SELECT max(position) FROM transcript WHERE session = ?", (session,)
+            ).fetchone()
+            length = -1 if row[0] is None else int(row[0])
+            length += 1
+        if start < length:  # the host rewrote its transcript: drop what this turn replaces
+            self._flush_transcript(conn)
+            conn.execute(
+                "DELETE FROM transcript WHERE session = ? AND position >= ?", (session, start)
+            )
+        self._transcript.extend(
+            (session, start + offset, digest, seq) for offset, digest in enumerate(digests)
+        )
+        self._lengths[session] = start + len(digests) if digests else min(start, length)
+
+    def _flush_transcript(self, conn: sqlite3.Connection) -> None:
+        if self._transcript:
+            conn.executemany("INSERT INTO transcript VALUES (?, ?, ?, ?)", self._transcript)
+            self._transcript.clear()
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Write the counters (they add up, so the order of batches does not matter) and rows."""
+        if self._counts:
+            conn.executemany(
+                "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
+                " checkpoints) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
+                " first_seq = min(first_seq, excluded.first_seq),"
+                " last_seq = max(last_seq, excluded.last_seq), turns = turns + excluded.turns,"
+                " memory_writes = memory_writes + excluded.memory_writes,"
+                " checkpoints = checkpoints + excluded.checkpoints",
+                [(session, *counts) for session, counts in self._counts.items()],
+            )
+            self._counts.clear()
+        self._flush_transcript(conn)
+        if len(self._lengths) > self.batch_events:  # keep memory flat over many sessions
+            self._lengths.clear()
+
+    def discard(self) -> None:
+        self._counts.clear()
+        self._transcript.clear()
+        self._lengths.clear()
+
+
+def _text_or_none(value: Any) -> str | None:
+    if value is None:
+        return None
+    return bindable_text(value) if isinstance(value, str) else canonical_text(value)
+
+
+def transcript_digests(conn: sqlite3.Connection, session: str) -> list[str]:
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT digest FROM transcript WHERE session = ? ORDER BY position", (session,)
+        )
+    ]
+
+
+def session_counters(conn: sqlite3.Connection, session: str) -> tuple[int, int]:
+    """(turns, memory writes) archived so far for ``session``."""
+    row = conn.execute(
+        "SELECT turns, memory_writes FROM sessions WHERE session = ?", (session,)
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+@dataclass(frozen=True)
+class SessionLink:
+    seq: int
+    session: str
+    parent: str
+    relation: str
+    reason: str | None
+
+
+def session_links(conn: sqlite3.Connection, session: str | None = None) -> list[SessionLink]:
+    """Every recorded switch (of one session, when given), in log order."""
+    sql = "SELECT seq, session, parent, relation, reason FROM session_links"
+    args: tuple[str, ...] = ()
+    if session is not None:
+        sql, args = sql + " WHERE session = ?", (session,)
+    return [SessionLink(*row) for row in conn.execute(sql + " ORDER BY seq", args)]
+
+
+def lineage(conn: sqlite3.Connection, session: str) -> list[SessionLink]:
+    """The links from ``session`` back to where its conversation began.
+
+    Follows, for each session, its latest link that continues a conversation (compression,
+    branch, a parent named at start, an unexplained switch); a resume only names the
+    session left, a reset starts a new conversation and a rewind stays in the session, so
+    those end the walk.
+    """
+    chain: list[SessionLink] = []
+    seen = {session}
+    current = session
+    while True:
+        row = conn.execute(
+            "SELECT seq, session, parent, relation, reason FROM session_links WHERE session = ?"
+            " AND relation IN ({}) AND parent != session ORDER BY seq DESC LIMIT 1".format(
+                ", ".join("?" * len(LINEAGE_RELATIONS))
+            ),
+            (current, *sorted(LINEAGE_RELATIONS)),
+        ).fetchone()
+        if row is None or row[2] in seen:
+            return chain
+        chain.append(SessionLink(*row))
+        current = row[2]
+        seen.add(current)
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+class MemoryProjection(TableProjection):
+    """Built-in memory entries as they stand, plus the history of every change."""
+
+    name = "memory"
+    version = 2
+    ddl = (
+        "CREATE TABLE IF NOT EXISTS memory_entries (target TEXT NOT NULL,"
+        " position INTEGER NOT NULL, content TEXT NOT NULL, entry INTEGER NOT NULL,"
+        " seq INTEGER NOT NULL, PRIMARY KEY (target, position))",
+        "CREATE TABLE IF NOT EXISTS memory_history (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        " session TEXT NOT NULL, target TEXT NOT NULL, action TEXT NOT NULL, entry INTEGER,"
+        " position INTEGER, before TEXT, after TEXT, resolution TEXT NOT NULL,"
+        " candidates INTEGER NOT NULL, merged INTEGER, metadata TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS memory_history_entry ON memory_history(entry)",
+    )
+    tables = {"memory_entries": "target, position", "memory_history": "seq"}
+    handles = frozenset({"memory_write"})
+
+    def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        body = _mapping(event.body)
+        metadata = body.get("metadata")
+        digest = body.get("content")
+        content = event_part(conn, event, digest) if isinstance(digest, str) else None
+        write = MemoryWrite.from_host(body.get("action"), body.get("target"), content, metadata)
+        write = replace(  # stored text must be bindable; the search texts are only compared
+            write,
+            action=bindable_text(write.action),
+            target=bindable_text(write.target),
+            content=bindable_text(write.content),
+        )
+        before = memory_entries(conn, write.target)
+        after, change = apply_write(before, write, event.seq)
+        if after != before:
+            conn.execute("DELETE FROM memory_entries WHERE target = ?", (write.target,))
+            conn.executemany(
+                "INSERT INTO memory_entries VALUES (?, ?, ?, ?, ?)",
+                [(write.target, i, e.content, e.entry, e.seq) for i, e in enumerate(after)],
+            )
+        conn.execute(
+            "INSERT INTO memory_history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.seq,
+                event.time,
+                event.session,
+                write.target,
+                write.action,
+                change.entry,
+                change.index,
+                _bindable_or_none(change.before),
+                change.after,
+                change.resolution,
+                change.candidates,
+                change.merged,
+                canonical_text(metadata if metadata is not None else {}),
+            ),
+        )
+
+
+def _bindable_or_none(text: str | None) -> str | None:
+    return None if text is None else bindable_text(text)
+
+
+def memory_entries(conn: sqlite3.Connection, target: str) -> list[Entry]:
+    return [
+        Entry(*row)
+        for row in conn.execute(
+            "SELECT content, entry, seq FROM memory_entries WHERE target = ? ORDER BY position",
+            (target,),
+        )
+    ]
+
+
+def memory_state(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    """Every target's entries as they stand (what MEMORY.md / USER.md should hold)."""
+    state: dict[str, list[str]] = {}
+    for target, content in conn.execute(
+        "SELECT target, content FROM memory_entries ORDER BY target, position"
+    ):
+        state.setdefault(target, []).append(content)
+    return state
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One change to a built-in memory entry, for ``hermes-archive history``."""
+
+    seq: int
+    time: str
+    session: str
+    target: str
+    action: str
+    entry: int | None
+    before: str | None  # the previous content
+    after: str | None
+    resolution: str
+    candidates: int
+    merged: int | None
+    metadata: dict[str, Any]  # the host's origin metadata (write_origin, session_id, old_text...)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {"$value": value}
+
+
+def _memory_event(row: list[Any]) -> MemoryEvent:
+    row[-1] = _as_dict(decode(row[-1]))  # metadata
+    return MemoryEvent(*row)
+
+
+def history(conn: sqlite3.Connection, text: str) -> list[MemoryEvent]:
+    """Every change to the memory entries whose text ever contained ``text``, in log order.
+
+    Matching is case-insensitive over each version of an entry (and the search text a
+    write used), and an entry is followed through its replaces: asking for "dark mode"
+    also shows that entry's later rewording and its removal.
+    """
+    needle = text.strip().casefold()
+    rows = [
+        _memory_event(list(row))
+        for row in conn.execute(
+            "SELECT seq, time, session, target, action, entry, before, after, resolution,"
+            " candidates, merged, metadata FROM memory_history ORDER BY seq"
+        )
+    ]
+    if not needle:
+        return rows
+
+    def mentions(row: MemoryEvent) -> bool:
+        old_text = row.metadata.get("old_text")
+        texts = (row.before, row.after, old_text if isinstance(old_text, str) else None)
+        return any(t is not None and needle in t.casefold() for t in texts)
+
+    entries = {row.entry for row in rows if row.entry is not None and mentions(row)}
+    return [
+        row
+        for row in rows
+        if row.entry in entries or row.merged in entries or (row.entry is None and mentions(row))
+    ]
+
+
+# -- recall ----------------------------------------------------------------------------
+
+
+class RecallProjection(TableProjection):
+    """FTS5 over archived messages, checkpoint evidence and current memory entries.
+
+    Messages: the user and assistant prose of every turn, one row each; rowids count up
+    from 1 in log order (so ``ORDER BY rowid DESC`` means newest first) and are assigned
+    here, not by SQLite, so a replay gives every row the rowid it had. Checkpoint evidence
+    adds only what its session's earlier turns and checkpoints did not hold (a message
+    archived before the archive saw its turn, or one the host rewrote): found from the log
+    itself, by digest and then by text (a v2 host strips ``tool_calls``), so the answer
+    depends on nothing but the log prefix. Memory entries: rowid ``-seq`` of the write that
+    set the content, kept equal to ``memory_entries`` (hence ``requires = ("memory",)``) by
+    a diff, so a write touches only the rows that changed and the result does not depend on
+    how far the memory projection had got when this one caught up.
+    """
+
+    name = "recall"
+    version = 3
+    ddl = (
+        "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED,"
+        f" session UNINDEXED, seq UNINDEXED, role UNINDEXED, tokenize = '{TOKENIZER}')",
+        "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')",
+        "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY,"
+        " target TEXT NOT NULL)",
+    )
+    tables = {"recall_fts": "rowid", "recall_memory": "rowid"}
+    digest_select = {
+        "recall_fts": "rowid, text, kind, session, seq, role",
+        "recall_memory": "rowid, target",
+    }
+    handles = frozenset({"turn", "checkpoint", "memory_write"})
+    reads_parts = frozenset({"turn", "checkpoint"})  # memory rows come from memory_entries
+    requires = ("memory",)
+    batch_rows = 2000
+    #: FTS5 merges segments when this many share a level; 4 is its default. A bulk load
+    #: with 16 merges less often (about a tenth less work) and queries as fast afterwards.
+    automerge, bulk_automerge = 4, 16
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[int, str, str, str, int, str]] = []
+        self._next_rowid: int | None = None
+        self._since: int | None = None  # last_seq before this transaction's buffered events
+
+    def drop(self, conn: sqlite3.Connection) -> None:
+        for table in ("recall_vocab", "recall_indexed", "recall_seen"):  # the last two: v1, v2
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        super().drop(conn)
+
+    def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        if event.type == "memory_write":
+            self._index_memory(conn, bindable_text(str(_mapping(event.body).get("target"))))
+            return
+        if self._next_rowid is None:
+            top = conn.execute("SELECT max(rowid) FROM recall_fts").fetchone()[0]
+            self._next_rowid = max(int(top or 0), 0) + 1
+        rows, rowid, session, seq = self._rows, self._next_rowid, event.session, event.seq
+        if event.type == "turn":
+            for role, text in _prose(conn, event, "messages"):
+                rows.append((rowid, text, "turn", session, seq, role))
+                rowid += 1
+        else:
+            for role, text in self._unseen_evidence(conn, event):
+                rows.append((rowid, text, "checkpoint", session, seq, role))
+                rowid += 1
+        self._next_rowid = rowid
+        if len(rows) >= self.batch_rows:
+            self.flush(conn)
+
+    @staticmethod
+    def _unseen_evidence(conn: sqlite3.Connection, event: StoredEvent) -> list[tuple[str, str]]:
+        """The checkpoint's messages its session's earlier turns and checkpoints did not hold."""
+        earlier = (
+            " FROM events e, json_each(e.parts) j{} WHERE e.session = ?"
+            " AND e.type IN ('turn', 'checkpoint') AND e.seq < ?"
+        )
+        args = (event.session, event.seq)
+        held = {row[0] for row in conn.execute("SELECT j.value" + earlier.format(""), args)}
+        digests = [d for d in _digests(_mapping(event.body).get("evidence")) if d not in held]
+        if not digests:
+            return []
+        said: set[tuple[str, str]] = set()
+        for (body,) in conn.execute(
+            "SELECT p.body" + earlier.format(" JOIN payloads p ON p.digest = j.value"), args
+        ):
+            message = _read_json(bytes(body).decode())
+            if isinstance(message, dict) and isinstance(message.get("role"), str):
+                said.add((message["role"], bindable_text(message_text(message))))
+        fresh = []
+        for item in _prose(conn, event, "evidence", digests):
+            if item not in said:
+                said.add(item)
+                fresh.append(item)
+        return fresh
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        if self._rows:
+            conn.executemany(
+                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                self._rows,
+            )
+            self._rows.clear()
+
+    def begin_bulk(self, conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)",
+            (self.bulk_automerge,),
+        )
+
+    def end_bulk(self, conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO recall_fts (recall_fts, rank) VALUES ('automerge', ?)", (self.automerge,)
+        )
+
+    def discard(self) -> None:
+        self._rows.clear()
+        self._next_rowid = None  # read again: outside a replay another writer may have added rows
+        self._since = None
+
+    def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        """Inside the append transaction, messages are buffered until :meth:`finish`.
+
+        FTS5 writes its pending terms out as a new segment at every savepoint, and the
+        store opens one per event and projection: inserting each turn's rows at once made a
+        segment (and merges) per turn, the largest cost of ingest. Buffered, a whole batch
+        is one insert. A memory write still indexes at once (it reads and deletes rows); the
+        store finishes the buffered rows before it (see :meth:`defers`).
+        """
+        if not self.defers(event.type):
+            super().apply(conn, event)
+            return
+        if self._since is None:
+            self._since = self.last_seq(conn)
+        if event.type in self.handles:
+            rows, rowid = len(self._rows), self._next_rowid
+            try:
+                self.reduce(conn, event)  # reads only: the store needs no savepoint for it
+            except BaseException:
+                del self._rows[rows:]  # nothing of the failing event is kept
+                self._next_rowid = rowid
+                raise
+        self.set_last_seq(conn, event.seq)
+
+    @staticmethod
+    def defers(event_type: str) -> bool:
+        """Whether :meth:`apply` only buffers this event's rows (until :meth:`finish`) and
+        writes nothing but ``last_seq``: all but a memory write."""
+        return event_type != "memory_write"
+
+    def finish(self, conn: sqlite3.Connection) -> None:
+        """Before the commit: insert what :meth:`apply` buffered, in one statement.
+
+        If that fails, nothing of it stays and ``last_seq`` goes back to where it stood
+        before the transaction (the projection is behind; a replay rebuilds it).
+        """
+        since = self._since
+        try:
+            if not self._rows:
+                return
+            conn.execute("SAVEPOINT recall_finish")
+            try:
+                self.flush(conn)
+            except sqlite3.OperationalError:
+                raise  # the environment, not the rows: the whole transaction fails
+            except Exception:
+                conn.execute("ROLLBACK TO recall_finish")
+                conn.execute("RELEASE recall_finish")
+                if since is not None:
+                    self.set_last_seq(conn, since)
+                raise
+            conn.execute("RELEASE recall_finish")
+        finally:
+            self.discard()
+
+    @staticmethod
+    def _index_memory(conn: sqlite3.Connection, target: str) -> None:
+        """Make the target's memory rows equal its entries as they stand, touching only changes."""
+        wanted = {
+            -seq: content
+            for content, seq in conn.execute(
+                "SELECT content, seq FROM memory_entries WHERE target = ?", (target,)
+            )
+            if content.strip()
+        }
+        held = {
+            row[0]
+            for row in conn.execute("SELECT rowid FROM recall_memory WHERE target = ?", (target,))
+        }
+        for rowid in sorted(held - wanted.keys()):
+            conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
+            conn.execute("DELETE FROM recall_memory WHERE rowid = ?", (rowid,))
+        for rowid in sorted(wanted.keys() - held):
+            conn.execute(
+                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
+                " VALUES (?, ?, 'memory', '', ?, ?)",
+                (rowid, wanted[rowid], -rowid, target),
+            )
+            conn.execute("INSERT INTO recall_memory VALUES (?, ?)", (rowid, target))
+
+
+_read_json = json.JSONDecoder().decode  # messages: only role and text are read
+
+
+def _prose(
+    conn: sqlite3.Connection, event: StoredEvent, field_name: str, digests: list[str] | None = None
+) -> Iterator[tuple[str, str]]:
+    """(role, text) of each user/assistant message of the event that has prose."""
+    carried = event.parts if isinstance(event, LoadedEvent) else {}
+    if digests is None:
+        digests = _digests(_mapping(event.body).get(field_name))
+    for digest in digests:
+        body = carried.get(digest)
+        message = _read_json(body.decode()) if body is not None else event_part(conn, event, digest)
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "user" or role == "assistant":
+            text = bindable_text(message_text(message))
+            if text and not text.isspace():
+                yield role, text
+
+
+# -- checkpoints and recalls served ----------------------------------------------------
+
+
+class CheckpointsProjection(TableProjection):
+    name = "checkpoints"
+    ddl = (
+        "CREATE TABLE IF NOT EXISTS checkpoints (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        " session TEXT NOT NULL, parent_session TEXT, evidence_digest TEXT NOT NULL,"
+        " messages INTEGER NOT NULL, host_api_version INTEGER,"
+        " require_checkpoint INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS checkpoint_failures (seq INTEGER PRIMARY KEY,"
+        " time TEXT NOT NULL, session TEXT NOT NULL, error TEXT NOT NULL,"
+        " require_checkpoint INTEGER NOT NULL)",
+    )
+    tables = {"checkpoints": "seq", "checkpoint_failures": "seq"}
+    handles = frozenset({"checkpoint", "checkpoint_failed"})
+    reads_parts: frozenset[str] = frozenset()
+
+    def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        body = _mapping(event.body)
+        required = int(bool(body.get("require_checkpoint")))
+        if event.type == "checkpoint":
+            version = body.get("host_api_version")
+            conn.execute(
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.seq,
+                    event.time,
+                    event.session,
+                    _text_or_none(body.get("parent_session")),
+                    str(body.get("evidence_digest", "")),
+                    len(_digests(body.get("evidence"))),
+                    version if isinstance(version, int) else None,
+                    required,
+                ),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO checkpoint_failures VALUES (?, ?, ?, ?, ?)",
+                (
+                    event.seq,
+                    event.time,
+                    event.session,
+                    _text_or_none(body.get("error")) or "",
+                    required,
+                ),
+            )
+
+
+class RecallsServedProjection(TableProjection):
+    name = "recalls_served"
+    ddl = (
+        "CREATE TABLE IF NOT EXISTS recalls_served (seq INTEGER PRIMARY KEY, time TEXT NOT NULL,"
+        " session TEXT NOT NULL, turn INTEGER NOT NULL, query TEXT NOT NULL,"
+        " result TEXT NOT NULL, sources TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS recalls_served_session ON recalls_served(session, seq)",
+    )
+    tables = {"recalls_served": "seq"}
+    handles = frozenset({"recall_served"})
+
+    def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        body = _mapping(event.body)
+        turn = body.get("turn")
+        conn.execute(
+            "INSERT INTO recalls_served VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.seq,
+                event.time,
+                event.session,
+                turn if isinstance(turn, int) else 0,
+                event_text(conn, event, body.get("query")),
+                event_text(conn, event, body.get("result")),
+                canonical_text(body.get("sources", [])),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class RecallServed:
+    seq: int
+    time: str
+    session: str
+    turn: int
+    query: str
+    result: str
+    sources: list[int]
+
+
+def recalls_served(conn: sqlite3.Connection, session: str | None = None) -> list[RecallServed]:
+    """What the provider returned as recall (for one session, when given), in log order."""
+    sql = "SELECT seq, time, session, turn, query, result, sources FROM recalls_served"
+    args: tuple[str, ...] = ()
+    if session is not None:
+        sql, args = sql + " WHERE session = ?", (session,)
+    served = []
+    for row in map(list, conn.execute(sql + " ORDER BY seq", args)):
+        row[-1] = decode(row[-1])  # sources
+        served.append(RecallServed(*row))
+    return served

@@ -1,0 +1,1 @@
+"""Storage: the event store, the one writer per database, and the witness."""

@@ -1,0 +1,109 @@
+"""Opening files an attacker may have swapped: regular files only, read with a bound.
+
+The archive's own small files (``payload.key``, the witness) and ``events.db`` sit in folders
+someone else may be able to write (issue 22 points 4, 5, 12): a symlink to another
+profile's store, ``/dev/zero`` in place of the key, a FIFO in place of the database, a
+witness folder another user created world-writable. Each check here says what it found in
+one line, so the caller can refuse with that message.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+#: the largest payload.key / witness file read (a key is 65 bytes, a witness under 2 KiB)
+SMALL_FILE_LIMIT = 64 * 1024
+
+
+class UnsafeFile(OSError):
+    """A file or folder is not what the archive may trust; the message says what and why."""
+
+
+def regular_file_problem(path: Path) -> str | None:
+    """Why ``path`` may not be opened as an archive file (symlink, FIFO, device), or None.
+
+    A missing file is not a problem here (the caller decides what missing means).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return (
+            f"{path} is a symbolic link (to {os.readlink(path)}); the archive opens only its "
+            "own regular files, so a link cannot point it at another profile's store. Replace "
+            "the link with the file itself"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a FIFO, device or folder); move it aside"
+    return None
+
+
+def check_regular(path: Path) -> None:
+    """Raise :class:`UnsafeFile` unless ``path`` is a regular file or missing."""
+    problem = regular_file_problem(path)
+    if problem:
+        raise UnsafeFile(errno.EINVAL, problem)
+
+
+def read_small(path: Path, limit: int = SMALL_FILE_LIMIT) -> bytes:
+    """The bytes of regular file ``path``, at most ``limit`` (more is an error, not a hang).
+
+    Opened without following a link and without blocking (a FIFO would block the open),
+    then checked to be a regular file on the open descriptor.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            check_regular(path)  # names the link
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeFile(errno.EINVAL, f"{path} is not a regular file; move it aside")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(65536, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise UnsafeFile(
+                    errno.EFBIG, f"{path} is larger than {limit} bytes; it is not an archive file"
+                )
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def folder_problem(path: Path, uid: int | None = None) -> str | None:
+    """Why existing folder ``path`` may not be trusted, or None when it may (or is missing).
+
+    Trusted means: a folder (a link is judged by its target) owned by ``uid`` (the current
+    user by default) and writable by nobody else (no group or other write bit): otherwise
+    another user could delete or replace what the archive keeps there.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    owner = os.geteuid() if uid is None else uid
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder"
+    if st.st_uid != owner:
+        return (
+            f"{path} is owned by uid {st.st_uid}, not by this user (uid {owner}): another user "
+            "could delete or replace its files. Remove it (or `chown` it to this user) and "
+            "let the archive create it again"
+        )
+    if st.st_mode & 0o022:
+        return (
+            f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}): another user "
+            f"could delete or replace its files. Run `chmod 700 {path}`"
+        )
+    return None

@@ -1,0 +1,822 @@
+"""The SQLite shell around the log: one file per profile, append-only, hash-chained.
+
+Layout under ``<HERMES_HOME>/archive/``: ``events.db`` (WAL) and ``payload.key`` (the
+per-store BLAKE3 key, mode 0600). The schema is a documented interface (docs/FORMAT.md
+section 6): an auditor can open it with ``sqlite3`` or ``sqlite-utils``.
+
+One :class:`EventStore` owns one connection in autocommit mode; every append is one
+explicit ``BEGIN IMMEDIATE`` transaction that reads the chain head, inserts payloads,
+envelopes and projection updates, moves the head and commits, so two writers (even in two
+processes) can never fork the chain and a reader never sees half a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..domain.clock import now_text
+from ..errors import (
+    ArchiveBusy,
+    ArchiveDamaged,
+    ArchiveError,
+    ArchiveNotWritable,
+    Failure,
+    classify,
+)
+from ..format.canonical import canonical_bytes
+from ..format.digests import (
+    FORMAT_VERSION,
+    KEY_BYTES,
+    Envelope,
+    chain_hash,
+    genesis_chain,
+    identity_of_key_text,
+    key_text,
+    parts_text,
+)
+from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, StoredEvent
+from ..format.verifier import schema_problem
+from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "events.db"
+KEY_NAME = "payload.key"
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+# Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
+# so they hold no copy of any text, need no projection, and verification never reads them.
+# Payload bodies are canonical JSON in UTF-8; the views show them as text.
+AUDIT_VIEWS = """
+CREATE VIEW IF NOT EXISTS audit_events AS
+SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload, e.parts,
+       e.identity, e.payload AS payload_digest, e.chain
+FROM events e JOIN payloads p ON p.digest = e.payload;
+CREATE VIEW IF NOT EXISTS audit_turns AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
+       CAST(m.key AS INTEGER) + 1 AS position,
+       json_extract(CAST(p.body AS TEXT), '$.role') AS role,
+       json_extract(CAST(p.body AS TEXT), '$.name') AS author,
+       coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
+                json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
+       json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
+       m.value AS message_digest, e.payload_digest, e.chain
+FROM audit_events e, json_each(e.payload, '$.messages') m
+JOIN payloads p ON p.digest = m.value
+WHERE e.type = 'turn';
+CREATE VIEW IF NOT EXISTS audit_memory AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
+       json_extract(e.payload, '$.target') AS target,
+       json_extract(CAST(c.body AS TEXT), '$') AS content,
+       json_extract(e.payload, '$.metadata.old_text') AS old_text,
+       json_extract(e.payload, '$.metadata.write_origin') AS origin,
+       json_extract(e.payload, '$.metadata') AS metadata,
+       json_extract(e.payload, '$.content') AS content_digest, e.payload_digest, e.chain
+FROM audit_events e LEFT JOIN payloads c ON c.digest = json_extract(e.payload, '$.content')
+WHERE e.type = 'memory_write';
+CREATE VIEW IF NOT EXISTS audit_checkpoints AS
+SELECT e.seq, e.time, e.session, e.type = 'checkpoint' AS ok,
+       json_extract(e.payload, '$.parent_session') AS parent_session,
+       coalesce(json_array_length(e.payload, '$.evidence'),
+                json_extract(e.payload, '$.evidence_count')) AS messages,
+       json_extract(e.payload, '$.require_checkpoint') AS require_checkpoint,
+       json_extract(e.payload, '$.host_api_version') AS host_api_version,
+       json_extract(e.payload, '$.error') AS error,
+       json_extract(e.payload, '$.evidence_digest') AS evidence_digest, e.payload_digest, e.chain
+FROM audit_events e WHERE e.type IN ('checkpoint', 'checkpoint_failed');
+CREATE VIEW IF NOT EXISTS audit_sessions AS
+SELECT e.session, min(e.seq) AS first_seq, max(e.seq) AS last_seq,
+       min(e.time) AS first_time, max(e.time) AS last_time, count(*) AS events,
+       sum(e.type = 'turn') AS turns, sum(e.type = 'memory_write') AS memory_writes,
+       sum(e.type = 'checkpoint') AS checkpoints, sum(e.type = 'recall_served') AS recalls,
+       (SELECT json_extract(s.payload, '$.from') FROM audit_events s
+        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS switched_from,
+       (SELECT json_extract(s.payload, '$.reason') FROM audit_events s
+        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS switch_reason,
+       (SELECT json_extract(s.payload, '$.platform') FROM audit_events s
+        WHERE s.type = 'session_started' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS platform
+FROM events e WHERE e.session != '' GROUP BY e.session;
+CREATE VIEW IF NOT EXISTS audit_recalls AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
+       json_extract(CAST(q.body AS TEXT), '$') AS query,
+       json_extract(CAST(r.body AS TEXT), '$') AS result,
+       json_extract(e.payload, '$.sources') AS sources,
+       json_extract(e.payload, '$.query') AS query_digest,
+       json_extract(e.payload, '$.result') AS result_digest, e.payload_digest, e.chain
+FROM audit_events e
+LEFT JOIN payloads q ON q.digest = json_extract(e.payload, '$.query')
+LEFT JOIN payloads r ON r.digest = json_extract(e.payload, '$.result')
+WHERE e.type = 'recall_served';
+"""
+
+SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    time     TEXT NOT NULL,
+    type     TEXT NOT NULL,
+    session  TEXT NOT NULL,
+    key      TEXT NOT NULL,
+    identity TEXT NOT NULL UNIQUE,
+    payload  TEXT NOT NULL,
+    parts    TEXT NOT NULL,
+    chain    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session, seq);
+CREATE INDEX IF NOT EXISTS events_type ON events(type, seq);
+CREATE INDEX IF NOT EXISTS events_time ON events(time);
+CREATE TABLE IF NOT EXISTS payloads (
+    digest TEXT PRIMARY KEY,
+    body   BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS head (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    seq   INTEGER NOT NULL,
+    chain TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS payloads_immutable BEFORE UPDATE ON payloads
+BEGIN SELECT RAISE(ABORT, 'payloads are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS payloads_no_delete BEFORE DELETE ON payloads
+BEGIN SELECT RAISE(ABORT, 'payloads are kept; erasure is a recorded event'); END;
+"""
+    + AUDIT_VIEWS
+)
+
+
+class StoreError(ArchiveError):
+    """The store cannot be used; the message says what is wrong and how to fix it."""
+
+
+class StoreBusy(StoreError, ArchiveBusy):
+    """Another connection held the database beyond the busy timeout: retry."""
+
+
+class StoreNotWritable(StoreError, ArchiveNotWritable):
+    """This user or mount may not open the files: fix permissions or copy the folder."""
+
+
+class StoreDamaged(StoreError, ArchiveDamaged):
+    """The database cannot be read as an archive: restore it from backup."""
+
+
+class PayloadMissing(StoreDamaged):
+    """An event's payload row is gone from the payloads table; the message names the event."""
+
+
+class TamperedPayload(StoreError):
+    """A payload already stored under a digest is not the bytes that digest names."""
+
+
+class Projection(Protocol):
+    """The one projection contract: derived state updated in the append transaction.
+
+    Every projection implements it through :class:`archive_provider.projections.base.
+    TableProjection`; the store calls these three (docs/DESIGN.md, "Projections"), and,
+    when a projection has them, ``defers(type)`` (its ``apply`` for that type only buffers
+    rows and moves ``last_seq``: no savepoint), ``finish(conn)`` (write the buffer before
+    the commit) and ``discard()`` (forget it after a rollback); the recall index does.
+    """
+
+    name: str
+
+    def create(self, conn: sqlite3.Connection) -> None: ...
+
+    def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None: ...
+
+    def last_seq(self, conn: sqlite3.Connection) -> int: ...
+
+
+@runtime_checkable
+class ProjectionRunner(Protocol):
+    """Projections that bring themselves up to the log in one streaming pass.
+
+    :class:`archive_provider.projections.runner.ProjectionSet` is one; the store uses it
+    to catch up on open when it is given one, and applies event by event otherwise. The
+    runner reads the events through :func:`iter_events`: the store never imports it.
+    """
+
+    def catch_up(self, conn: sqlite3.Connection, until_seq: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class Head:
+    seq: int
+    chain: str
+
+
+def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
+    return Path(hermes_home) / "archive"
+
+
+def read_key(path: Path) -> bytes:
+    """The store's payload key: a regular file of hex text, read with a bound."""
+    try:
+        key = bytes.fromhex(read_small(path, 4096).decode("ascii").strip())
+    except UnsafeFile as exc:
+        raise StoreError(f"the payload key cannot be used: {exc.strerror}") from None
+    except FileNotFoundError:
+        raise StoreError(
+            f"the payload key {path} is missing; without it payload digests cannot be "
+            "checked. Restore it from your backup (it lives beside events.db, so `hermes "
+            "backup` includes it; give it mode 0600 again)."
+        ) from None
+    except (ValueError, UnicodeDecodeError):
+        raise StoreError(
+            f"the payload key {path} is not hex text; restore it from backup"
+        ) from None
+    if len(key) != KEY_BYTES:
+        raise StoreError(f"the payload key {path} must hold {KEY_BYTES} bytes, found {len(key)}")
+    return key
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def connect(
+    path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
+    """Open a connection with the settings every part of the package relies on.
+
+    Read-only, a WAL database still needs its ``-shm`` file, which SQLite cannot create in
+    a folder it may not write (an archive copied to read-only media for an auditor). When
+    no ``-wal`` or ``-shm`` file exists, no connection has the database open in WAL mode,
+    so it is opened ``immutable`` instead: read as the file is, without the shared memory.
+    """
+    if readonly:
+        quiescent = not any(path.with_name(path.name + end).exists() for end in ("-wal", "-shm"))
+        immutable = quiescent and not os.access(path.parent, os.W_OK)
+        conn = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return conn
+
+
+class EventStore:
+    """One archive database: append, read, head. Not thread-safe: one owner at a time."""
+
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        key: bytes,
+        store_id: str,
+        projections: Sequence[Projection] = (),
+    ) -> None:
+        self.path = path
+        self.conn = conn
+        self.key = key
+        self.store_id = store_id
+        self.hasher = Hasher(key)
+        self.projections = list(projections)
+        self._runner = projections if isinstance(projections, ProjectionRunner) else None
+        self.broken_projections: dict[str, str] = {}
+        self._head: Head | None = None  # the head as appended so far, inside a transaction
+        self._time = ""  # the time of the open transaction: every event it appends has it
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        readonly: bool = False,
+        projections: Sequence[Projection]
+        | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> EventStore:
+        """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``).
+
+        ``projections`` may be a function of the open connection, to keep the projections
+        this archive holds (``projections.default_projections``).
+        """
+        folder = Path(folder)
+        db_path, key_path = folder / DB_NAME, folder / KEY_NAME
+        unsafe = [regular_file_problem(path) for path in (db_path, key_path)]
+        if not readonly:  # the writer: only a folder this user alone may change
+            unsafe.append(folder_problem(folder))
+        problem = next((p for p in unsafe if p), None)
+        if problem:
+            raise StoreError(f"the archive at {folder} is refused: {problem}")
+        if not db_path.exists():
+            if not create or readonly:
+                raise StoreError(f"no archive at {db_path}")
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(folder, 0o700)
+            if not key_path.exists():
+                _write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
+            # create the file 0600 before SQLite opens it
+            os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
+        key = read_key(key_path)
+        try:
+            conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
+            if not readonly:
+                cls._initialise(conn)
+            problem = schema_problem(conn)  # before reading anything a view could compute
+            if problem:
+                conn.close()
+                raise StoreError(f"cannot open {db_path}: {problem}")
+            store_id = cls._meta(conn, "store_id")
+            version = int(cls._meta(conn, "format_version"))
+        except sqlite3.DatabaseError as exc:
+            failure = classify(exc)
+            if failure is Failure.NOT_WRITABLE:
+                raise StoreNotWritable(
+                    f"cannot open the archive {db_path}: {exc}. This user may not read the "
+                    "file, or SQLite may not create events.db-shm beside a database in WAL "
+                    "mode here: check the permissions, or copy the archive folder (events.db "
+                    "with its -wal file, and payload.key) somewhere you can write."
+                ) from exc
+            if failure is Failure.BUSY:
+                raise StoreBusy(
+                    f"the archive {db_path} is locked by another connection beyond the busy "
+                    f"timeout ({busy_timeout_ms} ms): {exc}. The file is not damaged; retry, or "
+                    "stop the process that holds the lock."
+                ) from exc
+            raise StoreDamaged(
+                f"cannot open the archive {db_path}: {exc}. If the file is corrupt, move it "
+                "aside and restore the archive folder from backup; `hermes-archive verify` "
+                "names the first bad event of a readable copy."
+            ) from exc
+        if version != FORMAT_VERSION:
+            raise StoreError(
+                f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}"
+            )
+        if callable(projections):
+            projections = projections(conn)
+        store = cls(db_path, conn, key, store_id, projections)
+        if not readonly:
+            store._create_projections()
+        return store
+
+    @staticmethod
+    def _initialise(conn: sqlite3.Connection) -> None:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(
+                f"SQLite refused WAL mode (got {mode!r}); is the folder on a network filesystem?"
+            )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in SCHEMA.split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (secrets.token_hex(16),)
+            )
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (now_text(),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _meta(conn: sqlite3.Connection, name: str) -> str:
+        row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise StoreError(
+                f"the archive has no {name!r} in its meta table; it is not a hermes-archive store"
+            )
+        return str(row[0])
+
+    def _create_projections(self) -> None:
+        """Create missing projection tables and catch up any projection behind the log.
+
+        Given a :class:`ProjectionRunner`, the catch-up takes its streaming path (batched,
+        one last_seq write); if a projection fails on it, or without a runner, the catch-up
+        goes event by event so that only a failing projection is left behind.
+        """
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for projection in self.projections:
+                projection.create(self.conn)
+            self.conn.execute("SAVEPOINT catch_up")
+            try:
+                if self._runner is None:
+                    self._catch_up_event_by_event()
+                else:
+                    self._runner.catch_up(self.conn, self.head().seq)
+            except sqlite3.OperationalError:
+                raise
+            except Exception:
+                self.conn.execute("ROLLBACK TO catch_up")
+                self._catch_up_event_by_event()
+            self._finish_projections()
+            self.conn.execute("RELEASE catch_up")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            self._discard_projections()
+            raise
+
+    def _catch_up_event_by_event(self) -> None:
+        behind = [(p, p.last_seq(self.conn)) for p in self.projections]
+        start = min((seq for _, seq in behind), default=self.head().seq)
+        for event in self.events(start):
+            for projection, last in behind:
+                if event.seq > last:
+                    self._apply_projection(projection, event)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def head(self) -> Head:
+        """The last event's seq and chain value (inside a transaction: as appended so far)."""
+        if self._head is not None:
+            return self._head
+        return self._read_head()
+
+    def _read_head(self) -> Head:
+        row = self.conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
+        return Head(row[0], row[1]) if row else Head(0, genesis_chain(self.store_id))
+
+    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
+        """Events in sequence order with their payloads, streamed (memory stays flat)."""
+        return iter_events(self.conn, after_seq, until_seq, part_types=())
+
+    def event(self, seq: int) -> StoredEvent | None:
+        return next(self.events(seq - 1, until_seq=seq), None)
+
+    def payload(self, digest: str) -> bytes | None:
+        return payload_body(self.conn, digest)
+
+    def unstored(self, digests: Iterable[str]) -> set[str]:
+        """The payload digests among ``digests`` that the payloads table does not hold yet."""
+        wanted = set(digests)
+        chunk = list(wanted)
+        for start in range(0, len(chunk), 500):
+            part = chunk[start : start + 500]
+            wanted.difference_update(
+                row[0]
+                for row in self.conn.execute(
+                    f"SELECT digest FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            )
+        return wanted
+
+    def identity_seq(self, identity: str) -> int | None:
+        """The seq of the event with this identity digest, or None when it is not archived."""
+        row = self.conn.execute("SELECT seq FROM events WHERE identity = ?", (identity,)).fetchone()
+        return int(row[0]) if row else None
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, events: Sequence[NewEvent], *, durable: bool = False) -> list[AppendResult]:
+        """Append ``events`` in one transaction; durable means committed with synchronous=FULL.
+
+        SQLite only changes the synchronous level between transactions, so the pragma is
+        set before ``BEGIN``. Returns one result per event, in order.
+        """
+        with self.transaction(durable=durable):
+            return self.append_in_transaction(events)
+
+    @contextmanager
+    def transaction(self, *, durable: bool = False) -> Iterator[None]:
+        """One write transaction: the head is read at its start and written once at its end.
+
+        Its events share one time, read from the clock when it begins: the time they were
+        written together.
+        """
+        conn = self.conn
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._head = start = self._read_head()
+            self._time = now_text()
+            yield
+            self._finish_projections()
+            end = self._head
+            if end != start:
+                conn.execute(
+                    "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
+                    (end.seq, end.chain),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._discard_projections()
+            raise
+        finally:
+            self._head = None
+
+    def append_in_transaction(
+        self, events: Iterable[NewEvent], *, time: str | None = None
+    ) -> list[AppendResult]:
+        """Append inside an open :meth:`transaction`; later reads in it see these events.
+
+        ``time`` stamps them instead of the transaction's time: events taken in from the
+        spill keep the time the provider accepted them.
+
+        Everything that can fail on the input (encoding, hashing) happens before the first
+        insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
+        with one ``executemany`` each, and the projections see the events in order (they may
+        read the rows just inserted).
+        """
+        if self._head is None:
+            raise RuntimeError("append_in_transaction needs an open transaction()")
+        conn = self.conn
+        seq, chain = self._head.seq, self._head.chain
+        time = time or self._time
+        results: list[AppendResult] = []
+        payload_rows: list[tuple[str, bytes]] = []
+        event_rows: list[tuple[object, ...]] = []
+        records: list[StoredEvent] = []
+        batch: dict[str, int] = {}  # identities appended by this call
+        for event in events:
+            key = key_text(event.key)
+            identity = identity_of_key_text(event.type, key)
+            existing = batch.get(identity) or self.identity_seq(identity)
+            if existing is not None:
+                # its parts are in hand: what is stored under their digests must be them
+                payload_rows.extend((part.digest, part.body) for part in event.parts)
+                results.append(AppendResult("already_archived", existing, identity, event.type))
+                continue
+            body = canonical_bytes(event.body)
+            payload = self.hasher.digest(body)
+            payload_rows.append((payload, body))
+            payload_rows.extend((part.digest, part.body) for part in event.parts)
+            seq += 1
+            fields = (
+                seq,
+                time,
+                event.type,
+                event.session,
+                key,
+                identity,
+                payload,
+                parts_text([part.digest for part in event.parts]),
+            )  # the envelope, in the order of the events table's columns
+            envelope = Envelope(*fields)
+            chain = chain_hash(chain, envelope)
+            event_rows.append((*fields, chain))
+            records.append(StoredEvent(envelope, chain, body))
+            batch[identity] = seq
+            results.append(AppendResult("appended", seq, identity, event.type))
+        self._check_stored(payload_rows)
+        if not event_rows:
+            return results
+        _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
+        _insert(
+            conn,
+            f"INSERT INTO events ({ENVELOPE_COLUMNS}) VALUES ",
+            event_rows,
+        )
+        self._head = Head(seq, chain)
+        for record in records:
+            for projection in self.projections:
+                self._apply_projection(projection, record)
+        return results
+
+    def _check_stored(self, rows: Sequence[tuple[str, bytes]]) -> None:
+        """Fail closed when a payload already stored is not the bytes in hand for its digest.
+
+        ``INSERT OR IGNORE`` keeps the stored row, so an edited row would otherwise be
+        built upon (and a checkpoint would report the evidence as archived). The bytes in
+        hand are the ones the digest was computed from, so equality proves the row.
+        """
+        wanted = dict(rows)
+        digests = list(wanted)
+        for start in range(0, len(digests), 500):
+            part = digests[start : start + 500]
+            for digest, body in self.conn.execute(
+                f"SELECT digest, body FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
+                part,
+            ):
+                if bytes(body) != wanted[digest]:
+                    raise TamperedPayload(
+                        f"the payload stored under {digest} in {self.path} is not the bytes "
+                        "that digest names (the row was edited after it was written)"
+                    )
+
+    def _finish_projections(self) -> None:
+        """Before the commit: let projections that buffer within a transaction write it out."""
+        for projection in self.projections:
+            self._finish(projection)
+
+    def _finish(self, projection: Projection) -> None:
+        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
+        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
+        the log's events are not affected."""
+        finish = getattr(projection, "finish", None)
+        if finish is None:
+            return
+        try:
+            finish(self.conn)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
+            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
+
+    def _discard_projections(self) -> None:
+        for projection in self.projections:
+            discard = getattr(projection, "discard", None)
+            if discard is not None:
+                discard()
+
+    def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
+        """Apply one projection; a projection bug never costs the log an event.
+
+        A failing projection is rolled back to before this event and left behind (its
+        last_seq stays put) for the rest of this session, so status and
+        ``verify --projections`` show it and a replay after the fix rebuilds it.
+        Environmental errors (disk full, locks) still fail the whole transaction.
+        """
+        if projection.name in self.broken_projections:
+            return
+        defers = getattr(projection, "defers", None)
+        if defers is not None and not defers(event.type):
+            self._finish(projection)  # what it buffered goes first, outside the savepoint
+            if projection.name in self.broken_projections:
+                return
+        handles = getattr(projection, "handles", None)
+        if (isinstance(handles, frozenset) and event.type not in handles) or (
+            defers is not None and defers(event.type)
+        ):
+            # it only buffers and moves last_seq, writing that last: no savepoint needed
+            try:
+                projection.apply(self.conn, event)
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                self._left_behind(projection, event, exc)
+            return
+        self.conn.execute("SAVEPOINT projection")
+        try:
+            projection.apply(self.conn, event)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.conn.execute("ROLLBACK TO projection")
+            self._left_behind(projection, event, exc)
+        self.conn.execute("RELEASE projection")
+
+    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
+        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
+        log.error(
+            "archive projection %s failed at seq %d and is left behind: %s",
+            projection.name,
+            event.seq,
+            exc,
+        )
+
+
+_ROWS_PER_STATEMENT = 8
+
+
+def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[object]]) -> None:
+    """Insert ``rows``: a few in one multi-row statement, many with ``executemany``.
+
+    The writer appends one small job at a time, where one statement with a few rows costs
+    less than ``executemany`` stepping one row per call.
+    """
+    marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+    if len(rows) > _ROWS_PER_STATEMENT:
+        conn.executemany(head + marks, rows)
+    else:
+        conn.execute(head + ", ".join([marks] * len(rows)), [v for row in rows for v in row])
+
+
+#: The events table's columns in envelope order, then the chain (the verifier's row order).
+ENVELOPE_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain"
+#: The columns of an event as every reader selects them: the envelope, chain, payload body.
+EVENT_COLUMNS = ", ".join(f"e.{column}" for column in ENVELOPE_COLUMNS.split(", ")) + ", p.body"
+#: The FROM clause that goes with :data:`EVENT_COLUMNS`.
+EVENTS_WITH_PAYLOAD = "FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
+
+
+def stored_event(row: Sequence[Any], parts: Mapping[str, bytes] | None = None) -> LoadedEvent:
+    """The one row mapper: an :data:`EVENT_COLUMNS` row (and its parts' bodies) as an event.
+
+    A missing payload body raises :class:`PayloadMissing` (the log was damaged or a payload
+    was deleted behind the triggers' back).
+    """
+    seq, time, type_, session, key, identity, payload, part_list, chain, body = row[:10]
+    if body is None:
+        raise PayloadMissing(
+            f"event {seq}: its payload {payload} is missing from the payloads table"
+        )
+    envelope = Envelope(
+        int(seq),
+        str(time),
+        str(type_),
+        str(session),
+        str(key),
+        str(identity),
+        str(payload),
+        str(part_list),
+    )
+    return LoadedEvent(envelope, str(chain), bytes(body), parts or {})
+
+
+def iter_events(
+    conn: sqlite3.Connection,
+    after_seq: int = 0,
+    until_seq: int | None = None,
+    types: Iterable[str] | None = None,
+    part_types: Iterable[str] | None = None,
+) -> Iterator[LoadedEvent]:
+    """Events in sequence order with their payload and parts' bodies, streamed.
+
+    The one way events are read back. Two statements walk ``events`` by rowid side by side
+    (no sort, no per-part query): one yields each event (of ``types``, when given) with its
+    payload, the other each part (``json_each`` over the envelope's part list, in list
+    order) with its body, for events of ``part_types`` only when given (none when empty).
+    A part whose body is missing (an erasure) is simply not carried.
+    """
+    if types is not None and not set(types):
+        return
+    where, args = _range(after_seq, until_seq, types)
+    events = conn.execute(
+        f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq", args
+    )
+    part_where, part_args = _range(
+        after_seq, until_seq, part_types if part_types is not None else types
+    )
+    parts: Iterator[Any] = iter(())
+    if part_types is None or set(part_types):
+        parts = conn.execute(
+            "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
+            f" JOIN payloads q ON q.digest = j.value{part_where} AND e.parts != '[]'"
+            " ORDER BY e.seq",
+            part_args,
+        )
+    part = next(parts, None)
+    for row in events:
+        seq = row[0]
+        carried: dict[str, bytes] = {}
+        while part is not None and part[0] <= seq:
+            if part[0] == seq:
+                carried[part[1]] = part[2]
+            part = next(parts, None)
+        yield stored_event(row, carried)
+
+
+def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[str, list[Any]]:
+    where = " WHERE e.seq > ?"
+    args: list[Any] = [after]
+    if until is not None:
+        where += " AND e.seq <= ?"
+        args.append(until)
+    if types is not None:
+        wanted = sorted(set(types))
+        where += f" AND +e.type IN ({', '.join('?' * len(wanted))})"  # '+': scan by rowid
+        args.extend(wanted)
+    return where, args
+
+
+def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
+    """A payload's bytes by digest, or None when the table does not hold it."""
+    row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+    return bytes(row[0]) if row else None
+
+
+def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> bytes | None:
+    """The one way to read a part: carried by the event when the reader loaded it, else looked up."""
+    carried = event.parts.get(digest) if isinstance(event, LoadedEvent) else None
+    return carried if carried is not None else payload_body(conn, digest)
+
+
+def head_seq(conn: sqlite3.Connection) -> int:
+    """The last sequence number of the log on ``conn`` (0 when it is empty)."""
+    row = conn.execute("SELECT seq FROM head WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0

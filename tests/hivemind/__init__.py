@@ -1,0 +1,1 @@
+"""hivemind against a real Synapse and the real provider."""

@@ -1,0 +1,1 @@
+"""The archive inside the real hermes-agent host objects."""

@@ -1,0 +1,100 @@
+"""The install README and OPERATIONS.md give for today: a wheel built from this tree, installed
+non-editable into a fresh venv, runs.
+
+Only the project itself is installed (``--no-deps --no-index``: nothing is fetched); its
+dependencies are borrowed from the test venv through a path file, so the check costs seconds.
+What it catches: a module or the schemas missing from the wheel, a broken entry point, code
+that only works from the source tree.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from archive_provider import __version__
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.wheel
+
+
+def run(*args: str | Path, cwd: Path) -> str:
+    done = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+    assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout
+
+
+def test_a_built_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-q",
+        "-w",
+        dist,
+        REPO,
+        cwd=tmp_path,
+    )
+    (wheel,) = dist.glob("hermes_archive-*.whl")
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    site = Path(
+        run(
+            python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path
+        ).strip()
+    )
+    # the dependencies (blake3, sqlite-utils), not this project: the test venv's path files
+    # (its editable install among them) are not read from a directory added this way
+    (site / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-index",
+        "-q",
+        wheel,
+        cwd=tmp_path,
+    )
+
+    where = run(
+        python,
+        "-c",
+        "import archive_provider, hivemind; "
+        "print(archive_provider.__file__); print(hivemind.__file__)",
+        cwd=tmp_path,
+    )
+    assert all(line.startswith(str(site)) for line in where.splitlines()), where
+    assert (site / "archive_provider" / "schemas" / "envelope.json").is_file()
+    tool = venv / "bin" / "hermes-archive"
+    assert run(tool, "--version", cwd=tmp_path) == f"hermes-archive {__version__}\n"
+
+    home = tmp_path / "home"
+    run(
+        python,
+        "-c",
+        "import sys; from archive_provider.format.events import NewEvent; "
+        "from archive_provider.storage.store import EventStore, archive_dir; "
+        "s = EventStore.open(archive_dir(sys.argv[1])); "
+        "s.append([NewEvent('turn', 's1', {'turn': 1}, {'turn': 1, 'messages': []})]); s.close()",
+        home,
+        cwd=tmp_path,
+    )
+    assert run(tool, "--home", home, "verify", cwd=tmp_path).startswith("ok")
+    assert "Events: 1 (turn 1)" in run(tool, "--home", home, cwd=tmp_path)

@@ -1,0 +1,375 @@
+"""Generate the frozen format-v2 vectors of this folder: merkle.json and notes.json.
+
+They pin docs/FORMAT.md sections 14 to 16 (the tree, checkpoints, cosignatures) the way
+make_vectors.py pins version 1: generated once from the implementation, checked by the
+tests, rewritten only with ``--force`` (a format change)::
+
+    python tests/vectors/make_vectors_v2.py            # writes missing files only
+    python tests/vectors/make_vectors_v2.py --force    # rewrites them
+
+``notes.json`` also carries examples copied from the specifications, each with its source:
+those are the independent oracles; the generated entries pin our own output (Ed25519
+signatures are deterministic, so the same keys and texts always give the same bytes).
+``rfc6962_reference.json`` is copied data (transparency-dev/merkle) and not written here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from blake3 import blake3
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from archive_provider import merkle  # noqa: E402
+from archive_provider.format.signed_note import (  # noqa: E402
+    ALG_COSIGNATURE_V1,
+    Checkpoint,
+    Signer,
+    format_add_checkpoint,
+    format_checkpoint,
+    format_note,
+)
+from archive_provider.format.tlog_proof import TlogProof, event_extra, payload_digest  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REFERENCE = json.loads((HERE / "rfc6962_reference.json").read_text())
+
+TEST_STORE_ID = "00112233445566778899aabbccddeeff"
+TEST_ORIGIN = f"hermes-archive.invalid/{TEST_STORE_ID}"
+TEST_WITNESS = "witness.hermes-archive.invalid/w1"
+TEST_TIMESTAMP = 1_700_000_000
+TILE_TREE_SIZE = 70_000
+
+C2SP = "github.com/C2SP/C2SP at 5ba5ee830903e91240fc6f9f3a7a9293d49e69c9"
+GO_NOTE = (
+    "golang.org/x/mod sumdb/note/note_test.go (BSD-3-Clause) at "
+    "fe2ec04f7c3c3aa6fad97631aafcff6e49e2d1db"
+)
+DASH = "\u2014"
+
+PETER_TEXT = (
+    "If you think cryptography is the answer to your problem,\n"
+    "then you don't know what your problem is.\n"
+)
+PETER_SIG = (
+    f"{DASH} PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXg"
+    "KvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+)
+ENOCH_SIG = (
+    f"{DASH} EnochRoot rwz+eBzmZa0SO3NbfRGzPCpDckykFXSdeX+MNtCOXm2/5n2tiOHp+vAF1aGrQ5ovTG01oOTG"
+    "wnWLox33WWd1RvMc+QQ=\n"
+)
+SOFA = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"
+SOFA_LOG_SIG = (
+    f"{DASH} example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5"
+    "/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n"
+)
+SOFA_COSIG = (
+    f"{DASH} witness.example.com/w1 jWbPPwAAAABkGFDLEZMHwSRaJNiIDoe9DYn/zXcrtPHeolMI5OWXEhZCB9dl"
+    "rDJsX3b2oyin1nPZqhf5nNo0xUe+mbIUBkBIfZ+qnA==\n"
+)
+
+
+def _seed(label: str) -> bytes:
+    return hashlib.sha256(f"hermes-archive test key: {label}".encode()).digest()
+
+
+def test_log_signer() -> Signer:
+    return Signer(TEST_ORIGIN, _seed("log"))
+
+
+def test_witness_signer() -> Signer:
+    return Signer(TEST_WITNESS, _seed("witness"), ALG_COSIGNATURE_V1)
+
+
+def leaf_inputs() -> list[bytes]:
+    extra = [f"hermes-archive v2 leaf {i}".encode() for i in range(24)]
+    return [bytes.fromhex(x) for x in REFERENCE["leaf_inputs"]] + extra
+
+
+def make_merkle() -> dict[str, Any]:
+    inputs = leaf_inputs()
+    leaves = [merkle.leaf_hash(x) for x in inputs]
+    compact = merkle.CompactRange()
+    nodes: dict[tuple[int, int], bytes] = {}
+    roots = [merkle.EMPTY_ROOT.hex()]
+    for leaf in leaves:
+        nodes.update({(lv, ix): h for lv, ix, h in compact.append(leaf)})
+        roots.append(compact.root().hex())
+
+    def node(level: int, index: int) -> bytes:
+        return nodes[(level, index)]
+
+    inclusion = [
+        {"index": i, "size": n, "proof": [h.hex() for h in merkle.inclusion_proof(i, n, node)]}
+        for n in range(1, 11)
+        for i in range(n)
+    ]
+    consistency = [
+        {"old": m, "new": n, "proof": [h.hex() for h in merkle.consistency_proof(m, n, node)]}
+        for n in range(1, 11)
+        for m in range(1, n + 1)
+    ]
+    appender = merkle.TileAppender()
+    appender.append(merkle.leaf_hash(i.to_bytes(8, "big")) for i in range(TILE_TREE_SIZE))
+    rows = appender.changed()
+    edge = []
+    for level, (index, width) in sorted(merkle.tile_widths(TILE_TREE_SIZE).items()):
+        data = rows[(level, index)]
+        edge.append(
+            {
+                "level": level,
+                "index": index,
+                "width": width,
+                "path": merkle.tile_path(level, index, width),
+                "first": data[:32].hex(),
+                "last": data[-32:].hex(),
+            }
+        )
+    return {
+        "about": "docs/FORMAT.md section 14: RFC 6962 SHA-256 tree. leaf_inputs are the 8 of "
+        "transparency-dev/merkle's reference tree, then 24 more; roots[n] is the root at size "
+        "n; proofs are RFC 6962 PATH and PROOF; tiles is a 70,000-leaf tree whose leaf i is "
+        "leaf_hash(i as 8 big-endian bytes), with its right-edge (partial) tiles.",
+        "leaf_inputs": [x.hex() for x in inputs],
+        "leaf_hashes": [h.hex() for h in leaves],
+        "roots": roots,
+        "inclusion": inclusion,
+        "consistency": consistency,
+        "tiles": {
+            "size": TILE_TREE_SIZE,
+            "root": appender.root().hex(),
+            "full_tiles_per_level": {"0": 273, "1": 1, "2": 0},
+            "edge": edge,
+        },
+    }
+
+
+def make_notes() -> dict[str, Any]:
+    log, witness = test_log_signer(), test_witness_signer()
+    leaves = [merkle.leaf_hash(x) for x in leaf_inputs()]
+    compact = merkle.CompactRange()
+    nodes: dict[tuple[int, int], bytes] = {}
+    for leaf in leaves:
+        nodes.update({(lv, ix): h for lv, ix, h in compact.append(leaf)})
+    checkpoint = format_checkpoint(Checkpoint(TEST_ORIGIN, len(leaves), compact.root()))
+    log_signature = log.sign(checkpoint)
+    cosignature = witness.cosign(checkpoint, TEST_TIMESTAMP)
+    note = format_note(checkpoint, [log_signature, cosignature]).decode()
+    proof = merkle.consistency_proof(10, len(leaves), lambda lv, ix: nodes[(lv, ix)])
+    request = format_add_checkpoint(10, proof, format_note(checkpoint, [log_signature]))
+    return {
+        "about": "docs/FORMAT.md sections 15-16: signed notes, checkpoints, cosignatures. "
+        "'copied' entries come from the specifications and Go's tests (source given); "
+        "'generated' entries pin our output with fixed test keys (seed = SHA-256 of "
+        "'hermes-archive test key: <label>').",
+        "copied": {
+            "c2sp_signed_note_example": {
+                "source": f"{C2SP} signed-note.md, 'Verifier keys' example",
+                "vkey": "example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k",
+                "note": "This is an example message.\n\n"
+                f"{DASH} example.com/foo Uw2QOkn8srV1yJGh2VYRlL1Tnagv1YEq6TfXppzi2ONncAlTg"
+                "K7Ztg1ERYNZXsYjOBH3mFXmRKuwHjG1Yu72IneyaQM=\n",
+                "text": "This is an example message.\n",
+            },
+            "c2sp_quasimodo_note": {
+                "source": f"{C2SP} signed-note.md, first example (its key is not published)",
+                "note": "Ognuno sta solo sul cuor della terra\ntrafitto da un raggio di sole:\n\n"
+                "ed è subito sera.\n\n"
+                f"{DASH} quasimodo.example/salvatore NnugSzTjtVAewIS+Z/iJhUPeFDkO/5QQ2i5ddnGIT"
+                "LlC+EhfLW9oJKONrMouFSQU0xMcXxj99ihAQwaqP3ZekRwNtIc=\n",
+                "text": "Ognuno sta solo sul cuor della terra\ntrafitto da un raggio di sole:\n\n"
+                "ed è subito sera.\n",
+                "signature_name": "quasimodo.example/salvatore",
+            },
+            "go_peter_neumann": {
+                "source": f"{GO_NOTE}, TestSign and TestOpen",
+                "private_key": "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz",
+                "vkey": "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
+                "text": PETER_TEXT,
+                "signed": PETER_TEXT + "\n" + PETER_SIG,
+                "enoch_vkey": "EnochRoot+af0cfe78+ATtqJ7zOtqQtYqOo0CpvDXNlMhV3HeJDpjrASKGLWdop",
+                "both_signed": PETER_TEXT + "\n" + PETER_SIG + ENOCH_SIG,
+                "must_refuse": [
+                    PETER_TEXT,
+                    PETER_TEXT + "\n",
+                    PETER_TEXT + "\n" + PETER_SIG[:-1],
+                    "\x01" + PETER_TEXT + "\n" + PETER_SIG,
+                    PETER_TEXT + "\n" + f"{DASH} Bad Name " + PETER_SIG.split(" ")[2],
+                    PETER_TEXT + "\n" + PETER_SIG + "Unexpected line.\n",
+                    PETER_TEXT + "\n" + PETER_SIG * 101,
+                ],
+                "bad_signature": PETER_TEXT + "\n" + PETER_SIG[:60] + "ABCD" + PETER_SIG[60:],
+            },
+            "c2sp_checkpoint_example": {
+                "source": f"{C2SP} tlog-checkpoint.md and tlog-cosignature.md (keys not published)",
+                "note": SOFA + "\n" + SOFA_LOG_SIG + SOFA_COSIG,
+                "origin": "example.com/behind-the-sofa",
+                "size": 20852163,
+                "root_base64": "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=",
+                "cosignature_timestamp": 1679315147,
+                "cosigned_message": "cosignature/v1\ntime 1679315147\n" + SOFA,
+            },
+            "c2sp_tlog_proof_example": {
+                "source": f"{C2SP} tlog-proof.md (signatures elided there with [...])",
+                "proof": "c2sp.org/tlog-proof@v1\n"
+                "extra YWdlLXYxLjIuMS1kYXJ3aW4tYXJtNjQudGFyLmd6kYXJ3aW4tYXJ\n"
+                "index 73894\n"
+                "gSKyXoYZUgZ6jduWYrkDOARinOMGJveXjgMkBTcdPlQ=\n"
+                "B95lDa8R83lS8n0eG+o0buTxRKQTYFi//1U8anccXmA=\n"
+                "EKNzoDWG8LGC0Yp9o+sv3qllpMP9uHQ9B20KNL+Q1zs=\n"
+                "RoopEkOdqkYqMB4MJXrbt/hMjOxsVn0IrWjpz1ZMMes=\n"
+                "AHCioX9nLjsrse6YhjRRmk1WUEirVOLLRoOQ6vfO5vk=\n\n"
+                "example.com/fancylog\n109482\nsFodV/vSp5O8n9a8QpW6PRY97tfOSW5bsc2Xl/EQi08=\n\n"
+                f"{DASH} example.com/fancylog hI2DJw[...]1roloI=\n"
+                f"{DASH} witness1.example mJirIklj[...]qY9v2B/5bg==\n",
+                "index": 73894,
+                "proof_lines": 5,
+                "size": 109482,
+            },
+            "c2sp_add_checkpoint_example": {
+                "source": f"{C2SP} tlog-witness.md, add-checkpoint example request",
+                "body": "old 20852014\n"
+                "PlRNCrwHpqhGrupue0L7gxbjbMiKA9temvuZZDDpkaw=\n"
+                "jrJZDmY8Y7SyJE0MWLpLozkIVMSMZcD5kvuKxPC3swk=\n"
+                "5+pKlUdi2LeF/BcMHBn+Ku6yhPGNCswZZD1X/6QgPd8=\n"
+                "/6WVhPs2CwSsb5rYBH5cjHV/wSmA79abXAwhXw3Kj/0=\n\n" + SOFA + "\n" + SOFA_LOG_SIG,
+                "old_size": 20852014,
+                "proof_lines": 4,
+            },
+        },
+        "generated": {
+            "log_private_key": log.private_key,
+            "log_vkey": log.vkey,
+            "witness_private_key": witness.private_key,
+            "witness_vkey": witness.vkey,
+            "checkpoint": checkpoint,
+            "tree_size": len(leaves),
+            "root_hex": compact.root().hex(),
+            "cosignature_timestamp": TEST_TIMESTAMP,
+            "note": note,
+            "add_checkpoint_body_base64": base64.b64encode(request).decode(),
+            "add_checkpoint_old_size": 10,
+        },
+    }
+
+
+DOMAIN_IDENTITY = b"hermes-archive/v2/identity\x00"
+
+
+def _canonical(value: Any) -> str:
+    """Canonical text (FORMAT.md 2) of the simple values used here: ASCII-safe texts, ints."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def proof_log() -> list[dict[str, Any]]:
+    """Five v2 events: envelope text (13.1) and their payloads (digest, salt, body)."""
+    events = []
+    for seq in range(1, 6):
+        session = "sess-1" if seq < 4 else "sess-2"
+        message = _canonical({"content": f"message {seq}: caf\u00e9 \u2603", "role": "user"})
+        author = _canonical({"id": "u-42", "is_bot": False, "name": "Ada"})
+        parts = [(message.encode(), _seed(f"salt {seq} message"))]
+        stored = [(payload_digest(salt, body), salt, body) for body, salt in parts]
+        author_salt = _seed("salt author")
+        author_digest = payload_digest(author_salt, author.encode())
+        part_hex = [d.hex() for d, _, _ in stored]
+        body = _canonical({"messages": part_hex, "turn": seq}).encode()
+        body_salt = _seed(f"salt {seq} body")
+        body_digest = payload_digest(body_salt, body)
+        key = {"turn": seq}
+        identity = blake3(
+            DOMAIN_IDENTITY
+            + _canonical(
+                {"key": key, "parts": part_hex, "session": session, "type": "turn"}
+            ).encode()
+        ).hexdigest()
+        envelope = _canonical(
+            {
+                "author": author_digest.hex(),
+                "identity": identity,
+                "key": key,
+                "parts": part_hex,
+                "payload": body_digest.hex(),
+                "seq": seq,
+                "session": session,
+                "time": f"2026-12-01T14:0{seq}:00.000000Z",
+                "type": "turn",
+            }
+        )
+        events.append(
+            {
+                "envelope": envelope,
+                "payloads": [
+                    (body_digest, body_salt, body),
+                    *stored,
+                    (author_digest, author_salt, author.encode()),
+                ],
+            }
+        )
+    return events
+
+
+def make_proofs() -> dict[str, Any]:
+    log, witness = test_log_signer(), test_witness_signer()
+    events = proof_log()
+    leaves = [merkle.leaf_hash(e["envelope"].encode()) for e in events]
+    compact = merkle.CompactRange()
+    nodes: dict[tuple[int, int], bytes] = {}
+    for leaf in leaves:
+        nodes.update({(lv, ix): h for lv, ix, h in compact.append(leaf)})
+    checkpoint = format_checkpoint(Checkpoint(TEST_ORIGIN, len(leaves), compact.root()))
+    note = format_note(
+        checkpoint, [log.sign(checkpoint), witness.cosign(checkpoint, TEST_TIMESTAMP)]
+    )
+    documents = []
+    for seq, disclose in ((2, "all"), (5, "message")):
+        event = events[seq - 1]
+        payloads = event["payloads"] if disclose == "all" else event["payloads"][1:2]
+        proof = merkle.inclusion_proof(seq - 1, len(leaves), lambda lv, ix: nodes[(lv, ix)])
+        extra = event_extra(event["envelope"], payloads)
+        documents.append(TlogProof(seq - 1, tuple(proof), note, extra).encode())
+    return {
+        "about": "docs/FORMAT.md section 21.1: a prove file for seq 2 (everything disclosed) "
+        "and seq 5 (only its message), over five v2 turn envelopes, signed by the test log "
+        "key and cosigned by the test witness key of notes.json. Salts are SHA-256 of "
+        "'hermes-archive test key: salt ...' so the bytes are reproducible.",
+        "log_vkey": log.vkey,
+        "witness_vkey": witness.vkey,
+        "envelopes": [e["envelope"] for e in events],
+        "checkpoint": checkpoint,
+        "proof_file": b"".join(documents).decode("utf-8"),
+        "proven": [
+            {"seq": 2, "disclosed": [d.hex() for d, _, _ in events[1]["payloads"]]},
+            {"seq": 5, "disclosed": [events[4]["payloads"][1][0].hex()]},
+        ],
+    }
+
+
+FILES = {"merkle.json": make_merkle, "notes.json": make_notes, "proofs.json": make_proofs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--force", action="store_true", help="rewrite existing files (new format!)")
+    args = parser.parse_args(argv)
+    for name, make in FILES.items():
+        path = HERE / name
+        if path.exists() and not args.force:
+            print(f"kept {name} (frozen; --force rewrites it)")
+            continue
+        path.write_text(json.dumps(make(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
