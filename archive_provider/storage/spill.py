@@ -25,21 +25,25 @@ provider's business: it hands the writer an encoder per job and a taker per kind
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from blake3 import blake3
 
 from ..domain.clock import format_time, utc_now
 from ..domain.evidence import archivable
+from ..errors import ArchiveDamaged
+from .safe_files import regular_file_problem
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +69,9 @@ BUFFER_BYTES = 1 << 20
 Encoder = Callable[[dict[Any, Any]], tuple[str, dict[str, Any]]]
 
 
-class SpillDamaged(Exception):
-    """A segment stops being readable at ``offset``: a torn tail or a changed record."""
+class SpillDamaged(ArchiveDamaged):
+    """A segment stops being readable at ``offset``: a torn tail, a changed record, or an
+    entry that is not a regular file (a link, a FIFO) and so is not the archive's own."""
 
     def __init__(self, path: Path, offset: int, reason: str) -> None:
         super().__init__(f"{path.name} is damaged at byte {offset}: {reason}")
@@ -111,7 +116,8 @@ def segment_paths(folder: Path) -> list[Path]:
     """The segments waiting in ``<archive>/spill``, oldest first."""
     where = folder / SPILL_DIR
     try:
-        names = [p for p in where.iterdir() if p.name.endswith(SUFFIX) and p.is_file()]
+        # a link or FIFO named like a segment is listed too: reading it reports and sets it aside
+        names = [p for p in where.iterdir() if p.name.endswith(SUFFIX) and _not_a_folder(p)]
     except FileNotFoundError:
         return []
     found = []
@@ -127,9 +133,36 @@ def segment_paths(folder: Path) -> list[Path]:
 def damaged_paths(folder: Path) -> list[Path]:
     where = folder / SPILL_DIR / DAMAGED_DIR
     try:
-        return sorted(p for p in where.iterdir() if p.is_file())
+        return sorted(p for p in where.iterdir() if _not_a_folder(p))
     except FileNotFoundError:
         return []
+
+
+def _not_a_folder(path: Path) -> bool:
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:  # taken in and removed meanwhile
+        return False
+
+
+def open_segment(path: Path) -> BinaryIO:
+    """``path`` opened for reading, if it is a regular file of its own.
+
+    Opened without following a link and without blocking (a FIFO would hang the writer),
+    then checked on the descriptor: a link would take in another profile's spill, so
+    anything but a regular file is :class:`SpillDamaged` (set aside and reported).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SpillDamaged(path, 0, regular_file_problem(path) or str(exc)) from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SpillDamaged(path, 0, regular_file_problem(path) or "not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 @dataclass(frozen=True)
@@ -156,7 +189,7 @@ def read_records(path: Path, *, start: int = 0, limit: int | None = None) -> Ite
     Raises :class:`SpillDamaged` where a record is cut short or fails its check, after
     yielding every good record before it.
     """
-    with open(path, "rb") as handle:
+    with open_segment(path) as handle:
         header = handle.read(HEADER_BYTES)
         if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
             raise SpillDamaged(path, 0, "no spill header (cut short or not a spill file)")

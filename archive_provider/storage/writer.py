@@ -53,6 +53,7 @@ from .spill import (
     Record,
     Spill,
     SpillDamaged,
+    open_segment,
     read_records,
     remove,
     segment_number,
@@ -786,13 +787,13 @@ class Writer:
             return None
         skip = 0
         try:
-            with open(path, "rb") as handle:
+            with open_segment(path) as handle:
                 segment = handle.read(HEADER_BYTES)[len(MAGIC) :]
             row = store.conn.execute(
                 "SELECT value FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),)
             ).fetchone()
             skip = int(row[0]) if row is not None else 0
-        except (OSError, ValueError):
+        except (OSError, ValueError, SpillDamaged):
             segment, skip = b"", 0  # unreadable: reading it reports the damage
         return _Reading(path, segment_number(path), segment, skip)
 

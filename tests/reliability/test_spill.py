@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -241,6 +242,34 @@ def test_a_damaged_spill_is_reported_and_kept_aside(home: Path, damage: str) -> 
 
     status = collect(context(home))
     assert status["spill"]["damaged"] == [kept.name]
+
+
+@pytest.mark.parametrize("entry", ["link to another profile's segment", "fifo"])
+def test_a_spill_entry_that_is_not_a_regular_file_is_set_aside_not_read(
+    tmp_path: Path, home: Path, entry: str
+) -> None:
+    # a link would take another profile's accepted work into this log (and a FIFO would
+    # hang the writer on open): like the store and its key, the spill reads only its own files
+    folder = archive_dir(home) / "spill"
+    folder.mkdir(parents=True, mode=0o700)
+    path = folder / "000000000001.spill"
+    if entry == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        other = tmp_path / "other"
+        spill_of(other, 3, session="other-profile")
+        (foreign,) = segment_paths(archive_dir(other))
+        path.symlink_to(foreign)
+    take_in(home)
+    log = events(home)
+    assert not [e for e in log if e.session == "other-profile"]
+    reports = [e for e in log if e.type == "write_failed" and e.body["hook"] == "spill"]
+    assert len(reports) == 1
+    said = "not a regular file" if entry == "fifo" else "is a symbolic link"
+    assert said in reports[0].body["error"], reports[0].body["error"]
+    (kept,) = damaged_paths(archive_dir(home))
+    assert kept.is_symlink() if entry != "fifo" else stat.S_ISFIFO(os.lstat(kept).st_mode)
+    assert not segment_paths(archive_dir(home)) and verify_home(home).ok
 
 
 def context(home: Path) -> Any:
