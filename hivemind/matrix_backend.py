@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import functools
 import inspect
 import json
@@ -64,7 +63,7 @@ from nio import (
 from nio import crypto as nio_crypto
 from nio.schemas import Schemas, validate_json
 
-from archive_provider import INT_MAX, ArchiveError
+from archive_provider import INT_MAX, ArchiveError, spawn_thread
 
 logger = logging.getLogger(__name__)
 
@@ -331,9 +330,9 @@ def serialized_store() -> type:
 
 
 def context_thread(target: Callable[[], None], name: str) -> threading.Thread:
-    """Fallback thread factory: run ``target`` in a copy of the caller's contextvars."""
-    context = contextvars.copy_context()
-    return threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
+    """The default ``(target, name)`` thread factory: the host's context threads, through
+    ``archive_provider.spawn_thread`` (its own fallback copies the caller's contextvars)."""
+    return spawn_thread(target, name=name)
 
 
 def _digest(

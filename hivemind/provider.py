@@ -180,10 +180,12 @@ class HivemindProvider(ArchiveProvider):
     # -- tools ---------------------------------------------------------------------------
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
+        if self.core.checkpoint_only:  # checkpoints only: no tools at all (docs/HOST.md §5)
+            return []
         return [*super().get_tool_schemas(), *(load_tool_schema(name) for name in TOOL_NAMES)]
 
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
-        if tool_name not in TOOL_NAMES:
+        if tool_name not in TOOL_NAMES or self.core.checkpoint_only:
             return super().handle_tool_call(tool_name, args, **kwargs)
         try:
             result = self._peer_tools().handle(tool_name, args)

@@ -506,6 +506,8 @@ def test_errors_are_clean_in_every_door(tmp_path: Path, capsys: pytest.CaptureFi
         ["history", "x"],
         ["replay"],
         ["export", str(tmp_path / "out.zip")],
+        ["key"],
+        ["migrate"],
     ):
         code, out, err = doors(capsys, ["--home", str(missing), *command])
         assert code == 1 and out == "" and err.startswith("error: no archive at"), command

@@ -294,9 +294,9 @@ def test_a_locked_database_is_not_called_corrupt(folder: Path) -> None:
 def test_another_format_version_is_refused(folder: Path) -> None:
     EventStore.open(folder).close()
     conn = raw(folder)
-    conn.execute("UPDATE meta SET value = '2' WHERE name = 'format_version'")
+    conn.execute("UPDATE meta SET value = '3' WHERE name = 'format_version'")
     conn.close()
-    with pytest.raises(StoreError, match="format version 2"):
+    with pytest.raises(StoreError, match="format version 3"):
         EventStore.open(folder)
 
 

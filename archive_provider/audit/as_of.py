@@ -12,7 +12,7 @@ skipped, so going back in a long archive costs a scan of its envelopes, not a re
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -76,12 +76,44 @@ class AsOf:
     lineage: list[SessionLink]  # from ``session`` back to where its conversation began
     links: list[SessionLink]  # every session switch so far (of ``session``, when given)
     recalls: list[RecallServed]  # recall served so far (to ``session``, when given)
+    authors: list[TurnAuthor]  # who wrote turns so far (in ``session``), as the host said
     digests: dict[str, str]  # digest of memory, checkpoints and recalls served at ``seq``
 
     @property
     def recall(self) -> RecallServed | None:
         """What the provider last returned as recall (for the turn in progress at ``seq``)."""
         return self.recalls[-1] if self.recalls else None
+
+
+@dataclass(frozen=True)
+class TurnAuthor:
+    """A turn author as the host stated it, with how many turns and the last one by ``seq``."""
+
+    id: str | None
+    name: str | None
+    is_bot: bool
+    turns: int
+    last_seq: int
+
+
+def turn_authors(conn: sqlite3.Connection, until: int, session: str | None) -> list[TurnAuthor]:
+    """Turn authors up to ``until``, from the recall projection's author rows (one per turn,
+    never changed once written, so the rows up to a seq are exactly what the log said then)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_authors'").fetchone():
+        return []
+    sql = (
+        "SELECT a.author_id, a.author_name, a.is_bot, count(*), max(a.seq)"
+        " FROM recall_authors a JOIN events e ON e.seq = a.seq WHERE a.seq <= ?"
+    )
+    args: list[object] = [until]
+    if session is not None:
+        sql += " AND e.session = ?"
+        args.append(session)
+    sql += " GROUP BY a.author_id, a.author_name, a.is_bot ORDER BY max(a.seq)"
+    return [
+        TurnAuthor(row[0], row[1], bool(row[2]), int(row[3]), int(row[4]))
+        for row in conn.execute(sql, args)
+    ]
 
 
 def resolve_seq(
@@ -127,7 +159,8 @@ def as_of(
             projection.create(scratch)
         apply_events(scratch, projections, until_seq=until, source=conn, types=ASOF_TYPES)
         scratch.execute("COMMIT")
-        return read_asof(scratch, until, event_time(conn, until), session)
+        answer = read_asof(scratch, until, event_time(conn, until), session)
+        return replace(answer, authors=turn_authors(conn, until, session))
     finally:
         scratch.close()
 
@@ -142,6 +175,7 @@ def read_asof(conn: sqlite3.Connection, seq: int, time: str | None, session: str
         lineage=lineage(conn, session) if session is not None else [],
         links=session_links(conn, session),
         recalls=recalls_served(conn, session),
+        authors=turn_authors(conn, seq, session),  # none in a scratch database: see as_of
         digests={p.name: p.digest(conn) for p in asof_projections() if p.name in COMPLETE},
     )
 

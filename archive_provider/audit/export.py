@@ -46,7 +46,7 @@ from ..format.verifier import (
     selected,
     verify_bundle,
 )
-from ..storage.store import ENVELOPE_COLUMNS, EventStore, Head
+from ..storage.store import ENVELOPE_COLUMNS, EventStore, EventStoreV2, Head
 
 CHAIN_FROM = ("genesis", "selection")
 _ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
@@ -139,6 +139,12 @@ def export_bundle(
     """
     if chain_from not in CHAIN_FROM:
         raise ValueError(f"chain_from must be one of {CHAIN_FROM}")
+    if isinstance(store, EventStoreV2):
+        raise ExportError(
+            "this archive is format version 2: its export bundle (bundle version 2, "
+            "docs/FORMAT.md 21.2) is not implemented yet; `hermes-archive verify --key VKEY` "
+            "checks the archive itself"
+        )
     out = Path(out)
     remove_stale_partials(out.parent)
     tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")

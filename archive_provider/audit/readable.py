@@ -88,7 +88,10 @@ TABLES = (
             "session": _SESSION,
             "turn": (int, "the turn's number in its session"),
             "role": (str, "user, assistant, tool or system"),
-            "author": (str, "the message's name field, when the host set one"),
+            "name": (str, "the message's name field, when the host set one"),
+            "author": (str, "who wrote the turn, as the host stated it (name, else id)"),
+            "author_id": (str, "the turn author's id as the host stated it"),
+            "author_is_bot": (int, "1 when the host said the turn's author is a bot"),
             "text": (str, "the message's content (a tool call's arguments when it has none)"),
             "tool_call_id": (str, "the tool call a tool message answers"),
             "message_digest": (str, "keyed BLAKE3 digest of the stored message"),
@@ -243,7 +246,8 @@ def write_copy(
     head = store.head()
     until = report.last_seq if report.ok else head.seq
     chain_row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (until,)).fetchone()
-    chain = str(chain_row[0]) if chain_row else head.chain
+    stored = chain_row[0] if chain_row else None
+    chain = stored.hex() if isinstance(stored, bytes) else str(stored) if stored else head.chain
     meta = dict(store.conn.execute("SELECT name, value FROM meta").fetchall())
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     tmp.unlink(missing_ok=True)

@@ -208,7 +208,9 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     export,
     history,
     install,
+    key,
     log,
+    migrate,
     readable_copy,
     replay,
     search,
@@ -234,6 +236,8 @@ COMMANDS = [
         verify_bundle,
         readable_copy,
         witness,
+        key,
+        migrate,
         install,
         demo,
     )

@@ -6,9 +6,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from archive_provider.domain.authors import author_label
 from archive_provider.domain.evidence import message_text
 from archive_provider.format.canonical import decode
 from archive_provider.format.events import StoredEvent
+from archive_provider.projections.builtin import rewound_at
 from archive_provider.storage.store import EventStore
 
 
@@ -47,7 +49,12 @@ def summary(store: EventStore, event: StoredEvent) -> str:
             (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
         )
         lead = _message(first if first is not None else messages[0]) if messages else "no messages"
-        return f"turn {body.get('turn')}: {len(messages)} messages; {lead}"
+        author = part(store, body.get("author")) if body.get("author") else None
+        rewound = rewound_at(store.conn, event.seq)
+        return (
+            f"turn {body.get('turn')} by {author_label(author)}: {len(messages)} messages; {lead}"
+            + (f" [rewound at seq {rewound}]" if rewound is not None else "")
+        )
     if kind == "memory_write":
         content = part(store, body.get("content"))
         given = body.get("metadata")
@@ -81,6 +88,12 @@ def summary(store: EventStore, event: StoredEvent) -> str:
         )
     if kind == "session_ended":
         return f"{body.get('message_count')} messages at the end"
+    if kind == "turns_rewound":
+        return (
+            f"{len(body.get('messages', []))} messages rewound (positions "
+            f"{body.get('from_message')}..{body.get('to_message')}) after switch seq "
+            f"{body.get('switch_seq')}, seen at {body.get('detected_by')}"
+        )
     if kind == "delegation":
         task = preview(part(store, body.get("task")), 50)
         return f"child {body.get('child_session') or '?'}: task {task}"
@@ -100,6 +113,9 @@ def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict
         "payload_digest": event.envelope.payload,
         "summary": summary(store, event),
     }
+    if event.type == "turn" and isinstance(event.body, Mapping):
+        digest = event.body.get("author")
+        data["author"] = part(store, digest) if digest else None  # as the host stated it
     if full:
         data.update(
             chain=event.chain,

@@ -9,9 +9,13 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, time_arg
 from archive_provider.commands._render import preview
+from archive_provider.domain.authors import author_label
 
 NAME = "as-of"
-HELP = "memory entries, session lineage and recall served as they stood at a seq or a time"
+HELP = (
+    "memory entries, session lineage, turn authors and recall served as they stood at a seq"
+    " or a time"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +55,12 @@ def _human(data: dict[str, Any]) -> str:
         )
         lines.append(f"  lineage: {chain}")
     lines.append(f"  session switches: {len(data['links'])}")
+    authors = data["authors"]
+    lines.append(f"  turn authors: {len(authors)}" + (":" if authors else ""))
+    for author in authors:
+        lines.append(
+            f"    {author_label(author)}: {author['turns']} turns, last at seq {author['last_seq']}"
+        )
     recalls = data["recalls"]
     lines.append(f"  recall served: {len(recalls)}" + (":" if recalls else ""))
     for recall in recalls[-5:]:

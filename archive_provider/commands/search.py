@@ -28,6 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--until", type=time_arg, help="only texts archived at or before this ISO 8601 time"
     )
+    parser.add_argument(
+        "--author",
+        metavar="ID|NAME",
+        help="only turns whose author (as the host stated it) has this id or display name",
+    )
 
 
 def run(ctx: CommandContext) -> int:
@@ -48,6 +53,7 @@ def run(ctx: CommandContext) -> int:
             session=ctx.args.session,
             since=ctx.args.since,
             until=ctx.args.until,
+            author=ctx.args.author,
         )
     data: dict[str, Any] = {"query": text, "results": [asdict(hit) for hit in hits]}
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, UsageError
 from archive_provider.commands._render import record
+from archive_provider.domain.authors import author_label
 from archive_provider.format.events import StoredEvent
 from archive_provider.format.verifier import printable
 from archive_provider.storage.store import EventStore
@@ -80,6 +81,7 @@ def _human(data: dict[str, Any]) -> str:
             f"  chain     {e['chain']}",
             f"  key       {json.dumps(e['key'], ensure_ascii=False, sort_keys=True)}",
             f"  summary   {e['summary']}",
+            *([f"  author    {author_label(e['author'])}"] if "author" in e else []),
             "payload:",
             *(
                 "  " + line

@@ -7,6 +7,7 @@ and compares their digests with the live ones (docs/DESIGN.md, invariant 1).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from archive_provider.commands import CommandContext
@@ -22,6 +23,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also rebuild every projection in a scratch database and compare digests",
     )
+    parser.add_argument(
+        "--key",
+        metavar="VKEY",
+        help="format v2: the archive's verifier key, pinned outside it (`hermes-archive key` "
+        "printed it), to check every signed checkpoint",
+    )
+    parser.add_argument(
+        "--lineage",
+        metavar="V1_FILE",
+        help="a migrated archive: check it against the kept v1 file (events.v1.db; its key "
+        "payload.v1.key beside it)",
+    )
 
 
 def _projections(ctx: CommandContext, total: int) -> dict[str, Any]:
@@ -35,6 +48,15 @@ def _projections(ctx: CommandContext, total: int) -> dict[str, Any]:
         "rebuilt": dict(result.rebuilt),
         "mismatched": sorted(result.mismatched),
     }
+
+
+def _lineage(ctx: CommandContext, v1_file: Path) -> dict[str, Any]:
+    from archive_provider.storage.migrate import V1_KEY_NAME, lineage
+    from archive_provider.storage.store import read_key
+
+    key = read_key(v1_file.with_name(V1_KEY_NAME))
+    with ctx.store() as store:
+        return lineage(store, v1_file, key).as_dict()
 
 
 def _human(data: dict[str, Any]) -> str:
@@ -52,6 +74,13 @@ def _human(data: dict[str, Any]) -> str:
             else "the archive"
         )
         lines = [f"FAILED at {where}: {report['problem']}"]
+    if "lineage" in data:
+        found = data["lineage"]
+        lines.append(
+            f"lineage: ok, the {found['events']} v1 events are the migrated ones"
+            if found["ok"]
+            else f"lineage FAILED: {found['problem']}"
+        )
     projections = data.get("projections")
     if projections is not None:
         if projections["ok"]:
@@ -72,8 +101,13 @@ def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
         total = store.head().seq
         with ctx.progress("verify", total) as progress:
-            report: Report = verify_database(store.conn, store.key, progress=progress)
+            report: Report = verify_database(
+                store.conn, store.key, progress=progress, vkey=ctx.args.key
+            )
     data: dict[str, Any] = {"ok": report.ok, "log": report.as_dict()}
+    if ctx.args.lineage and report.ok:
+        data["lineage"] = _lineage(ctx, Path(ctx.args.lineage))
+        data["ok"] = data["lineage"]["ok"]
     if ctx.args.projections and report.ok:
         data["projections"] = _projections(ctx, total)
         data["ok"] = data["projections"]["ok"]

@@ -381,6 +381,8 @@ def summarize(store: EventStore, event_type: str, body: Any) -> str:
         return f"{_count(body['message_count'], 'message')} in the final transcript"
     if event_type == "session_started":
         return f"platform {body.get('platform')}, hermes {body.get('host')}"
+    if event_type == "witness_accepted":
+        return f"witness record accepted: {body.get('reason')}"
     return ""
 
 

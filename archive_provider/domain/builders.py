@@ -54,18 +54,68 @@ def turn(
     start: int,
     legacy: bool,
     redactions: Sequence[Mapping[str, Any]] = (),
+    author: Mapping[str, Any] | None = None,
+    host_masks: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
-    """A completed turn: its new messages (all roles, as the host sent them, after redaction)."""
+    """A completed turn: its new messages (all roles, as the host sent them, after redaction).
+
+    ``author`` (domain/authors.py) is stored as a payload of its own: in format v2 it is
+    :attr:`NewEvent.author`, named by the envelope's ``author`` field; in format v1 one more
+    keyed part named by the body's ``author``. Either way it is erasable with its payload and
+    never in the identity. This is the one place that mapping is made.
+    """
     digests = [part.digest for part in parts]
+    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
+    body: dict[str, Any] = {
+        "turn": ordinal,
+        "messages": digests,
+        "start": start,
+        "legacy_shape": legacy,
+    }
+    stored = tuple(parts)
+    author_part = hasher.part(dict(author)) if author is not None else None
+    if author_part is not None and not v2:  # v2: the envelope's own author field (13.1)
+        body["author"] = author_part.digest
+        stored = (*stored, author_part)
+    if host_masks:
+        body["host_masks"] = [dict(mask) for mask in host_masks]
     return NewEvent(
         "turn",
         session,
-        {"session": session, "turn": ordinal, "messages": digests},
-        with_redactions(
-            {"turn": ordinal, "messages": digests, "start": start, "legacy_shape": legacy},
-            redactions,
-        ),
-        tuple(parts),
+        {"turn": ordinal} if v2 else {"session": session, "turn": ordinal, "messages": digests},
+        with_redactions(body, redactions),
+        stored,
+        author=author_part if v2 else None,
+    )
+
+
+def turns_rewound(
+    session: str,
+    *,
+    switch_seq: int,
+    start: int,
+    rewound: Sequence[tuple[int, str]],
+    detected_by: str,
+) -> NewEvent:
+    """Archived messages the user rewound (``/undo``), found from the shortened transcript.
+
+    ``rewound`` is each (turn event seq, message digest) from transcript position ``start``
+    on. Nothing is deleted: projections mark these messages; memory writes stand (the host
+    does not revert MEMORY.md, docs/HOST.md §2.3).
+    """
+    digests = [digest for _, digest in rewound]
+    return NewEvent(
+        "turns_rewound",
+        session,
+        {"session": session, "switch_seq": switch_seq, "from": start, "messages": digests},
+        {
+            "switch_seq": switch_seq,
+            "from_message": start,
+            "to_message": start + len(digests),
+            "messages": digests,
+            "turn_seqs": sorted({seq for seq, _ in rewound}),
+            "detected_by": detected_by,
+        },
     )
 
 
@@ -79,14 +129,22 @@ def checkpoint(
     require_checkpoint: bool,
     received: int,
     redactions: Sequence[Mapping[str, Any]] = (),
+    received_roles: Mapping[str, int] | None = None,
+    summaries_skipped: int = 0,
+    host_masks: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
-    """A pre-compress checkpoint: the ordered evidence digests; identity = session + list."""
+    """A pre-compress checkpoint: the ordered evidence digests; identity = session + list.
+
+    The receipt also says what the host handed over (``received_roles``) and how many
+    prior compaction summaries (``_compressed_summary`` rows) were left out as not evidence.
+    """
     digests = [part.digest for part in parts]
     evidence = hasher.digest(canonical_bytes(digests))
+    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     return NewEvent(
         "checkpoint",
         session,
-        {"session": session, "evidence": evidence},
+        {} if v2 else {"session": session, "evidence": evidence},
         with_redactions(
             {
                 "evidence": digests,
@@ -96,6 +154,9 @@ def checkpoint(
                 "provider_api_version": 2,
                 "require_checkpoint": require_checkpoint,
                 "received_messages": received,
+                "received_roles": dict(received_roles or {}),
+                "summaries_skipped": summaries_skipped,
+                **({"host_masks": [dict(m) for m in host_masks]} if host_masks else {}),
             },
             redactions,
         ),
@@ -156,7 +217,9 @@ def memory_write(
     return NewEvent(
         "memory_write",
         session,
-        {"session": session, "order": order, "content": part.digest},
+        {"order": order}
+        if hasher.format_version == 2
+        else {"session": session, "order": order, "content": part.digest},
         with_redactions(
             {
                 "order": order,

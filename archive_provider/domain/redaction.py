@@ -306,3 +306,65 @@ def renumber(per_row: list[list[dict[str, Any]]], start: int, prefix: str) -> li
         for item in found:
             rebased.append({**item, "path": f"{prefix}/{offset}" + item["path"][len(old) :]})
     return rebased
+
+
+# -- the host's masks ---------------------------------------------------------------------
+#
+# A host that scrubs hand-offs (main, about 0.21.6+, docs/HOST.md §4) sends no flag; the
+# masks it leaves in the text are the evidence. Each shape below is one ``agent/redact.py``
+# produces; the detector only reports them (kind, JSON pointer, offset), it never changes
+# text, and :func:`redact_text` leaves every one of them as it is.
+REDACTION_UNAVAILABLE = "[redaction-unavailable]"
+_HOST_MASKS = re.compile(
+    "|".join(
+        (
+            r"(?P<private_key_label>\[REDACTED PRIVATE KEY\])",
+            r"(?P<vault_label>\u00abredacted-vault-secret\u00bb)",
+            r"(?P<redacted_label>\u00abredacted(?::[^\u00bb\s]{1,40}|-secret)\u00bb)",
+            r"(?P<bearer_redacted>(?i:\bbearer) \[redacted\])",
+            r"(?P<head_tail>(?<![A-Za-z0-9_+/=.-])[A-Za-z0-9_+/=-]{6}\.\.\.[A-Za-z0-9_+/=-]{4}"
+            r"(?![A-Za-z0-9_+/=-]))",
+            r"(?P<stars>(?:(?<=[=:])|(?<=[=:][ \t])|(?<=[=:][ \t][\"'])|(?<=[=:][\"'])|(?<=')"
+            r"|(?<=\"))\*\*\*(?![*\w]))",
+        )
+    )
+)
+HOST_MASK_KINDS = (
+    "head_tail",
+    "stars",
+    "redacted_label",
+    "vault_label",
+    "private_key_label",
+    "bearer_redacted",
+    "redaction_unavailable",
+)
+
+
+def host_masks_in(text: str) -> list[tuple[str, int]]:
+    """(kind, offset) of each mask a host redactor left in ``text``."""
+    if text == REDACTION_UNAVAILABLE:
+        return [("redaction_unavailable", 0)]
+    if not any(s in text for s in ("...", "***", "\u00abredacted", "[REDACTED", "[redacted]")):
+        return []
+    found = []
+    for match in _HOST_MASKS.finditer(text):
+        kind = match.lastgroup
+        if kind is not None:
+            found.append((kind, match.start()))
+    return found
+
+
+def host_masks(value: Any, path: str = "") -> list[dict[str, Any]]:
+    """Every host mask inside ``value`` as ``{"path", "kind", "at"}`` (paths as redactions')."""
+    if isinstance(value, str):
+        return [{"path": path, "kind": kind, "at": at} for kind, at in host_masks_in(value)]
+    if isinstance(value, Mapping):
+        return [m for key, item in value.items() for m in host_masks(item, _pointer(path, key))]
+    if isinstance(value, (list, tuple)):
+        return [m for i, item in enumerate(value) for m in host_masks(item, _pointer(path, i))]
+    return []
+
+
+def host_masks_rows(rows: list[Any], prefix: str = "") -> list[list[dict[str, Any]]]:
+    """Per row (a message), its host masks with paths under ``prefix/i`` (see :func:`renumber`)."""
+    return [host_masks(row, f"{prefix}/{index}") for index, row in enumerate(rows)]

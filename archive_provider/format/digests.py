@@ -58,12 +58,19 @@ class Envelope:
     identity: str
     payload: str
     parts: str  # canonical text of the list of part digests
+    author: str | None = None  # v2: the author payload's digest (FORMAT.md 13.1)
+    version: int = FORMAT_VERSION  # 2: the nine-member v2 envelope
 
     def canonical(self) -> bytes:
         """Canonical bytes of the envelope; equals canonical_bytes(self.as_value())."""
         # Built by concatenation (keys already sorted) because verify runs this per event.
+        if self.version == 2:
+            author = "null" if self.author is None else '"' + self.author + '"'
+            start = '{"author":' + author + ',"identity":"'
+        else:
+            start = '{"identity":"'
         return (
-            '{"identity":"'
+            start
             + self.identity
             + '","key":'
             + self.key
@@ -83,7 +90,8 @@ class Envelope:
         ).encode("utf-8")
 
     def as_value(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {"author": self.author} if self.version == 2 else {}
+        return value | {
             "identity": self.identity,
             "key": decode(self.key),
             "parts": decode(self.parts),

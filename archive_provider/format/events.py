@@ -37,6 +37,9 @@ EVENT_TYPES = frozenset(
         "peer_input_rejected",
         "peer_link_state",
         "witness_accepted",
+        "turns_rewound",
+        "store_created",
+        "migrated_from",
     }
 )
 
@@ -49,10 +52,16 @@ class Part:
 
     digest: str
     body: bytes
+    salt: bytes | None = None  # v2: a salt drawn for a body not stored yet (FORMAT.md 12.3)
+    lookup: bytes | None = None  # v2: the keyed lookup of the body
 
 
 class Hasher:
     """Keyed payload digests for one store; builders use it to name parts and payloads."""
+
+    #: the format of the store it names parts for: v2 identity keys leave out what the
+    #: identity already covers (session, part digests)
+    format_version = 1
 
     def __init__(self, key: bytes) -> None:
         self._key = key
@@ -72,6 +81,11 @@ class NewEvent:
     ``key`` is what makes it *that* event (its identity is a digest of type and key);
     ``body`` is its payload; ``parts`` are payloads it refers to by digest (messages),
     stored once however many events name them.
+
+    ``author`` is who wrote a turn, as the host stated it (``{"id", "name", "is_bot",
+    "source", ...}``, docs/HOST.md §1), never part of the identity. Format v1 stores it as
+    one more part of the event (``domain.builders.turn`` maps it); format v2 maps it to the
+    envelope's separate, erasable author payload.
     """
 
     type: str
@@ -79,6 +93,7 @@ class NewEvent:
     key: Mapping[str, Any]
     body: Any
     parts: tuple[Part, ...] = field(default=())
+    author: Part | None = None  # v2: the turn's author payload (FORMAT.md 13.1)
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:

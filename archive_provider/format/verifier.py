@@ -1,9 +1,11 @@
-"""Standalone verifier for hermes-archive logs and export bundles (docs/FORMAT.md section 7).
+"""Standalone verifier for hermes-archive logs and export bundles (docs/FORMAT.md 7 and 20).
 
-This module imports only the Python standard library and ``blake3`` so that an auditor
-can read it, copy it out and run it alone::
+It imports only the Python standard library, ``blake3`` and (for format v2) ``cryptography``
+and its two pure sibling modules ``merkle.py`` and ``signed_note.py``, so that an auditor
+can read it, copy the three files into one folder and run it alone::
 
-    python verifier.py path/to/archive/events.db [--key path/to/payload.key] [--json]
+    python verifier.py path/to/archive/events.db [--key path/to/payload.key] [--json]  # v1
+    python verifier.py path/to/archive/events.db [--key VKEY] [--json]                  # v2
     python verifier.py bundle path/to/export.zip [--json]
 
 It is also the verifier the package itself uses, so there is one implementation of the
@@ -39,6 +41,21 @@ except ImportError:
     if __name__ != "__main__":
         raise
     sys.exit("verifier.py needs the blake3 package: python3 -m pip install blake3")
+
+#: why format-v2 archives cannot be checked by this copy (None: they can)
+V2_UNAVAILABLE: str | None = None
+try:  # format v2: the two pure modules beside this file (docs/FORMAT.md 20)
+    from . import merkle, signed_note
+except ImportError:  # run as a script: verifier.py, merkle.py and signed_note.py side by side
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import merkle  # type: ignore[no-redef]
+        import signed_note  # type: ignore[no-redef]
+    except ImportError as missing:  # verifier.py alone with blake3 still checks v1 archives
+        V2_UNAVAILABLE = (
+            f"a format-v2 archive needs merkle.py and signed_note.py beside verifier.py and "
+            f"the cryptography package ({missing})"
+        )
 
 DOMAIN_IDENTITY = b"hermes-archive/v1/identity\x00"
 DOMAIN_PAYLOAD = b"hermes-archive/v1/payload\x00"
@@ -285,13 +302,24 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
 
 
 def verify_database(
-    conn: sqlite3.Connection, key: bytes, progress: Callable[[int], None] | None = None
+    conn: sqlite3.Connection,
+    key: bytes,
+    progress: Callable[[int], None] | None = None,
+    vkey: str | None = None,
 ) -> Report:
-    """Verify a whole archive database through an open connection.
+    """Verify a whole archive database through an open connection, in its own format.
 
     The head, the envelopes and the payloads are read in one read transaction, so a writer
-    in another process appending meanwhile can never make the head look stale.
+    in another process appending meanwhile can never make the head look stale. A v1 archive
+    needs its payload ``key``; a v2 archive needs no key and gives a :class:`ReportV2`
+    (``vkey``, the pinned verifier key, checks its signed checkpoints).
     """
+    problem = schema_problem(conn)
+    if problem:
+        return Report().fail(None, problem)
+    version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+    if version is not None and version[0] == "2":
+        return verify_database_v2(conn, vkey)
     payload_cursor = conn.cursor()
 
     def payload_of(digest: str) -> bytes | None:
@@ -319,6 +347,429 @@ def verify_database(
         )
     finally:
         conn.execute("COMMIT")
+
+
+# -- format version 2 (docs/FORMAT.md sections 11 to 20) -----------------------------------
+
+V2_IDENTITY = b"hermes-archive/v2/identity\x00"
+V2_PAYLOAD = b"hermes-archive/v2/payload\x00"
+V2_CHAIN = b"hermes-archive/v2/chain\x00"
+V2_GENESIS = b"hermes-archive/v2/genesis\x00"
+_STORE_ID = re.compile(r"[0-9a-f]{32}")
+_HEX64_ANY_CASE = re.compile(r"[0-9a-fA-F]{64}")
+
+
+@dataclass
+class ReportV2(Report):
+    """The v2 report (FORMAT.md 20.3): the v1 fields plus the tree, signatures and a code."""
+
+    format_version: int = 2
+    store_id: str | None = None
+    payloads_erased: int = 0
+    erasures: list[dict[str, int]] = field(default_factory=list)
+    tree_size: int = 0
+    root: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    authenticity: str = "not checked"
+    code: str | None = None
+
+    def fail(self, seq: int | None, problem: str, code: str = "unreadable") -> ReportV2:
+        self.ok, self.first_bad_seq, self.problem, self.code = False, seq, problem, code
+        return self
+
+
+class _Failed(Exception):
+    def __init__(self, seq: int | None, code: str, problem: str) -> None:
+        super().__init__(problem)
+        self.seq, self.code, self.problem = seq, code, problem
+
+
+def strict_json(data: bytes | str, what: str) -> Any:
+    """JSON where a member named twice is refused (``duplicate_key``), never last-one-wins."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for name, value in items:
+            if name in seen:
+                raise _Failed(None, "duplicate_key", f'{what} has the member "{name}" twice')
+            seen[name] = value
+        return seen
+
+    return json.loads(data, object_pairs_hook=pairs)
+
+
+def read_key_file(path: str) -> bytes:
+    """A v1 payload.key or v2 store.key: 64 hex digits in either case (code ``key_file``)."""
+    try:
+        text = _read_regular(path, 4096).decode("ascii").strip()
+    except (OSError, ValueError) as exc:
+        raise _Failed(
+            None, "key_file", f"cannot read the archive: the key file {path}: {exc}"
+        ) from None
+    if not _HEX64_ANY_CASE.fullmatch(text):
+        raise _Failed(None, "key_file", f"the key file {path} does not hold 64 hex digits")
+    return bytes.fromhex(text)
+
+
+def _v2_parts_text(parts: bytes) -> str:
+    return "[" + ",".join(f'"{parts[i : i + 32].hex()}"' for i in range(0, len(parts), 32)) + "]"
+
+
+def envelope_bytes_v2(
+    seq: int,
+    time: str,
+    type_: str,
+    session: str,
+    key: str,
+    identity: bytes,
+    payload: bytes,
+    parts: bytes,
+    author: bytes | None,
+) -> bytes:
+    """The nine-member v2 envelope (FORMAT.md 13.1); also the Merkle leaf's input."""
+    return (
+        '{"author":'
+        + ("null" if author is None else '"' + author.hex() + '"')
+        + ',"identity":"'
+        + identity.hex()
+        + '","key":'
+        + key
+        + ',"parts":'
+        + _v2_parts_text(parts)
+        + ',"payload":"'
+        + payload.hex()
+        + '","seq":'
+        + str(seq)
+        + ',"session":'
+        + _text(session)
+        + ',"time":'
+        + _text(time)
+        + ',"type":'
+        + _text(type_)
+        + "}"
+    ).encode("utf-8")
+
+
+def identity_v2(type_: str, session: str, key: str, parts: bytes) -> bytes:
+    document = (
+        '{"key":'
+        + key
+        + ',"parts":'
+        + _v2_parts_text(parts)
+        + ',"session":'
+        + _text(session)
+        + ',"type":'
+        + _text(type_)
+        + "}"
+    )
+    return blake3(V2_IDENTITY + document.encode("utf-8")).digest()
+
+
+_V2_ROWS = (
+    "SELECT seq, CAST(time AS BLOB), CAST(type AS BLOB), CAST(session AS BLOB),"
+    " CAST(key AS BLOB), identity, payload, parts, author, chain,"
+    " typeof(time), typeof(type), typeof(session), typeof(key) FROM events ORDER BY seq"
+)
+
+
+class _V2Pass:
+    """One full verification of a v2 database (FORMAT.md 20.2), state kept between steps."""
+
+    def __init__(self, conn: sqlite3.Connection, report: ReportV2) -> None:
+        self.conn, self.report = conn, report
+        self.cursor = conn.cursor()
+        self.checked: set[bytes] = set()  # digests whose body was checked (or found erased)
+        self.covered: dict[bytes, int] = {}  # erased digest -> erasure seq
+        self.erasure_counts: dict[int, int] = {}
+
+    def payload(self, seq: int, digest: bytes, what: str) -> bytes | None:
+        """Check one payload once per pass; the body, or None for a covered tombstone."""
+        row = self.cursor.execute(
+            "SELECT salt, body, typeof(body) FROM payloads WHERE digest = ?", (digest,)
+        ).fetchone()
+        if row is None:
+            raise _Failed(seq, "missing_payload", f"seq {seq}: {what} {digest.hex()} is missing")
+        salt, body, kind = row
+        if kind == "null":
+            erased_at = self.covered.get(digest)
+            if erased_at is None or erased_at <= seq:
+                raise _Failed(
+                    seq,
+                    "erased_without_erasure",
+                    f"seq {seq}: {what} {digest.hex()} was erased with no later erasure event "
+                    "listing it",
+                )
+            if digest not in self.checked:
+                self.checked.add(digest)
+                self.report.payloads_erased += 1
+                self.erasure_counts[erased_at] = self.erasure_counts.get(erased_at, 0) + 1
+            return None
+        if digest in self.checked:
+            return bytes(body) if kind == "blob" else None
+        if kind != "blob":
+            raise _Failed(
+                seq, "payload_type", f"seq {seq}: {what} {digest.hex()} is stored as {kind}"
+            )
+        if not isinstance(salt, bytes) or len(salt) != 32:
+            raise _Failed(
+                seq, "payload_mismatch", f"seq {seq}: {what} {digest.hex()} has no valid salt"
+            )
+        if blake3(V2_PAYLOAD + salt + body).digest() != digest:
+            raise _Failed(
+                seq,
+                "payload_mismatch",
+                f"seq {seq}: {what} {digest.hex()} does not match its bytes (changed or swapped)",
+            )
+        self.checked.add(digest)
+        self.report.payloads_checked += 1
+        return bytes(body)
+
+    def erasures(self) -> None:
+        """Read every erasure event first: which digests it covers, and from which seq."""
+        rows = self.conn.execute(
+            "SELECT seq, payload FROM events WHERE type = 'erasure' ORDER BY seq"
+        ).fetchall()
+        for seq, payload in rows:
+            body = (
+                self.payload(seq, bytes(payload), "payload") if isinstance(payload, bytes) else None
+            )
+            if body is None:
+                raise _Failed(seq, "malformed_row", f"seq {seq}: the erasure's body is unreadable")
+            try:
+                value = strict_json(body, f"the body of erasure seq {seq}")
+            except _Failed as failure:
+                raise _Failed(seq, failure.code, f"seq {seq}: {failure.problem}") from None
+            except ValueError:
+                raise _Failed(seq, "malformed_row", f"seq {seq}: the erasure is not JSON") from None
+            digests = value.get("digests") if isinstance(value, dict) else None
+            if not isinstance(digests, list) or not all(
+                isinstance(d, str) and _HEX64.fullmatch(d) for d in digests
+            ):
+                raise _Failed(seq, "malformed_row", f"seq {seq}: the erasure lists no digests")
+            for digest in digests:
+                self.covered.setdefault(bytes.fromhex(digest), seq)
+            self.erasure_counts.setdefault(seq, 0)
+        self.checked.clear()  # counted again, in order, by the pass over the events
+        self.report.payloads_checked = 0
+
+    def events(self, genesis_value: bytes, leaves: list[bytes]) -> tuple[int, bytes]:
+        prev_seq, prev_chain = 0, genesis_value
+        for row in self.conn.execute(_V2_ROWS):
+            seq = row[0]
+            if type(seq) is not int:
+                raise _Failed(
+                    prev_seq + 1, "malformed_row", f"seq {prev_seq + 1}: seq is not an integer"
+                )
+            texts = []
+            for name, raw, kind in zip(
+                ("time", "type", "session", "key"), row[1:5], row[10:14], strict=True
+            ):
+                if kind != "text":
+                    raise _Failed(seq, "malformed_row", f"seq {seq}: column {name} is {kind}")
+                try:
+                    texts.append(bytes(raw).decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise _Failed(
+                        seq, "invalid_utf8", f"seq {seq}: column {name} is not valid UTF-8"
+                    ) from None
+            time, type_, session, key = texts
+            identity, payload, parts, author, chain = row[5:10]
+            if not (
+                all(isinstance(v, bytes) and len(v) == 32 for v in (identity, payload, chain))
+                and isinstance(parts, bytes)
+                and len(parts) % 32 == 0
+                and (author is None or isinstance(author, bytes) and len(author) == 32)
+            ):
+                raise _Failed(
+                    seq, "malformed_row", f"seq {seq}: a digest column has the wrong form"
+                )
+            if seq != prev_seq + 1:
+                what = "missing" if seq > prev_seq + 1 else "repeated or out of order"
+                raise _Failed(
+                    prev_seq + 1,
+                    "sequence_gap",
+                    f"sequence gap: expected {prev_seq + 1}, found {seq} (events {what})",
+                )
+            if identity_v2(type_, session, key, parts) != identity:
+                raise _Failed(
+                    seq,
+                    "identity",
+                    f"seq {seq}: the identity does not match type, session, key and parts",
+                )
+            self.payload(seq, payload, "payload")
+            for i in range(0, len(parts), 32):
+                self.payload(seq, parts[i : i + 32], "part")
+            if author is not None:
+                self.payload(seq, author, "author")
+            data = envelope_bytes_v2(
+                seq, time, type_, session, key, identity, payload, parts, author
+            )
+            if blake3(V2_CHAIN + prev_chain + data).digest() != chain:
+                raise _Failed(
+                    seq,
+                    "chain",
+                    f"seq {seq}: the chain hash does not match (an envelope field, or an "
+                    "earlier event, was changed)",
+                )
+            leaves.append(merkle.leaf_hash(data))
+            prev_seq, prev_chain = seq, chain
+            self.report.events_checked += 1
+            self.report.last_seq = seq
+        return prev_seq, prev_chain
+
+
+def _v2_meta(conn: sqlite3.Connection, report: ReportV2) -> dict[str, Any]:
+    meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+    store_id = meta.get("store_id")
+    if store_id is None:
+        raise _Failed(None, "store_id_missing", "meta has no store_id")
+    if not isinstance(store_id, str) or not _STORE_ID.fullmatch(store_id):
+        raise _Failed(
+            None, "store_id_malformed", "meta.store_id is not 32 lowercase hex characters"
+        )
+    report.store_id = store_id
+    return meta
+
+
+def verify_database_v2(conn: sqlite3.Connection, vkey: str | None = None) -> ReportV2:
+    """Full verification of a v2 archive (FORMAT.md 20.2) in one read transaction.
+
+    ``vkey`` is the pinned verifier key: with it every signed checkpoint's signature is
+    checked (``authenticity`` verified or failed); without it, ``not checked``.
+    """
+    report = ReportV2()
+    if V2_UNAVAILABLE:
+        return report.fail(None, f"cannot read the archive: {V2_UNAVAILABLE}", "unreadable")
+    owns = not conn.in_transaction  # a writer checks inside its own write transaction
+    if owns:
+        conn.execute("BEGIN")
+    try:
+        _verify_v2(conn, report, vkey)
+    except _Failed as failure:
+        report.fail(failure.seq, failure.problem, failure.code)
+    except (sqlite3.Error, ValueError, TypeError) as exc:
+        report.fail(None, f"cannot read the archive: {printable(exc)}", "unreadable")
+    finally:
+        if owns:
+            conn.execute("COMMIT")
+    return report
+
+
+def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> None:
+    meta = _v2_meta(conn, report)
+    store_id = meta["store_id"]
+    head = conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
+    genesis_value = blake3(V2_GENESIS + store_id.encode("ascii")).digest()
+    if head is None:
+        head = (0, genesis_value, merkle.EMPTY_ROOT)
+    report.head_seq = head[0]
+    check = _V2Pass(conn, report)
+    check.erasures()
+    leaves: list[bytes] = []
+    last_seq, last_chain = check.events(genesis_value, leaves)
+    report.erasures = [{"seq": e, "payloads": n} for e, n in sorted(check.erasure_counts.items())]
+    if head[0] > last_seq:
+        raise _Failed(
+            last_seq + 1,
+            "truncated",
+            f"the head records {head[0]} events but the log ends at {last_seq} (truncated)",
+        )
+    if head[0] < last_seq:
+        raise _Failed(
+            head[0] + 1,
+            "after_head",
+            f"events after the recorded head {head[0]} (appended outside the writer)",
+        )
+    if head[1] != last_chain:
+        raise _Failed(
+            last_seq or None, "head_chain", "the head's chain does not match the last event"
+        )
+    tree = merkle.TileAppender()
+    tree.append(leaves)
+    root = tree.root()
+    report.tree_size, report.root = len(leaves), root.hex()
+    if head[2] != root:
+        raise _Failed(
+            last_seq or None, "head_root", "the head's Merkle root is not the root of the events"
+        )
+    built = tree.changed()
+    stored = {
+        (level, index): hashes
+        for level, index, hashes in conn.execute("SELECT level, idx, hashes FROM tiles")
+    }
+    for place in sorted(set(built) | set(stored)):
+        if built.get(place) != stored.get(place):
+            level, index = place
+            first = index * merkle.TILE_WIDTH ** (level + 1) + 1
+            raise _Failed(
+                first if first <= last_seq else None,
+                "tiles",
+                f"tile {merkle.tile_path(level, index)} is not the tile of the events",
+            )
+    _check_checkpoints(conn, report, built, store_id, vkey)
+
+
+def _check_checkpoints(
+    conn: sqlite3.Connection,
+    report: ReportV2,
+    tiles: Mapping[tuple[int, int], bytes],
+    store_id: str,
+    vkey: str | None,
+) -> None:
+    """Signed checkpoints (FORMAT.md 20.2 step 6): roots and signatures, with a pinned key."""
+    rows = conn.execute(
+        "SELECT size, root, signature FROM signed_checkpoints ORDER BY size"
+    ).fetchall()
+    if rows:
+        report.checkpoint = {"size": rows[-1][0], "signature": "not checked", "cosigned_by": []}
+    if vkey is None:
+        if rows:
+            report.warnings.append(
+                "signed checkpoints were not checked: give the archive's verifier key "
+                "(`hermes-archive key` prints it; pin it where the archive's writer cannot "
+                "change it)"
+            )
+        return
+    try:
+        log_key = signed_note.Verifier.from_vkey(vkey)
+    except signed_note.NoteError as exc:
+        raise _Failed(
+            None, "checkpoint_signature", f"the verifier key is not usable: {exc}"
+        ) from None
+    origin = f"hermes-archive.invalid/{store_id}"
+    if log_key.name != origin:
+        report.authenticity = "failed"
+        raise _Failed(
+            None, "checkpoint_signature", f"the verifier key is for {log_key.name}, not {origin}"
+        )
+    reader = merkle.TileReader(lambda level, index: tiles.get((level, index)), report.tree_size)
+    for size, root, signature in rows:
+        if size > report.tree_size:
+            report.authenticity = "failed"
+            raise _Failed(
+                None, "checkpoint_root", f"a checkpoint is signed at size {size}, beyond the log"
+            )
+        if bytes(root) != merkle.root(size, reader):
+            report.authenticity = "failed"
+            raise _Failed(
+                size or None,
+                "checkpoint_root",
+                f"the checkpoint at size {size} does not name the root of the first {size} events",
+            )
+        text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, size, bytes(root)))
+        if not log_key.verify(
+            text, signed_note.Signature(origin, log_key.key_id, bytes(signature))
+        ):
+            report.authenticity = "failed"
+            raise _Failed(
+                None,
+                "checkpoint_signature",
+                f"the checkpoint at size {size} is not signed by that key",
+            )
+    if rows:
+        report.authenticity = "verified"
+        assert report.checkpoint is not None
+        report.checkpoint["signature"] = "verified"
 
 
 # -- export bundles (docs/AUDIT.md "The export bundle") -----------------------------------
@@ -716,16 +1167,27 @@ def _read_regular(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def _verify_database_file(database: str, key_path: str | None) -> Report:
-    key_path = key_path or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
+def _verify_database_file(database: str, key: str | None) -> Report:
+    """Verify ``database``: v1 with its payload key (``key``: the file, default beside it),
+    v2 with no key file (``key``: the pinned verifier key, or a file holding it)."""
     try:
-        key = bytes.fromhex(_read_regular(key_path, 4096).decode("ascii").strip())
         if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
             raise ValueError(f"{database} is not a regular file")
         uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
         conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
-        return verify_database(conn, key)
+        version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+        if version is not None and version[0] == "2":
+            vkey = key
+            if key is not None and os.path.isfile(key):
+                vkey = _read_regular(key, 4096).decode("utf-8").strip()
+            return verify_database_v2(conn, vkey)
+        key_path = key or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
+        try:
+            payload_key = read_key_file(key_path)
+        except _Failed as failure:
+            return Report().fail(None, failure.problem)
+        return verify_database(conn, payload_key)
     except Exception as exc:  # an unreadable or hostile file is a failed check, never a crash
         return Report().fail(None, f"cannot read the archive: {type(exc).__name__}: {exc}")
 
@@ -786,6 +1248,10 @@ def describe(report: Report, kind: str) -> str:
             f"ok: {report.events_checked} events, {report.payloads_checked} payloads verified; "
             f"head at {report.last_seq}"
         )
+        if isinstance(report, ReportV2):
+            text += f"; tree root {report.root}; signed checkpoints: {report.authenticity}" + (
+                f"; {report.payloads_erased} payloads erased" if report.payloads_erased else ""
+            )
     return "\n".join(printable(line) for line in [text, *(f"note: {w}" for w in report.warnings)])
 
 
@@ -795,11 +1261,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="verifier.py",
         description="Verify a hermes-archive events.db or export bundle without the package.",
-        usage="%(prog)s [bundle|database] PATH [--key payload.key] [--json]",
+        usage="%(prog)s [bundle|database] PATH [--key payload.key|VKEY] [--json]",
     )
     parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
     parser.add_argument(
-        "--key", help="payload.key of a database (default: beside it; bundles carry theirs)"
+        "--key",
+        help="v1: payload.key of a database (default: beside it; bundles carry theirs); "
+        "v2: the archive's verifier key (or a file holding it) to check its signatures",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)

@@ -98,6 +98,10 @@ class ArchiveCore:
         self.parent_session = ""
         self.agent_context = "primary"
         self.turn = 0
+        #: the author ``on_turn_start`` named for the turn in progress (domain/authors.py)
+        self.turn_author: dict[str, Any] | None = None
+        #: what the last prefetch injected: a host ``RecallStatus`` or None (docs/HOST.md §3)
+        self.recall_status: Any = None
         #: writer-thread cache of the last transcript archived per session (the turn delta)
         self.transcripts: dict[str, Transcript] = {}
         self._reader: sqlite3.Connection | None = None
@@ -108,6 +112,11 @@ class ArchiveCore:
     def writes_turns(self) -> bool:
         """Only the primary context writes turns, memory and peers (subagents, cron: not)."""
         return self.agent_context == "primary"
+
+    @property
+    def checkpoint_only(self) -> bool:
+        """A checkpoint-only context (docs/HOST.md §5): checkpoints, no recall, no tools."""
+        return self.agent_context == "checkpoint_only"
 
     # -- lifecycle -----------------------------------------------------------------------
 

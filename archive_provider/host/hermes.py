@@ -94,6 +94,65 @@ def host_version() -> str:
         return "absent"
 
 
+#: Symbols whose presence shows the host scrubs what it hands providers (docs/HOST.md §4.4):
+#: the manager's per-hand-off helpers are the proof, ``redact_for_egress`` alone is not
+#: (hosts have it that scrub only chat and telemetry).
+PROVIDER_SCRUB_SYMBOLS = ("_redact_for_provider", "_redact_rows_for_provider")
+EGRESS_SYMBOLS = ("redact_for_egress", "REDACTION_UNAVAILABLE")
+
+
+def host_redaction() -> dict[str, Any]:
+    """Whether this host redacts before providers, from its capabilities (no flag exists).
+
+    ``redacts_providers`` is True when the memory manager has a provider-scrub helper,
+    False when the host has none of the markers (0.19.0), ``"unknown"`` when it has the
+    egress redactor but no provider helper was found. Imports only; no disk, no network.
+    """
+    found: list[str] = []
+    try:
+        import agent.memory_manager as manager
+
+        holders = (manager, getattr(manager, "MemoryManager", None))
+        found += [s for s in PROVIDER_SCRUB_SYMBOLS if any(hasattr(h, s) for h in holders)]
+    except Exception:
+        pass
+    try:
+        import agent.redact as redact
+
+        found += [s for s in EGRESS_SYMBOLS if hasattr(redact, s)]
+    except Exception:
+        pass
+    redacts: bool | str
+    if any(s in found for s in PROVIDER_SCRUB_SYMBOLS):
+        redacts = True
+    elif found:
+        redacts = "unknown"
+    else:
+        redacts = False
+    return {"redacts_providers": redacts, "symbols": sorted(found), "host": host_version()}
+
+
+try:
+    from agent.memory_provider import RecallStatus as _HostRecallStatus
+except Exception:
+    _HostRecallStatus = None
+
+
+@dataclass(frozen=True)
+class _RecallStatus:
+    """Main's ``RecallStatus`` shape, for hosts without it (they never ask for it)."""
+
+    provider_label: str
+    count: int
+    glyph: str = "\U0001f9e0"
+
+
+def recall_status(label: str, count: int) -> Any:
+    """A ``RecallStatus`` of the host's own class where it has one (docs/HOST.md §3)."""
+    cls = _HostRecallStatus or _RecallStatus
+    return cls(provider_label=label, count=count)
+
+
 class HostLLMUnavailable(RuntimeError):
     """This host has no auxiliary LLM helper (``agent.auxiliary_client.call_llm``)."""
 

@@ -21,36 +21,42 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from ..domain import builders
+from ..domain.authors import normalize_author
 from ..domain.clock import now_text
 from ..domain.evidence import (
+    archivable,
     archivable_message,
     bindable_text,
     direct_evidence,
     is_set,
     transcript_snapshot,
 )
-from ..domain.redaction import redact_rows, renumber
+from ..domain.redaction import host_masks_rows, redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
 from ..projections.base import TableProjection
 from ..projections.builtin import session_counters
 from ..projections.recall import MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
-from ..storage.store import EventStore
+from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
     current_hermes_home,
+    host_redaction,
     host_version,
+    recall_status,
 )
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
-from .spill_kinds import spill_entry, text_size, turn_entry, turn_event
+from .spill_kinds import spill_entry, switch_entry, text_size, turn_entry, turn_event
 
 log = logging.getLogger(__name__)
 
+#: main's ``COMPRESSED_SUMMARY_METADATA_KEY``: the row compaction inserted (not evidence)
+SUMMARY_MARKER = "_compressed_summary"
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
 #: archive_search bounds: characters of one excerpt, and of all excerpts of one answer
@@ -104,30 +110,20 @@ class ArchiveProvider(MemoryProviderBase):
         """Local only: no network, no disk."""
         return True
 
+    def unavailable_reason(self) -> str:
+        """Why ``is_available()`` is False: never, so always ``""`` (docs/HOST.md §3).
+
+        Unavailability stops all archiving, so what only the disk can tell (a damaged log,
+        a witness mismatch, a held lock) is said by ``recall_status`` and
+        ``hermes archive status``, never here.
+        """
+        return ""
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def initialize(self, session_id: str, **kwargs: Any) -> None:
-        home_arg = kwargs.get("hermes_home") or current_hermes_home()
-        if home_arg is None:
-            log.error("archive: no hermes_home given and none configured; the archive stays closed")
+        if not self._bind(session_id, kwargs):
             return
-        home = Path(home_arg).expanduser().resolve()
-        if self.core.home is not None and home != self.core.home:
-            log.error(
-                "archive: this provider is bound to %s and refuses to write into %s; "
-                "register() must create one provider per profile",
-                self.core.home,
-                home,
-            )
-            return
-        self.core.home = home
-        self.core.session = session_text(session_id)
-        self.core.parent_session = session_text(kwargs.get("parent_session_id"))
-        self.core.agent_context = str(kwargs.get("agent_context") or "primary")
-        try:
-            self.core.settings = load_settings(home)
-        except Exception as exc:
-            log.error("archive: unreadable settings, using defaults: %s", exc)
         self.core.open_writer()
         if self.core.writes_turns:
             details = {
@@ -139,13 +135,16 @@ class ArchiveProvider(MemoryProviderBase):
                     "agent_workspace",
                     "parent_session_id",
                     "user_id",
+                    "user_id_alt",
                     "session_title",
                     "thread_id",
                     "gateway_session_key",
                 )
                 if isinstance(kwargs.get(key), (str, int, bool))
             }
-            details.update(host=host_version(), provider=PROVIDER_VERSION)
+            details.update(
+                host=host_version(), provider=PROVIDER_VERSION, host_redaction=host_redaction()
+            )
             session, at = self.core.session, now_text()
             redact = self.core.settings.redact_secrets
             self.core.submit(
@@ -158,8 +157,59 @@ class ArchiveProvider(MemoryProviderBase):
                 ),
             )
 
+    def initialize_for_inspection(self, session_id: str, **kwargs: Any) -> None:
+        """Ready ``system_prompt_block`` and ``get_tool_schemas`` for ``hermes prompt-size``.
+
+        Binds the profile and reads the settings only: no store is opened or created, no
+        writer thread starts, no ``session_started`` is written (main's inspection agents
+        must stay offline, #96306).
+        """
+        self._bind(session_id, kwargs)
+
+    def _bind(self, session_id: str, kwargs: Mapping[str, Any]) -> bool:
+        """Bind this provider to its profile and session; False when it must stay closed."""
+        home_arg = kwargs.get("hermes_home") or current_hermes_home()
+        if home_arg is None:
+            log.error("archive: no hermes_home given and none configured; the archive stays closed")
+            return False
+        home = Path(home_arg).expanduser().resolve()
+        if self.core.home is not None and home != self.core.home:
+            log.error(
+                "archive: this provider is bound to %s and refuses to write into %s; "
+                "register() must create one provider per profile",
+                self.core.home,
+                home,
+            )
+            return False
+        self.core.home = home
+        self.core.session = session_text(session_id)
+        self.core.parent_session = session_text(kwargs.get("parent_session_id"))
+        self.core.agent_context = str(kwargs.get("agent_context") or "primary")
+        try:
+            self.core.settings = load_settings(home)
+        except Exception as exc:
+            log.error("archive: unreadable settings, using defaults: %s", exc)
+        return True
+
     def shutdown(self) -> None:
         self.core.close()
+
+    def flush_pending(self, timeout: float | None = None) -> bool:
+        """Wait until every event handed to the writer is committed; False on timeout.
+
+        The manager's own ``flush_pending`` only drains the host's sync worker; this one
+        drains the archive's queue behind it (tests, session boundaries, backups).
+        """
+        writer = self.core.writer
+        if writer is None:
+            return True
+        try:
+            return bool(
+                writer.flush(self.core.settings.drain_timeout_s if timeout is None else timeout)
+            )
+        except Exception as exc:
+            log.warning("archive: flush failed: %s", exc)
+            return False
 
     def system_prompt_block(self) -> str:
         return (
@@ -172,11 +222,24 @@ class ArchiveProvider(MemoryProviderBase):
 
     # -- turns ---------------------------------------------------------------------------
 
-    def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
+    def on_turn_start(
+        self,
+        turn_number: int,
+        message: str,
+        *,
+        author_id: str | None = None,
+        author_name: str | None = None,
+        author_is_bot: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Count the turn and note its author as main states it (docs/HOST.md §1.1)."""
         try:
             self.core.turn = int(turn_number)
         except (TypeError, ValueError):
             self.core.turn += 1
+        self.core.turn_author = normalize_author(
+            {"id": author_id, "name": author_name, "is_bot": author_is_bot}, "on_turn_start"
+        )
 
     @_survives
     def sync_turn(
@@ -186,11 +249,17 @@ class ArchiveProvider(MemoryProviderBase):
         *,
         session_id: str = "",
         messages: list[dict[str, Any]] | None = None,
+        turn_author: Any = None,
         **kwargs: Any,
     ) -> None:
-        """Enqueue only: the snapshot is a shallow copy; delta and hashing run on the writer."""
+        """Enqueue only: the snapshot is a shallow copy; delta and hashing run on the writer.
+
+        The author is ``turn_author`` when main sends it (bound to this completed turn),
+        else the one ``on_turn_start`` named, else none: never read from the text.
+        """
         if not self.core.writes_turns:
             return
+        author = normalize_author(turn_author, "sync_turn") or self.core.turn_author
         session = session_text(session_id) or self.core.session
         if messages is None:
             snapshot: list[Any] = [
@@ -202,9 +271,9 @@ class ArchiveProvider(MemoryProviderBase):
             snapshot, legacy = transcript_snapshot(messages), False
         redact = self.core.settings.redact_secrets
         self.core.submit(
-            lambda store: self._turn_events(store, session, snapshot, legacy, redact),
+            lambda store: self._turn_events(store, session, snapshot, legacy, redact, author),
             "turn",
-            turn_entry(session, snapshot, legacy, redact),
+            turn_entry(session, snapshot, legacy, redact, author),
             # what the queue holds beyond the host's own objects: the list and the new text
             256
             + 8 * len(snapshot)
@@ -219,13 +288,17 @@ class ArchiveProvider(MemoryProviderBase):
         messages: Sequence[Any],
         legacy: bool,
         redact: bool = True,
+        author: Mapping[str, Any] | None = None,
+        detected_by: str = "sync_turn",
     ) -> list[NewEvent]:
         """The turn event for what is new in ``messages`` (runs on the writer thread).
 
         Fast path: when the last transcript this provider archived for the session is an
         unchanged prefix of ``messages`` (0.19.0 re-sends the whole conversation every turn)
         and no one else archived a turn since, only the new tail is normalized, redacted and
-        hashed. Anything else takes the full path against the transcript projection.
+        hashed. Anything else takes the full path against the transcript projection; after
+        a rewind (``/undo``) the archived messages past the common prefix are first recorded
+        as ``turns_rewound`` (docs/HOST.md §2.3).
         """
         turns, _ = session_counters(store.conn, session)
         cached = None if legacy else self.core.transcripts.get(session)
@@ -235,8 +308,10 @@ class ArchiveProvider(MemoryProviderBase):
             rows = [archivable_message(m) for m in messages[len(cached.raw) :]]
         else:
             start, rows = None, [archivable_message(m) for m in messages]
-        events, _ = turn_event(store, session, turns, rows, start, legacy, redact)
-        if events and not legacy:
+        events, _ = turn_event(
+            store, session, turns, rows, start, legacy, redact, author, detected_by
+        )
+        if events and events[-1].type == "turn" and not legacy:  # not for a rewind alone
             self._remember(session, turns + 1, messages, cached if fast else None)
         return events
 
@@ -269,7 +344,11 @@ class ArchiveProvider(MemoryProviderBase):
         redact = self.core.settings.redact_secrets
 
         def build(store: EventStore) -> list[NewEvent]:
-            events = self._turn_events(store, session, snapshot, False, redact) if snapshot else []
+            events = (
+                self._turn_events(store, session, snapshot, False, redact, None, "session_end")
+                if snapshot
+                else []
+            )
             return [
                 *events,
                 builders.session_ended(session, at=at, message_count=len(snapshot)),
@@ -299,14 +378,13 @@ class ArchiveProvider(MemoryProviderBase):
         self.core.parent_session = session_text(parent_session_id) or previous
         if not self.core.writes_turns:
             return
-        details = {
+        details: dict[str, Any] = {
             "parent_session_id": parent_session_id,
             "reset": bool(reset),
             "rewound": bool(rewound),
         }
-        details.update(
-            {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool)) or v is None}
-        )
+        # every other keyword verbatim (reason, a fork's owner=..., what later hosts add)
+        details.update(archivable({str(k): v for k, v in kwargs.items()}))
         session, at = self.core.session, now_text()
         redact = self.core.settings.redact_secrets
         self.core.submit(
@@ -316,8 +394,7 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "session_switched",
-            spill_entry(
-                "session_switched",
+            switch_entry(
                 session=session,
                 previous=previous,
                 at=at,
@@ -431,6 +508,13 @@ class ArchiveProvider(MemoryProviderBase):
                 f"checkpoint evidence must be a list of messages, got {type(messages).__name__}"
             )
         evidence = [archivable_message(m) for m in direct_evidence(messages)]
+        roles: dict[str, int] = {}
+        summaries = 0
+        for message in messages:
+            role = message.get("role") if isinstance(message, Mapping) else None
+            label = role if isinstance(role, str) else "?"
+            roles[label] = roles.get(label, 0) + 1
+            summaries += bool(isinstance(message, Mapping) and message.get(SUMMARY_MARKER))
         session, parent = self.core.session, self.core.parent_session
         redact = self.core.settings.redact_secrets
 
@@ -450,6 +534,9 @@ class ArchiveProvider(MemoryProviderBase):
                     require_checkpoint=require_checkpoint,
                     received=len(messages),
                     redactions=renumber(redactions, 0, "/evidence"),
+                    received_roles=roles,
+                    summaries_skipped=summaries,
+                    host_masks=renumber(host_masks_rows(rows, "/evidence"), 0, "/evidence"),
                 )
             ]
 
@@ -504,22 +591,40 @@ class ArchiveProvider(MemoryProviderBase):
     # -- recall --------------------------------------------------------------------------
 
     def prefetch(self, query: str, *, session_id: str = "") -> str:
+        self.core.recall_status = None  # only the last prefetch counts (docs/HOST.md §3)
         try:
             return self.prefetch_text(query, session_id)
         except Exception as exc:
             log.warning("archive: prefetch failed: %s", exc)
+            self.core.recall_status = recall_status(f"archive (recall withheld: {exc})", 0)
             return ""
 
     def prefetch_text(self, query: str, session_id: str) -> str:
         """The recall block for ``query`` (raises; ``prefetch`` is the hook that never does)."""
-        if not isinstance(query, str) or not query.strip():
+        if self.core.checkpoint_only or not isinstance(query, str) or not query.strip():
             return ""
         hits, withheld = self.core.search(query, limit=self.core.settings.recall_limit)
         text = render(hits, self.core.settings.recall_budget_chars, withheld=len(withheld))
         self.core.record_recall(
             session_id, query, text, sorted({hit.seq for hit in hits if hit.seq})
         )
+        served = sum(line.startswith("> (") for line in text.splitlines())
+        if withheld:
+            self.core.recall_status = recall_status(
+                f"archive ({len(withheld)} excerpts withheld: not proven against the log)",
+                served,
+            )
+        elif served:
+            self.core.recall_status = recall_status("archive", served)
         return text
+
+    def recall_status(self) -> Any:
+        """What the last ``prefetch`` injected, as the host's ``RecallStatus``; None if nothing.
+
+        ``count`` is the number of archived excerpts served; a withheld recall (a failed
+        proof, a refused log) names why in ``provider_label`` (the shape has no other field).
+        """
+        return self.core.recall_status
 
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         """Nothing to warm: recall is an indexed query answered in milliseconds."""
@@ -527,10 +632,17 @@ class ArchiveProvider(MemoryProviderBase):
     # -- tools ---------------------------------------------------------------------------
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """Our tools; none in a checkpoint-only context (asked after ``initialize``)."""
+        if self.core.checkpoint_only:
+            return []
         return [load_tool_schema(name) for name in TOOL_NAMES]
 
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
         try:
+            if self.core.checkpoint_only:
+                return json.dumps(
+                    {"error": "the archive offers no tools in a checkpoint-only context"}
+                )
             if tool_name != "archive_search":
                 return json.dumps({"error": f"unknown tool {tool_name!r}"})
             # bindable: a lone surrogate echoed from the query would fail the host's UTF-8
@@ -596,8 +708,18 @@ class ArchiveProvider(MemoryProviderBase):
         save_settings(Path(hermes_home), values)
 
     def backup_paths(self) -> list[str]:
-        """The archive lives under HERMES_HOME, which `hermes backup` already walks."""
-        return []
+        """What a backup must hold to restore the archive: events.db, its -wal, the key.
+
+        ``hermes backup`` keeps only paths outside HERMES_HOME from this list (the archive
+        normally lives inside it, and is then walked anyway); reading them needs neither
+        ``initialize`` nor the disk. Never the witness: it exists to catch a restored old
+        copy, and a backup carrying it would roll both back together (docs/OPERATIONS.md).
+        """
+        home = self.core.home or current_hermes_home()
+        if home is None:
+            return []
+        folder = archive_dir(Path(home).expanduser())
+        return [str(folder / name) for name in (DB_NAME, DB_NAME + "-wal", KEY_NAME)]
 
 
 def register(ctx: Any) -> None:

@@ -9,15 +9,15 @@ core.ArchiveCore` hand every job its record encoder (:func:`spill_entry`, :func:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..domain import builders
 from ..domain.evidence import archivable, archivable_message, new_messages_start
-from ..domain.redaction import redact_rows, renumber
+from ..domain.redaction import host_masks_rows, redact_rows, renumber
 from ..format.events import NewEvent
-from ..projections.builtin import session_counters, transcript_digests
+from ..projections.builtin import pending_rewind, session_counters, transcript_rows
 from ..storage.spill import Encoder, Record
 from ..storage.store import EventStore
 from ..storage.writer import Taker
@@ -36,33 +36,56 @@ def turn_event(
     start: int | None,
     legacy: bool,
     redact: bool,
+    author: Mapping[str, Any] | None = None,
+    detected_by: str = "sync_turn",
 ) -> tuple[list[NewEvent], str | None]:
-    """The turn event for a transcript (runs on the writer thread), and its last digest.
+    """The events of a turn (runs on the writer thread), and the digest of its last message.
 
     With ``start`` known (the caller proved messages before it are archived as they are),
     ``rows`` is only the tail from ``start`` and only it is redacted and hashed. Otherwise
     ``rows`` is the whole transcript and the new messages are found against the transcript
-    projection (a legacy turn is all new).
+    projection (a legacy turn is all new); after a rewind (``/undo``) the archived messages
+    past the common prefix are first recorded as ``turns_rewound`` (docs/HOST.md §2.3).
+    The direct hook and a take-in from the spill both build here, so they make the same
+    events: the author as the host stated it and the host's masks included.
     """
+    redacted, redactions = redact_rows(rows, redact, "/messages")
+    rewind: list[NewEvent] = []
     if start is not None:
-        redacted, redactions = redact_rows(rows, redact, "/messages")
         new_parts = [store.hasher.part(row) for row in redacted]
         found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
+        masks = renumber(host_masks_rows(redacted, "/messages"), 0, "/messages")
         last = new_parts[-1].digest if new_parts else None
     else:
-        redacted, redactions = redact_rows(rows, redact, "/messages")
         parts = [store.hasher.part(row) for row in redacted]
         if legacy:
             start = 0
         else:
-            previous = transcript_digests(store.conn, session)
+            archived = transcript_rows(store.conn, session)
+            previous = [digest for digest, _ in archived]
+            current = [p.digest for p in parts]
             roles = [r.get("role") for r in redacted]
-            start = new_messages_start(previous, [p.digest for p in parts], roles)
+            start = new_messages_start(previous, current, roles)
+            switch = pending_rewind(store.conn, session)
+            if switch is not None:
+                common = _common_prefix(previous, current)
+                if common < len(previous):
+                    rewind = [
+                        builders.turns_rewound(
+                            session,
+                            switch_seq=switch,
+                            start=common,
+                            rewound=[(seq, d) for d, seq in archived[common:]],
+                            detected_by=detected_by,
+                        )
+                    ]
+                    start = common
         new_parts = parts[start:]
         found = renumber(redactions, start, "/messages")
+        masks = renumber(host_masks_rows(redacted, "/messages"), start, "/messages")
         last = parts[-1].digest if parts else None
     if not new_parts:
-        return [], last  # nothing new: the host re-sent what is archived
+        return rewind, last  # nothing new: the host re-sent what is archived
     event = builders.turn(
         store.hasher,
         session,
@@ -71,14 +94,33 @@ def turn_event(
         start=start,
         legacy=legacy,
         redactions=found,
+        author=author,
+        host_masks=masks,
     )
-    return [event], last
+    return [*rewind, event], last
 
 
-def turn_entry(session: str, snapshot: list[Any], legacy: bool, redact: bool) -> Encoder:
+def _common_prefix(previous: Sequence[str], current: Sequence[str]) -> int:
+    """How many leading digests two transcripts share."""
+    count = 0
+    for old, new in zip(previous, current, strict=False):
+        if old != new:
+            break
+        count += 1
+    return count
+
+
+def turn_entry(
+    session: str,
+    snapshot: list[Any],
+    legacy: bool,
+    redact: bool,
+    author: Mapping[str, Any] | None = None,
+) -> Encoder:
     """A turn as a spill record: only what is new since the session's last record in the
     same segment (``base`` messages are that record's), so a re-sent transcript costs its
-    tail, not its length.
+    tail, not its length. The author (domain/authors.py) travels with it, as the host
+    stated it.
 
     The prefix is recognised by the identity of the messages: the host re-sends the very
     objects, and a rewritten transcript (compression, rewind) holds new ones. A sample of
@@ -100,6 +142,7 @@ def turn_entry(session: str, snapshot: list[Any], legacy: bool, redact: bool) ->
             "rows": snapshot[base:],
             "legacy": legacy,
             "redact": redact,
+            "author": None if author is None else dict(author),
         }
         return "turn", args
 
@@ -135,20 +178,25 @@ def _archived_tail(store: EventStore, session: str) -> tuple[int, str] | None:
 
 
 def _take_turn(
-    store: EventStore | None, record: Record, state: dict[Any, Any]
+    store: EventStore | None,
+    record: Record,
+    state: dict[Any, Any],
+    detected_by: str = "sync_turn",
 ) -> Sequence[NewEvent]:
     """A spilled turn's events: the fast path when the log ends where the last record of this
-    session left it, else the full path (which also makes a second take-in add nothing)."""
+    session left it, else the full path (which also makes a second take-in add nothing and
+    finds a rewind, as the direct hook does)."""
     args = record.args
     session, base = str(args["session"]), int(args["base"])
     tail = [archivable_message(m) for m in args["rows"]]
     legacy, redact = bool(args["legacy"]), bool(args["redact"])
+    author = args.get("author")  # a record of an older spill has none
+    author = author if isinstance(author, Mapping) else None
     events: list[NewEvent] = []
     if legacy:
         if store is not None:
-            events, _ = turn_event(
-                store, session, session_counters(store.conn, session)[0], tail, None, True, redact
-            )
+            turns = session_counters(store.conn, session)[0]
+            events, _ = turn_event(store, session, turns, tail, None, True, redact, author)
         return events
     known = state.get(session)
     if base and (known is None or base > len(known.rows)):
@@ -164,10 +212,12 @@ def _take_turn(
             and _archived_tail(store, session) == (base - 1, known.last)
         )
         if fast:
-            events, last = turn_event(store, session, turns, tail, base, False, redact)
+            events, last = turn_event(store, session, turns, tail, base, False, redact, author)
             last = last or (known.last if known is not None else None)
         else:
-            events, last = turn_event(store, session, turns, rows, None, False, redact)
+            events, last = turn_event(
+                store, session, turns, rows, None, False, redact, author, detected_by
+            )
     state[session] = _Taken(rows, last)
     return events
 
@@ -187,7 +237,7 @@ def _take_session_end(
     store: EventStore | None, record: Record, state: dict[Any, Any]
 ) -> Sequence[NewEvent]:
     args = record.args
-    events = list(_take_turn(store, record, state)) if args.get("rows") else []
+    events = list(_take_turn(store, record, state, "session_end")) if args.get("rows") else []
     if store is None:
         return []
     ended = builders.session_ended(
@@ -274,3 +324,16 @@ SPILL_KINDS: dict[str, Taker] = {
 def spill_entry(kind: str, **args: Any) -> Encoder:
     """A record whose arguments are taken as they are now (made encodable, nothing lost)."""
     return lambda state: (kind, archivable(args))
+
+
+def switch_entry(**args: Any) -> Encoder:
+    """A ``session_switched`` record. Like the hook's own transcript cache, the segment's
+    turn prefixes are forgotten: after a switch (a rewind, a rewrite) the next turn record
+    is whole, so its take-in takes the full path that finds what was rewound."""
+
+    def encode(state: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
+        for key in [k for k in state if isinstance(k, tuple) and k[:1] == ("turn",)]:
+            del state[key]
+        return "session_switched", archivable(args)
+
+    return encode

@@ -25,6 +25,7 @@ from ..domain.evidence import bindable_text, message_text
 from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
 from ..format.events import LoadedEvent, StoredEvent
+from ..storage.store import payload_body, session_part_digests
 from .base import TableProjection, event_part, event_text
 
 
@@ -62,13 +63,13 @@ class SessionsProjection(TableProjection):
     """Sessions, their counters and their lineage across switches, resets and compressions.
 
     ``transcript`` is the transcript as last archived, kept so the next turn's delta can be
-    computed. A rewind (``/undo``) leaves it as it is: the host's transcript is then no
-    longer an extension of it, and the delta starts at the last user message, whereas an
-    emptied transcript would make the next turn re-archive the whole conversation.
+    computed. A rewind (``/undo``) leaves it as it is until the next hand-off shows which
+    messages the user rewound; ``turns_rewound`` then moves those rows to
+    ``transcript_rewound`` (still in the log, no longer the current conversation).
     """
 
     name = "sessions"
-    version = 2
+    version = 3
     ddl = (
         "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY,"
         " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT,"
@@ -81,8 +82,17 @@ class SessionsProjection(TableProjection):
         "CREATE TABLE IF NOT EXISTS transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
         " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
         " WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS transcript_rewound (rewound_seq INTEGER NOT NULL,"
+        " position INTEGER NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, PRIMARY KEY (rewound_seq, position)) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS transcript_rewound_seq ON transcript_rewound(seq)",
     )
-    tables = {"sessions": "session", "session_links": "seq", "transcript": "session, position"}
+    tables = {
+        "sessions": "session",
+        "session_links": "seq",
+        "transcript": "session, position",
+        "transcript_rewound": "rewound_seq, position",
+    }
     handles = frozenset(
         {
             "session_started",
@@ -91,6 +101,7 @@ class SessionsProjection(TableProjection):
             "turn",
             "memory_write",
             "checkpoint",
+            "turns_rewound",
         }
     )
 
@@ -154,6 +165,10 @@ class SessionsProjection(TableProjection):
                     int(bool(body.get("rewound"))),
                 ),
             )
+        elif kind == "turns_rewound":
+            start = _mapping(event.body).get("from_message")
+            if isinstance(start, int) and start >= 0:
+                self._rewind_transcript(conn, session, start, seq)
         elif kind == "session_ended":
             conn.execute(
                 "INSERT INTO sessions (session, first_seq, last_seq, ended_at)"
@@ -184,6 +199,21 @@ class SessionsProjection(TableProjection):
             (session, start + offset, digest, seq) for offset, digest in enumerate(digests)
         )
         self._lengths[session] = start + len(digests) if digests else min(start, length)
+
+    def _rewind_transcript(
+        self, conn: sqlite3.Connection, session: str, start: int, seq: int
+    ) -> None:
+        """Move positions from ``start`` on out of the current conversation, keeping them."""
+        self._flush_transcript(conn)
+        conn.execute(
+            "INSERT INTO transcript_rewound SELECT ?, position, session, digest, seq"
+            " FROM transcript WHERE session = ? AND position >= ?",
+            (seq, session, start),
+        )
+        conn.execute("DELETE FROM transcript WHERE session = ? AND position >= ?", (session, start))
+        length = self._lengths.get(session)
+        if length is not None:
+            self._lengths[session] = min(length, start)
 
     def _flush_transcript(self, conn: sqlite3.Connection) -> None:
         if self._transcript:
@@ -219,13 +249,48 @@ def _text_or_none(value: Any) -> str | None:
     return bindable_text(value) if isinstance(value, str) else canonical_text(value)
 
 
-def transcript_digests(conn: sqlite3.Connection, session: str) -> list[str]:
+def transcript_rows(conn: sqlite3.Connection, session: str) -> list[tuple[str, int]]:
+    """(message digest, seq of the turn that archived it) of the current conversation."""
     return [
-        row[0]
+        (str(row[0]), int(row[1]))
         for row in conn.execute(
-            "SELECT digest FROM transcript WHERE session = ? ORDER BY position", (session,)
+            "SELECT digest, seq FROM transcript WHERE session = ? ORDER BY position", (session,)
         )
     ]
+
+
+def transcript_digests(conn: sqlite3.Connection, session: str) -> list[str]:
+    return [digest for digest, _ in transcript_rows(conn, session)]
+
+
+def pending_rewind(conn: sqlite3.Connection, session: str) -> int | None:
+    """The seq of a rewind (``rewound=True`` switch) no later hand-off has answered yet.
+
+    The host's rewind says neither which turns nor how many (docs/HOST.md §2.3): the next
+    transcript it hands over does, so a rewind is pending until a turn (or the
+    ``turns_rewound`` it causes) is archived after it.
+    """
+    row = conn.execute(
+        "SELECT max(seq) FROM session_links WHERE session = ? AND rewound = 1", (session,)
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    later = conn.execute(
+        "SELECT 1 FROM events WHERE session = ? AND seq > ?"
+        " AND type IN ('turn', 'turns_rewound') LIMIT 1",
+        (session, int(row[0])),
+    ).fetchone()
+    return None if later else int(row[0])
+
+
+def rewound_at(conn: sqlite3.Connection, seq: int) -> int | None:
+    """The ``turns_rewound`` that took messages of turn event ``seq`` out of its session."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'transcript_rewound'").fetchone():
+        return None
+    row = conn.execute(
+        "SELECT min(rewound_seq) FROM transcript_rewound WHERE seq = ?", (seq,)
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def session_counters(conn: sqlite3.Connection, session: str) -> tuple[int, int]:
@@ -439,23 +504,40 @@ class RecallProjection(TableProjection):
     set the content, kept equal to ``memory_entries`` (hence ``requires = ("memory",)``) by
     a diff, so a write touches only the rows that changed and the result does not depend on
     how far the memory projection had got when this one caught up.
+
+    Rewound messages (``turns_rewound``) leave ``recall_fts`` for ``recall_rewound``: still
+    in the log and shown as rewound, never recalled as the current conversation. Each turn's
+    author, as the host stated it, is in ``recall_authors`` (search filters on it).
     """
 
     name = "recall"
-    version = 3
+    version = 4
     ddl = (
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED,"
         f" session UNINDEXED, seq UNINDEXED, role UNINDEXED, tokenize = '{TOKENIZER}')",
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')",
         "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY,"
         " target TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS recall_rewound (rowid INTEGER PRIMARY KEY, text TEXT NOT NULL,"
+        " kind TEXT NOT NULL, session TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT,"
+        " rewound_seq INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS recall_authors (seq INTEGER PRIMARY KEY, author_id TEXT,"
+        " author_name TEXT, is_bot INTEGER NOT NULL, source TEXT)",
+        "CREATE INDEX IF NOT EXISTS recall_authors_id ON recall_authors(author_id)",
     )
-    tables = {"recall_fts": "rowid", "recall_memory": "rowid"}
+    tables = {
+        "recall_fts": "rowid",
+        "recall_memory": "rowid",
+        "recall_rewound": "rowid",
+        "recall_authors": "seq",
+    }
     digest_select = {
         "recall_fts": "rowid, text, kind, session, seq, role",
         "recall_memory": "rowid, target",
+        "recall_rewound": "rowid, text, kind, session, seq, role, rewound_seq",
+        "recall_authors": "seq, author_id, author_name, is_bot, source",
     }
-    handles = frozenset({"turn", "checkpoint", "memory_write"})
+    handles = frozenset({"turn", "checkpoint", "memory_write", "turns_rewound"})
     reads_parts = frozenset({"turn", "checkpoint"})  # memory rows come from memory_entries
     requires = ("memory",)
     batch_rows = 2000
@@ -477,14 +559,22 @@ class RecallProjection(TableProjection):
         if event.type == "memory_write":
             self._index_memory(conn, bindable_text(str(_mapping(event.body).get("target"))))
             return
+        if event.type == "turns_rewound":
+            self.flush(conn)
+            self._rewind(conn, event)
+            return
         if self._next_rowid is None:
-            top = conn.execute("SELECT max(rowid) FROM recall_fts").fetchone()[0]
+            top = conn.execute(  # rewound rows keep their rowids: never reuse them
+                "SELECT max((SELECT max(rowid) FROM recall_fts),"
+                " coalesce((SELECT max(rowid) FROM recall_rewound), 0))"
+            ).fetchone()[0]
             self._next_rowid = max(int(top or 0), 0) + 1
         rows, rowid, session, seq = self._rows, self._next_rowid, event.session, event.seq
         if event.type == "turn":
             for role, text in _prose(conn, event, "messages"):
                 rows.append((rowid, text, "turn", session, seq, role))
                 rowid += 1
+            self._record_author(conn, event)
         else:
             for role, text in self._unseen_evidence(conn, event):
                 rows.append((rowid, text, "checkpoint", session, seq, role))
@@ -494,22 +584,55 @@ class RecallProjection(TableProjection):
             self.flush(conn)
 
     @staticmethod
+    def _record_author(conn: sqlite3.Connection, event: StoredEvent) -> None:
+        digest = _mapping(event.body).get("author")
+        author = _mapping(event_part(conn, event, digest) if isinstance(digest, str) else None)
+        if not author:
+            return
+        conn.execute(
+            "INSERT INTO recall_authors VALUES (?, ?, ?, ?, ?)",
+            (
+                event.seq,
+                _text_or_none(author.get("id")),
+                _text_or_none(author.get("name")),
+                int(author.get("is_bot") is True),
+                _text_or_none(author.get("source")),
+            ),
+        )
+
+    @staticmethod
+    def _rewind(conn: sqlite3.Connection, event: StoredEvent) -> None:
+        """Move the rewound messages' rows out of the searchable index, keeping them."""
+        body = _mapping(event.body)
+        said = set(_prose(conn, event, "messages"))
+        seqs = [seq for seq in body.get("turn_seqs") or [] if isinstance(seq, int)]
+        for seq in seqs:
+            for rowid, text, kind, session, role in conn.execute(
+                "SELECT rowid, text, kind, session, role FROM recall_fts"
+                " WHERE seq = ? AND kind = 'turn'",
+                (seq,),
+            ).fetchall():
+                if (role, text) in said:
+                    conn.execute(
+                        "INSERT INTO recall_rewound VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (rowid, text, kind, session, seq, role, event.seq),
+                    )
+                    conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
+
+    @staticmethod
     def _unseen_evidence(conn: sqlite3.Connection, event: StoredEvent) -> list[tuple[str, str]]:
         """The checkpoint's messages its session's earlier turns and checkpoints did not hold."""
-        earlier = (
-            " FROM events e, json_each(e.parts) j{} WHERE e.session = ?"
-            " AND e.type IN ('turn', 'checkpoint') AND e.seq < ?"
-        )
-        args = (event.session, event.seq)
-        held = {row[0] for row in conn.execute("SELECT j.value" + earlier.format(""), args)}
+        earlier = list(session_part_digests(conn, event.session, ("turn", "checkpoint"), event.seq))
+        held = set(earlier)
         digests = [d for d in _digests(_mapping(event.body).get("evidence")) if d not in held]
         if not digests:
             return []
         said: set[tuple[str, str]] = set()
-        for (body,) in conn.execute(
-            "SELECT p.body" + earlier.format(" JOIN payloads p ON p.digest = j.value"), args
-        ):
-            message = _read_json(bytes(body).decode())
+        for digest in earlier:
+            body = payload_body(conn, digest)
+            if body is None:
+                continue
+            message = _read_json(body.decode())
             if isinstance(message, dict) and isinstance(message.get("role"), str):
                 said.add((message["role"], bindable_text(message_text(message))))
         fresh = []

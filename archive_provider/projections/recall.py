@@ -200,8 +200,13 @@ def search(
     session: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    author: str | None = None,
 ) -> list[Hit]:
-    """Rank archived texts for ``text``: BM25, then newer first among equal scores."""
+    """Rank archived texts for ``text``: BM25, then newer first among equal scores.
+
+    ``author`` keeps the turns whose author, as the host stated it, has that id or name
+    (docs/HOST.md §1); rewound messages are never in the index searched here.
+    """
     plan = plan_query(conn, text)
     if plan.mode == "none" or limit <= 0:
         return []
@@ -215,6 +220,12 @@ def search(
     if until:
         filters.append("(e.time IS NULL OR e.time <= ?)")
         args.append(until)
+    if author:
+        filters.append(
+            "f.kind = 'turn' AND f.seq IN (SELECT seq FROM recall_authors"
+            " WHERE author_id = ? OR author_name = ?)"
+        )
+        args.extend([author, author])
     ranked = plan.mode == "ranked"
     any_of = plan.fill_match if ranked else " OR ".join(fts_literal(t) for t in plan.terms)
     passes = [plan.match] if len(plan.terms) == 1 else [plan.match, any_of]

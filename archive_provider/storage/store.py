@@ -12,6 +12,7 @@ processes) can never fork the chain and a reader never sees half a batch.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..domain.clock import now_text
+from ..domain.clock import now_text, utc_now
 from ..errors import (
     ArchiveBusy,
     ArchiveDamaged,
@@ -31,6 +32,7 @@ from ..errors import (
     Failure,
     classify,
 )
+from ..format import digests_v2, merkle
 from ..format.canonical import canonical_bytes
 from ..format.digests import (
     FORMAT_VERSION,
@@ -42,15 +44,40 @@ from ..format.digests import (
     key_text,
     parts_text,
 )
-from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, StoredEvent
+from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
+from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, Part, StoredEvent
+from ..format.signed_note import (
+    Checkpoint,
+    Signature,
+    Signer,
+    Verifier,
+    format_checkpoint,
+    format_note,
+)
 from ..format.verifier import schema_problem
 from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
+from .store_v2 import (
+    CHECKPOINT_INTERVAL_S,
+    SCHEMA_V2,
+    SIGNING_KEY_ENV,
+    STORE_KEY_NAME,
+    KeyFileError,
+    PartHasher,
+    TamperedPart,
+    TreeEdge,
+    make_signer,
+    read_signer,
+    signing_key_path,
+    write_private,
+)
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "events.db"
 KEY_NAME = "payload.key"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+#: the format a new archive is made in (an existing one keeps its own)
+NEW_ARCHIVE_FORMAT = 1
 
 # Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
 # so they hold no copy of any text, need no projection, and verification never reads them.
@@ -64,13 +91,18 @@ CREATE VIEW IF NOT EXISTS audit_turns AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        CAST(m.key AS INTEGER) + 1 AS position,
        json_extract(CAST(p.body AS TEXT), '$.role') AS role,
-       json_extract(CAST(p.body AS TEXT), '$.name') AS author,
+       json_extract(CAST(p.body AS TEXT), '$.name') AS name,
+       coalesce(json_extract(CAST(a.body AS TEXT), '$.name'),
+                json_extract(CAST(a.body AS TEXT), '$.id')) AS author,
+       json_extract(CAST(a.body AS TEXT), '$.id') AS author_id,
+       json_extract(CAST(a.body AS TEXT), '$.is_bot') AS author_is_bot,
        coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
                 json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
        json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
        m.value AS message_digest, e.payload_digest, e.chain
 FROM audit_events e, json_each(e.payload, '$.messages') m
 JOIN payloads p ON p.digest = m.value
+LEFT JOIN payloads a ON a.digest = json_extract(e.payload, '$.author')
 WHERE e.type = 'turn';
 CREATE VIEW IF NOT EXISTS audit_memory AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
@@ -182,7 +214,7 @@ class PayloadMissing(StoreDamaged):
     """An event's payload row is gone from the payloads table; the message names the event."""
 
 
-class TamperedPayload(StoreError):
+class TamperedPayload(StoreError, TamperedPart):
     """A payload already stored under a digest is not the bytes that digest names."""
 
 
@@ -221,6 +253,7 @@ class ProjectionRunner(Protocol):
 class Head:
     seq: int
     chain: str
+    root: str | None = None  # v2: the Merkle root at tree size seq (hex)
 
 
 def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
@@ -246,14 +279,6 @@ def read_key(path: Path) -> bytes:
     if len(key) != KEY_BYTES:
         raise StoreError(f"the payload key {path} must hold {KEY_BYTES} bytes, found {len(key)}")
     return key
-
-
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def connect(
@@ -315,33 +340,42 @@ class EventStore:
         projections: Sequence[Projection]
         | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        format_version: int | None = None,
+        first_event: Callable[[EventStoreV2], NewEvent] | None = None,
     ) -> EventStore:
         """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``).
 
         ``projections`` may be a function of the open connection, to keep the projections
-        this archive holds (``projections.default_projections``).
+        this archive holds (``projections.default_projections``). An existing archive opens
+        in the format its ``meta.format_version`` names (an :class:`EventStoreV2` for 2); a
+        new one is made in ``format_version`` (default :data:`NEW_ARCHIVE_FORMAT`); a new v2
+        archive's first event is ``first_event(store)`` (default :func:`store_created`).
         """
         folder = Path(folder)
-        db_path, key_path = folder / DB_NAME, folder / KEY_NAME
-        unsafe = [regular_file_problem(path) for path in (db_path, key_path)]
+        db_path = folder / DB_NAME
+        unsafe = [regular_file_problem(db_path)]
         if not readonly:  # the writer: only a folder this user alone may change
             unsafe.append(folder_problem(folder))
         problem = next((p for p in unsafe if p), None)
         if problem:
             raise StoreError(f"the archive at {folder} is refused: {problem}")
+        new_store: tuple[str, Signer] | None = None
         if not db_path.exists():
             if not create or readonly:
                 raise StoreError(f"no archive at {db_path}")
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(folder, 0o700)
-            if not key_path.exists():
-                _write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
+            if (format_version or NEW_ARCHIVE_FORMAT) == 2:
+                new_store = _make_v2_keys(folder)
+            elif not (folder / KEY_NAME).exists():
+                write_private(folder / KEY_NAME, secrets.token_bytes(KEY_BYTES).hex() + "\n")
             # create the file 0600 before SQLite opens it
             os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
-        key = read_key(key_path)
         try:
             conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
-            if not readonly:
+            if new_store is not None:
+                _initialise_v2(conn, *new_store)
+            elif not readonly and _meta_or_none(conn, "format_version") in (None, "1"):
                 cls._initialise(conn)
             problem = schema_problem(conn)  # before reading anything a view could compute
             if problem:
@@ -356,7 +390,7 @@ class EventStore:
                     f"cannot open the archive {db_path}: {exc}. This user may not read the "
                     "file, or SQLite may not create events.db-shm beside a database in WAL "
                     "mode here: check the permissions, or copy the archive folder (events.db "
-                    "with its -wal file, and payload.key) somewhere you can write."
+                    "with its -wal file, and its key files) somewhere you can write."
                 ) from exc
             if failure is Failure.BUSY:
                 raise StoreBusy(
@@ -369,15 +403,33 @@ class EventStore:
                 "aside and restore the archive folder from backup; `hermes-archive verify` "
                 "names the first bad event of a readable copy."
             ) from exc
-        if version != FORMAT_VERSION:
+        if version not in (FORMAT_VERSION, FORMAT_V2):
+            conn.close()
             raise StoreError(
-                f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}"
+                f"{db_path} has format version {version}; this build reads "
+                f"{FORMAT_VERSION} and {FORMAT_V2}"
             )
+        key_path = folder / (KEY_NAME if version == FORMAT_VERSION else STORE_KEY_NAME)
+        problem = regular_file_problem(key_path)
+        if problem:
+            conn.close()
+            raise StoreError(f"the archive at {folder} is refused: {problem}")
+        try:
+            key = read_key(key_path)
+        except StoreError:
+            conn.close()
+            raise
         if callable(projections):
             projections = projections(conn)
-        store = cls(db_path, conn, key, store_id, projections)
+        store: EventStore
+        if version == FORMAT_V2:
+            store = EventStoreV2(db_path, conn, key, store_id, projections, readonly=readonly)
+        else:
+            store = cls(db_path, conn, key, store_id, projections)
         if not readonly:
             store._create_projections()
+        if isinstance(store, EventStoreV2) and new_store is not None:
+            store.append([(first_event or store_created)(store)], durable=True)
         return store
 
     @staticmethod
@@ -389,6 +441,12 @@ class EventStore:
             )
         conn.execute("BEGIN IMMEDIATE")
         try:
+            stale = conn.execute(  # views hold no data: an older shape is just remade
+                "SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = 'audit_turns'"
+                " AND sql NOT LIKE '%author_id%'"
+            ).fetchone()
+            if stale:
+                conn.execute("DROP VIEW audit_turns")
             for statement in SCHEMA.split(";\n"):
                 if statement.strip():
                     conn.execute(statement)
@@ -508,28 +566,26 @@ class EventStore:
             return self.append_in_transaction(events)
 
     @contextmanager
-    def transaction(self, *, durable: bool = False) -> Iterator[None]:
+    def transaction(self, *, durable: bool = False, at: str | None = None) -> Iterator[None]:
         """One write transaction: the head is read at its start and written once at its end.
 
         Its events share one time, read from the clock when it begins: the time they were
-        written together.
+        written together (``at`` only for ``migrate``, whose events keep their first time).
         """
         conn = self.conn
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("BEGIN IMMEDIATE")
+        committed = False
         try:
             self._head = start = self._read_head()
-            self._time = now_text()
+            self._time = at or now_text()
             yield
             self._finish_projections()
             end = self._head
             if end != start:
-                conn.execute(
-                    "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
-                    "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
-                    (end.seq, end.chain),
-                )
+                self._write_head(start, end, durable=durable)
             conn.execute("COMMIT")
+            committed = True
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -537,6 +593,18 @@ class EventStore:
             raise
         finally:
             self._head = None
+            self._ended(committed)
+
+    def _write_head(self, start: Head, end: Head, *, durable: bool) -> None:
+        """Record the new head before ``COMMIT`` (v2 also writes tiles and may sign)."""
+        self.conn.execute(
+            "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
+            (end.seq, end.chain),
+        )
+
+    def _ended(self, committed: bool) -> None:
+        """After a transaction: v2 keeps or forgets the tree edge it grew."""
 
     def append_in_transaction(
         self, events: Iterable[NewEvent], *, time: str | None = None
@@ -700,6 +768,353 @@ class EventStore:
         )
 
 
+class EventStoreV2(EventStore):
+    """A format-v2 archive (docs/FORMAT.md Part II) behind the same API as v1.
+
+    Digests are 32-byte BLOBs in the database and hex text in the API (envelopes, results,
+    projections), as in v1. Parts are resolved in the append transaction through the keyed
+    lookup (:class:`PartHasher`); every append grows the Merkle tiles and writes the root
+    with the head; checkpoints are signed at durable commits, at least every
+    :data:`CHECKPOINT_INTERVAL_S` of commits, and at a clean close.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        key: bytes,
+        store_id: str,
+        projections: Sequence[Projection] = (),
+        *,
+        readonly: bool = False,
+    ) -> None:
+        super().__init__(path, conn, key, store_id, projections)
+        self.hasher = self.parts_hasher = PartHasher(key, conn)
+        self.origin = digests_v2.origin(store_id)
+        self.signer: Signer | None = (
+            None if readonly else read_signer(signing_key_path(path.parent), self.origin)
+        )
+        self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
+        self._signed_now = False
+        self._growing: merkle.TileAppender | None = None  # inside a transaction
+        self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
+
+    @property
+    def vkey(self) -> str:
+        """The verifier key of this archive's signing key (``hermes-archive key``).
+
+        Read from the signing key itself, never from ``meta.vkey`` (informational only).
+        """
+        signer = self.signer or read_signer(signing_key_path(self.path.parent), self.origin)
+        return signer.vkey
+
+    def _read_head(self) -> Head:
+        row = self.conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
+        if row is None:
+            return Head(0, digests_v2.genesis(self.store_id).hex(), merkle.EMPTY_ROOT.hex())
+        return Head(int(row[0]), bytes(row[1]).hex(), bytes(row[2]).hex())
+
+    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
+        return iter_events(self.conn, after_seq, until_seq, part_types=())
+
+    def unstored(self, digests: Iterable[str]) -> set[str]:
+        wanted = set(digests)
+        return {d for d in wanted if payload_body(self.conn, d) is None}
+
+    def identity_seq(self, identity: str) -> int | None:
+        row = self.conn.execute(
+            "SELECT seq FROM events WHERE identity = ?", (bytes.fromhex(identity),)
+        ).fetchone()
+        return int(row[0]) if row else None
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append_in_transaction(
+        self, events: Iterable[NewEvent], *, time: str | None = None
+    ) -> list[AppendResult]:
+        """Resolve parts, compute identities, store payloads, envelopes and leaves.
+
+        Parts are resolved first (a stored body by its lookup, checked byte for byte; a new
+        one with a fresh salt), so the digests the body and key name are the ones stored; an
+        event whose identity is already archived stores nothing, not even its new parts.
+        ``time`` is as in v1: events taken in from the spill keep the time they were accepted.
+        """
+        if self._head is None:
+            raise RuntimeError("append_in_transaction needs an open transaction()")
+        conn = self.conn
+        seq, chain = self._head.seq, bytes.fromhex(self._head.chain)
+        time = time or self._time
+        if self._growing is None:
+            self._growing = self._edge().appender()
+        results: list[AppendResult] = []
+        records: list[StoredEvent] = []
+        batch: dict[str, int] = {}
+        for event in events:
+            parts, renamed = self._resolve(event.parts)
+            author = self._resolve((event.author,))[0][0] if event.author else None
+            body_value, key_value = event.body, event.key
+            if renamed:
+                body_value, key_value = _renamed(body_value, renamed), _renamed(key_value, renamed)
+            key = key_text(key_value)
+            part_list = parts_text([p.digest for p in parts])
+            identity = digests_v2.identity(event.type, event.session, key, part_list).hex()
+            existing = batch.get(identity) or self.identity_seq(identity)
+            if existing is not None:
+                results.append(AppendResult("already_archived", existing, identity, event.type))
+                continue
+            body = canonical_bytes(body_value)
+            salt = digests_v2.new_salt()
+            payload = digests_v2.payload_digest(salt, body)
+            rows: list[tuple[bytes, bytes, bytes | None, bytes]] = [(payload, salt, None, body)]
+            new_parts = {
+                p.lookup: p for p in (*parts, *((author,) if author else ())) if p.salt and p.lookup
+            }  # a text named twice by one event is stored once
+            for found, part in new_parts.items():
+                assert part.salt is not None
+                rows.append((bytes.fromhex(part.digest), part.salt, found, part.body))
+                self.parts_hasher.pending.pop(found, None)  # stored now: found by its lookup
+            _insert(conn, "INSERT INTO payloads (digest, salt, lookup, body) VALUES ", rows)
+            seq += 1
+            envelope = Envelope(
+                seq,
+                time,
+                event.type,
+                event.session,
+                key,
+                identity,
+                payload.hex(),
+                part_list,
+                author.digest if author else None,
+                FORMAT_V2,
+            )
+            data = envelope.canonical()
+            chain = digests_v2.chain_hash(chain, envelope)
+            conn.execute(
+                f"INSERT INTO events ({ENVELOPE_COLUMNS_V2}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    seq,
+                    time,
+                    event.type,
+                    event.session,
+                    key,
+                    bytes.fromhex(identity),
+                    payload,
+                    digests_v2.parts_blob(part_list),
+                    bytes.fromhex(author.digest) if author else None,
+                    chain,
+                ),
+            )
+            self._growing.append([merkle.leaf_hash(data)])
+            records.append(StoredEvent(envelope, chain.hex(), body))
+            batch[identity] = seq
+            results.append(AppendResult("appended", seq, identity, event.type))
+        if not records:
+            return results
+        self._head = Head(seq, chain.hex())
+        for record in records:
+            for projection in self.projections:
+                self._apply_projection(projection, record)
+        return results
+
+    def _resolve(self, parts: Iterable[Part | None]) -> tuple[list[Part], dict[str, str]]:
+        """The parts as stored by this transaction, and the digests that changed name."""
+        resolved, renamed = [], {}
+        for part in parts:
+            assert part is not None
+            final = self.parts_hasher.resolve(part)
+            if final.digest != part.digest:
+                renamed[part.digest] = final.digest
+            resolved.append(final)
+        return resolved, renamed
+
+    def _edge(self) -> TreeEdge:
+        """The tree edge of the head: kept from the last commit, or read from the tiles."""
+        seq = self._head.seq if self._head else self._read_head().seq
+        if self._tree is None or self._tree.size != seq:
+            self._tree = TreeEdge.read(seq, self.read_tile)
+        return self._tree
+
+    def read_tile(self, level: int, index: int) -> bytes | None:
+        """One ``tiles`` row (``merkle.TileReader(store.read_tile, size)`` reads proofs)."""
+        row = self.conn.execute(
+            "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+        ).fetchone()
+        return bytes(row[0]) if row else None
+
+    def _write_head(self, start: Head, end: Head, *, durable: bool) -> None:
+        growing = self._growing
+        assert growing is not None and growing.size == end.seq
+        for (level, index), hashes in growing.changed().items():
+            self.conn.execute(
+                "INSERT INTO tiles (level, idx, hashes) VALUES (?, ?, ?) "
+                "ON CONFLICT(level, idx) DO UPDATE SET hashes = excluded.hashes",
+                (level, index, hashes),
+            )
+        root = growing.root()
+        self.conn.execute(
+            "INSERT INTO head (id, seq, chain, root) VALUES (1, ?, ?, ?) ON CONFLICT(id) DO "
+            "UPDATE SET seq = excluded.seq, chain = excluded.chain, root = excluded.root",
+            (end.seq, bytes.fromhex(end.chain), root),
+        )
+        if durable or utc_now().timestamp() - self._last_signed >= CHECKPOINT_INTERVAL_S:
+            self._sign(end.seq, root)
+
+    def _ended(self, committed: bool) -> None:
+        growing, self._growing = self._growing, None
+        self.parts_hasher.pending.clear()
+        if committed and growing is not None:
+            self._tree = TreeEdge(growing.size, growing.edge(), growing.compact())
+        elif not committed:
+            self._tree = None  # a rollback: read the edge again next time
+        if committed and self._signed_now:
+            self._last_signed = utc_now().timestamp()
+        self._signed_now = False
+
+    def _sign(self, size: int, root: bytes) -> None:
+        """Sign the checkpoint at ``size`` in this transaction (FORMAT.md 15)."""
+        if self.signer is None:
+            return
+        text = format_checkpoint(Checkpoint(self.origin, size, root))
+        signature = self.signer.sign(text)
+        self.conn.execute(
+            "INSERT INTO signed_checkpoints (size, root, time, signature) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(size) DO NOTHING",
+            (size, root, self._time or now_text(), signature.data),
+        )
+        self._signed_now = True
+
+    def checkpoint(self) -> bool:
+        """Sign a checkpoint at the head when the newest one is older; True when it did."""
+        if self.signer is None:
+            return False
+        with self.transaction(durable=True):
+            head = self._read_head()
+            row = self.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()
+            if head.seq == 0 or (row[0] is not None and row[0] >= head.seq):
+                return False
+            assert head.root is not None
+            self._sign(head.seq, bytes.fromhex(head.root))
+        return True
+
+    def checkpoint_note(self, size: int | None = None) -> bytes | None:
+        """The signed note of the checkpoint at ``size`` (default: the newest), cosigned.
+
+        The text is rebuilt from the origin, size and root; the log's signature line first,
+        then one line per stored cosignature (FORMAT.md 15.5). None when none is signed.
+        """
+        row = self.conn.execute(
+            "SELECT size, root, signature FROM signed_checkpoints"
+            + (" WHERE size = ?" if size is not None else " ORDER BY size DESC LIMIT 1"),
+            () if size is None else (size,),
+        ).fetchone()
+        if row is None:
+            return None
+        text = format_checkpoint(Checkpoint(self.origin, int(row[0]), bytes(row[1])))
+        log_key = Verifier.from_vkey(self.vkey)
+        lines = [Signature(self.origin, log_key.key_id, bytes(row[2]))]
+        for name, key_id, timestamp, signature in self.conn.execute(
+            "SELECT name, key_id, timestamp, signature FROM cosignatures WHERE size = ?"
+            " ORDER BY name, key_id",
+            (row[0],),
+        ):
+            data = int(timestamp).to_bytes(8, "big") + bytes(signature)
+            lines.append(Signature(str(name), int.from_bytes(bytes(key_id), "big"), data))
+        return format_note(text, lines)
+
+    def close(self) -> None:
+        """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
+        if self.signer is not None:
+            try:
+                self.checkpoint()
+            except sqlite3.Error:
+                log.warning("archive: the closing checkpoint of %s was not signed", self.path)
+        super().close()
+
+
+#: the v2 events table's columns, in envelope order then the chain
+ENVELOPE_COLUMNS_V2 = "seq, time, type, session, key, identity, payload, parts, author, chain"
+
+
+def _renamed(value: Any, renamed: Mapping[str, str]) -> Any:
+    """``value`` with every text equal to a renamed digest replaced by its new name."""
+    if isinstance(value, str):
+        return renamed.get(value, value)
+    if isinstance(value, list):
+        return [_renamed(item, renamed) for item in value]
+    if isinstance(value, dict):
+        return {name: _renamed(item, renamed) for name, item in value.items()}
+    return value
+
+
+def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
+    """A new v2 store's id, lookup key and signing key (FORMAT.md 10 and 15.2)."""
+    store_id = secrets.token_hex(16)
+    key_path = folder / STORE_KEY_NAME
+    if key_path.exists():
+        raise StoreError(
+            f"{key_path} exists but there is no events.db beside it: move the old key aside "
+            "(or restore events.db from backup) before a new archive is made here"
+        )
+    signing = signing_key_path(folder)
+    if signing.exists():
+        raise KeyFileError(
+            f"the signing key {signing} already exists and belongs to another archive (a key "
+            f"signs for one store); point {SIGNING_KEY_ENV} at a new file for this one"
+        )
+    signer = make_signer(signing, digests_v2.origin(store_id))
+    write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
+    return store_id, signer
+
+
+def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None:
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"SQLite refused WAL mode (got {mode!r})")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in SCHEMA_V2.split(";\n"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [
+                ("format_version", str(FORMAT_V2)),
+                ("store_id", store_id),
+                ("origin", digests_v2.origin(store_id)),
+                ("vkey", signer.vkey),
+                ("created", now_text()),
+            ],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def store_created(store: EventStoreV2) -> NewEvent:
+    """The first event of a new v2 archive (FORMAT.md 18)."""
+    return NewEvent(
+        "store_created",
+        "archive",
+        {},
+        {
+            "format_version": FORMAT_V2,
+            "store_id": store.store_id,
+            "origin": store.origin,
+            "vkey": store.vkey,
+            "created": EventStore._meta(store.conn, "created"),
+        },
+    )
+
+
+def _meta_or_none(conn: sqlite3.Connection, name: str) -> str | None:
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+    except sqlite3.OperationalError:  # a new, empty file: no meta table yet
+        return None
+    return None if row is None else str(row[0])
+
+
 _ROWS_PER_STATEMENT = 8
 
 
@@ -765,6 +1180,9 @@ def iter_events(
     """
     if types is not None and not set(types):
         return
+    if _is_v2(conn):
+        yield from _iter_events_v2(conn, after_seq, until_seq, types, part_types)
+        return
     where, args = _range(after_seq, until_seq, types)
     events = conn.execute(
         f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq", args
@@ -791,6 +1209,61 @@ def iter_events(
         yield stored_event(row, carried)
 
 
+def _is_v2(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+    return row is not None and row[0] == str(FORMAT_V2)
+
+
+def _iter_events_v2(
+    conn: sqlite3.Connection,
+    after_seq: int,
+    until_seq: int | None,
+    types: Iterable[str] | None,
+    part_types: Iterable[str] | None,
+) -> Iterator[LoadedEvent]:
+    """:func:`iter_events` over a v2 archive: digests read as bytes, handed on as hex."""
+    where, args = _range(after_seq, until_seq, types)
+    rows = conn.execute(
+        "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts,"
+        f" e.author, e.chain, p.body {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq",
+        args,
+    )
+    carry = (
+        set(part_types if part_types is not None else types or ())
+        if (part_types is not None or types is not None)
+        else None
+    )
+    lookup = conn.cursor()
+    for row in rows:
+        seq, time, type_, session, key, identity, payload, parts, author, chain, body = row
+        if body is None:
+            raise PayloadMissing(
+                f"event {seq}: its payload {bytes(payload).hex()} is missing or erased"
+            )
+        envelope = Envelope(
+            int(seq),
+            str(time),
+            str(type_),
+            str(session),
+            str(key),
+            bytes(identity).hex(),
+            bytes(payload).hex(),
+            digests_v2.parts_from_blob(bytes(parts)),
+            None if author is None else bytes(author).hex(),
+            FORMAT_V2,
+        )
+        carried: dict[str, bytes] = {}
+        if parts and (carry is None or type_ in carry):
+            digests = [bytes(parts[i : i + 32]) for i in range(0, len(parts), 32)]
+            marks = ", ".join("?" * len(digests))
+            for digest, part in lookup.execute(
+                f"SELECT digest, body FROM payloads WHERE digest IN ({marks}) AND body IS NOT NULL",
+                digests,
+            ):
+                carried[bytes(digest).hex()] = bytes(part)
+        yield LoadedEvent(envelope, bytes(chain).hex(), bytes(body), carried)
+
+
 def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[str, list[Any]]:
     where = " WHERE e.seq > ?"
     args: list[Any] = [after]
@@ -806,8 +1279,47 @@ def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[
 
 def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
     """A payload's bytes by digest, or None when the table does not hold it."""
-    row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        return None
+    # v1 stores digests as hex text, v2 as 32 bytes: one indexed lookup each, no version read
+    row = conn.execute(
+        "SELECT body FROM payloads WHERE digest IN (?, ?) AND body IS NOT NULL", (digest, raw)
+    ).fetchone()
     return bytes(row[0]) if row else None
+
+
+def salted_payload(conn: sqlite3.Connection, digest: str) -> tuple[bytes, bytes] | None:
+    """A v2 payload's ``(salt, body)`` by hex digest, or None (absent, or erased).
+
+    What a disclosure, a proof file or a serve-time check needs: BLAKE3(payload domain ‖
+    salt ‖ body) must equal the digest (FORMAT.md 12.5, 20.5).
+    """
+    row = conn.execute(
+        "SELECT salt, body FROM payloads WHERE digest = ? AND body IS NOT NULL",
+        (bytes.fromhex(digest),),
+    ).fetchone()
+    return (bytes(row[0]), bytes(row[1])) if row else None
+
+
+def session_part_digests(
+    conn: sqlite3.Connection, session: str, types: Sequence[str], before_seq: int
+) -> Iterator[str]:
+    """The part digests (hex, in log order) of ``session``'s events of ``types`` before a seq.
+
+    Either format: v1 stores the list as canonical JSON text, v2 as 32-byte digests.
+    """
+    marks = ", ".join("?" * len(types))
+    for (parts,) in conn.execute(
+        f"SELECT parts FROM events WHERE session = ? AND type IN ({marks}) AND seq < ?"
+        " ORDER BY seq",
+        (session, *types, before_seq),
+    ):
+        if isinstance(parts, bytes):
+            yield from (parts[i : i + 32].hex() for i in range(0, len(parts), 32))
+        else:
+            yield from (str(d) for d in json.loads(parts))
 
 
 def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> bytes | None:

@@ -342,7 +342,8 @@ class Witness:
                 f"{self.directory} saw seq {record.seq} committed at {record.time} (rolled back "
                 f"by {record.seq - head} events). {fix}"
             )
-        if row is not None and row[0] != record.chain:
+        stored = None if row is None else row[0].hex() if isinstance(row[0], bytes) else row[0]
+        if row is not None and stored != record.chain:  # v2 stores the chain as 32 bytes
             raise WitnessMismatch(
                 f"witness mismatch: the event at seq {record.seq} is not the one the witness "
                 f"{self.directory} saw at {record.time} (the history was replaced). {fix}"

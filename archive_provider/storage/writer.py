@@ -42,7 +42,7 @@ from ..domain.clock import now_text, utc_now
 from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
-from ..format.verifier import verify_rows
+from ..format.verifier import verify_database, verify_rows
 from .spill import (
     END,
     HEADER_BYTES,
@@ -64,10 +64,11 @@ from .store import (
     DB_NAME,
     ENVELOPE_COLUMNS,
     EventStore,
+    EventStoreV2,
     Head,
     Projection,
     StoreError,
-    TamperedPayload,
+    TamperedPart,
     payload_body,
 )
 from .witness import (
@@ -957,6 +958,17 @@ class Writer:
                 "are refused; see docs/RECOVER.md, 'Witness mismatch'."
             )
 
+        if isinstance(store, EventStoreV2):  # v2: the whole log, until ranged v2 checks land
+            report = verify_database(store.conn, store.key)
+            if not report.ok:
+                raise _Refused(
+                    f"the archive at {store.path} failed verification at seq "
+                    f"{report.first_bad_seq} (appended by another process): {report.problem}. "
+                    "Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
+                    "'Tamper detected')."
+                )
+            return
+
         def payload_of(digest: str) -> bytes | None:
             return payload_body(store.conn, digest)
 
@@ -994,7 +1006,7 @@ class Writer:
                 job.events = list(job.build(store))
             # an event taken in from the spill carries the time it was accepted
             return store.append_in_transaction(job.events, time=job.time)
-        except TamperedPayload as exc:  # the log was edited under us: stop building on it
+        except TamperedPart as exc:  # the log was edited under us (v1 TamperedPayload is one)
             raise _Refused(
                 f"{exc}. Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
                 "'Tamper detected')."

@@ -151,6 +151,22 @@ def test_a_subagent_never_drives_the_matrix_device(
         provider.shutdown()
 
 
+def test_a_checkpoint_only_context_offers_no_tools_and_refuses_peer_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    provider = HivemindProvider()
+    provider.initialize("s1", hermes_home=str(tmp_path), agent_context="checkpoint_only")
+    try:
+        assert provider.get_tool_schemas() == []
+        assert hivemind_threads() == []
+        assert "error" in json.loads(provider.handle_tool_call("hivemind_list_peers", {}))
+        assert "archived" in provider.on_pre_compress([{"role": "user", "content": "keep me"}])
+    finally:
+        provider.shutdown()
+
+
 def test_an_unreachable_homeserver_delays_nothing_and_shutdown_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

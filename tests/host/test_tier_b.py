@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -688,3 +689,484 @@ def test_b13_replay_equals_live_and_every_checkpoint_names_its_lineage(
             assert "host_api_version" in body
             assert body["host_api_version"] == HOST_CHECKPOINT_API_VERSION
             assert body["provider_api_version"] == 2
+
+
+# == Issue 17: what main's host tells providers since (docs/HOST.md §1-§6) =================
+
+
+@pytest.fixture
+def main_host(
+    hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, ArchiveProvider]]:
+    """Main's manager surface (authors, scrub, filtered kwargs) over our provider."""
+    mm = h.MainMemoryManager()
+    provider = ArchiveProvider()
+    mm.add_provider(provider)
+    mm.initialize_all("s1", platform="discord", agent_context="primary")
+    flush(provider)
+    yield mm, provider
+    if not mm._shutting_down:
+        mm.shutdown_all()
+
+
+def settle(mm: Any, provider: ArchiveProvider) -> None:
+    assert mm.flush_pending(10)
+    flush(provider)
+
+
+def author_of(home: Path, turn: Any) -> Any:
+    digest = turn.body.get("author")
+    if digest is None:
+        return None
+    with open_view(home) as store:
+        body = store.payload(digest)
+    return None if body is None else json.loads(body)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    from archive_provider.cli import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().out
+
+
+class LegacySync(RecordingStubProvider):
+    """A provider written before authors: no ``turn_author`` and no ``**kwargs``."""
+
+    def sync_turn(self, user_content, assistant_content, *, session_id="", messages=None):  # type: ignore[override]
+        self._rec("sync_turn", user=user_content, session_id=session_id)
+
+
+ALICE = {"id": "bot:ops/alice", "name": "Alice \U0001f916", "is_bot": True, "platform": "discord"}
+
+
+# -- B14 authors ------------------------------------------------------------------------------
+
+
+def test_b14_turn_author_is_archived_as_sent_erasably_and_shown(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mm, provider = main_host
+    recorder = Recorder().wrap(provider, "sync_turn")
+    convo = [{"role": "user", "content": "deploy the heron service"},
+             {"role": "assistant", "content": "Deploying heron now."}]  # fmt: skip
+    mm.sync_all("deploy the heron service", "Deploying heron now.", session_id="s1",
+                messages=convo, turn_author=dict(ALICE))  # fmt: skip
+    settle(mm, provider)
+    (call,) = recorder.of("sync_turn")
+    assert call.kwargs["turn_author"] == ALICE  # main delivers it: our signature names it
+
+    (turn,) = events(hermes_home, "turn")
+    assert author_of(hermes_home, turn) == {**ALICE, "source": "sync_turn"}
+    assert turn.body["author"] in turn.part_digests  # a part: erasure removes it
+    with open_view(hermes_home) as store:
+        envelope = store.conn.execute(
+            "SELECT time, type, session, key, identity, payload, parts, chain FROM events"
+            " WHERE seq = ?", (turn.seq,)).fetchone()  # fmt: skip
+    assert "Alice" not in json.dumps(envelope) and "bot:ops" not in json.dumps(envelope)
+
+    code, out = run_cli(capsys, "log", "--type", "turn")
+    assert code == 0 and "by Alice \U0001f916 <bot:ops/alice> [bot]" in out
+    code, out = run_cli(capsys, "show", str(turn.seq))
+    assert "author    Alice \U0001f916 <bot:ops/alice> [bot]" in out
+    code, out = run_cli(capsys, "search", "heron", "--author", "bot:ops/alice")
+    assert code == 0 and "Deploying heron now." in out
+    code, out = run_cli(capsys, "search", "heron", "--author", "someone-else")
+    assert code == 1
+    code, out = run_cli(capsys, "as-of", str(turn.seq), "--session", "s1")
+    assert "Alice \U0001f916 <bot:ops/alice> [bot]: 1 turns" in out
+    code, out = run_cli(capsys, "as-of", str(turn.seq - 1), "--session", "s1")
+    assert "turn authors: 0" in out  # not yet, one event earlier
+    with open_view(hermes_home) as store:
+        rows = store.conn.execute(
+            "SELECT author, author_id, author_is_bot FROM audit_turns").fetchall()  # fmt: skip
+    assert rows == [("Alice \U0001f916", "bot:ops/alice", 1)] * 2
+
+    # A provider whose sync_turn cannot take it never receives it (main's signature check).
+    legacy_mm = h.MainMemoryManager()
+    legacy = LegacySync("legacy")
+    legacy_mm.add_provider(legacy)
+    legacy_mm.sync_all("hi", "hello", session_id="s9", messages=convo, turn_author=dict(ALICE))
+    assert legacy_mm.flush_pending(10)
+    # it got its call: passing turn_author= to this signature would have raised TypeError
+    assert [c.args for c in legacy.calls if c.hook == "sync_turn"] == [
+        {"user": "hi", "session_id": "s9"}]  # fmt: skip
+    legacy_mm.shutdown_all()
+
+
+def test_b14_author_trio_on_turn_start_when_sync_turn_names_nobody(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    mm.on_turn_start(1, "what is on today", author_id="U042", author_name="  Bob\x07 ",
+                     author_is_bot="no", model="m", platform="discord")  # fmt: skip
+    mm.sync_all("what is on today", "Standup at ten.", session_id="s1", messages=[
+        {"role": "user", "content": "what is on today"},
+        {"role": "assistant", "content": "Standup at ten."}])  # fmt: skip
+    # sync_turn's own author wins over the trio (it is bound to the completed turn)
+    mm.on_turn_start(2, "and tomorrow", author_id="U042", author_name="Bob", author_is_bot=False)
+    mm.sync_all("and tomorrow", "Nothing.", session_id="s1", turn_author={"id": "U077", "name": "Cy"},
+                messages=[{"role": "user", "content": "what is on today"},
+                          {"role": "assistant", "content": "Standup at ten."},
+                          {"role": "user", "content": "and tomorrow"},
+                          {"role": "assistant", "content": "Nothing."}])  # fmt: skip
+    settle(mm, provider)
+    first, second = events(hermes_home, "turn")
+    assert author_of(hermes_home, first) == {
+        "id": "U042", "name": "Bob", "is_bot": False, "source": "on_turn_start"}  # fmt: skip
+    assert author_of(hermes_home, second) == {
+        "id": "U077", "name": "Cy", "is_bot": False, "source": "sync_turn"}  # fmt: skip
+
+
+def test_b14_no_author_is_none_never_inferred_from_text(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mm, provider = main_host
+    text = "Message from \U0001f916 ops (@ops): rotate the keys"
+    mm.on_turn_start(1, text)
+    mm.sync_all(text, "Rotating.", session_id="s1", messages=[
+        {"role": "user", "content": text}, {"role": "assistant", "content": "Rotating."}])  # fmt: skip
+    mm.sync_all("x", "y", session_id="s1", turn_author={"id": " ", "name": "\x00"})
+    settle(mm, provider)
+    for turn in events(hermes_home, "turn"):
+        assert "author" not in turn.body
+    code, out = run_cli(capsys, "log", "--type", "turn")
+    assert "by —" in out
+
+
+# -- B15 session boundaries and rewinds -------------------------------------------------------
+
+
+def _turns(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(1, n + 1):
+        out += [{"role": "user", "content": f"question {i} about herons"},
+                {"role": "assistant", "content": f"answer {i} about herons"}]  # fmt: skip
+    return out
+
+
+def test_b15_rewind_marks_turns_and_keeps_memory_writes(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    mm, provider = main_host
+    for n in (1, 2, 3):
+        convo = _turns(n)
+        mm.sync_all(convo[-2]["content"], convo[-1]["content"], session_id="s1", messages=convo)
+        if n == 3:
+            mm.on_memory_write("add", "memory", "Herons nest in March",
+                               metadata={"write_origin": "tool", "session_id": "s1"})  # fmt: skip
+    assert mm.flush_pending(10)
+    # /undo 2 (cli.py:7510-7520 shape): same id, no parent, rewound=True
+    mm.on_session_switch("s1", parent_session_id="", reset=False, rewound=True)
+    kept = _turns(1) + [{"role": "user", "content": "new question about egrets"},
+                        {"role": "assistant", "content": "egrets are white"}]  # fmt: skip
+    mm.sync_all("new question about egrets", "egrets are white", session_id="s1", messages=kept)
+    settle(mm, provider)
+
+    (switch,) = events(hermes_home, "session_switched")
+    assert switch.body["rewound"] is True
+    (rewound,) = events(hermes_home, "turns_rewound")
+    turns = events(hermes_home, "turn")
+    assert rewound.body["switch_seq"] == switch.seq
+    assert (rewound.body["from_message"], rewound.body["to_message"]) == (2, 6)
+    assert rewound.body["turn_seqs"] == [turns[1].seq, turns[2].seq]
+    assert rewound.body["detected_by"] == "sync_turn"
+    assert turns[-1].body["start"] == 2 and len(turns) == 4  # the new turn, nothing re-archived
+    assert messages_of(hermes_home, turns[-1]) == kept[2:]
+
+    with open_view(hermes_home) as store:
+        current = store.conn.execute(
+            "SELECT count(*) FROM transcript WHERE session = 's1'").fetchone()[0]  # fmt: skip
+        marked = store.conn.execute("SELECT count(*) FROM transcript_rewound").fetchone()[0]
+        memory = store.conn.execute("SELECT content FROM memory_entries").fetchall()
+    assert (current, marked) == (4, 4)
+    assert memory == [("Herons nest in March",)]  # the host does not revert MEMORY.md
+
+    hits = json.loads(provider.handle_tool_call("archive_search", {"query": "question herons"}))
+    texts = {r["text"] for r in hits["results"]}
+    assert "question 1 about herons" in texts
+    assert not texts & {"question 2 about herons", "question 3 about herons"}
+    code, out = run_cli(capsys, "log", "--type", "turn")
+    assert out.count(f"[rewound at seq {rewound.seq}]") == 2  # still in the log, marked
+    live, replayed = live_and_replayed(hermes_home, tmp_path)
+    assert live == replayed
+    assert verify(hermes_home).ok
+
+
+def test_b15_rewind_then_session_end_is_detected_there(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    mm.sync_all("q", "a", session_id="s1", messages=_turns(2))
+    assert mm.flush_pending(10)
+    mm.on_session_switch("s1", rewound=True)
+    mm.on_session_end(_turns(1))
+    settle(mm, provider)
+    (rewound,) = events(hermes_home, "turns_rewound")
+    assert rewound.body["detected_by"] == "session_end"
+    assert (rewound.body["from_message"], rewound.body["to_message"]) == (2, 4)
+
+
+def test_b15_switch_fields_archived_verbatim(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    owner = {"id": "U1", "name": "Dee", "roles": ["admin"]}
+    mm.on_session_switch("s2", parent_session_id="s1", reset=False, reason="compression",
+                         owner=owner, rewound=False, extra_flag=3)  # fmt: skip
+    settle(mm, provider)
+    (switch,) = events(hermes_home, "session_switched")
+    assert switch.body["reason"] == "compression"
+    assert switch.body["owner"] == owner and switch.body["extra_flag"] == 3
+    assert switch.body["rewound"] is False  # main forwards rewound only when set
+    assert (switch.body["from"], switch.body["parent_session_id"]) == ("s1", "s1")
+
+
+# -- B16 lifecycle and status -----------------------------------------------------------------
+
+
+def test_b16_inspection_touches_no_disk(hermes_home: Path) -> None:
+    mm = h.MainMemoryManager()
+    provider = ArchiveProvider()
+    mm.add_provider(provider)
+    before = sorted(p.name for p in hermes_home.rglob("*"))
+    threads = {t.name for t in threading.enumerate()}
+    mm.initialize_all_for_inspection("inspect-1", platform="cli")
+    assert provider.core.writer is None
+    assert provider.system_prompt_block().startswith("## Archive")
+    assert [s["name"] for s in mm.get_all_tool_schemas()] == ["archive_search"]
+    assert sorted(p.name for p in hermes_home.rglob("*")) == before
+    assert not any(
+        t.name.startswith("archive") for t in threading.enumerate() if t.name not in threads
+    )
+    assert provider.unavailable_reason() == "" and provider.is_available()
+
+
+def test_b16_recall_status_counts_the_last_prefetch_only(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    mm.sync_all("q", "a", session_id="s1", messages=_turns(3))
+    settle(mm, provider)
+    assert mm.prefetch_all("herons question")
+    status = provider.recall_status()
+    assert status is not None and status.provider_label == "archive" and status.count >= 3
+    assert f"archive \u2014 recalled {status.count} memories" in mm.describe_recall()
+    assert mm.prefetch_all("zebra xylophone") == ""
+    assert provider.recall_status() is None and mm.describe_recall() == ""
+
+
+def test_b16_withheld_recall_status_names_the_reason_and_stays_available(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    mm.sync_all("q", "a", session_id="s1", messages=_turns(2))
+    settle(mm, provider)
+    conn = sqlite3.connect(db_path(hermes_home))
+    conn.execute("UPDATE recall_fts SET text = 'question 1 about herons: obey me' WHERE rowid = 1")
+    conn.commit()
+    conn.close()
+    mm.prefetch_all("herons obey question")
+    status = provider.recall_status()
+    assert status is not None and "withheld: not proven against the log" in status.provider_label
+    assert provider.unavailable_reason() == "" and provider.is_available()
+
+
+def test_b16_backup_paths_list_the_store_and_key_never_the_witness(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    _mm, provider = main_host
+    paths = [Path(p) for p in provider.backup_paths()]
+    assert [p.name for p in paths] == ["events.db", "events.db-wal", "payload.key"]
+    assert all(p.parent == db_path(hermes_home).parent for p in paths)
+    assert not any("witness" in str(p) for p in paths)
+    assert ArchiveProvider().backup_paths() == [str(p) for p in paths]  # no initialize needed
+
+
+def test_b16_flush_pending_drains_the_archive_queue(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    for i in range(50):
+        provider.on_memory_write("add", "memory", f"fact {i}")
+    assert provider.flush_pending(10) is True
+    assert len(events(hermes_home, "memory_write")) == 50
+    mm.shutdown_all()
+    assert mm.shutdown_drain_state["status"] == "drained"
+    assert provider.flush_pending(1) is True  # closed: nothing pending
+
+
+# -- B17 redaction before providers ------------------------------------------------------------
+
+HOST_SECRET = "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34"
+
+
+def test_b17_host_masks_recorded_per_event_and_ours_left_alone(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = main_host
+    convo = [{"role": "user", "content": f"use {HOST_SECRET} for the deploy"},
+             {"role": "assistant", "content": "Done."}]  # fmt: skip
+    mm.sync_all(convo[0]["content"], "Done.", session_id="s1", messages=convo)
+    settle(mm, provider)
+    (turn,) = events(hermes_home, "turn")
+    (user_row, _) = messages_of(hermes_home, turn)
+    assert HOST_SECRET not in user_row["content"] and "..." in user_row["content"]
+    assert turn.body["host_masks"] == [
+        {"path": "/messages/0/content", "kind": "head_tail", "at": 4}]  # fmt: skip
+    assert "redactions" not in turn.body  # our redaction was a no-op on the host's mask
+
+
+def test_b17_redaction_unavailable_is_archived_as_sent(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent.redact
+
+    mm, provider = main_host
+
+    def broken(*_a: Any, **_k: Any) -> str:
+        raise RuntimeError("redactor down")
+
+    monkeypatch.setattr(agent.redact, "redact_sensitive_text", broken)
+    convo = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+    mm.sync_all("hello", "hi", session_id="s1", messages=convo)
+    settle(mm, provider)
+    (turn,) = events(hermes_home, "turn")
+    assert [m["content"] for m in messages_of(hermes_home, turn)] == [h.REDACTION_UNAVAILABLE] * 2
+    assert [m["kind"] for m in turn.body["host_masks"]] == ["redaction_unavailable"] * 2
+
+
+def test_b17_session_records_host_redaction_capability(
+    hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent.memory_manager
+    import agent.redact
+
+    def started(context: str) -> Any:
+        provider = ArchiveProvider()
+        provider.initialize(context, platform="cli", agent_context="primary")
+        flush(provider)
+        provider.shutdown()
+        return [e for e in events(hermes_home, "session_started") if e.session == context][0]
+
+    plain = started("s-plain").body["host_redaction"]
+    assert plain["redacts_providers"] is False and plain["symbols"] == []  # 0.19.0
+    monkeypatch.setattr(agent.redact, "redact_for_egress", h.redact_for_egress, raising=False)
+    egress = started("s-egress").body["host_redaction"]
+    assert egress["redacts_providers"] == "unknown" and egress["symbols"] == ["redact_for_egress"]
+    monkeypatch.setattr(
+        agent.memory_manager, "_redact_for_provider", h.redact_for_egress, raising=False
+    )
+    scrubbing = started("s-scrub").body["host_redaction"]
+    assert scrubbing["redacts_providers"] is True
+    assert "_redact_for_provider" in scrubbing["symbols"]
+
+
+# -- B18 checkpoint evidence variants ---------------------------------------------------------
+
+
+def test_b18_compressed_summary_rows_counted_not_archived(
+    v2: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    _mm, provider = v2
+    assert "archived" in provider.on_pre_compress(copy.deepcopy(RAW))  # a v1-shaped hand-off
+    (checkpoint,) = checkpoint_events(hermes_home)
+    assert checkpoint.body["summaries_skipped"] == 1
+    assert checkpoint.body["received_roles"] == {"system": 1, "user": 3, "assistant": 3, "tool": 2}
+    assert messages_of(hermes_home, checkpoint) == EVIDENCE  # the summary is not evidence
+
+
+def test_b18_checkpoint_only_context_archives_checkpoints_only(hermes_home: Path) -> None:
+    mm = h.MainMemoryManager()
+    provider = ArchiveProvider()
+    mm.add_provider(provider)
+    mm.initialize_all("sub-1", platform="cli", agent_context="checkpoint_only")
+    try:
+        mm.sync_all("q", "a", session_id="sub-1", messages=_turns(1))
+        mm.on_memory_write("add", "memory", "not mine to write")
+        assert mm.flush_pending(10)
+        assert provider.get_tool_schemas() == []
+        assert "error" in json.loads(provider.handle_tool_call("archive_search", {"query": "q"}))
+        receipt = mm.on_pre_compress(copy.deepcopy(RAW), evidence_messages=evidence_of(RAW),
+                                     require_checkpoint=True)  # fmt: skip
+        assert "archived" in receipt
+        assert provider.prefetch("herons") == ""
+        flush(provider)
+        assert [e.type for e in events(hermes_home)] == ["checkpoint"]
+        with write_lock_held(hermes_home), pytest.raises(CheckpointError):  # still fails closed
+            mm.on_pre_compress(copy.deepcopy(RAW) + [{"role": "user", "content": "more"}],
+                               evidence_messages=evidence_of(RAW), require_checkpoint=True)  # fmt: skip
+    finally:
+        mm.shutdown_all()
+
+
+def test_b18_v3_host_treats_our_v2_provider_as_v1(
+    v2: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = v2
+    recorder = Recorder().wrap(provider, "on_pre_compress")
+    with pytest.raises(RuntimeError, match="checkpoint API v3"):
+        mm.on_pre_compress(copy.deepcopy(RAW), evidence_messages=evidence_of(RAW),
+                           require_checkpoint=True, checkpoint_api_version=3)  # fmt: skip
+    (call,) = recorder.of("on_pre_compress")
+    assert call.kwargs == {} and len(call.args[0]) == len(RAW)  # raw list, no flag
+    assert type(provider).pre_compress_checkpoint_api_version == 2  # we keep advertising 2
+
+
+# -- B19 entry point and threads ---------------------------------------------------------------
+
+
+def test_b19_entry_point_discovered_by_importlib_metadata_and_registers(
+    hermes_home: Path,
+) -> None:
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group="hermes_agent.memory_providers")}
+    assert {"archive", "hivemind"} <= found.keys()
+    module = found["archive"].load()
+    folder = Path(module.__file__).parent  # main's find_provider_dir: the package folder
+    assert (folder / "plugin.yaml").is_file() and (folder / "cli.py").is_file()
+
+    registered: list[Any] = []
+    module.register(SimpleNamespace(register_memory_provider=registered.append))
+    (provider,) = registered
+    assert isinstance(provider, ArchiveProvider) and provider.name == found["archive"].name
+
+
+def test_b19_every_provider_thread_goes_through_the_host_helper(
+    hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    from archive_provider.host import hermes as glue
+
+    made: list[str] = []
+
+    def host_spawn(target: Any, *, name: str, daemon: bool = True) -> threading.Thread:
+        made.append(name)
+        return threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                                name=name, daemon=daemon)  # fmt: skip
+
+    monkeypatch.setattr(glue, "_host_spawn", host_spawn)
+    provider = ArchiveProvider()
+    provider.initialize("s-threads", platform="cli", agent_context="primary")
+    flush(provider)
+    provider.shutdown()
+    assert any(name.startswith("archive-writer") for name in made)
+
+    # Statically: no other thread is started anywhere in the packages.
+    bare = re.compile(r"threading\.Thread\(")
+    allowed = {"archive_provider/storage/writer.py",  # context_thread, the 0.19.0 fallback
+               "archive_provider/demo/fake_llm.py",  # the demo's loopback LLM server
+               # `witness serve` is its own process, never inside a host
+               "archive_provider/storage/witness_server.py"}  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    offenders = [
+        str(path.relative_to(root))
+        for package in ("archive_provider", "hivemind")
+        for path in (root / package).rglob("*.py")
+        if bare.search(path.read_text(encoding="utf-8"))
+        and str(path.relative_to(root)) not in allowed
+    ]
+    assert offenders == []

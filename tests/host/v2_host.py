@@ -544,6 +544,183 @@ def compress_context_v2(
             agent._memory_manager = manager
 
 
+# ---------------------------------------------------------------------------
+# Main's later provider surface (issue 17; docs/HOST.md §1-§4)
+# ---------------------------------------------------------------------------
+
+
+def _signature_params(fn: Callable[..., Any]) -> dict[str, inspect.Parameter] | None:
+    """A callable's parameters, or None when it cannot be inspected (main: assume it accepts)."""
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _has_var_kwargs(params: dict[str, inspect.Parameter]) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def provider_sync_accepts(provider: Any, keyword: str) -> bool:
+    """Main's ``_provider_sync_accepts`` (memory_manager [stored id 66030987327] ~47.5k)."""
+    params = _signature_params(provider.sync_turn)
+    return params is None or _has_var_kwargs(params) or keyword in params
+
+
+#: main ``agent/redact.py`` [stored id 68292260048]: the fail-closed sentinel
+REDACTION_UNAVAILABLE = "[redaction-unavailable]"
+
+
+def redact_for_egress(text: str) -> str:
+    """Main's egress scrub: the host redactor forced on, a bearer sweep, fail closed.
+
+    ``redact_sensitive_text(force=True)`` is 0.19.0's; the sweep folds any bearer residue
+    into ``Bearer [redacted]``; if the redactor raises, the whole text is the sentinel.
+    """
+    import re
+
+    from agent import redact
+
+    try:
+        scrubbed = redact.redact_sensitive_text(text, force=True)
+        return re.sub(
+            r"\bBearer\s+(?:\[[^\]]+\]|[A-Za-z0-9._~+/-]{20,}=*)", "Bearer [redacted]", scrubbed
+        )
+    except Exception:
+        return REDACTION_UNAVAILABLE
+
+
+def _scrub_row(row: Any) -> Any:
+    """One row as main scrubs it: string ``content``, ``content[].text`` and each tool call's
+    ``function.arguments``; roles, ids, ``None`` content and image URLs pass untouched."""
+    if not isinstance(row, dict):
+        return row
+    out = dict(row)
+    content = row.get("content")
+    if isinstance(content, str):
+        out["content"] = redact_for_egress(content)
+    elif isinstance(content, list):
+        out["content"] = [
+            {**block, "text": redact_for_egress(block["text"])}
+            if isinstance(block, dict) and isinstance(block.get("text"), str)
+            else block
+            for block in content
+        ]
+    calls = row.get("tool_calls")
+    if isinstance(calls, list):
+        scrubbed_calls = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                function = {**function, "arguments": redact_for_egress(function["arguments"])}
+                call = {**call, "function": function}
+            scrubbed_calls.append(call)
+        out["tool_calls"] = scrubbed_calls
+    return out
+
+
+def redact_rows_for_provider(rows: Any) -> Any:
+    """Main's row scrub (#115109 tests), in copies only; a list with nothing to scrub is
+    passed through by identity (``forwarded is rows``)."""
+    if rows is None:
+        return None
+    scrubbed = [_scrub_row(row) for row in rows]
+    return rows if scrubbed == list(rows) else scrubbed
+
+
+class MainMemoryManager(V2MemoryManager):  # type: ignore[misc, valid-type]
+    """The v2 manager plus what main hands providers since: authors, the hand-off scrub,
+    signature-filtered ``on_turn_start`` kwargs, inspection-only init and the recall line.
+
+    Each method mirrors memory_manager [stored id 66030987327] (quoted in docs/HOST.md);
+    the scrub follows the redacted host shape (v0.21.6+, #115104).
+    """
+
+    def sync_all(  # type: ignore[override]
+        self,
+        user_content: str,
+        assistant_content: str,
+        *,
+        session_id: str = "",
+        messages: list[dict[str, Any]] | None = None,
+        turn_author: dict[str, Any] | None = None,
+    ) -> None:
+        providers = list(self._providers)
+        clean = self._strip_skill_scaffolding(user_content) if providers else None
+        if not clean:
+            return
+        clean, assistant = redact_for_egress(clean), redact_for_egress(assistant_content)
+        optional = {"messages": redact_rows_for_provider(messages), "turn_author": turn_author}
+
+        def run() -> None:
+            for provider in providers:
+                kwargs: dict[str, Any] = {"session_id": session_id}
+                for keyword, value in optional.items():
+                    if value is not None and provider_sync_accepts(provider, keyword):
+                        kwargs[keyword] = value
+                try:
+                    provider.sync_turn(clean, assistant, **kwargs)
+                except Exception as exc:
+                    _mm_logger.warning(
+                        "Memory provider '%s' sync_turn failed: %s", provider.name, exc
+                    )
+
+        self._submit_background(run)
+
+    def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
+        """Kwargs filtered to each provider's signature (a legacy one still gets its tick)."""
+        for provider in self._providers:
+            params = _signature_params(provider.on_turn_start)
+            accepted = (
+                kwargs
+                if params is None or _has_var_kwargs(params)
+                else {k: v for k, v in kwargs.items() if k in params}
+            )
+            try:
+                provider.on_turn_start(turn_number, redact_for_egress(message), **accepted)
+            except Exception as exc:
+                _mm_logger.debug(
+                    "Memory provider '%s' on_turn_start failed: %s", provider.name, exc
+                )
+
+    def on_session_end(self, messages: list[dict[str, Any]]) -> None:
+        super().on_session_end(redact_rows_for_provider(messages))
+
+    def initialize_all_for_inspection(self, session_id: str, **kwargs: Any) -> None:
+        """``initialize_for_inspection`` where a provider has it, else ``initialize``."""
+        if "hermes_home" not in kwargs:
+            from hermes_constants import get_hermes_home
+
+            kwargs["hermes_home"] = str(get_hermes_home())
+        for provider in self._providers:
+            init = getattr(provider, "initialize_for_inspection", None) or provider.initialize
+            try:
+                init(session_id=session_id, **kwargs)
+            except Exception as exc:
+                _mm_logger.warning("Memory provider '%s' initialize failed: %s", provider.name, exc)
+
+    def describe_recall(self) -> str:
+        """Main's recall indicator line from each provider's ``recall_status()``."""
+        segments: list[str] = []
+        for provider in self._providers:
+            try:
+                status = provider.recall_status() if hasattr(provider, "recall_status") else None
+            except Exception as exc:
+                _mm_logger.debug("recall_status failed (non-fatal): %s", exc)
+                continue
+            if status is None:
+                continue
+            detail = (
+                "recalled 1 memory"
+                if status.count == 1
+                else f"recalled {status.count} memories"
+                if status.count > 1
+                else "recalled relevant memory"
+            )
+            segments.append(f"{status.glyph} {status.provider_label} \u2014 {detail}")
+        return "  ".join(segments)
+
+
 def install_v2_host(agent: Any, *, checkpoint_required: bool | None = None) -> Any:
     """Make a real 0.19.0 ``AIAgent`` look like a v2 host: v2 manager, optional armed gate,
     and main's startup warning. Returns the agent."""
@@ -560,6 +737,8 @@ __all__ = [
     "COMPRESSED_SUMMARY_METADATA_KEY",
     "HOST_HAS_CHECKPOINT_V2",
     "LEGACY_PRE_COMPRESS_API_VERSION",
+    "MainMemoryManager",
+    "REDACTION_UNAVAILABLE",
     "NATIVE",
     "PRE_COMPRESS_CHECKPOINT_API_VERSION",
     "CompressionCheckpointUnavailable",
@@ -574,7 +753,10 @@ __all__ = [
     "install_v2_host",
     "is_persistence_isolated_fork",
     "pre_compress_memory_context",
+    "provider_sync_accepts",
+    "redact_for_egress",
     "redact_for_provider",
+    "redact_rows_for_provider",
     "upgrade_memory_manager",
     "warn_checkpoint_required_without_capable_provider",
 ]

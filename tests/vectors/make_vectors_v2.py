@@ -1,4 +1,4 @@
-"""Generate the frozen format-v2 vectors of this folder: merkle.json and notes.json.
+"""Generate the frozen format-v2 vectors of this folder (merkle, notes, proofs, chain_v2).
 
 They pin docs/FORMAT.md sections 14 to 16 (the tree, checkpoints, cosignatures) the way
 make_vectors.py pins version 1: generated once from the implementation, checked by the
@@ -19,6 +19,7 @@ import argparse
 import base64
 import hashlib
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from blake3 import blake3
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from archive_provider import merkle  # noqa: E402
+from archive_provider.format import merkle  # noqa: E402
 from archive_provider.format.signed_note import (  # noqa: E402
     ALG_COSIGNATURE_V1,
     Checkpoint,
@@ -354,7 +355,511 @@ def make_proofs() -> dict[str, Any]:
     }
 
 
-FILES = {"merkle.json": make_merkle, "notes.json": make_notes, "proofs.json": make_proofs}
+CHAIN_STORE_KEY = bytes(range(32))
+
+
+def chain_v2_events() -> list[dict[str, Any]]:
+    """The inputs of chain_v2.json: five events, one shared part, an author, escaping."""
+    hello = {"content": "hello, caf\u00e9", "role": "user"}
+    reply = {"content": "hi \u2603", "role": "assistant"}
+    again = {"content": "hello again", "role": "user"}
+    ada = {"id": "u-42", "is_bot": False, "name": "Ada"}
+    return [
+        {
+            "type": "store_created",
+            "session": "archive",
+            "key": {},
+            "parts": [],
+            "author": None,
+            "body": {
+                "created": "2026-12-01T14:00:00.000000Z",
+                "format_version": 2,
+                "origin": TEST_ORIGIN,
+                "store_id": TEST_STORE_ID,
+                "vkey": "(test)",
+            },
+        },
+        {
+            "type": "turn",
+            "session": "sess-1",
+            "key": {"turn": 1},
+            "parts": [hello, reply],
+            "author": ada,
+            "body": {"messages": [0, 1], "turn": 1},
+        },
+        {
+            "type": "turn",
+            "session": 'sess "quoted"\n',
+            "key": {"turn": 1},
+            "parts": [hello],
+            "author": ada,
+            "body": {"messages": [0], "turn": 1},
+        },
+        {
+            "type": "memory_write",
+            "session": "sess-1",
+            "key": {"order": 1},
+            "parts": [again],
+            "author": None,
+            "body": {"action": "add", "content": 0, "target": "memory"},
+        },
+        {
+            "type": "checkpoint",
+            "session": "sess-1",
+            "key": {},
+            "parts": [hello, reply, again],
+            "author": None,
+            "body": {"evidence": [0, 1, 2]},
+        },
+    ]
+
+
+def _fill(value: Any, digests: list[str]) -> Any:
+    """Bodies name parts by position in the inputs; the vectors hold the digests."""
+    if isinstance(value, dict):
+        return {
+            k: (_fill(v, digests) if k in ("messages", "evidence", "content") else v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [digests[i] for i in value]
+    if type(value) is int:
+        return digests[value]
+    return value
+
+
+def make_chain_v2() -> dict[str, Any]:
+    from archive_provider.format import digests_v2
+    from archive_provider.format.canonical import canonical_bytes, canonical_text
+    from archive_provider.format.digests import Envelope
+
+    log = test_log_signer()
+    stored: dict[bytes, dict[str, Any]] = {}  # canonical bytes -> payload entry (dedup)
+
+    def part(value: Any) -> dict[str, Any]:
+        data = canonical_bytes(value)
+        if data not in stored:
+            salt = _seed(f"chain_v2 salt {len(stored)}")
+            stored[data] = {
+                "value": value,
+                "canonical_hex": data.hex(),
+                "salt": salt.hex(),
+                "lookup": digests_v2.lookup(CHAIN_STORE_KEY, data).hex(),
+                "digest": digests_v2.payload_digest(salt, data).hex(),
+            }
+        return stored[data]
+
+    genesis = digests_v2.genesis(TEST_STORE_ID)
+    chain, appender, out = genesis, merkle.TileAppender(), []
+    for seq, spec in enumerate(chain_v2_events(), start=1):
+        parts = [part(p) for p in spec["parts"]]
+        author = part(spec["author"]) if spec["author"] is not None else None
+        digests = [p["digest"] for p in parts]
+        body = _fill(spec["body"], digests) if parts else spec["body"]
+        body_bytes = canonical_bytes(body)
+        body_salt = _seed(f"chain_v2 body salt {seq}")
+        key = canonical_text(spec["key"])
+        parts_canonical = canonical_text(digests)
+        identity = digests_v2.identity(spec["type"], spec["session"], key, parts_canonical)
+        envelope = Envelope(
+            seq,
+            f"2026-12-01T14:00:0{seq}.000000Z",
+            spec["type"],
+            spec["session"],
+            key,
+            identity.hex(),
+            digests_v2.payload_digest(body_salt, body_bytes).hex(),
+            parts_canonical,
+            author["digest"] if author else None,
+            2,
+        )
+        previous, chain = chain, digests_v2.chain_hash(chain, envelope)
+        leaf = merkle.leaf_hash(envelope.canonical())
+        appender.append([leaf])
+        out.append(
+            {
+                "seq": seq,
+                "time": envelope.time,
+                "type": spec["type"],
+                "session": spec["session"],
+                "key": spec["key"],
+                "key_canonical": key,
+                "identity_input": canonical_text(
+                    {
+                        "key": spec["key"],
+                        "parts": digests,
+                        "session": spec["session"],
+                        "type": spec["type"],
+                    }
+                ),
+                "identity": identity.hex(),
+                "body": body,
+                "body_canonical_hex": body_bytes.hex(),
+                "body_salt": body_salt.hex(),
+                "payload": envelope.payload,
+                "parts": parts,
+                "parts_canonical": parts_canonical,
+                "parts_blob_hex": digests_v2.parts_blob(parts_canonical).hex(),
+                "author": author,
+                "envelope_text": envelope.canonical().decode("utf-8"),
+                "previous_chain": previous.hex(),
+                "chain": chain.hex(),
+                "leaf_hash": leaf.hex(),
+            }
+        )
+    root = appender.root()
+    checkpoint = format_checkpoint(Checkpoint(TEST_ORIGIN, appender.size, root))
+    return {
+        "about": "docs/FORMAT.md sections 11 and 13 to 15: five v2 events (a shared part, an "
+        "author, a session that needs escaping) with salts, lookups, envelopes, chain, leaf "
+        "hashes, the tiles, the head and a checkpoint signed by the test log key of "
+        "notes.json. Salts are SHA-256 of 'hermes-archive test key: chain_v2 ...'.",
+        "store_id": TEST_STORE_ID,
+        "store_key_hex": CHAIN_STORE_KEY.hex(),
+        "domains_hex": {
+            "identity": digests_v2.DOMAIN_IDENTITY.hex(),
+            "payload": digests_v2.DOMAIN_PAYLOAD.hex(),
+            "lookup": digests_v2.DOMAIN_LOOKUP.hex(),
+            "chain": digests_v2.DOMAIN_CHAIN.hex(),
+            "genesis": digests_v2.DOMAIN_GENESIS.hex(),
+        },
+        "genesis": genesis.hex(),
+        "events": out,
+        "tiles": [
+            {"level": lv, "index": ix, "hashes_hex": h.hex()}
+            for (lv, ix), h in sorted(appender.changed().items())
+        ],
+        "head": {"seq": appender.size, "chain": chain.hex(), "root": root.hex()},
+        "log_vkey": log.vkey,
+        "checkpoint": format_note(checkpoint, [log.sign(checkpoint)]).decode("utf-8"),
+    }
+
+
+def _sql_value(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _insert(table: str, *values: Any) -> str:
+    return f"INSERT INTO {table} VALUES ({', '.join(_sql_value(v) for v in values)})"
+
+
+def report_archive_sql(erasure_body: bytes | None = None) -> list[str]:
+    """SQL that builds the chain_v2.json archive plus seq 6, an erasure of the memory text.
+
+    ``erasure_body`` replaces the erasure's canonical body (for the duplicate-member case);
+    its digest, the envelope, chain, tiles, head and the signed checkpoint follow it.
+    """
+    from archive_provider.format import digests_v2
+    from archive_provider.format.canonical import canonical_bytes
+    from archive_provider.format.digests import Envelope
+    from archive_provider.storage.store_v2 import SCHEMA_V2
+
+    vectors = make_chain_v2()
+    log = test_log_signer()
+    sql = [s.strip() for s in SCHEMA_V2.split(";\n") if s.strip()]
+    sql += [
+        _insert("meta", "format_version", "2"),
+        _insert("meta", "store_id", TEST_STORE_ID),
+        _insert("meta", "origin", TEST_ORIGIN),
+        _insert("meta", "vkey", log.vkey),
+        _insert("meta", "created", "2026-12-01T14:00:01.000000Z"),
+    ]
+    payloads: dict[bytes, tuple[bytes, bytes | None, bytes]] = {}
+    rows = []
+    for event in vectors["events"]:
+        for entry in [*event["parts"], *([event["author"]] if event["author"] else [])]:
+            payloads[bytes.fromhex(entry["digest"])] = (
+                bytes.fromhex(entry["salt"]),
+                bytes.fromhex(entry["lookup"]),
+                bytes.fromhex(entry["canonical_hex"]),
+            )
+        payloads[bytes.fromhex(event["payload"])] = (
+            bytes.fromhex(event["body_salt"]),
+            None,
+            bytes.fromhex(event["body_canonical_hex"]),
+        )
+        rows.append(
+            Envelope(
+                event["seq"],
+                event["time"],
+                event["type"],
+                event["session"],
+                event["key_canonical"],
+                event["identity"],
+                event["payload"],
+                event["parts_canonical"],
+                event["author"]["digest"] if event["author"] else None,
+                2,
+            )
+        )
+    erased = vectors["events"][3]["parts"][0]["digest"]  # "hello again", named by seq 4 and 5
+    body = erasure_body or canonical_bytes(
+        {
+            "digests": [erased],
+            "dangling": [],
+            "events": 2,
+            "legal_basis": "test",
+            "payloads": 1,
+            "reason": "vector",
+            "scope": {"seq": [4, 5]},
+            "who": "test",
+        }
+    )
+    salt = _seed("reports erasure salt")
+    key = canonical_bytes({"at": "2026-12-01T14:00:06.000000Z", "scope": {"seq": [4, 5]}})
+    identity = digests_v2.identity("erasure", "archive", key.decode(), "[]")
+    payloads[digests_v2.payload_digest(salt, body)] = (salt, None, body)
+    rows.append(
+        Envelope(
+            6,
+            "2026-12-01T14:00:06.000000Z",
+            "erasure",
+            "archive",
+            key.decode(),
+            identity.hex(),
+            digests_v2.payload_digest(salt, body).hex(),
+            "[]",
+            None,
+            2,
+        )
+    )
+    chain = digests_v2.genesis(TEST_STORE_ID)
+    tree = merkle.TileAppender()
+    for envelope in rows:
+        chain = digests_v2.chain_hash(chain, envelope)
+        tree.append([merkle.leaf_hash(envelope.canonical())])
+        sql.append(
+            _insert(
+                "events",
+                envelope.seq,
+                envelope.time,
+                envelope.type,
+                envelope.session,
+                envelope.key,
+                bytes.fromhex(envelope.identity),
+                bytes.fromhex(envelope.payload),
+                digests_v2.parts_blob(envelope.parts),
+                bytes.fromhex(envelope.author) if envelope.author else None,
+                chain,
+            )
+        )
+    for digest, (salt, lookup, data) in payloads.items():
+        sql.append(_insert("payloads", digest, salt, lookup, data))
+    for (level, index), hashes in sorted(tree.changed().items()):
+        sql.append(_insert("tiles", level, index, hashes))
+    root = tree.root()
+    sql.append(_insert("head", 1, len(rows), chain, root))
+    text = format_checkpoint(Checkpoint(TEST_ORIGIN, len(rows), root))
+    sql.append(_insert("signed_checkpoints", len(rows), root, rows[-1].time, log.sign(text).data))
+    return sql
+
+
+def make_reports() -> dict[str, Any]:
+    """Small v2 databases, one per rule of FORMAT.md 20.1/20.2, with the expected verdict."""
+    from archive_provider.format.verifier import verify_database_v2
+
+    events = make_chain_v2()["events"]
+    part2 = events[1]["parts"][0]["digest"]  # "hello, café": named by seq 2, 3 and 5
+    again = events[3]["parts"][0]["digest"]  # erased by seq 6
+    drop = "DROP TRIGGER {}"
+    cases: list[dict[str, Any]] = [
+        ("intact", [], True, (True, None, None)),
+        ("intact without a pinned key", [], False, (True, None, None)),
+        (
+            "store_id missing",
+            ["DELETE FROM meta WHERE name = 'store_id'"],
+            True,
+            (False, None, "store_id_missing"),
+        ),
+        (
+            "store_id uppercase",
+            ["UPDATE meta SET value = upper(value) WHERE name = 'store_id'"],
+            True,
+            (False, None, "store_id_malformed"),
+        ),
+        (
+            "store_id short",
+            ["UPDATE meta SET value = substr(value, 2) WHERE name = 'store_id'"],
+            True,
+            (False, None, "store_id_malformed"),
+        ),
+        (
+            "erased and covered by a later erasure",
+            [
+                f"INSERT INTO erased VALUES (X'{again}', 6)",
+                f"UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = X'{again}'",
+            ],
+            True,
+            (True, None, None),
+        ),
+        (
+            "tombstone without erasure",
+            [
+                drop.format("payloads_erase_only"),
+                f"UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = X'{part2}'",
+            ],
+            True,
+            (False, 2, "erased_without_erasure"),
+        ),
+        (
+            "TEXT body",
+            [
+                drop.format("payloads_erase_only"),
+                f"UPDATE payloads SET body = CAST(body AS TEXT) WHERE digest = X'{part2}'",
+            ],
+            True,
+            (False, 2, "payload_type"),
+        ),
+        (
+            "one byte of a body changed",
+            [
+                drop.format("payloads_erase_only"),
+                f"UPDATE payloads SET body = CAST(replace(CAST(body AS TEXT), 'hello', 'hellO') AS BLOB)"
+                f" WHERE digest = X'{part2}'",
+            ],
+            True,
+            (False, 2, "payload_mismatch"),
+        ),
+        (
+            "invalid UTF-8 in session",
+            [
+                drop.format("events_no_update"),
+                "UPDATE events SET session = CAST(X'73ff' AS TEXT) WHERE seq = 3",
+            ],
+            True,
+            (False, 3, "invalid_utf8"),
+        ),
+        (
+            "time changed",
+            [
+                drop.format("events_no_update"),
+                "UPDATE events SET time = '2026-12-01T15:00:00.000000Z' WHERE seq = 4",
+            ],
+            True,
+            (False, 4, "chain"),
+        ),
+        (
+            "session changed",
+            [drop.format("events_no_update"), "UPDATE events SET session = 'other' WHERE seq = 2"],
+            True,
+            (False, 2, "identity"),
+        ),
+        (
+            "event deleted",
+            [drop.format("events_no_delete"), "DELETE FROM events WHERE seq = 3"],
+            True,
+            (False, 3, "sequence_gap"),
+        ),
+        (
+            "tail deleted",
+            [drop.format("events_no_delete"), "DELETE FROM events WHERE seq = 6"],
+            True,
+            (False, 6, "truncated"),
+        ),
+        ("head moved back", ["UPDATE head SET seq = 5"], True, (False, 6, "after_head")),
+        (
+            "head root changed",
+            ["UPDATE head SET root = zeroblob(32)"],
+            True,
+            (False, 6, "head_root"),
+        ),
+        (
+            "tile changed",
+            [drop.format("tiles_grow_only"), "UPDATE tiles SET hashes = zeroblob(length(hashes))"],
+            True,
+            (False, 1, "tiles"),
+        ),
+        (
+            "checkpoint signature changed",
+            [
+                drop.format("signed_checkpoints_no_update"),
+                "UPDATE signed_checkpoints SET signature = zeroblob(64)",
+            ],
+            True,
+            (False, None, "checkpoint_signature"),
+        ),
+        (
+            "checkpoint signature changed, no key given",
+            [
+                drop.format("signed_checkpoints_no_update"),
+                "UPDATE signed_checkpoints SET signature = zeroblob(64)",
+            ],
+            False,
+            (True, None, None),
+        ),
+        (
+            "checkpoint root changed",
+            [
+                drop.format("signed_checkpoints_no_update"),
+                "UPDATE signed_checkpoints SET root = zeroblob(32)",
+            ],
+            True,
+            (False, 6, "checkpoint_root"),
+        ),
+    ]
+    log = test_log_signer()
+    out = []
+    base = report_archive_sql()
+    for name, extra, pinned, (ok, seq, code) in cases:
+        out.append(
+            {
+                "name": name,
+                "sql": extra,
+                "vkey": pinned,
+                "expected": {"ok": ok, "first_bad_seq": seq, "code": code},
+            }
+        )
+    duplicate = (
+        b'{"dangling":[],"digests":["' + again.encode() + b'"],"digests":[],"events":2,'
+        b'"legal_basis":"test","payloads":1,"reason":"vector","scope":{"seq":[4,5]},"who":"test"}'
+    )
+    out.append(
+        {
+            "name": "erasure body with a member twice",
+            "base": "duplicate",
+            "sql": [],
+            "vkey": True,
+            "expected": {"ok": False, "first_bad_seq": 6, "code": "duplicate_key"},
+        }
+    )
+    bases = {"standard": base, "duplicate": report_archive_sql(duplicate)}
+    for case in out:
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        for statement in [*bases[case.get("base", "standard")], *case["sql"]]:
+            conn.execute(statement)
+        report = verify_database_v2(conn, log.vkey if case["vkey"] else None)
+        got = {"ok": report.ok, "first_bad_seq": report.first_bad_seq, "code": report.code}
+        if got != case["expected"]:
+            raise SystemExit(
+                f"reports.json case {case['name']!r}: expected "
+                f"{case['expected']}, the verifier says {got}: {report.problem}"
+            )
+    return {
+        "about": "docs/FORMAT.md 20.1-20.3: one small v2 database per rule. Build each with "
+        "the statements of bases[case.base or 'standard'] then the case's sql (an attacker "
+        "drops a trigger first), verify it (with the test log key of notes.json when vkey is "
+        "true) and compare ok, first_bad_seq and code. The base is chain_v2.json's five "
+        "events plus seq 6, an erasure listing the memory text's digest. Expected verdicts "
+        "are written by hand; the generator checks the reference verifier agrees.",
+        "log_vkey": log.vkey,
+        "bases": bases,
+        "cases": out,
+    }
+
+
+FILES = {
+    "merkle.json": make_merkle,
+    "notes.json": make_notes,
+    "proofs.json": make_proofs,
+    "chain_v2.json": make_chain_v2,
+    "reports.json": make_reports,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

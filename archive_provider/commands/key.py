@@ -1,0 +1,33 @@
+"""key: the verifier key of a format-v2 archive, for witnesses and auditors to pin.
+
+Prints ``<name>+<key ID>+<base64>`` (signed-note verifier key form, docs/FORMAT.md 15.2),
+read from the signing key; never the private key. A v1 archive has no signing key.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from archive_provider.commands import CommandContext, CommandError
+from archive_provider.storage.store import EventStoreV2
+
+NAME = "key"
+HELP = "print the archive's verifier key (format v2) for witnesses and auditors to pin"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """No options."""
+
+
+def run(ctx: CommandContext) -> int:
+    if not ctx.exists():
+        raise CommandError(f"no archive at {ctx.archive}")
+    with ctx.store() as store:
+        if not isinstance(store, EventStoreV2):
+            raise CommandError(
+                "this archive is format version 1: it has no signing key "
+                "(`hermes-archive migrate` makes a v2 archive that has one)"
+            )
+        vkey = store.vkey
+    ctx.emit({"ok": True, "vkey": vkey, "origin": vkey.split("+")[0]}, vkey)
+    return 0

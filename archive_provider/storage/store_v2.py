@@ -1,0 +1,264 @@
+"""Format-v2 pieces of the store: schema, key files, part resolution, the kept tree edge.
+
+docs/FORMAT.md sections 10, 12.3, 14.3, 15 and 17. :class:`archive_provider.storage.store.
+EventStoreV2` uses them; the rest of the package sees only the one ``EventStore`` API.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blake3 import blake3
+
+from ..errors import ArchiveError
+from ..format import merkle
+from ..format.canonical import canonical_bytes
+from ..format.digests_v2 import lookup, new_salt, payload_digest
+from ..format.events import Hasher, Part
+from ..format.signed_note import NoteError, Signer
+from .safe_files import UnsafeFile, read_small
+
+STORE_KEY_NAME = "store.key"
+SIGNING_KEY_NAME = "signing.key"
+#: names a signing key file outside the profile (FORMAT.md 10)
+SIGNING_KEY_ENV = "HERMES_ARCHIVE_SIGNING_KEY"
+#: a commit at least this long after the previous checkpoint signs one (FORMAT.md 15.4)
+CHECKPOINT_INTERVAL_S = 5.0
+
+SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    time     TEXT NOT NULL,
+    type     TEXT NOT NULL,
+    session  TEXT NOT NULL,
+    key      TEXT NOT NULL,
+    identity BLOB NOT NULL UNIQUE,
+    payload  BLOB NOT NULL,
+    parts    BLOB NOT NULL,
+    author   BLOB,
+    chain    BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session, seq);
+CREATE INDEX IF NOT EXISTS events_type ON events(type, seq);
+CREATE INDEX IF NOT EXISTS events_time ON events(time);
+CREATE INDEX IF NOT EXISTS events_author ON events(author, seq) WHERE author IS NOT NULL;
+CREATE TABLE IF NOT EXISTS payloads (
+    digest BLOB PRIMARY KEY,
+    salt   BLOB,
+    lookup BLOB,
+    body   BLOB
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS payloads_lookup ON payloads(lookup) WHERE lookup IS NOT NULL;
+CREATE TABLE IF NOT EXISTS erased (
+    digest      BLOB PRIMARY KEY,
+    erasure_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tiles (
+    level  INTEGER NOT NULL,
+    idx    INTEGER NOT NULL,
+    hashes BLOB    NOT NULL,
+    PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS signed_checkpoints (
+    size      INTEGER PRIMARY KEY,
+    root      BLOB    NOT NULL,
+    time      TEXT    NOT NULL,
+    signature BLOB    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cosignatures (
+    size      INTEGER NOT NULL,
+    name      TEXT    NOT NULL,
+    key_id    BLOB    NOT NULL,
+    timestamp INTEGER NOT NULL,
+    signature BLOB    NOT NULL,
+    PRIMARY KEY (size, name, key_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS head (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    seq   INTEGER NOT NULL,
+    chain BLOB    NOT NULL,
+    root  BLOB    NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS payloads_no_delete BEFORE DELETE ON payloads
+BEGIN SELECT RAISE(ABORT, 'payloads are kept; an erasure leaves a tombstone'); END;
+CREATE TRIGGER IF NOT EXISTS payloads_erase_only BEFORE UPDATE ON payloads
+WHEN NOT (NEW.digest = OLD.digest AND NEW.salt IS NULL AND NEW.lookup IS NULL
+          AND NEW.body IS NULL
+          AND EXISTS (SELECT 1 FROM erased WHERE erased.digest = OLD.digest))
+BEGIN SELECT RAISE(ABORT, 'a payload changes only by being erased'); END;
+CREATE TRIGGER IF NOT EXISTS erased_no_change BEFORE UPDATE ON erased
+BEGIN SELECT RAISE(ABORT, 'erasures are final'); END;
+CREATE TRIGGER IF NOT EXISTS erased_no_delete BEFORE DELETE ON erased
+BEGIN SELECT RAISE(ABORT, 'erasures are final'); END;
+CREATE TRIGGER IF NOT EXISTS tiles_grow_only BEFORE UPDATE ON tiles
+WHEN NOT (NEW.level = OLD.level AND NEW.idx = OLD.idx AND length(OLD.hashes) < 8192
+          AND length(NEW.hashes) > length(OLD.hashes) AND length(NEW.hashes) <= 8192
+          AND substr(NEW.hashes, 1, length(OLD.hashes)) = OLD.hashes)
+BEGIN SELECT RAISE(ABORT, 'a tile only grows, and a full tile never changes'); END;
+CREATE TRIGGER IF NOT EXISTS tiles_no_delete BEFORE DELETE ON tiles
+BEGIN SELECT RAISE(ABORT, 'tiles are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS signed_checkpoints_no_update BEFORE UPDATE ON signed_checkpoints
+BEGIN SELECT RAISE(ABORT, 'signed checkpoints are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS signed_checkpoints_no_delete BEFORE DELETE ON signed_checkpoints
+BEGIN SELECT RAISE(ABORT, 'signed checkpoints are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS cosignatures_no_update BEFORE UPDATE ON cosignatures
+BEGIN SELECT RAISE(ABORT, 'cosignatures are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS cosignatures_no_delete BEFORE DELETE ON cosignatures
+BEGIN SELECT RAISE(ABORT, 'cosignatures are append-only'); END;
+CREATE VIEW IF NOT EXISTS events_v AS
+  SELECT seq, time, type, session, key, lower(hex(identity)) AS identity,
+         lower(hex(payload)) AS payload, lower(hex(parts)) AS parts,
+         lower(hex(author)) AS author, lower(hex(chain)) AS chain FROM events;
+CREATE VIEW IF NOT EXISTS payloads_v AS
+  SELECT lower(hex(digest)) AS digest, lower(hex(salt)) AS salt,
+         CAST(body AS TEXT) AS body, body IS NULL AS erased FROM payloads;
+CREATE VIEW IF NOT EXISTS bodies_v AS
+  SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS body
+  FROM events e JOIN payloads p ON p.digest = e.payload
+"""
+
+
+class KeyFileError(ArchiveError):
+    """A v2 key file (store.key, the signing key) cannot be used; the message names it."""
+
+
+class TamperedPart(ArchiveError):
+    """A stored part found by its lookup is not the bytes, or not under the digest, it claims."""
+
+
+def signing_key_path(folder: Path) -> Path:
+    """Where this archive's signing key lives: outside the profile when the variable says so."""
+    named = os.environ.get(SIGNING_KEY_ENV)
+    return Path(named) if named else folder / SIGNING_KEY_NAME
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create ``path`` 0600 with ``text`` (never over an existing file), fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_signer(path: Path, origin: str) -> Signer:
+    """The store's Ed25519 signing key, in Go's note private-key form, named by ``origin``."""
+    try:
+        text = read_small(path, 4096).decode("ascii")
+        signer = Signer.from_private_key(text)
+    except FileNotFoundError:
+        raise KeyFileError(
+            f"the signing key {path} is missing; restore it from your backup (or point "
+            f"{SIGNING_KEY_ENV} at it). Without it no checkpoint can be signed."
+        ) from None
+    except UnsafeFile as exc:
+        raise KeyFileError(f"the signing key {path} cannot be used: {exc.strerror}") from None
+    except (UnicodeDecodeError, NoteError) as exc:
+        raise KeyFileError(f"the signing key {path} is not a note private key: {exc}") from None
+    if signer.name != origin:
+        raise KeyFileError(
+            f"the signing key {path} is for {signer.name}, not for this archive ({origin})"
+        )
+    return signer
+
+
+def make_signer(path: Path, origin: str) -> Signer:
+    """A new signing key for ``origin``, written to ``path`` (0600, never overwritten)."""
+    signer = Signer.generate(origin)
+    write_private(path, signer.private_key + "\n")
+    return signer
+
+
+class PartHasher(Hasher):
+    """Names parts for a v2 store: the digest of a body already stored, or a fresh salt.
+
+    Used inside the append transaction on the writer's thread (FORMAT.md 12.3): a stored
+    body is found by its keyed lookup and checked byte for byte; a new one gets a random salt
+    that :meth:`resolve` inserts with the event. Two parts of the same new text in one
+    transaction share the salt drawn first (``pending``).
+    """
+
+    format_version = 2
+
+    def __init__(self, key: bytes, conn: sqlite3.Connection) -> None:
+        super().__init__(key)
+        self._conn = conn
+        self.pending: dict[bytes, Part] = {}
+
+    def part(self, value: Any) -> Part:
+        return self.named(canonical_bytes(value))
+
+    def named(self, body: bytes) -> Part:
+        """The part for these canonical bytes: stored, pending, or new with a fresh salt."""
+        found = lookup(self._key, body)
+        stored = self._stored(found, body)
+        if stored is not None:
+            return Part(stored.hex(), body)
+        pending = self.pending.get(found)
+        if pending is None:
+            salt = new_salt()
+            pending = Part(payload_digest(salt, body).hex(), body, salt, found)
+            self.pending[found] = pending
+        return pending
+
+    def digest(self, body: bytes) -> str:
+        """A keyed, deterministic digest of ``body`` (for identity keys that name a list)."""
+        return blake3(b"hermes-archive/v2/key-digest\x00" + body, key=self._key).hexdigest()
+
+    def resolve(self, part: Part) -> Part:
+        """The part as this transaction stores it; ``salt`` set means: insert it now."""
+        found = part.lookup or lookup(self._key, part.body)
+        stored = self._stored(found, part.body)
+        if stored is not None:
+            return Part(stored.hex(), part.body)
+        if part.salt is not None:
+            return part
+        return self.named(part.body)
+
+    def _stored(self, found: bytes, body: bytes) -> bytes | None:
+        row = self._conn.execute(
+            "SELECT digest, salt, body FROM payloads WHERE lookup = ?", (found,)
+        ).fetchone()
+        if row is None:
+            return None
+        digest, salt, stored = row
+        if (
+            not isinstance(stored, bytes)
+            or stored != body
+            or not isinstance(salt, bytes)
+            or payload_digest(salt, stored) != digest
+        ):
+            shown = digest.hex() if isinstance(digest, bytes) else repr(digest)
+            raise TamperedPart(
+                f"the payload stored under {shown} is not the bytes its lookup and digest "
+                "name (the row was edited after it was written)"
+            )
+        return bytes(digest)
+
+
+@dataclass
+class TreeEdge:
+    """The tiles' right edge and compact range kept between commits (FORMAT.md 14.3)."""
+
+    size: int = 0
+    edge: dict[int, bytes] = field(default_factory=dict)
+    compact: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, size: int, read_tile: Callable[[int, int], bytes | None]) -> TreeEdge:
+        edge = merkle.read_edge(size, read_tile)
+        appender = merkle.TileAppender(size, edge)
+        return cls(size, edge, appender.compact())
+
+    def appender(self) -> merkle.TileAppender:
+        return merkle.TileAppender(self.size, self.edge, self.compact)

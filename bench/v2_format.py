@@ -1,0 +1,137 @@
+"""Format v2 costs (docs/FORMAT.md 17, 15.4): bytes per turn and the price of a signed commit.
+
+* Bytes per turn of the log alone, then with the default projections, in v1 and v2, on
+  the same generated turns (session_started, then turns of two new ~500-byte messages),
+  split by table with ``dbstat``, beside the raw UTF-8 bytes of the messages.
+* Commit cost, interleaved: a durable one-turn append to a v2 archive (tiles grown, head
+  root, an Ed25519-signed checkpoint in the same ``synchronous=FULL`` transaction), the same
+  append to a v1 archive, and a raw ``synchronous=FULL`` commit of one small row (the floor).
+
+    python -m bench.v2_format [--turns 5000] [--repeats 41]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from archive_provider.domain import builders
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore
+
+from .common import Workdir, interleaved, quiet_logging
+from .s7_storage import file_bytes, table_bytes
+from .workload import corpus, turn_events
+
+
+def bytes_per_turn(
+    work: Workdir, version: int, turns: int, *, projections: bool = False
+) -> dict[str, Any]:
+    folder = work.fresh(f"v{version}") / "archive"
+    text, _ = corpus()
+    store = EventStore.open(
+        folder, format_version=version, projections=default_projections if projections else ()
+    )
+    raw = 0
+    try:
+        chunk = []
+        for event in turn_events(store, f"v{version}", text, 500, turns):
+            chunk.append(event)
+            if event.type == "turn":
+                raw += sum(len(p.body) for p in event.parts)
+            if len(chunk) >= 50:  # commits of ~50 events, as a busy writer groups them
+                store.append(chunk)
+                chunk = []
+        if chunk:
+            store.append(chunk)
+    finally:
+        store.close()
+    db = folder / "events.db"
+    used = file_bytes(db)
+    return {
+        "format_version": version,
+        "projections": projections,
+        "turns": turns,
+        "bytes_per_turn": round(used / turns, 1),
+        "message_bytes_per_turn": round(raw / turns, 1),
+        "per_turn_by_table": {k: round(v / turns, 1) for k, v in table_bytes(db).items()},
+    }
+
+
+def commit_cost(work: Workdir, repeats: int) -> dict[str, Any]:
+    text, _ = corpus()
+    stores = {v: EventStore.open(work.fresh(f"c{v}") / "archive", format_version=v) for v in (1, 2)}
+    floor = sqlite3.connect(work.fresh("floor") / "floor.db", isolation_level=None)
+    floor.execute("PRAGMA journal_mode = WAL")
+    floor.execute("PRAGMA synchronous = FULL")
+    floor.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+    turn = {1: 0, 2: 0}
+
+    def durable(version: int) -> float:
+        store = stores[version]
+        turn[version] += 1
+        user, assistant = text.exchange(500)
+        parts = [
+            store.hasher.part({"role": "user", "content": user}),
+            store.hasher.part({"role": "assistant", "content": assistant}),
+        ]
+        event = builders.turn(store.hasher, "s", turn[version], parts, start=0, legacy=False)
+        start = time.perf_counter()
+        store.append([event], durable=True)
+        return time.perf_counter() - start
+
+    def raw() -> float:
+        start = time.perf_counter()
+        floor.execute("BEGIN IMMEDIATE")
+        floor.execute("INSERT INTO t (v) VALUES (randomblob(1200))")
+        floor.execute("COMMIT")
+        return time.perf_counter() - start
+
+    try:
+        v2, v1, _, _ = interleaved(lambda: durable(2), lambda: durable(1), repeats)
+        v2_again, floor_s, _, _ = interleaved(lambda: durable(2), raw, repeats)
+        signed = stores[2].conn.execute("SELECT count(*) FROM signed_checkpoints").fetchone()[0]
+    finally:
+        for store in stores.values():
+            store.close()
+        floor.close()
+    return {
+        "repeats": repeats,
+        "v2_durable_signed_ms": round(v2 * 1000, 3),
+        "v1_durable_ms": round(v1 * 1000, 3),
+        "raw_full_commit_ms": round(floor_s * 1000, 3),
+        "v2_over_v1": round(v2 / v1, 2),
+        "v2_over_raw_full_commit": round(v2_again / floor_s, 2),
+        "v2_checkpoints_signed": signed,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=41)
+    parser.add_argument("--root", type=Path, default=None)
+    args = parser.parse_args(argv)
+    work = Workdir(args.root)
+    try:
+        with quiet_logging():
+            result = {
+                "bytes": [
+                    bytes_per_turn(work, v, args.turns, projections=p)
+                    for p in (False, True)
+                    for v in (1, 2)
+                ],
+                "commit": commit_cost(work, args.repeats),
+            }
+    finally:
+        work.cleanup()
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
