@@ -143,6 +143,12 @@ class DrainReport:
         return not self.unwritten
 
 
+def _same_head(one: Head, other: Head) -> bool:
+    """The same log head: seq and chain (a v2 head read back also carries its Merkle root,
+    the one the writer kept from its own append does not; both follow from the same envelopes)."""
+    return (one.seq, one.chain) == (other.seq, other.chain)
+
+
 class WriterUnavailable(ArchiveUnavailable):
     """The writer cannot accept or complete work; the message says why and what to do."""
 
@@ -949,7 +955,7 @@ class Writer:
         """Verify what other processes appended since our last commit, before building on it."""
         known = self._verified
         head = store.head()
-        if known is None or head == known:
+        if known is None or _same_head(head, known):
             return
         if head.seq < known.seq:
             raise _Refused(
@@ -1058,7 +1064,7 @@ class Writer:
                     self._verified = store.head()
                     self._first_witness = False
                 head = store.head()
-                if self._verified is not None and head == self._verified:
+                if self._verified is not None and _same_head(head, self._verified):
                     foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                     synced = busy == 0  # the checkpoint synced the log and the database
