@@ -566,11 +566,11 @@ class EventStore:
             return self.append_in_transaction(events)
 
     @contextmanager
-    def transaction(self, *, durable: bool = False, at: str | None = None) -> Iterator[None]:
+    def transaction(self, *, durable: bool = False) -> Iterator[None]:
         """One write transaction: the head is read at its start and written once at its end.
 
         Its events share one time, read from the clock when it begins: the time they were
-        written together (``at`` only for ``migrate``, whose events keep their first time).
+        written together (unless :meth:`append_in_transaction` is given theirs).
         """
         conn = self.conn
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -578,7 +578,7 @@ class EventStore:
         committed = False
         try:
             self._head = start = self._read_head()
-            self._time = at or now_text()
+            self._time = now_text()
             yield
             self._finish_projections()
             end = self._head
@@ -612,7 +612,7 @@ class EventStore:
         """Append inside an open :meth:`transaction`; later reads in it see these events.
 
         ``time`` stamps them instead of the transaction's time: events taken in from the
-        spill keep the time the provider accepted them.
+        spill keep the time the provider accepted them, migrated ones their first time.
 
         Everything that can fail on the input (encoding, hashing) happens before the first
         insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
