@@ -51,7 +51,7 @@ from .hermes import (
 )
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
-from .spill_kinds import spill_entry, switch_entry, text_size, turn_entry, turn_event
+from .spill_kinds import spill_entry, text_size, turn_entry, turn_event
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +394,8 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "session_switched",
-            switch_entry(
+            spill_entry(
+                "session_switched",
                 session=session,
                 previous=previous,
                 at=at,

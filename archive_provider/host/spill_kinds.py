@@ -324,16 +324,3 @@ SPILL_KINDS: dict[str, Taker] = {
 def spill_entry(kind: str, **args: Any) -> Encoder:
     """A record whose arguments are taken as they are now (made encodable, nothing lost)."""
     return lambda state: (kind, archivable(args))
-
-
-def switch_entry(**args: Any) -> Encoder:
-    """A ``session_switched`` record. Like the hook's own transcript cache, the segment's
-    turn prefixes are forgotten: after a switch (a rewind, a rewrite) the next turn record
-    is whole, so its take-in takes the full path that finds what was rewound."""
-
-    def encode(state: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
-        for key in [k for k in state if isinstance(k, tuple) and k[:1] == ("turn",)]:
-            del state[key]
-        return "session_switched", archivable(args)
-
-    return encode

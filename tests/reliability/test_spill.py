@@ -24,7 +24,13 @@ from freezegun import freeze_time
 from archive_provider import ArchiveProvider
 from archive_provider.domain.clock import utc_now
 from archive_provider.format.canonical import decode
-from archive_provider.host.settings import SettingError, Settings, check_value, load_settings
+from archive_provider.host.settings import (
+    SettingError,
+    Settings,
+    check_value,
+    load_settings,
+    save_settings,
+)
 from archive_provider.host.spill_kinds import turn_entry
 from archive_provider.projections.builtin import transcript_digests
 from archive_provider.storage.spill import (
@@ -34,10 +40,10 @@ from archive_provider.storage.spill import (
     read_records,
     segment_paths,
 )
-from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from archive_provider.storage.writer import MAX_BATCH_JOBS
 
-from .conftest import CHILD, RECEIPT, env_int, events, raw, verify_home
+from .conftest import CHILD, RECEIPT, env_int, events, flush, raw, verify_home
 from .test_crash import Zygote, check_after_kill
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -435,3 +441,129 @@ def test_the_spill_file_is_private_and_holds_only_what_is_new(home: Path) -> Non
     records = list(read_records(segment))
     assert [r.kind for r in records] == ["turn", "turn"]
     assert records[1].args["base"] == 3 and len(records[1].args["rows"]) == 2
+
+
+# -- a spilled job rebuilds exactly the direct path's events (authors, masks, rewinds) --------
+
+HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+def host_session(provider: ArchiveProvider) -> None:
+    """One session as main's host drives it: two authors, host masks, an /undo, memory, end."""
+    m1: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "my token is abc123...wxyz, use it"},
+        {"role": "assistant", "content": "set password=*** for you"},
+    ]
+    m2 = [*m1, {"role": "user", "content": "and then?"}, {"role": "assistant", "content": "done"}]
+    m3 = [*m2, {"role": "user", "content": "delete it"}, {"role": "assistant", "content": "gone"}]
+    m4 = [*m2, {"role": "user", "content": "keep it"}, {"role": "assistant", "content": "kept"}]
+    provider.on_turn_start(1, "hello", author_id="U1", author_name="Ada", author_is_bot=False)
+    provider.sync_turn("my token", "set", session_id="s1", messages=m1)
+    bot = {"id": "B7", "name": "helper", "is_bot": True, "platform": "discord"}
+    provider.sync_turn("and then?", "done", session_id="s1", messages=m2, turn_author=bot)
+    provider.sync_turn("delete it", "gone", session_id="s1", messages=m3)
+    provider.on_session_switch("s1", parent_session_id="s1", rewound=True, reason="undo")
+    provider.sync_turn("keep it", "kept", session_id="s1", messages=m4)
+    provider.on_memory_write("add", "memory", "the user keeps it", {"session_id": "s1"})
+    provider.on_session_end([*m4, {"role": "user", "content": "bye"}])
+
+
+def readable_log(home: Path) -> list[tuple[Any, ...]]:
+    """Every event with each digest replaced by what it names (the two homes' keys differ)
+    and hook times left out (the time an event keeps has its own test above)."""
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and len(value) == 64:
+            body = store.payload(value)
+            return value if body is None else resolve(decode(body))
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items() if k not in ("at", "host")}
+        if isinstance(value, list):
+            return [resolve(v) for v in value]
+        return value
+
+    try:
+        return [
+            (e.seq, e.type, e.session, resolve(e.key), resolve(e.body))
+            for e in store.events()
+            if e.session == "s1"
+        ]
+    finally:
+        store.close()
+
+
+def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rewinds(
+    tmp_path: Path, providers: Callable[..., ArchiveProvider]
+) -> None:
+    direct, spilled = tmp_path / "direct", tmp_path / "spilled"
+    for where in (direct, spilled):
+        save_settings(where, {"busy_timeout_s": 0.2, "drain_timeout_s": 0.3})
+        providers(where, session="setup").shutdown()  # the archive exists before the lock
+    host_session(providers(direct, session="s1"))
+    assert flush(providers(direct, session="after"), 60)
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(archive_dir(spilled) / "events.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:  # nothing can commit: shutdown spills every job, as accepted
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        provider = providers(spilled, session="s1")
+        host_session(provider)
+        provider.shutdown()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(timeout=10)
+    kinds = [r.kind for p in segment_paths(archive_dir(spilled)) for r in read_records(p)]
+    assert kinds == ["session_started", *["turn"] * 3, "session_switched", "turn"] + [
+        "memory_write",
+        "session_ended",
+    ]
+    assert flush(providers(spilled, session="after"), 60)
+    assert not segment_paths(archive_dir(spilled))
+
+    log = readable_log(spilled)
+    assert log == readable_log(direct)
+    turns = [body for _, kind, _, _, body in log if kind == "turn"]
+    assert [t.get("author", {}).get("name") for t in turns] == [
+        "Ada",
+        "helper",  # sync_turn's turn_author is bound to its own turn
+        "Ada",  # then on_turn_start's stands again
+        "Ada",
+        None,  # on_session_end states no author
+    ]
+    assert turns[1]["author"]["is_bot"] is True and turns[1]["author"]["platform"] == "discord"
+    assert {m["kind"] for m in turns[0]["host_masks"]} == {"head_tail", "stars"}
+    (rewind,) = [body for _, kind, _, _, body in log if kind == "turns_rewound"]
+    assert rewind["from_message"] == 5 and rewind["detected_by"] == "sync_turn"
+    assert [m["content"] for m in rewind["messages"]] == ["delete it", "gone"]
+    assert verify_home(spilled).ok
+
+
+def test_a_v2_archive_takes_in_the_spill_with_the_accepted_times(home: Path) -> None:
+    EventStore.open(archive_dir(home), format_version=2).close()
+    with freeze_time("2026-11-30T08:00:00Z"):
+        spill_of(home, 3)
+    with freeze_time("2026-12-01T09:30:00Z"):
+        take_in(home)
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        assert isinstance(store, EventStoreV2)
+        turns = [e for e in store.events() if e.type == "turn"]
+    finally:
+        store.close()
+    assert len(turns) == 3 and {e.time for e in turns} == {"2026-11-30T08:00:00.000000Z"}
+    assert verify_home(home).ok
