@@ -56,5 +56,13 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="",
             description="A PostgreSQL URL or service name to ship the archive to in the background (keep the password in PGPASSFILE).",
         ),
+        ProviderField(
+            key="journal_every_event",
+            label="Journal every event",
+            kind=KIND_BOOL,
+            default="false",
+            description="Write each accepted event to the spill journal before the hook returns, "
+            "so a killed process loses nothing it accepted (a file write per turn).",
+        ),
     ),
 )

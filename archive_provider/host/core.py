@@ -27,6 +27,7 @@ from ..format.events import NewEvent
 from ..projections.recall import Hit, Prover, search
 from ..projections.registry import default_projections
 from ..storage.ship import BackgroundShipper, shippers
+from ..storage.spill import Encoder
 from ..storage.store import (
     DB_NAME,
     KEY_NAME,
@@ -40,6 +41,7 @@ from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .settings import Settings
+from .spill_kinds import SPILL_KINDS, spill_entry
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,11 @@ class ArchiveCore:
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(self.home),
+                kinds=SPILL_KINDS,
+                queue_max_events=self.settings.queue_max_events,
+                queue_max_bytes=self.settings.queue_max_bytes,
+                spill_fsync_s=self.settings.spill_fsync_s,
+                journal_every_event=self.settings.journal_every_event,
             )
             if self.writes_turns and self.retention is None:
                 self.retention = RetentionWorker(
@@ -182,13 +189,20 @@ class ArchiveCore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def submit(self, build: Build, label: str) -> None:
-        """Hand the writer a job and return; a failure is logged and put on the record."""
+    def submit(
+        self, build: Build, label: str, entry: Encoder | None = None, size: int = 512
+    ) -> None:
+        """Hand the writer a job and return; a failure is logged and put on the record.
+
+        ``entry`` is the same job as a spill record (a kind of :data:`SPILL_KINDS`): with it
+        the writer may spill the job instead of holding it in memory; ``size`` estimates
+        the bytes the queue holds for it (its bound counts them).
+        """
         writer = self.writer
         if writer is None:
             log.warning("archive: %s not archived: the archive is not initialized", label)
             return
-        future = writer.submit(build, label=label)
+        future = writer.submit(build, label=label, entry=entry, size=size)
 
         def report(done: Future[Any]) -> None:
             error = None if done.cancelled() else done.exception()
@@ -225,6 +239,7 @@ class ArchiveCore:
         self.submit(
             lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
             "write_failed",
+            spill_entry("write_failed", session=session, at=at, hook=hook, error=text),
         )
 
     def record_recall(self, session_id: str, query: str, result: str, sources: list[int]) -> None:
@@ -247,6 +262,17 @@ class ArchiveCore:
                 )
             ],
             "recall_served",
+            spill_entry(
+                "recall_served",
+                session=session,
+                turn=turn,
+                query=query,
+                result=result,
+                sources=sources,
+                at=at,
+                redact=redact,
+            ),
+            512 + len(query) + len(result),
         )
 
     # -- reading -------------------------------------------------------------------------

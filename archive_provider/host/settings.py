@@ -49,6 +49,10 @@ class Settings:
     #: central PostgreSQL store to ship to in the background (libpq URL or service name)
     ship_to: str = ""
     ship_interval_s: float = 2.0
+    queue_max_events: int = 2_000
+    queue_max_bytes: int = 64 << 20
+    spill_fsync_s: float = 1.0
+    journal_every_event: bool = False
 
     @staticmethod
     def config_schema() -> list[dict[str, Any]]:
@@ -81,6 +85,13 @@ class Settings:
                 "(libpq URL or service name; keep the password in PGPASSFILE)",
                 "default": Settings.ship_to,
             },
+            {
+                "key": "journal_every_event",
+                "description": "Write every accepted event to the spill journal before the hook "
+                "returns (a SIGKILL then loses nothing accepted; costs a write per turn)",
+                "default": Settings.journal_every_event,
+                "choices": [True, False],
+            },
         ]
 
 
@@ -93,6 +104,9 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "busy_timeout_s": (0.0, 600.0, False),
     "drain_timeout_s": (0.0, 600.0, False),
     "ship_interval_s": (0.0, 3600.0, True),
+    "queue_max_events": (1, 10_000_000, False),
+    "queue_max_bytes": (1 << 16, 1 << 36, False),  # 64 KiB to 64 GiB
+    "spill_fsync_s": (0.0, 60.0, False),
 }
 
 
