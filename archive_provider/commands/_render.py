@@ -49,7 +49,7 @@ def summary(store: EventStore, event: StoredEvent) -> str:
             (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
         )
         lead = _message(first if first is not None else messages[0]) if messages else "no messages"
-        author = part(store, body.get("author")) if body.get("author") else None
+        author = part(store, event.author_digest) if event.author_digest else None
         rewound = rewound_at(store.conn, event.seq)
         return (
             f"turn {body.get('turn')} by {author_label(author)}: {len(messages)} messages; {lead}"
@@ -114,7 +114,7 @@ def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict
         "summary": summary(store, event),
     }
     if event.type == "turn" and isinstance(event.body, Mapping):
-        digest = event.body.get("author")
+        digest = event.author_digest
         data["author"] = part(store, digest) if digest else None  # as the host stated it
     if full:
         data.update(
