@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,21 @@ from archive_provider.storage.witness import FIRST_WITNESS_REASON
 settings.register_profile("repeatable", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+@contextmanager
+def archive_format(version: int) -> Iterator[None]:
+    """New archives made inside are made in format ``version`` (1 or 2)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("archive_provider.storage.store.NEW_ARCHIVE_FORMAT", version)
+        yield
+
+
+@pytest.fixture
+def v1_format() -> Iterator[None]:
+    """For tests of v1 specifics (keyed digests, payload.key, text digests): new archives are v1."""
+    with archive_format(1):
+        yield
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from archive_provider.cli import main
 from archive_provider.format.verifier import verify_database
 from archive_provider.storage.store import EventStore, archive_dir
 from hivemind.provider import HivemindProvider
+from tests.conftest import archive_format
 from tests.test_cli import build_archive
 
 VIEWS = (
@@ -28,10 +29,11 @@ VIEWS = (
 )
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
+def home(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     folder = tmp_path_factory.mktemp("views") / "home"
-    build_archive(folder)
+    with archive_format(request.param):
+        build_archive(folder)
     return folder
 
 
@@ -63,7 +65,9 @@ def test_turns_read_as_the_conversation(home: Path) -> None:
     ]
     # every row leads back to its event and its stored message
     (digest,) = query(home, "SELECT message_digest FROM audit_turns LIMIT 1")[0]
-    assert query(home, f"SELECT count(*) FROM payloads WHERE digest = '{digest}'") == [(1,)]
+    assert query(
+        home, f"SELECT count(*) FROM payloads WHERE digest IN ('{digest}', x'{digest}')"
+    ) == [(1,)]
 
 
 def test_memory_checkpoints_sessions_and_recalls_read_as_text(home: Path) -> None:
@@ -92,13 +96,13 @@ def test_verification_ignores_the_views(home: Path, tmp_path: Path) -> None:
     copy = tmp_path / "archive"
     shutil.copytree(archive_dir(home), copy)
     conn = sqlite3.connect(copy / "events.db")
-    with_views = verify_database(conn, EventStore.open(copy, create=False).key).as_dict()
+    key = EventStore.open(copy, create=False).key  # payload.key (v1) or store.key (v2)
+    with_views = verify_database(conn, key).as_dict()
     for view in reversed(VIEWS):
         conn.execute(f"DROP VIEW {view}")
     conn.commit()
-    key = (copy / "payload.key").read_text().strip()
     assert with_views["ok"] is True
-    assert verify_database(conn, bytes.fromhex(key)).as_dict() == with_views
+    assert verify_database(conn, key).as_dict() == with_views
     conn.close()
 
 

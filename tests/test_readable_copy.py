@@ -22,13 +22,15 @@ import sqlite_utils
 
 from archive_provider.cli import main
 from archive_provider.storage.store import archive_dir
+from tests.conftest import archive_format
 from tests.test_cli import build_archive
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
+def home(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     folder = tmp_path_factory.mktemp("readable") / "home"
-    build_archive(folder)
+    with archive_format(request.param):
+        build_archive(folder)
     return folder
 
 
@@ -54,12 +56,14 @@ def test_the_copy_reads_with_sqlite_utils(
     out = tmp_path / "audit.db"
     code, data = copy(home, out, capsys)
     (head_seq, head_chain) = archive_rows(home, "SELECT seq, chain FROM head")[0]
+    head_chain = head_chain.hex() if isinstance(head_chain, bytes) else head_chain  # v2: a BLOB
     assert code == 0 and data["head"] == {"seq": head_seq, "chain": head_chain}
     db = sqlite_utils.Database(out)
     assert db["events"].count == head_seq
-    assert [(r["seq"], r["chain"]) for r in db["events"].rows] == archive_rows(
-        home, "SELECT seq, chain FROM events ORDER BY seq"
-    )
+    assert [(r["seq"], r["chain"]) for r in db["events"].rows] == [
+        (seq, chain.hex() if isinstance(chain, bytes) else chain)
+        for seq, chain in archive_rows(home, "SELECT seq, chain FROM events ORDER BY seq")
+    ]
     messages = list(db.query("SELECT seq, position, role, text, message_digest FROM messages"))
     assert [m["text"] for m in messages] == [
         r[0] for r in archive_rows(home, "SELECT text FROM audit_turns ORDER BY seq, position")
@@ -96,7 +100,8 @@ def test_a_damaged_archive_is_copied_and_says_so(
     damaged = tmp_path / "home"
     shutil.copytree(home, damaged)
     conn = sqlite3.connect(archive_dir(damaged) / "events.db")
-    conn.execute("DROP TRIGGER events_append_only_update")
+    conn.execute("DROP TRIGGER IF EXISTS events_append_only_update")  # v1
+    conn.execute("DROP TRIGGER IF EXISTS events_no_update")  # v2
     conn.execute("UPDATE events SET session = 'forged' WHERE seq = 3")
     conn.commit()
     conn.close()

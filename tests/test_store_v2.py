@@ -527,18 +527,19 @@ def test_v2_identity_keys_leave_out_what_the_identity_covers(tmp_path: Path) -> 
     store.close()
 
 
-def test_commands_that_do_not_speak_v2_yet_say_so_and_the_readable_copy_shows_hex(
+def test_export_writes_a_v2_bundle_and_the_readable_copy_shows_hex(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from archive_provider.cli import main
+    from archive_provider.format.verifier import verify_bundle
 
     store = _open(tmp_path / "archive")
     store.append([_turn(store, 1, "hello")])
     head = store.head()
     store.close()
-    assert main(["--home", str(tmp_path), "export", str(tmp_path / "out.zip")]) == 1
-    assert "bundle version 2" in capsys.readouterr().err
-    assert not (tmp_path / "out.zip").exists()
+    assert main(["--home", str(tmp_path), "export", str(tmp_path / "out.zip")]) == 0
+    assert f"chain {head.chain}" in capsys.readouterr().out  # the signed head, as hex
+    assert verify_bundle(tmp_path / "out.zip").ok
     assert main(["--home", str(tmp_path), "readable-copy", str(tmp_path / "copy.db")]) == 0
     out = capsys.readouterr().out
     assert f"chain {head.chain}" in out and "b'" not in out

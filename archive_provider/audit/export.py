@@ -22,19 +22,22 @@ import re
 import signal
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from blake3 import blake3
 
 from ..domain.clock import format_time, utc_now
 from ..errors import ArchiveError
+from ..format import digests_v2
 from ..format.digests import FORMAT_VERSION, genesis_chain
+from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
 from ..format.verifier import (
     BUNDLE_NAME,
     BUNDLE_VERSION,
+    BUNDLE_VERSION_V2,
     ENVELOPES,
     KEY_MEMBER,
     MANIFEST,
@@ -46,7 +49,15 @@ from ..format.verifier import (
     selected,
     verify_bundle,
 )
-from ..storage.store import ENVELOPE_COLUMNS, EventStore, EventStoreV2, Head
+from ..storage.store import (
+    ENVELOPE_COLUMNS,
+    ENVELOPE_COLUMNS_V2,
+    EventStore,
+    EventStoreV2,
+    Head,
+    salted_payload,
+)
+from ..storage.store_v2 import KeyFileError
 
 CHAIN_FROM = ("genesis", "selection")
 _ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
@@ -139,12 +150,14 @@ def export_bundle(
     """
     if chain_from not in CHAIN_FROM:
         raise ValueError(f"chain_from must be one of {CHAIN_FROM}")
-    if isinstance(store, EventStoreV2):
+    v2 = isinstance(store, EventStoreV2)
+    if v2 and chain_from != "genesis":
         raise ExportError(
-            "this archive is format version 2: its export bundle (bundle version 2, "
-            "docs/FORMAT.md 21.2) is not implemented yet; `hermes-archive verify --key VKEY` "
-            "checks the archive itself"
+            "a format-2 bundle carries every envelope from the genesis (its tree root is "
+            "checked against the signed checkpoint); drop --chain-from selection"
         )
+    if isinstance(store, EventStoreV2):
+        store.checkpoint()  # a writer signs the head first, so the bundle reaches it
     out = Path(out)
     remove_stale_partials(out.parent)
     tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")
@@ -155,29 +168,38 @@ def export_bundle(
         try:
             conn.execute("BEGIN")  # one read snapshot: the head and every row agree
             try:
-                head = store.head()
-                start_seq, start_chain = _start(store, selection, chain_from, head.seq)
+                head = _signed_head(store) if isinstance(store, EventStoreV2) else store.head()
+                start_seq, start_chain = (
+                    (0, digests_v2.genesis(store.store_id).hex())
+                    if v2
+                    else _start(store, selection, chain_from, head.seq)
+                )
                 try:
                     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
                 except OSError as exc:  # name the path the user gave, not our temporary file
                     raise type(exc)(exc.errno, exc.strerror, str(out)) from None
                 with os.fdopen(fd, "w+b") as handle:
-                    envelopes, chosen, payloads = _write(
-                        handle,
-                        store,
-                        selection,
-                        (start_seq, start_chain),
-                        head,
-                        created_by,
-                        progress,
-                    )
+                    if isinstance(store, EventStoreV2):
+                        envelopes, chosen, payloads = _write_v2(
+                            handle, store, selection, head, created_by, progress
+                        )
+                    else:
+                        envelopes, chosen, payloads = _write(
+                            handle,
+                            store,
+                            selection,
+                            (start_seq, start_chain),
+                            head,
+                            created_by,
+                            progress,
+                        )
                     size = handle.seek(0, os.SEEK_END)
                     handle.seek(size - 64)
                     seal = handle.read().decode("ascii")
                     os.fsync(handle.fileno())
             finally:
                 conn.execute("COMMIT")
-            report = verify_bundle(tmp)
+            report = verify_bundle(tmp, vkey=_own_vkey(store))
             if not report.ok:
                 where = (
                     f" at seq {report.first_bad_seq}" if report.first_bad_seq is not None else ""
@@ -339,6 +361,134 @@ def _write(
     handle.write(seal.encode("ascii"))
     handle.flush()
     return envelopes, chosen, len(needed)
+
+
+def _own_vkey(store: EventStore) -> str | None:
+    """The verifier key the export checks its own v2 bundle with (None: integrity only)."""
+    if not isinstance(store, EventStoreV2):
+        return None
+    try:
+        return store.vkey
+    except KeyFileError:
+        return None
+
+
+def _signed_head(store: EventStoreV2) -> Head:
+    """The head a v2 bundle reaches: the newest signed checkpoint (the store signs its head
+    when it can; a read-only one exports up to the last signature)."""
+    row = store.conn.execute(
+        "SELECT size, root FROM signed_checkpoints ORDER BY size DESC LIMIT 1"
+    ).fetchone()
+    if row is None:
+        raise ExportError("the archive has no signed checkpoint yet: nothing can be exported")
+    size = int(row[0])
+    chain = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (size,)).fetchone()
+    if chain is None:
+        raise ExportError(
+            f"the newest checkpoint names size {size}, beyond the log: run `hermes-archive verify`"
+        )
+    return Head(size, bytes(chain[0]).hex(), bytes(row[1]).hex())
+
+
+_ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq <= ? ORDER BY seq"
+
+
+def _envelope_line_v2(row: Sequence[Any]) -> tuple[bytes, list[str]]:
+    """A v2 ``envelopes.jsonl`` line (FORMAT.md 21.2) and the digests the event names."""
+    seq, time, type_, session, key, identity, payload, parts, author, chain = row
+    part_list = [bytes(parts[i : i + 32]).hex() for i in range(0, len(parts), 32)]
+    value = {
+        "seq": seq,
+        "time": time,
+        "type": type_,
+        "session": session,
+        "key": key,
+        "identity": bytes(identity).hex(),
+        "payload": bytes(payload).hex(),
+        "parts": part_list,
+        "author": None if author is None else bytes(author).hex(),
+        "chain": bytes(chain).hex(),
+    }
+    line = json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
+    named = [value["payload"], *part_list, *([value["author"]] if author is not None else [])]
+    return line.encode("ascii"), named
+
+
+def _write_v2(
+    handle: BinaryIO,
+    store: EventStoreV2,
+    selection: Selection,
+    head: Head,
+    created_by: str,
+    progress: Callable[[int], None] | None,
+) -> tuple[int, int, int]:
+    """Write a version-2 bundle (FORMAT.md 21.2): no key; salt and body per payload member;
+    the signed checkpoint at the bundle's head; tombstones listed, never carried."""
+    created = utc_now()
+    when = created.timetuple()[:6]
+    members: dict[str, dict[str, object]] = {}
+    needed: dict[str, None] = {}
+    envelopes = chosen = 0
+    with zipfile.ZipFile(handle, "w") as archive:
+        lines = _Member()
+        with archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member:
+            for row in store.conn.execute(_ROWS_SQL_V2, (head.seq,)):
+                line, named = _envelope_line_v2(row)
+                member.write(lines.feed(line))
+                envelopes += 1
+                if selection.matches(row[3], row[1]):
+                    chosen += 1
+                    needed.update(dict.fromkeys(named))
+                if progress and envelopes % 1000 == 0:
+                    progress(envelopes)
+        members[ENVELOPES] = lines.entry()
+        erased: list[dict[str, object]] = []
+        for digest in sorted(needed):
+            found = salted_payload(store.conn, digest)
+            if found is None:
+                tombstone = store.conn.execute(
+                    "SELECT erasure_seq FROM erased WHERE digest = ?", (bytes.fromhex(digest),)
+                ).fetchone()
+                if tombstone is None:
+                    raise ExportError(
+                        f"payload {digest} is missing from the archive; "
+                        "`hermes-archive verify` names the event"
+                    )
+                erased.append({"digest": digest, "seq": int(tombstone[0])})
+                continue
+            part = _Member()
+            archive.writestr(_info(PAYLOAD_PREFIX + digest, when), part.feed(found[0] + found[1]))
+            members[PAYLOAD_PREFIX + digest] = part.entry()
+        note = store.checkpoint_note(head.seq)
+        assert note is not None  # _signed_head read it in this snapshot
+        manifest: dict[str, object] = {
+            "bundle": BUNDLE_NAME,
+            "bundle_version": BUNDLE_VERSION_V2,
+            "format_version": FORMAT_V2,
+            "store_id": store.store_id,
+            "created": format_time(created),
+            "created_by": created_by,
+            "head": {"seq": head.seq, "chain": head.chain, "root": head.root},
+            "selection": selection.as_dict(),
+            "envelopes": envelopes,
+            "selected_events": chosen,
+            "payloads": len(needed) - len(erased),
+            "erased": erased,
+            "checkpoint": note.decode("utf-8"),
+            "consistency": [],  # the bundle's head is the checkpoint's size
+            "members": members,
+        }
+        text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("ascii")
+        archive.writestr(_info(MANIFEST, when), text)
+        archive.comment = seal_comment(blake3(text).hexdigest())
+    if progress:
+        progress(envelopes)
+    size = handle.seek(0, os.SEEK_END)
+    seal = seal_digest(handle, size)
+    handle.seek(size - 64)
+    handle.write(seal.encode("ascii"))
+    handle.flush()
+    return envelopes, chosen, len(needed) - len(erased)
 
 
 def _fsync_dir(folder: Path) -> None:

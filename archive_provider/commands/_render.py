@@ -75,7 +75,7 @@ def summary(store: Archive, event: StoredEvent) -> str:
             (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
         )
         lead = _message(first if first is not None else messages[0]) if messages else "no messages"
-        author = part(store, body.get("author")) if body.get("author") else None
+        author = part(store, event.author_digest) if event.author_digest else None
         rewound = _rewound(store, event.seq)
         return (
             f"turn {body.get('turn')} by {author_label(author)}: {len(messages)} messages; {lead}"
@@ -140,7 +140,7 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
         "summary": summary(store, event),
     }
     if event.type == "turn" and isinstance(event.body, Mapping):
-        digest = event.body.get("author")
+        digest = event.author_digest
         data["author"] = part(store, digest) if digest else None  # as the host stated it
     if full:
         data.update(

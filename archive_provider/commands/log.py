@@ -9,7 +9,6 @@ from archive_provider.commands import CommandContext, UsageError, count_or_all, 
 from archive_provider.commands._render import record, short_time
 from archive_provider.format.events import EVENT_TYPES
 from archive_provider.format.verifier import printable
-from archive_provider.storage.store import EVENT_COLUMNS, EVENTS_WITH_PAYLOAD, stored_event
 
 NAME = "log"
 HELP = "list events (filter by type, session, time); the newest last"
@@ -63,10 +62,12 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 def run(ctx: CommandContext) -> int:
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
-    sql = f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq DESC LIMIT ?"
+    sql = f"SELECT e.seq FROM events e{where} ORDER BY e.seq DESC LIMIT ?"
     with ctx.store() as store:
-        rows = store.conn.execute(sql, [*params, limit]).fetchall()
-        events = [record(store, stored_event(row)) for row in reversed(rows)]
+        seqs = [seq for (seq,) in store.conn.execute(sql, [*params, limit]).fetchall()]
+        # each read by the store's one reader, in either format
+        loaded = [store.event(seq) for seq in reversed(seqs)]
+        events = [record(store, event) for event in loaded if event is not None]
 
     def human(events: list[dict[str, Any]]) -> str:
         if not events:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
-from archive_provider.format.verifier import MANIFEST, describe, verify_bundle
+from archive_provider.format.verifier import MANIFEST, describe, verify_bundle, vkey_argument
 
 NAME = "verify-bundle"
 HELP = "verify an export bundle (seal, members, chain, selection) and compare it with this archive"
@@ -22,6 +22,12 @@ HELP = "verify an export bundle (seal, members, chain, selection) and compare it
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", metavar="OUT", help="the bundle file written by `export`")
+    parser.add_argument(
+        "--key",
+        metavar="VKEY",
+        help="a version-2 bundle: the archive's verifier key (or a file holding it), to check "
+        "its signed checkpoint's authenticity; without it only its integrity is checked",
+    )
     parser.add_argument(
         "--no-archive",
         action="store_true",
@@ -76,7 +82,8 @@ def compare(ctx: CommandContext, details: dict[str, Any]) -> dict[str, Any]:
                     ),
                 }
             row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (seq,)).fetchone()
-            if seq and (row is None or row[0] != chain):
+            stored = row[0].hex() if row and isinstance(row[0], bytes) else row and row[0]
+            if seq and (row is None or stored != chain):
                 return {
                     "compared": True,
                     "matches": False,
@@ -100,7 +107,7 @@ def run(ctx: CommandContext) -> int:
     if not path.is_file():
         raise UsageError(f"{path} is not a file")
     with ctx.progress("verify-bundle", _claimed_head(path)) as progress:
-        report = verify_bundle(path, progress=progress)
+        report = verify_bundle(path, progress=progress, vkey=vkey_argument(ctx.args.key))
     archive: dict[str, Any] = (
         compare(ctx, report.details)
         if report.ok

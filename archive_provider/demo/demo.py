@@ -81,7 +81,8 @@ def _archive_head(folder: Path) -> dict[str, Any]:
             conn.close()
     except sqlite3.Error as exc:
         return {"unreadable": str(exc)}
-    return {"store_id": store[0] if store else None, "seq": head[0], "chain": head[1]}
+    chain = head[1].hex() if isinstance(head[1], bytes) else head[1]  # v2 stores 32 bytes
+    return {"store_id": store[0] if store else None, "seq": head[0], "chain": chain}
 
 
 def _inventory(home: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:

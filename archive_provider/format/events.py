@@ -148,6 +148,15 @@ class StoredEvent:
     def part_digests(self) -> list[str]:
         return list(decode(self.envelope.parts))
 
+    @property
+    def author_digest(self) -> str | None:
+        """A turn's author payload: the envelope's (v2, 13.1), or the part its body names (v1)."""
+        if self.envelope.author is not None:
+            return self.envelope.author
+        body = self.body
+        named = body.get("author") if isinstance(body, Mapping) else None
+        return named if isinstance(named, str) else None
+
 
 @dataclass(frozen=True)
 class LoadedEvent(StoredEvent):

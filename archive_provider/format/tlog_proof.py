@@ -21,8 +21,17 @@ from typing import Any
 
 from blake3 import blake3
 
-from . import merkle
-from .signed_note import Checkpoint, NoteError, Verifier, open_checkpoint
+try:
+    from . import merkle
+    from .signed_note import Checkpoint, NoteError, Verifier, open_checkpoint
+except ImportError:  # copied beside verifier.py and run as a script (FORMAT.md 21.1)
+    import merkle  # type: ignore[no-redef]
+    from signed_note import (  # type: ignore[no-redef]
+        Checkpoint,
+        NoteError,
+        Verifier,
+        open_checkpoint,
+    )
 
 HEADER = "c2sp.org/tlog-proof@v1"
 DOMAIN_PAYLOAD = b"hermes-archive/v2/payload\x00"

@@ -23,6 +23,8 @@ digest itself, so a change to any single bit anywhere is caught and named.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import json
 import os
 import pathlib
@@ -56,6 +58,16 @@ except ImportError:  # run as a script: verifier.py, merkle.py and signed_note.p
             f"a format-v2 archive needs merkle.py and signed_note.py beside verifier.py and "
             f"the cryptography package ({missing})"
         )
+#: why proof files (FORMAT.md 21.1) cannot be checked by this copy (None: they can)
+PROOF_UNAVAILABLE: str | None = V2_UNAVAILABLE
+if PROOF_UNAVAILABLE is None:
+    try:
+        from . import tlog_proof
+    except ImportError:
+        try:
+            import tlog_proof  # type: ignore[no-redef]
+        except ImportError as missing:
+            PROOF_UNAVAILABLE = f"a proof file needs tlog_proof.py beside verifier.py ({missing})"
 
 DOMAIN_IDENTITY = b"hermes-archive/v1/identity\x00"
 DOMAIN_PAYLOAD = b"hermes-archive/v1/payload\x00"
@@ -970,7 +982,10 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
 
 
 def _verify_open_bundle(
-    handle: BinaryIO, report: Report, progress: Callable[[int], None] | None
+    handle: BinaryIO,
+    report: Report,
+    progress: Callable[[int], None] | None,
+    vkey: str | None = None,
 ) -> Report:
     manifest_digest, seal, size = _read_seal(handle)
     try:
@@ -1000,9 +1015,11 @@ def _verify_open_bundle(
         )
     with archive.open(MANIFEST) as member:
         try:
-            manifest = _check_manifest(json.loads(member.read(manifest_size).decode("utf-8")))
+            manifest = json.loads(member.read(manifest_size).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise BundleError(f"{MANIFEST} is not valid JSON: {exc}") from None
+    v2 = isinstance(manifest, dict) and manifest.get("bundle_version") == BUNDLE_VERSION_V2
+    manifest = _check_manifest_v2(manifest) if v2 else _check_manifest(manifest)
     members: dict[str, dict[str, Any]] = manifest["members"]
     present = set(names) - {MANIFEST}
     missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
@@ -1019,6 +1036,8 @@ def _verify_open_bundle(
                 f"member {printable(name)} was changed: its size or BLAKE3 differs from the manifest"
             )
 
+    if v2:
+        return _verify_bundle_v2(archive, manifest, handle, (size, seal), vkey, progress)
     store_id, head, proof = manifest["store_id"], manifest["head"], manifest["proof"]
     start = (proof["start_seq"], proof["start_chain"])
     report.details = {
@@ -1120,18 +1139,335 @@ def _verify_open_bundle(
     return report
 
 
+# -- export bundles, version 2 (docs/FORMAT.md 21.2) -----------------------------------------
+
+BUNDLE_VERSION_V2 = 2
+ENVELOPE_FIELDS_V2 = (
+    "seq",
+    "time",
+    "type",
+    "session",
+    "key",
+    "identity",
+    "payload",
+    "parts",
+    "author",
+    "chain",
+)
+SALT_BYTES = 32
+
+
+class _BundleErrorV2(BundleError):
+    """A v2 bundle check failed: the report so far and the failure's code travel with it."""
+
+    def __init__(self, report: ReportV2, message: str, seq: int | None, code: str) -> None:
+        super().__init__(message, seq)
+        self.report, self.code = report, code
+
+
+def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
+    """Validate a version-2 manifest's shape (FORMAT.md 21.2); return it."""
+    where = MANIFEST
+    if manifest.get("bundle") != BUNDLE_NAME or manifest.get("format_version") != 2:
+        raise BundleError(f"{where}: not a {BUNDLE_NAME} version 2 of a format-2 archive")
+    if V2_UNAVAILABLE:
+        raise BundleError(f"cannot check a version-2 bundle: {V2_UNAVAILABLE}")
+    store_id = _field(manifest, "store_id", str, where)
+    if not _STORE_ID.fullmatch(store_id):
+        raise BundleError(f"{where}: store_id is not 32 lowercase hex digits")
+    head = _field(manifest, "head", dict, where)
+    if _field(head, "seq", int, f"{where} head") < 0:
+        raise BundleError(f"{where}: head seq is negative")
+    for name in ("chain", "root"):
+        _digest_field(head, name, f"{where} head")
+    selection = _field(manifest, "selection", dict, where)
+    if set(selection) != {"session", "since", "until"} or any(
+        v is not None and not isinstance(v, str) for v in selection.values()
+    ):
+        raise BundleError(f"{where}: selection must name exactly session, since and until")
+    for name in ("envelopes", "selected_events", "payloads"):
+        if _field(manifest, name, int, where) < 0:
+            raise BundleError(f"{where}: {name} is negative")
+    _field(manifest, "checkpoint", str, where)
+    consistency = _field(manifest, "consistency", list, where)
+    if not all(isinstance(line, str) for line in consistency):
+        raise BundleError(f"{where}: consistency is a list of base64 lines")
+    for entry in _field(manifest, "erased", list, where):
+        if not isinstance(entry, dict) or set(entry) != {"digest", "seq"}:
+            raise BundleError(f"{where}: an erased entry is not a digest and its erasure seq")
+        _digest_field(entry, "digest", f"{where} erased")
+        _field(entry, "seq", int, f"{where} erased")
+    members = _field(manifest, "members", dict, where)
+    for name, entry in members.items():
+        if not isinstance(entry, dict):
+            raise BundleError(f"{where}: member entry {name!r} is not an object")
+        _field(entry, "size", int, f"{where} member {name}")
+        _digest_field(entry, "blake3", f"{where} member {name}")
+        if name != ENVELOPES and not (
+            name.startswith(PAYLOAD_PREFIX) and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
+        ):
+            raise BundleError(f"{where}: unexpected member name {printable(name)}")
+    if ENVELOPES not in members:
+        raise BundleError(f"{where}: member {ENVELOPES} is not listed")
+    return dict(manifest)
+
+
+def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
+    """Parse a v2 ``envelopes.jsonl`` strictly: exact fields and types, duplicates refused."""
+    with archive.open(ENVELOPES) as member:
+        for number, raw in enumerate(iter(lambda: member.readline(_MAX_ENVELOPE_LINE), b""), 1):
+            try:
+                value = strict_json(raw.decode("ascii"), f"{ENVELOPES} line {number}")
+            except _Failed as failure:
+                raise BundleError(failure.problem, number) from None
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
+            if (
+                not raw.endswith(b"\n")
+                or not isinstance(value, dict)
+                or set(value) != set(ENVELOPE_FIELDS_V2)
+                or type(value["seq"]) is not int
+                or not all(isinstance(value[n], str) for n in ("time", "type", "session", "key"))
+                or not all(
+                    isinstance(value[n], str) and _HEX64.fullmatch(value[n])
+                    for n in ("identity", "payload", "chain")
+                )
+                or not isinstance(value["parts"], list)
+                or not all(isinstance(d, str) and _HEX64.fullmatch(d) for d in value["parts"])
+                or not (
+                    value["author"] is None
+                    or isinstance(value["author"], str)
+                    and _HEX64.fullmatch(value["author"])
+                )
+            ):
+                raise BundleError(f"{ENVELOPES} line {number} is not a v2 envelope record", number)
+            yield value
+
+
+def _verify_bundle_v2(
+    archive: zipfile.ZipFile,
+    manifest: dict[str, Any],
+    handle: BinaryIO,
+    sealed: tuple[int, str],
+    vkey: str | None,
+    progress: Callable[[int], None] | None,
+) -> ReportV2:
+    """The envelopes chained from the genesis, streamed (a compact range, O(log n) memory,
+    grows the root), each selected event's bodies against their salted digests, the seal,
+    and the signed checkpoint with the consistency proof from the head to it."""
+    report = ReportV2()
+    store_id, head = manifest["store_id"], manifest["head"]
+    report.store_id, report.head_seq = store_id, head["seq"]
+    report.details = {
+        "store_id": store_id,
+        "created": manifest.get("created"),
+        "head": dict(head),
+        "proof_start": {"seq": 0, "chain": None, "genesis": True},
+        "selection": manifest["selection"],
+        "envelopes": manifest["envelopes"],
+        "selected_events": manifest["selected_events"],
+        "payloads": manifest["payloads"],
+    }
+
+    def fail(message: str, seq: int | None = None, code: str = "bundle") -> _BundleErrorV2:
+        return _BundleErrorV2(report, message, seq, code)
+
+    members = manifest["members"]
+    erased = {bytes.fromhex(e["digest"]): e["seq"] for e in manifest["erased"]}
+    erasures_seen: set[int] = set()
+    referenced: set[str] = set()
+    tree = merkle.CompactRange()
+    prev_seq, prev_chain = 0, blake3(V2_GENESIS + store_id.encode("ascii")).digest()
+    chosen = 0
+    for value in _envelope_rows_v2(archive):
+        seq = value["seq"]
+        if seq != prev_seq + 1:
+            raise fail(
+                f"sequence gap: expected {prev_seq + 1}, found {seq}", prev_seq + 1, "sequence_gap"
+            )
+        identity, payload = bytes.fromhex(value["identity"]), bytes.fromhex(value["payload"])
+        parts = b"".join(bytes.fromhex(d) for d in value["parts"])
+        author = None if value["author"] is None else bytes.fromhex(value["author"])
+        time, type_, session, key = value["time"], value["type"], value["session"], value["key"]
+        if identity_v2(type_, session, key, parts) != identity:
+            raise fail(
+                f"seq {seq}: the identity does not match type, session, key and parts",
+                seq,
+                "identity",
+            )
+        data = envelope_bytes_v2(seq, time, type_, session, key, identity, payload, parts, author)
+        chain = blake3(V2_CHAIN + prev_chain + data).digest()
+        if chain.hex() != value["chain"]:
+            raise fail(
+                f"seq {seq}: the chain hash does not match (an envelope field, or an earlier event, was changed)",
+                seq,
+                "chain",
+            )
+        tree.append(merkle.leaf_hash(data))
+        if type_ == "erasure":
+            erasures_seen.add(seq)
+        if selected(manifest["selection"], session, time):
+            chosen += 1
+            for digest in (payload, *(parts[i : i + 32] for i in range(0, len(parts), 32)), author):
+                if digest is None:
+                    continue
+                name = PAYLOAD_PREFIX + digest.hex()
+                if name not in members:
+                    at = erased.get(digest)
+                    if at is None or at <= seq:
+                        raise fail(
+                            f"seq {seq}: payload {digest.hex()} is missing from the bundle",
+                            seq,
+                            "missing_payload",
+                        )
+                    report.payloads_erased += name not in referenced
+                    referenced.add(name)
+                    continue
+                if name in referenced:
+                    continue
+                if members[name]["size"] > _MAX_PAYLOAD + SALT_BYTES:
+                    raise fail(f"member {printable(name)} is larger than any archive can hold", seq)
+                stored = archive.read(name)
+                salt, body = stored[:SALT_BYTES], stored[SALT_BYTES:]
+                if len(salt) != SALT_BYTES or blake3(V2_PAYLOAD + salt + body).digest() != digest:
+                    raise fail(
+                        f"seq {seq}: payload {digest.hex()} does not match its salt and body",
+                        seq,
+                        "payload_mismatch",
+                    )
+                referenced.add(name)
+                report.payloads_checked += 1
+        else:
+            report.envelopes_only += 1
+        prev_seq, prev_chain = seq, chain
+        report.events_checked, report.last_seq = report.events_checked + 1, seq
+        if progress and seq % 1000 == 0:
+            progress(seq)
+    root = tree.root()
+    report.tree_size, report.root = tree.size, root.hex()
+    if prev_seq != head["seq"] or prev_chain.hex() != head["chain"]:
+        raise fail(
+            f"the envelopes end at seq {prev_seq}, not at the head {head['seq']} the manifest names",
+            prev_seq + 1,
+            "truncated",
+        )
+    if root.hex() != head["root"]:
+        raise fail(
+            "the head's Merkle root is not the root of the envelopes", prev_seq or None, "head_root"
+        )
+    for digest, at in erased.items():
+        if at not in erasures_seen:
+            raise fail(
+                f"payload {digest.hex()} is listed as erased by seq {at}, which is no erasure",
+                at,
+                "erased_without_erasure",
+            )
+    counts = (
+        ("envelopes", report.events_checked),
+        ("selected events", chosen),
+        ("payloads", sum(1 for n in members if n.startswith(PAYLOAD_PREFIX))),
+    )
+    for (name, found), claimed in zip(
+        counts,
+        (manifest["envelopes"], manifest["selected_events"], manifest["payloads"]),
+        strict=True,
+    ):
+        if found != claimed:
+            raise fail(f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}")
+    unreferenced = sorted(
+        n for n in members if n.startswith(PAYLOAD_PREFIX) and n not in referenced
+    )
+    if unreferenced:
+        raise fail(
+            f"member {printable(unreferenced[0])} is not a payload or part of any selected event"
+        )
+    if seal_digest(handle, sealed[0]) != sealed[1]:
+        raise fail(
+            "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed"
+        )
+    _bundle_checkpoint(manifest, report, root, vkey, fail)
+    return report
+
+
+def _bundle_checkpoint(
+    manifest: dict[str, Any],
+    report: ReportV2,
+    root: bytes,
+    vkey: str | None,
+    fail: Callable[..., _BundleErrorV2],
+) -> None:
+    """The bundle's checkpoint: its origin, the head's consistency with it, its signature."""
+    origin = f"hermes-archive.invalid/{manifest['store_id']}"
+    try:
+        if vkey is not None:
+            checkpoint, _, cosigned = signed_note.open_checkpoint(
+                manifest["checkpoint"], signed_note.Verifier.from_vkey(vkey)
+            )
+        else:
+            note = signed_note.parse_note(manifest["checkpoint"])
+            checkpoint, cosigned = signed_note.parse_checkpoint(note.text), []
+    except signed_note.NoteError as exc:
+        if vkey is not None:
+            report.authenticity = "failed"
+        raise fail(
+            f"the bundle's checkpoint does not verify: {exc}", None, "checkpoint_signature"
+        ) from None
+    if checkpoint.origin != origin:
+        raise fail(
+            f"the checkpoint is for {printable(checkpoint.origin)}, not {origin}",
+            None,
+            "checkpoint_signature",
+        )
+    size = report.tree_size
+    try:
+        proof = [base64.b64decode(line, validate=True) for line in manifest["consistency"]]
+        if checkpoint.size == size:
+            if proof or checkpoint.root != root:
+                raise merkle.ProofError("the checkpoint at the head's size names another root")
+        elif checkpoint.size < size:
+            raise merkle.ProofError(
+                f"the checkpoint (size {checkpoint.size}) is older than the head"
+            )
+        else:
+            merkle.verify_consistency(size, checkpoint.size, root, checkpoint.root, proof)
+    except (merkle.ProofError, binascii.Error) as exc:
+        raise fail(
+            f"the head is not consistent with the signed checkpoint: {exc}", None, "consistency"
+        ) from None
+    report.checkpoint = {
+        "size": checkpoint.size,
+        "signature": "verified" if vkey is not None else "not checked",
+        "cosigned_by": [s.name for s in cosigned],
+    }
+    if vkey is not None:
+        report.authenticity = "verified"
+    else:
+        report.warnings.append(
+            "integrity only: the checkpoint's signature was not checked; give the archive's "
+            "verifier key (--key VKEY, from `hermes-archive key`) to check its authenticity"
+        )
+
+
 def verify_bundle(
-    path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+    path: str | os.PathLike[str],
+    progress: Callable[[int], None] | None = None,
+    vkey: str | None = None,
 ) -> Report:
     """Verify an export bundle: seal, manifest, every member, the chain from its start to its head,
-    every selected event's payload and parts, and that the selection is complete."""
+    every selected event's payload and parts, and that the selection is complete.
+
+    A version-2 bundle (FORMAT.md 21.2) also carries the signed checkpoint: with ``vkey`` its
+    signature is checked (``authenticity`` verified), without it integrity only.
+    """
     report = Report()
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
             return report.fail(None, f"{printable(path)} is not a regular file")
         with open(path, "rb") as handle:
-            return _verify_open_bundle(handle, report, progress)
+            return _verify_open_bundle(handle, report, progress, vkey)
     except BundleError as exc:
+        if isinstance(exc, _BundleErrorV2):
+            return exc.report.fail(exc.seq, str(exc), exc.code)
         return report.fail(exc.seq, str(exc))
     except Exception as exc:  # an unreadable file or a zip damaged in a way zipfile did not foresee
         return report.fail(None, f"cannot read the bundle: {type(exc).__name__}: {exc}")
@@ -1167,6 +1503,13 @@ def _read_regular(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def vkey_argument(key: str | None) -> str | None:
+    """A ``--key`` argument as a verifier key: the key itself, or a file holding it."""
+    if key is not None and os.path.isfile(key):
+        return _read_regular(key, 4096).decode("utf-8").strip()
+    return key
+
+
 def _verify_database_file(database: str, key: str | None) -> Report:
     """Verify ``database``: v1 with its payload key (``key``: the file, default beside it),
     v2 with no key file (``key``: the pinned verifier key, or a file holding it)."""
@@ -1178,10 +1521,7 @@ def _verify_database_file(database: str, key: str | None) -> Report:
         conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
         version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
         if version is not None and version[0] == "2":
-            vkey = key
-            if key is not None and os.path.isfile(key):
-                vkey = _read_regular(key, 4096).decode("utf-8").strip()
-            return verify_database_v2(conn, vkey)
+            return verify_database_v2(conn, vkey_argument(key))
         key_path = key or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
         try:
             payload_key = read_key_file(key_path)
@@ -1192,12 +1532,65 @@ def _verify_database_file(database: str, key: str | None) -> Report:
         return Report().fail(None, f"cannot read the archive: {type(exc).__name__}: {exc}")
 
 
+MAX_PROOF_BYTES = 1 << 30
+
+
+def verify_proof(
+    path: str | os.PathLike[str], vkey: str | None, witnesses: Iterable[str] = ()
+) -> ReportV2:
+    """Check a ``hermes-archive prove`` file offline (FORMAT.md 21.1) with the log's verifier
+    key and the witness keys the auditor trusts: signatures, inclusion, disclosed bodies."""
+    report = ReportV2()
+    if PROOF_UNAVAILABLE:
+        return report.fail(None, f"cannot check the proof: {PROOF_UNAVAILABLE}")
+    if not vkey:
+        return report.fail(
+            None, "a proof file is checked with the log's verifier key: give --key VKEY", "key"
+        )
+    try:
+        data = _read_regular(os.fspath(path), MAX_PROOF_BYTES)
+        proven = tlog_proof.verify_proof_file(
+            data,
+            signed_note.Verifier.from_vkey(vkey),
+            [signed_note.Verifier.from_vkey(w) for w in witnesses],
+        )
+    except (tlog_proof.ProofFileError, signed_note.NoteError) as exc:
+        return report.fail(None, printable(exc), "proof")
+    except (OSError, ValueError) as exc:
+        return report.fail(None, f"cannot read the proof: {printable(exc)}", "unreadable")
+    checkpoint = proven[0].checkpoint
+    report.store_id = checkpoint.origin.rpartition("/")[2]
+    report.tree_size, report.root = checkpoint.size, checkpoint.root.hex()
+    report.checkpoint = {
+        "size": checkpoint.size,
+        "signature": "verified",
+        "cosigned_by": sorted(set(proven[0].cosigners)),
+    }
+    report.authenticity = "verified"
+    report.events_checked = len(proven)
+    report.payloads_checked = sum(len(p.disclosed) for p in proven)
+    report.last_seq = max(p.seq for p in proven)
+    report.details = {
+        "events": [
+            {
+                "seq": p.seq,
+                "type": p.envelope["type"],
+                "session": p.envelope["session"],
+                "time": p.envelope["time"],
+                "disclosed": {d: body.decode("utf-8") for d, body in p.disclosed.items()},
+            }
+            for p in proven
+        ]
+    }
+    return report
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 ZIP_MAGIC = b"PK\x03\x04"  # a bundle starts with its first member's local header
 
 
 def kind_of(path: str) -> str | None:
-    """``database`` or ``bundle`` by the file's first bytes; None when it is neither.
+    """``database``, ``bundle`` or ``proof`` by the file's first bytes; None when neither.
 
     A file that cannot be opened is taken for what its name suggests, so that the check
     itself reports why it cannot be read.
@@ -1210,6 +1603,8 @@ def kind_of(path: str) -> str | None:
         return "database"
     if start.startswith(ZIP_MAGIC):
         return "bundle"
+    if start == b"c2sp.org/tlog-proof@v1\n"[: len(start)] and len(start) == 16:
+        return "proof"
     return None
 
 
@@ -1228,7 +1623,14 @@ def describe(report: Report, kind: str) -> str:
     if not report.ok:
         where = f"seq {report.first_bad_seq}" if report.first_bad_seq is not None else f"the {kind}"
         return f"FAILED at {where}: {printable(report.problem)}"
-    if kind == "bundle":
+    if kind == "proof" and isinstance(report, ReportV2):
+        cosigned = ", ".join((report.checkpoint or {}).get("cosigned_by") or []) or "no witness"
+        text = (
+            f"ok: {report.events_checked} events of store {report.store_id} proven in its tree "
+            f"of size {report.tree_size} (root {report.root}), checkpoint signed by the log key "
+            f"and cosigned by {cosigned}; {report.payloads_checked} disclosed bodies match"
+        )
+    elif kind == "bundle":
         d = report.details
         start = (
             "the genesis"
@@ -1243,6 +1645,11 @@ def describe(report: Report, kind: str) -> str:
             f"events ({', '.join(f'{k}={v}' for k, v in chosen.items()) or 'everything'}), "
             f"{report.payloads_checked} payloads verified"
         )
+        if isinstance(report, ReportV2):
+            text += (
+                f"; tree root {report.root}; checkpoint at size "
+                f"{(report.checkpoint or {}).get('size')}; authenticity: {report.authenticity}"
+            )
     else:
         text = (
             f"ok: {report.events_checked} events, {report.payloads_checked} payloads verified; "
@@ -1257,17 +1664,25 @@ def describe(report: Report, kind: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
-    mode = args_in.pop(0) if args_in and args_in[0] in ("bundle", "database") else None
+    mode = args_in.pop(0) if args_in and args_in[0] in ("bundle", "database", "proof") else None
     parser = argparse.ArgumentParser(
         prog="verifier.py",
         description="Verify a hermes-archive events.db or export bundle without the package.",
-        usage="%(prog)s [bundle|database] PATH [--key payload.key|VKEY] [--json]",
+        usage="%(prog)s [bundle|database|proof] PATH [--key payload.key|VKEY] "
+        "[--witness WKEY ...] [--json]",
     )
     parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
     parser.add_argument(
         "--key",
         help="v1: payload.key of a database (default: beside it; bundles carry theirs); "
         "v2: the archive's verifier key (or a file holding it) to check its signatures",
+    )
+    parser.add_argument(
+        "--witness",
+        action="append",
+        default=[],
+        metavar="WKEY",
+        help="a proof file: a witness verifier key whose cosignature is checked (repeatable)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
@@ -1283,11 +1698,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, "file"))
         return 1
-    report = (
-        _verify_database_file(args.path, args.key)
-        if kind == "database"
-        else verify_bundle(args.path)
-    )
+    if kind == "database":
+        report = _verify_database_file(args.path, args.key)
+    elif kind == "proof":
+        report = verify_proof(args.path, vkey_argument(args.key), args.witness)
+    else:
+        report = verify_bundle(args.path, vkey=vkey_argument(args.key))
     print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, kind))
     return 0 if report.ok else 1
 

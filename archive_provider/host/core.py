@@ -30,12 +30,11 @@ from ..storage.ship import BackgroundShipper, shippers
 from ..storage.spill import Encoder
 from ..storage.store import (
     DB_NAME,
-    KEY_NAME,
     EventStore,
     Projection,
     archive_dir,
     connect,
-    read_key,
+    reader_keys,
 )
 from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
@@ -109,7 +108,10 @@ class ArchiveCore:
         #: writer-thread cache of the last transcript archived per session (the turn delta)
         self.transcripts: dict[str, Transcript] = {}
         self._reader: sqlite3.Connection | None = None
-        self._key = b""  # the payload key, read with the reader: served excerpts are re-proved
+        # what served excerpts are re-proved with, read with the reader: the payload key (v1)
+        # or the log's verifier key (v2)
+        self._key = b""
+        self._vkey: str | None = None
         self._reader_lock = threading.Lock()
         #: applies the recorded retention policy at open and daily (primary context only)
         self.retention: RetentionWorker | None = None
@@ -292,7 +294,7 @@ class ArchiveCore:
                     self.writer.flush(flush_s)
                 folder = archive_dir(self.home)
                 self._reader = connect(folder / DB_NAME, readonly=True)
-                self._key = read_key(folder / KEY_NAME)
+                self._key, self._vkey = reader_keys(folder, self._reader)
             return query(self._reader)
 
     def search(self, query: str, **kwargs: Any) -> tuple[list[Hit], list[str]]:
@@ -309,7 +311,7 @@ class ArchiveCore:
             return [], []
 
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
-            prover = Prover(conn, self._key)
+            prover = Prover(conn, self._key, self._vkey)
             return prover.proven(search(conn, query, **kwargs)), prover.withheld
 
         hits, withheld = self.read(proven)

@@ -39,6 +39,7 @@ from ..projections.builtin import session_counters
 from ..projections.recall import MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
 from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
+from ..storage.store_v2 import STORE_KEY_NAME, signing_key_path
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
@@ -710,7 +711,11 @@ class ArchiveProvider(MemoryProviderBase):
         save_settings(Path(hermes_home), values)
 
     def backup_paths(self) -> list[str]:
-        """What a backup must hold to restore the archive: events.db, its -wal, the key.
+        """What a backup must hold to restore the archive: events.db, its -wal, the keys.
+
+        The key files of both formats are named (v1: ``payload.key``; v2: ``store.key`` and
+        the signing key, which the environment may place outside the profile), as the
+        format is not read here.
 
         ``hermes backup`` keeps only paths outside HERMES_HOME from this list (the archive
         normally lives inside it, and is then walked anyway); reading them needs neither
@@ -721,7 +726,8 @@ class ArchiveProvider(MemoryProviderBase):
         if home is None:
             return []
         folder = archive_dir(Path(home).expanduser())
-        return [str(folder / name) for name in (DB_NAME, DB_NAME + "-wal", KEY_NAME)]
+        names = (DB_NAME, DB_NAME + "-wal", KEY_NAME, STORE_KEY_NAME)
+        return [str(folder / name) for name in names] + [str(signing_key_path(folder))]
 
 
 def register(ctx: Any) -> None:

@@ -585,8 +585,8 @@ class RecallProjection(TableProjection):
 
     @staticmethod
     def _record_author(conn: sqlite3.Connection, event: StoredEvent) -> None:
-        digest = _mapping(event.body).get("author")
-        author = _mapping(event_part(conn, event, digest) if isinstance(digest, str) else None)
+        digest = event.author_digest
+        author = _mapping(event_part(conn, event, digest) if digest else None)
         if not author:
             return
         conn.execute(

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ..domain import fence
 from ..domain.evidence import bindable_text, message_text
+from ..format import digests_v2, merkle
 from ..format.canonical import decode
 from ..format.digests import (
     Envelope,
@@ -43,7 +44,8 @@ from ..format.digests import (
     identity_of_key_text,
     payload_digest,
 )
-from ..storage.store import ENVELOPE_COLUMNS
+from ..format.signed_note import Checkpoint, NoteError, Signature, Verifier, format_checkpoint
+from ..storage.store import ENVELOPE_COLUMNS, ENVELOPE_COLUMNS_V2
 from .builtin import TOKENIZER
 
 MAX_TERMS = 12
@@ -286,40 +288,30 @@ class Unproven(Exception):
 class Prover:
     """Re-derives each excerpt from the log before it is served, within a byte budget.
 
-    :meth:`prove` is the one check every served excerpt passes (format v2 adds Merkle
-    inclusion of the event here). It reads the excerpt's event, checks the envelope against
-    its chain link and identity, checks the event's payload and each part against their
-    keyed digests, and returns the excerpt as the proven message says it: the index row
-    only says where to look, never what to serve.
+    :meth:`prove` is the one check every served excerpt passes. It reads the excerpt's
+    event and checks its envelope: in v1 against its chain link and identity, in v2
+    (FORMAT.md 20.5) against its identity and its inclusion in the tree of the newest
+    checkpoint signed by ``vkey`` (O(log n) tile reads; events after that checkpoint
+    against the head root, proven consistent with it). It then checks the event's payload
+    and each part against their digests (keyed in v1, salted in v2) and returns the excerpt
+    as the proven message says it: the index row only says where to look, never what to
+    serve.
     """
 
-    def __init__(self, conn: sqlite3.Connection, key: bytes) -> None:
+    def __init__(self, conn: sqlite3.Connection, key: bytes, vkey: str | None = None) -> None:
         self.conn = conn
         self.key = key
+        self.vkey = vkey
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
+        row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+        self.version = 2 if row is not None and str(row[0]) == "2" else 1
+        self._tree: tuple[int, bytes, merkle.TileReader] | None = None
 
     def prove(self, hit: Hit) -> Hit:
         """``hit`` with its text taken from the proven log, or :class:`Unproven`."""
         seq = hit.seq
-        row = self.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?",
-            (seq,),
-        ).fetchone()
-        if row is None:
-            raise Unproven(f"seq {seq} is not in the log")
-        envelope = Envelope(*row[:8])
-        if seq > 1:
-            previous = self.conn.execute("SELECT chain FROM events WHERE seq = ?", (seq - 1,))
-            before = previous.fetchone()
-            prev_chain = before[0] if before else ""
-        else:
-            meta = self.conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
-            prev_chain = genesis_chain(str(meta[0])) if meta else ""
-        if not prev_chain or chain_hash(prev_chain, envelope) != row[8]:
-            raise Unproven(f"seq {seq}: the event does not match its chain value")
-        if identity_of_key_text(envelope.type, envelope.key) != envelope.identity:
-            raise Unproven(f"seq {seq}: the event does not match its identity")
+        envelope = self._envelope_v2(seq) if self.version == 2 else self._envelope_v1(seq)
         body = decode(self._payload(seq, envelope.payload))
         parts = decode(envelope.parts)
         if hit.kind == "memory":
@@ -355,21 +347,143 @@ class Prover:
                 )
         raise Unproven(f"seq {seq}: no archived text of that event says what the index row says")
 
-    def _payload(self, seq: int, digest: str) -> bytes:
-        size = self.conn.execute(
-            "SELECT length(body) FROM payloads WHERE digest = ?", (digest,)
+    def _envelope_v1(self, seq: int) -> Envelope:
+        """The v1 envelope of ``seq``, checked against its chain link and identity."""
+        row = self.conn.execute(
+            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?",
+            (seq,),
         ).fetchone()
-        if size is None:
-            raise Unproven(f"seq {seq}: payload {digest[:16]} is missing")
+        if row is None:
+            raise Unproven(f"seq {seq} is not in the log")
+        envelope = Envelope(*row[:8])
+        if seq > 1:
+            previous = self.conn.execute("SELECT chain FROM events WHERE seq = ?", (seq - 1,))
+            before = previous.fetchone()
+            prev_chain = before[0] if before else ""
+        else:
+            meta = self.conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
+            prev_chain = genesis_chain(str(meta[0])) if meta else ""
+        if not prev_chain or chain_hash(prev_chain, envelope) != row[8]:
+            raise Unproven(f"seq {seq}: the event does not match its chain value")
+        if identity_of_key_text(envelope.type, envelope.key) != envelope.identity:
+            raise Unproven(f"seq {seq}: the event does not match its identity")
+        return envelope
+
+    def _envelope_v2(self, seq: int) -> Envelope:
+        """The v2 envelope of ``seq``, checked against its identity and its tree inclusion."""
+        row = self.conn.execute(
+            f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
+        ).fetchone()
+        if row is None:
+            raise Unproven(f"seq {seq} is not in the log")
+        _, time, type_, session, key, identity, payload, parts, author, _ = row
+        if not all(isinstance(v, bytes) for v in (identity, payload, parts)):
+            raise Unproven(f"seq {seq}: the envelope's digests are not stored as bytes")
+        envelope = Envelope(
+            seq,
+            str(time),
+            str(type_),
+            str(session),
+            str(key),
+            bytes(identity).hex(),
+            bytes(payload).hex(),
+            digests_v2.parts_from_blob(bytes(parts)),
+            None if author is None else bytes(author).hex(),
+            2,
+        )
+        if digests_v2.identity(envelope.type, envelope.session, envelope.key, envelope.parts) != (
+            bytes(identity)
+        ):
+            raise Unproven(f"seq {seq}: the event does not match its identity")
+        size, root, reader = self._trusted_tree()
+        if seq > size:
+            raise Unproven(f"seq {seq} is beyond the proven tree (size {size})")
+        try:
+            proof = merkle.inclusion_proof(seq - 1, size, reader)
+            merkle.verify_inclusion(
+                seq - 1, size, merkle.leaf_hash(envelope.canonical()), proof, root
+            )
+        except merkle.ProofError as exc:
+            raise Unproven(f"seq {seq}: the event is not in the signed tree: {exc}") from None
+        return envelope
+
+    def _trusted_tree(self) -> tuple[int, bytes, merkle.TileReader]:
+        """The tree every v2 excerpt is proven in (read once per prover).
+
+        The newest checkpoint whose signature verifies with :attr:`vkey`; when the head is
+        beyond it, the head's tree, after proving it consistent with that checkpoint.
+        """
+        if self._tree is not None:
+            return self._tree
+        if not self.vkey:
+            raise Unproven("no verifier key: the archive's signed tree cannot be checked")
+        row = self.conn.execute(
+            "SELECT size, root, signature FROM signed_checkpoints ORDER BY size DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            raise Unproven("the archive has no signed checkpoint yet")
+        size, root = int(row[0]), bytes(row[1])
+        try:
+            log_key = Verifier.from_vkey(self.vkey)
+            text = format_checkpoint(Checkpoint(log_key.name, size, root))
+        except (NoteError, ValueError) as exc:
+            raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
+        if not log_key.verify(text, Signature(log_key.name, log_key.key_id, bytes(row[2]))):
+            raise Unproven(f"the checkpoint at size {size} is not signed by the archive's key")
+
+        def read_tile(level: int, index: int) -> bytes | None:
+            tile = self.conn.execute(
+                "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+            ).fetchone()
+            return bytes(tile[0]) if tile else None
+
+        head = self.conn.execute("SELECT seq, root FROM head WHERE id = 1").fetchone()
+        head_size = int(head[0]) if head else 0
+        reader = merkle.TileReader(read_tile, max(size, head_size))
+        if head_size > size:
+            head_root = bytes(head[1])
+            try:
+                merkle.verify_consistency(
+                    size,
+                    head_size,
+                    root,
+                    head_root,
+                    merkle.consistency_proof(size, head_size, reader),
+                )
+            except merkle.ProofError as exc:
+                raise Unproven(
+                    f"the head (size {head_size}) does not extend the signed checkpoint: {exc}"
+                ) from None
+            size, root = head_size, head_root
+        self._tree = (size, root, reader)
+        return self._tree
+
+    def _payload(self, seq: int, digest: str) -> bytes:
+        raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest
+        size = self.conn.execute(
+            "SELECT length(body) FROM payloads WHERE digest = ?", (raw,)
+        ).fetchone()
+        if size is None or size[0] is None:
+            raise Unproven(f"seq {seq}: payload {digest[:16]} is missing or erased")
         if size[0] > PROVE_PART_BYTES or size[0] > self.budget:
             raise Unproven(
                 f"seq {seq}: payload {digest[:16]} ({size[0]:,} bytes) is larger than this "
                 "query may prove at serve time"
             )
         self.budget -= int(size[0])
-        row = self.conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+        row = self.conn.execute(
+            "SELECT body, "
+            + ("salt" if self.version == 2 else "NULL")
+            + " FROM payloads WHERE digest = ?",
+            (raw,),
+        ).fetchone()
         body = bytes(row[0])
-        if payload_digest(self.key, body) != digest:
+        if self.version == 2:
+            if not isinstance(row[1], bytes) or (
+                digests_v2.payload_digest(row[1], body).hex() != digest
+            ):
+                raise Unproven(f"seq {seq}: payload {digest[:16]} does not match its digest")
+        elif payload_digest(self.key, body) != digest:
             raise Unproven(f"seq {seq}: payload {digest[:16]} does not match its digest")
         return body
 

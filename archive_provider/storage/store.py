@@ -152,6 +152,85 @@ LEFT JOIN payloads r ON r.digest = json_extract(e.payload, '$.result')
 WHERE e.type = 'recall_served';
 """
 
+
+#: The same views over a v2 archive (FORMAT.md 17): digests are 32-byte BLOBs, shown as hex;
+#: a part a payload names in hex is found in its event's own ``parts`` (an indexed lookup,
+#: as SQLite before 3.41 has no ``unhex``); a turn's author is the envelope's ``author``.
+AUDIT_VIEWS_V2 = """
+CREATE VIEW IF NOT EXISTS audit_events AS
+SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload,
+       (WITH RECURSIVE s(i) AS (SELECT 0 WHERE length(e.parts) > 0
+                                UNION ALL SELECT i + 1 FROM s WHERE (i + 1) * 32 < length(e.parts))
+        SELECT json_group_array(lower(hex(substr(e.parts, i * 32 + 1, 32)))) FROM s) AS parts,
+       lower(hex(e.identity)) AS identity, lower(hex(e.payload)) AS payload_digest,
+       lower(hex(e.chain)) AS chain
+FROM events e JOIN payloads p ON p.digest = e.payload;
+CREATE VIEW IF NOT EXISTS audit_turns AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
+       CAST(m.key AS INTEGER) + 1 AS position,
+       json_extract(CAST(p.body AS TEXT), '$.role') AS role,
+       json_extract(CAST(p.body AS TEXT), '$.name') AS name,
+       coalesce(json_extract(CAST(a.body AS TEXT), '$.name'),
+                json_extract(CAST(a.body AS TEXT), '$.id')) AS author,
+       json_extract(CAST(a.body AS TEXT), '$.id') AS author_id,
+       json_extract(CAST(a.body AS TEXT), '$.is_bot') AS author_is_bot,
+       coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
+                json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
+       json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
+       m.value AS message_digest, e.payload_digest, e.chain
+FROM audit_events e, json_each(e.payload, '$.messages') m
+JOIN payloads p ON p.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), m.value), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
+LEFT JOIN payloads a ON a.digest = (SELECT x.author FROM events x WHERE x.seq = e.seq)
+WHERE e.type = 'turn';
+CREATE VIEW IF NOT EXISTS audit_memory AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
+       json_extract(e.payload, '$.target') AS target,
+       json_extract(CAST(c.body AS TEXT), '$') AS content,
+       json_extract(e.payload, '$.metadata.old_text') AS old_text,
+       json_extract(e.payload, '$.metadata.write_origin') AS origin,
+       json_extract(e.payload, '$.metadata') AS metadata,
+       json_extract(e.payload, '$.content') AS content_digest, e.payload_digest, e.chain
+FROM audit_events e LEFT JOIN payloads c ON c.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), json_extract(e.payload, '$.content')), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
+WHERE e.type = 'memory_write';
+CREATE VIEW IF NOT EXISTS audit_checkpoints AS
+SELECT e.seq, e.time, e.session, e.type = 'checkpoint' AS ok,
+       json_extract(e.payload, '$.parent_session') AS parent_session,
+       coalesce(json_array_length(e.payload, '$.evidence'),
+                json_extract(e.payload, '$.evidence_count')) AS messages,
+       json_extract(e.payload, '$.require_checkpoint') AS require_checkpoint,
+       json_extract(e.payload, '$.host_api_version') AS host_api_version,
+       json_extract(e.payload, '$.error') AS error,
+       json_extract(e.payload, '$.evidence_digest') AS evidence_digest, e.payload_digest, e.chain
+FROM audit_events e WHERE e.type IN ('checkpoint', 'checkpoint_failed');
+CREATE VIEW IF NOT EXISTS audit_sessions AS
+SELECT e.session, min(e.seq) AS first_seq, max(e.seq) AS last_seq,
+       min(e.time) AS first_time, max(e.time) AS last_time, count(*) AS events,
+       sum(e.type = 'turn') AS turns, sum(e.type = 'memory_write') AS memory_writes,
+       sum(e.type = 'checkpoint') AS checkpoints, sum(e.type = 'recall_served') AS recalls,
+       (SELECT json_extract(s.payload, '$.from') FROM audit_events s
+        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS switched_from,
+       (SELECT json_extract(s.payload, '$.reason') FROM audit_events s
+        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS switch_reason,
+       (SELECT json_extract(s.payload, '$.platform') FROM audit_events s
+        WHERE s.type = 'session_started' AND s.session = e.session ORDER BY s.seq LIMIT 1)
+         AS platform
+FROM events e WHERE e.session != ''
+  AND e.type NOT IN ('store_created', 'migrated_from') GROUP BY e.session;
+CREATE VIEW IF NOT EXISTS audit_recalls AS
+SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
+       json_extract(CAST(q.body AS TEXT), '$') AS query,
+       json_extract(CAST(r.body AS TEXT), '$') AS result,
+       json_extract(e.payload, '$.sources') AS sources,
+       json_extract(e.payload, '$.query') AS query_digest,
+       json_extract(e.payload, '$.result') AS result_digest, e.payload_digest, e.chain
+FROM audit_events e
+LEFT JOIN payloads q ON q.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), json_extract(e.payload, '$.query')), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
+LEFT JOIN payloads r ON r.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), json_extract(e.payload, '$.result')), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
+WHERE e.type = 'recall_served';
+"""
+
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (
@@ -377,6 +456,8 @@ class EventStore:
                 _initialise_v2(conn, *new_store)
             elif not readonly and _meta_or_none(conn, "format_version") in (None, "1"):
                 cls._initialise(conn)
+            elif not readonly and not _has_view(conn, "audit_events"):
+                _add_audit_views_v2(conn)
             problem = schema_problem(conn)  # before reading anything a view could compute
             if problem:
                 conn.close()
@@ -1072,7 +1153,7 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         raise StoreError(f"SQLite refused WAL mode (got {mode!r})")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in SCHEMA_V2.split(";\n"):
+        for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS_V2).split(";\n"):
             if statement.strip():
                 conn.execute(statement)
         conn.executemany(
@@ -1105,6 +1186,24 @@ def store_created(store: EventStoreV2) -> NewEvent:
             "created": EventStore._meta(store.conn, "created"),
         },
     )
+
+
+def _has_view(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?", (name,))
+    return row.fetchone() is not None
+
+
+def _add_audit_views_v2(conn: sqlite3.Connection) -> None:
+    """Give a v2 archive made before the audit views had them (views hold no data)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in AUDIT_VIEWS_V2.split(";\n"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _meta_or_none(conn: sqlite3.Connection, name: str) -> str | None:
@@ -1326,6 +1425,24 @@ def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> byte
     """The one way to read a part: carried by the event when the reader loaded it, else looked up."""
     carried = event.parts.get(digest) if isinstance(event, LoadedEvent) else None
     return carried if carried is not None else payload_body(conn, digest)
+
+
+def reader_keys(folder: Path, conn: sqlite3.Connection) -> tuple[bytes, str | None]:
+    """What a reader proves served text with (projections.recall.Prover's ``key``, ``vkey``).
+
+    v1: the payload key (digests are keyed). v2: no key (digests are salted) and the log's
+    verifier key, derived from the signing key; None when it cannot be read, so nothing is
+    proven and nothing is served (FORMAT.md 20.5).
+    """
+    if not _is_v2(conn):
+        return read_key(folder / KEY_NAME), None
+    store_id = _meta_or_none(conn, "store_id") or ""
+    try:
+        signer = read_signer(signing_key_path(folder), digests_v2.origin(store_id))
+    except KeyFileError as exc:
+        log.error("archive: served recall cannot be proven: %s", exc)
+        return b"", None
+    return b"", signer.vkey
 
 
 def head_seq(conn: sqlite3.Connection) -> int:

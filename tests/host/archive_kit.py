@@ -28,6 +28,7 @@ from archive_provider.format.verifier import verify_database
 from archive_provider.host.install import activate, install_plugin
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
+from archive_provider.storage.store_v2 import SIGNING_KEY_NAME, STORE_KEY_NAME
 from archive_provider.storage.witness import FIRST_WITNESS_REASON
 
 from . import hostkit
@@ -148,12 +149,17 @@ def open_view(hermes_home: Path) -> Iterator[EventStore]:
 
 def events(hermes_home: Path, *types: str) -> list[Any]:
     """Committed events (optionally of some types), in sequence order: the ones the host's
-    hooks caused, so the writer's first-witness marker is left out."""
+    hooks caused, so the store's own first event (v2's ``store_created``) and the writer's
+    first-witness marker are left out."""
     if not db_path(hermes_home).exists():
         return []
     with open_view(hermes_home) as store:
         return [
-            e for e in store.events() if (not types or e.type in types) and not is_first_witness(e)
+            e
+            for e in store.events()
+            if (not types or e.type in types)
+            and not is_first_witness(e)
+            and e.type != "store_created"
         ]
 
 
@@ -229,7 +235,9 @@ def live_and_replayed(hermes_home: Path, scratch: Path) -> tuple[dict[str, str],
     copy_dir = scratch / "replayed_archive"
     shutil.rmtree(copy_dir, ignore_errors=True)
     copy_dir.mkdir(parents=True)
-    shutil.copy2(source / KEY_NAME, copy_dir / KEY_NAME)
+    for key_file in (KEY_NAME, STORE_KEY_NAME, SIGNING_KEY_NAME):  # v1's key, or v2's two
+        if (source / key_file).exists():
+            shutil.copy2(source / key_file, copy_dir / key_file)
     src = sqlite3.connect(f"{(source / DB_NAME).as_uri()}?mode=ro", uri=True)
     dst = sqlite3.connect(copy_dir / DB_NAME)
     try:

@@ -698,7 +698,7 @@ def test_ctrl_c_during_the_self_check_leaves_no_bundle_behind(
     build(provider, "t")
     provider.shutdown()
 
-    def interrupted(path: Any, progress: Any = None) -> Any:
+    def interrupted(path: Any, progress: Any = None, vkey: Any = None) -> Any:
         assert Path(path).exists()  # the complete bundle is on disk under the partial name
         raise KeyboardInterrupt
 

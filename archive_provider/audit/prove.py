@@ -1,0 +1,87 @@
+"""``hermes-archive prove``: one memory disclosed with the proof that it is in the log.
+
+Writes C2SP ``tlog-proof`` documents (FORMAT.md 21.1), one per event, all naming the same
+signed checkpoint: the envelope, the disclosed bodies with their salts, the inclusion proof
+from the tiles (O(log n) reads) and the checkpoint with its cosignatures. A recipient checks
+it offline with the log's verifier key (``format/verifier.py proof FILE --key VKEY``) and
+learns nothing about any body not disclosed: digests are salted, no store key travels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ..errors import InvalidRequest
+from ..format import merkle, tlog_proof
+from ..format.digests import Envelope
+from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
+from ..format.digests_v2 import parts_from_blob
+from ..format.signed_note import Verifier
+from ..storage.store import ENVELOPE_COLUMNS_V2, EventStore, EventStoreV2, salted_payload
+
+
+class ProveError(InvalidRequest):
+    """The proof cannot be made as asked (a v1 archive, an unknown seq, nothing signed)."""
+
+
+def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> bytes:
+    """The proof file for ``seqs`` (every body named, or only the digests in ``only``).
+
+    A writable store first signs its head, so the newest events can be proven; the file is
+    checked with the store's verifier key before it is returned.
+    """
+    if not isinstance(store, EventStoreV2):
+        raise ProveError(
+            "this archive is format version 1: its digests are keyed with the store key, so one "
+            "memory cannot be disclosed alone (`hermes-archive migrate` makes a v2 archive)"
+        )
+    if not seqs:
+        raise ProveError("name at least one seq to prove")
+    store.checkpoint()
+    row = store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()
+    size = int(row[0] or 0)
+    note = store.checkpoint_note(size) if size else None
+    if note is None:
+        raise ProveError("the archive has no signed checkpoint yet")
+    wanted = {digest.lower() for digest in only}
+    reader = merkle.TileReader(store.read_tile, size)
+    documents = []
+    for seq in dict.fromkeys(seqs):
+        if not 1 <= seq <= size:
+            raise ProveError(f"seq {seq} is not in the signed tree (size {size})")
+        found = store.conn.execute(
+            f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
+        ).fetchone()
+        _, time, type_, session, key, identity, payload, parts, author, _ = found
+        envelope = Envelope(
+            seq,
+            time,
+            type_,
+            session,
+            key,
+            bytes(identity).hex(),
+            bytes(payload).hex(),
+            parts_from_blob(bytes(parts)),
+            None if author is None else bytes(author).hex(),
+            FORMAT_V2,
+        )
+        named = [bytes(payload), *(bytes(parts[i : i + 32]) for i in range(0, len(parts), 32))]
+        named += [bytes(author)] if author is not None else []
+        disclosed = []
+        for digest in dict.fromkeys(named):
+            if wanted and digest.hex() not in wanted:
+                continue
+            salted = salted_payload(store.conn, digest.hex())
+            if salted is not None:  # an erased body stays a digest
+                disclosed.append((digest, *salted))
+        documents.append(
+            tlog_proof.TlogProof(
+                seq - 1,
+                tuple(merkle.inclusion_proof(seq - 1, size, reader)),
+                note,
+                tlog_proof.event_extra(envelope.canonical().decode("utf-8"), disclosed),
+            ).encode()
+        )
+    data = b"".join(documents)
+    tlog_proof.verify_proof_file(data, Verifier.from_vkey(store.vkey))
+    return data

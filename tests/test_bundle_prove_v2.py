@@ -1,0 +1,225 @@
+"""Export bundles of version 2, verify-bundle --key, and proof files (FORMAT.md 21).
+
+A v2 bundle carries no key: salts travel with bodies, the signed checkpoint and the
+consistency proof from the bundle's head travel in the manifest. Its seal is a plain BLAKE3
+anyone can recompute, so a forger who knows the format can reseal any change: only the
+checkpoint's signature, checked with the archive's verifier key, says who wrote it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archive_provider.audit.export import Selection
+from archive_provider.format import tlog_proof
+from archive_provider.format.signed_note import Checkpoint, Signer, format_checkpoint, sign_note
+from archive_provider.format.verifier import verify_bundle, verify_proof
+from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
+from tests.conftest import archive_format
+from tests.test_cli import build_archive, run_json, via_main
+from tests.test_export import export, members, reseal
+
+FORMAT = Path(__file__).resolve().parents[1] / "archive_provider" / "format"
+STANDALONE = ("verifier.py", "merkle.py", "signed_note.py", "tlog_proof.py")
+
+
+def prove_cli(
+    capsys: pytest.CaptureFixture[str], home: Path, *args: str
+) -> tuple[int, dict[str, Any]]:
+    """`prove` through one door (the file it writes may be written once)."""
+    code, out, err = via_main(capsys, ["--home", str(home), "--json", "prove", *args])
+    assert "Traceback" not in err
+    return code, json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bundle-v2") / "home"
+    with archive_format(2):
+        build_archive(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vkey(home: Path) -> str:
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        assert isinstance(store, EventStoreV2)
+        return store.vkey
+    finally:
+        store.close()
+
+
+def test_a_v2_bundle_has_no_key_and_carries_the_signed_checkpoint(home: Path, vkey: str) -> None:
+    bundle = export(home, home.parent / "all.zip")
+    content = members(bundle)
+    manifest = json.loads(content["manifest.json"])
+    assert "payload.key" not in content and manifest["bundle_version"] == 2
+    assert manifest["checkpoint"].startswith(f"hermes-archive.invalid/{manifest['store_id']}\n")
+    assert manifest["consistency"] == [] and manifest["erased"] == []
+    name = next(n for n in content if n.startswith("payloads/"))
+    digest, stored = bytes.fromhex(name.split("/")[1]), content[name]
+    assert tlog_proof.payload_digest(stored[:32], stored[32:]) == digest  # salt ‖ body
+    pinned = verify_bundle(bundle, vkey=vkey)
+    assert pinned.ok and pinned.authenticity == "verified", pinned.problem
+    assert pinned.events_checked == manifest["envelopes"] == manifest["head"]["seq"]
+    alone = verify_bundle(bundle)
+    assert alone.ok and alone.authenticity == "not checked"
+    assert any(w.startswith("integrity only") for w in alone.warnings)
+
+
+def test_verify_bundle_says_what_it_checked(
+    home: Path, vkey: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = export(home, home.parent / "cli.zip", Selection(session="sess-2"))
+    code, data = run_json(capsys, home, "verify-bundle", str(bundle), "--key", vkey)
+    assert code == 0 and data["bundle"]["authenticity"] == "verified"
+    assert data["archive"]["matches"] is True  # the head's chain is this archive's
+    code, data = run_json(capsys, home, "verify-bundle", str(bundle))
+    assert code == 0 and data["bundle"]["authenticity"] == "not checked"
+    assert data["bundle"]["envelopes_only"] > 0  # events outside the session: chained only
+
+
+def test_a_resealed_forgery_passes_integrity_and_fails_authenticity(
+    home: Path, vkey: str, tmp_path: Path
+) -> None:
+    """The forger rewrites a turn, the chain, the root and the checkpoint, signed with a key of
+    their own under the archive's name: the bundle is consistent, but not the archive's."""
+    bundle = export(home, tmp_path / "forged.zip")
+    forger = Signer.generate(vkey.split("+")[0])
+
+    def forge(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        from archive_provider.format import merkle, verifier
+
+        lines = [json.loads(line) for line in content["envelopes.jsonl"].splitlines()]
+        chain = verifier.blake3(verifier.V2_GENESIS + manifest["store_id"].encode()).digest()
+        tree = merkle.CompactRange()
+        for line in lines:
+            if line["type"] == "turn":
+                line["time"] = "2000-01-01T00:00:00.000000Z"
+            parts = b"".join(bytes.fromhex(d) for d in line["parts"])
+            author = bytes.fromhex(line["author"]) if line["author"] else None
+            data = verifier.envelope_bytes_v2(
+                line["seq"],
+                line["time"],
+                line["type"],
+                line["session"],
+                line["key"],
+                bytes.fromhex(line["identity"]),
+                bytes.fromhex(line["payload"]),
+                parts,
+                author,
+            )
+            chain = verifier.blake3(verifier.V2_CHAIN + chain + data).digest()
+            line["chain"] = chain.hex()
+            tree.append(merkle.leaf_hash(data))
+        content["envelopes.jsonl"] = b"".join(
+            (json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n").encode()
+            for line in lines
+        )
+        manifest["head"] = {"seq": tree.size, "chain": chain.hex(), "root": tree.root().hex()}
+        text = format_checkpoint(Checkpoint(forger.name, tree.size, tree.root()))
+        manifest["checkpoint"] = sign_note(text, [forger]).decode()
+
+    reseal(bundle, forge)
+    assert verify_bundle(bundle).ok  # integrity only: everything agrees with everything
+    pinned = verify_bundle(bundle, vkey=vkey)
+    assert not pinned.ok and pinned.authenticity == "failed"
+    assert pinned.as_dict()["code"] == "checkpoint_signature"
+
+
+def test_a_head_the_checkpoint_does_not_extend_is_refused(
+    home: Path, vkey: str, tmp_path: Path
+) -> None:
+    bundle = export(home, tmp_path / "short.zip")
+
+    def claim_a_later_checkpoint(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        manifest["consistency"] = [base64.b64encode(bytes(32)).decode()]
+
+    reseal(bundle, claim_a_later_checkpoint)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert not report.ok and report.as_dict()["code"] == "consistency"
+
+
+def test_prove_writes_a_file_the_standalone_verifier_checks_offline(
+    home: Path, vkey: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "turn.proof"
+    code, data = prove_cli(capsys, home, "3", "--out", str(out))
+    assert code == 0 and data["seqs"] == [3] and out.stat().st_mode & 0o077 == 0
+    report = verify_proof(out, vkey)
+    assert report.ok and report.authenticity == "verified", report.problem
+    (event,) = report.details["events"]
+    assert event["seq"] == 3 and event["type"] == "turn"
+    assert any("My cat is called Ziggy" in body for body in event["disclosed"].values())
+    # --only discloses fewer bodies: the others stay digests
+    digest = next(d for d, body in event["disclosed"].items() if "Ziggy is a fine" in body)
+    code, _ = prove_cli(capsys, home, "3", "--out", str(tmp_path / "one"), "--only", digest)
+    (one,) = verify_proof(tmp_path / "one", vkey).details["events"]
+    assert code == 0 and list(one["disclosed"]) == [digest]
+    # a disclosed body changed by one character no longer proves anything
+    forged = out.read_bytes().decode()
+    extra_line = next(line for line in forged.splitlines() if line.startswith("extra "))
+    extra = base64.b64decode(extra_line[6:]).replace(b"Ziggy", b"Zaggy")
+    out.write_text(forged.replace(extra_line, "extra " + base64.b64encode(extra).decode()))
+    bad = verify_proof(out, vkey)
+    assert not bad.ok and "does not match its body and salt" in (bad.problem or "")
+
+
+def test_prove_refuses_a_v1_archive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with archive_format(1):
+        build_archive(tmp_path / "v1")
+    code, data = prove_cli(capsys, tmp_path / "v1", "3", "--out", str(tmp_path / "p"))
+    assert code == 1 and "format version 1" in data["error"]
+
+
+def test_the_standalone_files_check_a_proof_and_a_bundle_with_only_their_dependencies(
+    home: Path, vkey: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A venv with the standard library, blake3 and cryptography, and the four copied files."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        + ["blake3", "cryptography"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pip.returncode == 0, pip.stderr
+    alone = tmp_path / "auditor"
+    alone.mkdir()
+    for name in STANDALONE:
+        shutil.copy(FORMAT / name, alone / name)
+    assert prove_cli(capsys, home, "3", "5", "--out", str(alone / "p.proof"))[0] == 0
+    export(home, alone / "b.zip")
+
+    def check(*args: str) -> tuple[int, dict[str, Any]]:
+        done = subprocess.run(
+            [str(python), "-I", "verifier.py", *args, "--json"],
+            cwd=alone,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    imports = subprocess.run([str(python), "-c", "import archive_provider"], cwd=alone)
+    assert imports.returncode != 0  # only the copied files run
+    code, report = check("p.proof", "--key", vkey)  # detected as a proof by its first line
+    assert code == 0 and report["events_checked"] == 2 and report["authenticity"] == "verified"
+    other = Signer.generate(vkey.split("+")[0]).vkey
+    code, report = check("proof", "p.proof", "--key", other)
+    assert code == 1 and not report["ok"]
+    code, report = check("b.zip", "--key", vkey)
+    assert code == 0 and report["authenticity"] == "verified"

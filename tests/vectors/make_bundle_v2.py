@@ -1,0 +1,78 @@
+"""Generate the frozen bundle-v2 and proof-v2 vectors (FORMAT.md 22: ``bundle_v2/``, ``proof_v2/``).
+
+A real v2 archive is built by the provider (the demo's first two turns and a memory write),
+exported and proven, then frozen with the reports the package gives; a second verifier must
+give the same reports. Rewritten only with ``--force`` (a format change)::
+
+    python tests/vectors/make_bundle_v2.py [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from archive_provider.audit.export import Selection, export_bundle  # noqa: E402
+from archive_provider.audit.prove import prove  # noqa: E402
+from archive_provider.format.verifier import verify_bundle, verify_proof  # noqa: E402
+from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir  # noqa: E402
+from tests.conftest import archive_format  # noqa: E402
+from tests.test_cli import build_archive  # noqa: E402
+from tests.test_export import reseal  # noqa: E402
+
+HERE = Path(__file__).parent
+BUNDLES, PROOFS = HERE / "bundle_v2", HERE / "proof_v2"
+
+
+def write_json(path: Path, value: object) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--force", action="store_true")
+    if (BUNDLES.exists() or PROOFS.exists()) and not parser.parse_args().force:
+        print("bundle_v2/ and proof_v2/ exist; --force rewrites them")
+        return
+    shutil.rmtree(BUNDLES, ignore_errors=True)
+    shutil.rmtree(PROOFS, ignore_errors=True)
+    BUNDLES.mkdir()
+    PROOFS.mkdir()
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch) / "home"
+        with archive_format(2):
+            build_archive(home)
+        store = EventStore.open(archive_dir(home), create=False, readonly=True)
+        assert isinstance(store, EventStoreV2)
+        vkey = store.vkey
+        export_bundle(store, BUNDLES / "tiny.zip", Selection(session="sess-2"))
+        (PROOFS / "turn.proof").write_bytes(prove(store, [3]))
+        store.close()
+    write_json(HERE / "bundle_v2" / "keys.json", {"log_vkey": vkey})
+    write_json(PROOFS / "keys.json", {"log_vkey": vkey})
+    shutil.copy(BUNDLES / "tiny.zip", BUNDLES / "tampered.zip")
+
+    def change_a_body(content: dict[str, bytes], manifest: dict[str, object]) -> None:
+        name = min(n for n in content if n.startswith("payloads/"))
+        content[name] = content[name].replace(b"heron", b"HERON")
+
+    reseal(BUNDLES / "tampered.zip", change_a_body)
+    for name in ("tiny", "tampered"):
+        for keyed, suffix in ((True, ""), (False, ".unkeyed")):
+            report = verify_bundle(BUNDLES / f"{name}.zip", vkey=vkey if keyed else None)
+            write_json(BUNDLES / f"{name}{suffix}.expected.json", report.as_dict())
+    write_json(PROOFS / "turn.expected.json", verify_proof(PROOFS / "turn.proof", vkey).as_dict())
+    with zipfile.ZipFile(BUNDLES / "tiny.zip") as archive:
+        print(sorted(archive.namelist()))
+
+
+if __name__ == "__main__":
+    main()
