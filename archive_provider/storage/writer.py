@@ -39,6 +39,7 @@ from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
+from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2
 from .store import (
     DB_NAME,
     ENVELOPE_COLUMNS,
@@ -48,9 +49,11 @@ from .store import (
     Projection,
     StoreError,
     TamperedPart,
+    connect,
     payload_body,
 )
 from .witness import (
+    Proof,
     Witness,
     WitnessMismatch,
     fast_path_ok,
@@ -183,6 +186,12 @@ class Writer:
         self.proving = False  # the open-time proof (maybe a full verify) is running now
         self._first_witness = False  # the next batch records that this store is now witnessed
         self._data_version: int | None = None  # PRAGMA data_version when the log was proved
+        # set once the open-time proof passed; cleared on refusal (recall waits for it)
+        self.proven = threading.Event()
+        self._walk: BackgroundWalk | None = None  # v2: the walk over older history
+        self._history_proven = False  # every event was verified (a clean close may vouch)
+        if not verify_on_open:
+            self.proven.set()  # the caller chose not to prove (a checkpoint-only context)
         self._ready = threading.Event()
         self._thread = self._start_thread()
 
@@ -320,9 +329,27 @@ class Writer:
                 state.append(None)
         return (tuple(state), self.witness.state() if self.witness else None)
 
+    @property
+    def walk(self) -> WalkState | None:
+        """The v2 background walk's progress (None when none ran in this process)."""
+        return self._walk.state if self._walk is not None else None
+
+    def _damaged(self, problem: str) -> None:
+        """The background walk found damage: withdraw service at once (recall and appends)."""
+        self.proven.clear()
+        self.refused = self.last_error = (
+            f"{problem}. Recall and appends are refused; run `hermes-archive verify` and "
+            "restore the archive folder from backup (docs/RECOVER.md, 'Tamper detected')."
+        )
+        log.error("%s", self.refused)
+
     def _open(self) -> EventStore | None:
         if self._store is not None:
-            return self._store
+            if self.refused is None:
+                return self._store
+            self._close_store()  # the background walk refused the log it had open
+            self._refused_state = self._file_state()
+            return None
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
         fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
@@ -338,12 +365,28 @@ class Writer:
                 log.error("archive store unavailable: %s", message)
             self.last_error = message
             return None
+        walk_from = None
         if self._verify_on_open:
             self.proving = True
             try:
-                proof = open_proof(
-                    store.conn, store.key, store.store_id, fast=fast, witness=self.witness
-                )
+                proof = None
+                if isinstance(store, EventStoreV2) and self.witness is not None and not fast:
+                    walk_from = store.checkpoint_note()
+                    proof = open_proof_v2(store, self.witness)
+                if proof is None:
+                    proof = open_proof(
+                        store.conn, store.key, store.store_id, fast=fast, witness=self.witness
+                    )
+                if (
+                    proof.ok
+                    and isinstance(store, EventStoreV2)
+                    and self.witness is not None
+                    and not self._unwitnessed(store)  # the log first records that it is
+                ):
+                    store.checkpoint()  # FORMAT.md 15.4 point 3, then the witness advances
+                    advance(self.witness, store)
+            except WitnessMismatch as exc:
+                proof = Proof(False, "checkpoint", str(exc), None, witness=True)
             except Exception as exc:
                 store.close()
                 self.last_error = diagnose(exc, self.folder, self._busy_timeout_ms)
@@ -373,11 +416,41 @@ class Writer:
                 return None
         self.refused = None
         self._refused_state = None
+        self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
+        if (
+            walk_from is not None
+            and isinstance(store, EventStoreV2)
+            and getattr(proof, "path", "") == "checkpoint"
+        ):
+            self._start_walk(store, walk_from)
+        self.proven.set()
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
         self._store = store
         return store
+
+    def _start_walk(self, store: EventStoreV2, note: bytes) -> None:
+        """Walk the history before the checkpoint the open-time proof started from."""
+        from ..format.signed_note import parse_checkpoint, parse_note
+
+        assert self.witness is not None
+        if self._walk is not None:
+            self._walk.stop()
+        path = store.path
+        self._walk = BackgroundWalk(
+            lambda: connect(path, readonly=True, busy_timeout_ms=self._busy_timeout_ms),
+            self.witness,
+            store.store_id,
+            parse_checkpoint(parse_note(note).text),
+            self._damaged,
+            self._thread_factory,
+        )
+        self._walk.start()
+
+    def _walk_complete(self) -> bool:
+        """Whether every event was verified in this process (so a clean close may vouch)."""
+        return self._history_proven or (self._walk is not None and self._walk.state.complete)
 
     def _unwitnessed(self, store: EventStore) -> bool:
         """Whether this proven store has no witness record yet (its log must be told once)."""
@@ -428,6 +501,8 @@ class Writer:
 
     def _run(self) -> None:
         attempt = 0
+        if self._verify_on_open and (self.folder / DB_NAME).exists():
+            self._open()  # prove the log before anything is served (FORMAT.md 20.4)
         while True:
             if self._abandoned:  # close() gave up waiting and reported the rest
                 self._close_store()
@@ -525,8 +600,14 @@ class Writer:
         self.last_error = None
         self._verified = end
         self._first_witness = self._first_witness and not durable
-        if durable and self.witness is not None:
-            self.witness.write(store.store_id, end.seq, end.chain)  # only after a FULL commit
+        if durable and self.witness is not None:  # only after a FULL commit
+            if isinstance(store, EventStoreV2):
+                try:
+                    advance(self.witness, store)
+                except WitnessMismatch as exc:  # rewritten under us: refuse what follows
+                    self._damaged(str(exc))
+            else:
+                self.witness.write(store.store_id, end.seq, end.chain)
         for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
@@ -636,6 +717,8 @@ class Writer:
         store, self._store = self._store, None
         if store is None:
             return
+        if self._walk is not None and (clean or self._abandoned):
+            self._walk.stop(timeout=5.0)
         head: Head | None = None
         synced = foreign = False
         if clean and self.witness is not None and self.refused is None:
@@ -645,6 +728,9 @@ class Writer:
                     self._verified = store.head()
                     self._first_witness = False
                 head = store.head()
+                if isinstance(store, EventStoreV2):
+                    store.checkpoint()
+                    advance(self.witness, store)
                 if self._verified is not None and head == self._verified:
                     foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -658,6 +744,9 @@ class Writer:
         if head is None or not synced or self.witness is None:
             return
         fingerprint = None
+        if isinstance(store, EventStoreV2) and not self._walk_complete():
+            self.witness.write(store.store_id, head.seq, head.chain)  # history not yet walked:
+            return  # no fingerprint, so the next open does not skip the walk
         if foreign:  # bytes another connection wrote were never proven: no fast path next time
             log.info(
                 "archive: another connection wrote to %s; the next open verifies it", store.path
