@@ -593,9 +593,7 @@ class ArchiveProvider(MemoryProviderBase):
             if "recall is withheld" not in str(exc):
                 return ""
             reason = one_line(str(exc).split("withheld: ", 1)[1], 300)
-            return "\n".join(
-                [FENCE_OPEN, f"(archive: recall withheld: {reason})", FENCE_CLOSE]
-            )
+            return "\n".join([FENCE_OPEN, f"(archive: recall withheld: {reason})", FENCE_CLOSE])
 
     def prefetch_text(self, query: str, session_id: str) -> str:
         """The recall block for ``query`` (raises; ``prefetch`` is the hook that never does)."""

@@ -189,6 +189,17 @@ def advance(
     )
 
 
+def compact_range(size: int, reader: merkle.TileReader) -> merkle.CompactRange:
+    """The compact range of the tree at ``size`` (one node per set bit, largest first),
+    read from tiles that may since have grown (``read_edge`` wants them exactly that wide)."""
+    hashes, start = [], 0
+    for level in range(size.bit_length() - 1, -1, -1):
+        if size >> level & 1:
+            hashes.append(reader(level, start >> level))
+            start += 1 << level
+    return merkle.CompactRange(size, hashes)
+
+
 def _leaf_at(conn: sqlite3.Connection, seq: int) -> tuple[bytes, bytes] | None:
     """The leaf hash of the envelope stored at ``seq`` and its chain value."""
     row = conn.execute(
@@ -250,8 +261,12 @@ def open_proof_v2(store: EventStoreV2, witness: Witness) -> Proof | None:
         return failed(
             f"the events after seq {size} do not reach the recorded head {head.seq}", size + 1
         )
-    tree = merkle.TileAppender(size, merkle.read_edge(size, store.read_tile))
-    tree.append(leaves)
+    try:
+        tree = compact_range(size, merkle.TileReader(store.read_tile, size))
+    except merkle.ProofError as exc:
+        return failed(f"the tiles cannot be read at size {size}: {exc}", size or None)
+    for leaf in leaves:
+        tree.append(leaf)
     if head.root is None or tree.root().hex() != head.root:
         return failed("the events after the signed checkpoint are not the tree's leaves", size + 1)
     return Proof(True, "checkpoint", None, None, time.monotonic() - started)
@@ -346,8 +361,7 @@ class BackgroundWalk:
                 if 0 < size <= self._target.size:
                     reader = merkle.TileReader(read_tile, size)
                     if merkle.root(size, reader) == root:
-                        edge = merkle.TileAppender(size, merkle.read_edge(size, read_tile))
-                        return size, chain, merkle.CompactRange(size, edge.compact())
+                        return size, chain, compact_range(size, reader)
             except (KeyError, TypeError, ValueError):
                 pass  # unusable progress: walk from the start
         return 0, genesis(self._store_id), merkle.CompactRange()
