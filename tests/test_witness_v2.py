@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +205,49 @@ def test_damage_in_deep_history_is_refused_by_the_background_walk(tmp_path: Path
     with pytest.raises(Exception, match="refused"):
         writer.append_durable(_build(30, "after the damage"), timeout=30)
     writer.close()
+
+
+def test_recall_is_withheld_with_a_fenced_notice_until_the_log_is_proven(
+    make_provider: Callable[..., object], tmp_path: Path
+) -> None:
+    """A refused open-time proof (here a rolled-back folder): prefetch returns a fenced
+    notice saying why, the tool an error; nothing archived is shown (issue 15 point 6)."""
+    import json
+
+    from archive_provider.projections.recall import FENCE_CLOSE, FENCE_OPEN
+    from archive_provider.storage.store import archive_dir
+
+    home = tmp_path / "home"
+    first: Any = make_provider(home)
+    first.sync_turn(
+        "",
+        "",
+        session_id="s1",
+        messages=[
+            {"role": "user", "content": "My sister's name is Ingrid"},
+            {"role": "assistant", "content": "Noted"},
+        ],
+    )
+    first.shutdown()
+    shutil.copytree(archive_dir(home), tmp_path / "old")
+    second: Any = make_provider(home)
+    second.sync_turn(
+        "",
+        "",
+        session_id="s2",
+        messages=[
+            {"role": "user", "content": "Ingrid moved to Bergen"},
+            {"role": "assistant", "content": "Noted"},
+        ],
+    )
+    second.shutdown()
+    shutil.rmtree(archive_dir(home))
+    shutil.copytree(tmp_path / "old", archive_dir(home))
+    third: Any = make_provider(home)
+    text = third.prefetch("what is my sister called?")
+    lines = text.splitlines()
+    assert lines[0] == FENCE_OPEN and lines[-1] == FENCE_CLOSE
+    assert "recall withheld" in text and "witness mismatch" in text
+    assert "Ingrid" not in text
+    answer = json.loads(third.handle_tool_call("archive_search", {"query": "Ingrid"}))
+    assert "withheld" in answer["error"] and "results" not in answer
