@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
@@ -61,6 +62,9 @@ from .witness import (
     first_witness_event,
     open_proof,
 )
+
+if TYPE_CHECKING:
+    from .witness_client import WitnessLag, WitnessSubmitter
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +193,7 @@ class Writer:
         # set once the open-time proof passed; cleared on refusal (recall waits for it)
         self.proven = threading.Event()
         self._walk: BackgroundWalk | None = None  # v2: the walk over older history
+        self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
         self._history_proven = False  # every event was verified (a clean close may vouch)
         if not verify_on_open:
             self.proven.set()  # the caller chose not to prove (a checkpoint-only context)
@@ -424,6 +429,8 @@ class Writer:
         ):
             self._start_walk(store, walk_from)
         self.proven.set()
+        if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
+            self._start_submitter(store)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
@@ -447,6 +454,19 @@ class Writer:
             self._thread_factory,
         )
         self._walk.start()
+
+    def _start_submitter(self, store: EventStoreV2) -> None:
+        """Submit checkpoints to the log's remote witnesses in the background (16.2)."""
+        from .remote_witnesses import start_submitter
+
+        try:
+            self._submitter = start_submitter(store, self._thread_factory)
+        except Exception as exc:  # a witness set that cannot be read never stops archiving
+            log.warning("archive: remote witnesses not started: %s", exc)
+
+    def witness_lag(self) -> list[WitnessLag]:
+        """How far each remote witness is behind, and its last error (for ``status``)."""
+        return self._submitter.status() if self._submitter is not None else []
 
     def _walk_complete(self) -> bool:
         """Whether every event was verified in this process (so a clean close may vouch)."""
@@ -612,6 +632,8 @@ class Writer:
             if not job.future.done():
                 job.future.set_result(job_results)
         self._pending = []
+        if self._submitter is not None:
+            self._submitter.notify()  # returns at once; the witnesses' threads do the work
         return True
 
     def _check_foreign_rows(self, store: EventStore) -> None:
@@ -719,6 +741,9 @@ class Writer:
             return
         if self._walk is not None and (clean or self._abandoned):
             self._walk.stop(timeout=5.0)
+        submitter, self._submitter = self._submitter, None
+        if submitter is not None:
+            submitter.close(timeout=1.0)
         head: Head | None = None
         synced = foreign = False
         if clean and self.witness is not None and self.refused is None:
