@@ -31,13 +31,13 @@ from ..format.signed_note import (
     open_checkpoint,
 )
 from .store import DB_NAME, connect, payload_body
+from .threads import ThreadFactory
 from .witness_client import (
     WitnessEndpoint,
     WitnessSubmitter,
     WitnessUnreachable,
     _connection,
 )
-from .writer import ThreadFactory
 
 if TYPE_CHECKING:
     from .store import EventStoreV2

@@ -23,7 +23,6 @@ them. With a witness it records the head after every FULL commit and on close.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import queue
@@ -53,6 +52,7 @@ from .store import (
     connect,
     payload_body,
 )
+from .threads import ThreadFactory, context_thread
 from .witness import (
     Proof,
     Witness,
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ThreadFactory = Callable[..., threading.Thread]
 Build = Callable[[EventStore], Sequence[NewEvent]]
 
 MAX_BATCH_JOBS = 512
@@ -77,17 +76,6 @@ MAX_BATCH_JOBS = 512
 #: compression budget; waiting beats failing a required checkpoint closed
 PROOF_WAIT_S = 100.0
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
-
-
-def context_thread(
-    target: Callable[[], None], *, name: str, daemon: bool = True
-) -> threading.Thread:
-    """An unstarted thread that runs ``target`` in a copy of the caller's contextvars.
-
-    The fallback for hosts without ``agent.memory_provider.spawn_context_thread`` (0.19.0).
-    """
-    context = contextvars.copy_context()
-    return threading.Thread(target=context.run, args=(target,), name=name, daemon=daemon)
 
 
 @dataclass
