@@ -410,13 +410,13 @@ class Writer:
         self.refused = None
         self._refused_state = None
         self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
+        self.proven.set()
         if (
             walk_from is not None
             and isinstance(store, EventStoreV2)
             and getattr(proof, "path", "") == "checkpoint"
         ):
             self._start_walk(store, walk_from)
-        self.proven.set()
         if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
             self._start_submitter(store)
         self._verified = store.head()
