@@ -180,6 +180,7 @@ class Writer:
         self._data_version: int | None = None  # PRAGMA data_version when the log was proved
         # set once the open-time proof passed; cleared on refusal (recall waits for it)
         self.proven = threading.Event()
+        self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
         self._walk: BackgroundWalk | None = None  # v2: the walk over older history
         self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
         self._history_proven = False  # every event was verified (a clean close may vouch)
@@ -329,11 +330,12 @@ class Writer:
 
     def _damaged(self, problem: str) -> None:
         """The background walk found damage: withdraw service at once (recall and appends)."""
-        self.proven.clear()
-        self.refused = self.last_error = (
-            f"{problem}. Recall and appends are refused; run `hermes-archive verify` and "
-            "restore the archive folder from backup (docs/RECOVER.md, 'Tamper detected')."
-        )
+        with self._proven_lock:
+            self.proven.clear()
+            self.refused = self.last_error = (
+                f"{problem}. Recall and appends are refused; run `hermes-archive verify` and "
+                "restore the archive folder from backup (docs/RECOVER.md, 'Tamper detected')."
+            )
         log.error("%s", self.refused)
 
     def _open(self) -> EventStore | None:
@@ -410,13 +412,15 @@ class Writer:
         self.refused = None
         self._refused_state = None
         self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
-        self.proven.set()
         if (
             walk_from is not None
             and isinstance(store, EventStoreV2)
             and getattr(proof, "path", "") == "checkpoint"
         ):
-            self._start_walk(store, walk_from)
+            self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
+        with self._proven_lock:
+            if self.refused is None:  # the walk may already have found damage
+                self.proven.set()
         if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
             self._start_submitter(store)
         self._verified = store.head()
