@@ -251,3 +251,19 @@ def test_recall_is_withheld_with_a_fenced_notice_until_the_log_is_proven(
     assert "Ingrid" not in text
     answer = json.loads(third.handle_tool_call("archive_search", {"query": "Ingrid"}))
     assert "withheld" in answer["error"] and "results" not in answer
+
+
+def test_an_unusable_witness_key_weakens_the_witness_but_never_stops_archiving(
+    tmp_path: Path,
+) -> None:
+    folder, witness = _archive(tmp_path)
+    _session(folder, witness, range(1, 3))
+    key = witness.directory / proof_v2.COSIGNER_KEY
+    key.unlink()
+    key.mkdir()  # not a key file any more
+    writer = Writer(folder, witness=witness)
+    results = writer.append_durable(_build(3, "still archived"), timeout=30)
+    assert results[0].outcome == "appended"
+    assert writer.refused is None and writer.proven.is_set()
+    assert "could not cosign" in (witness.last_error or "")
+    writer.close()

@@ -71,7 +71,10 @@ FIX = (
 
 
 def cosigner(directory: Path) -> Signer:
-    """The local witness's own cosigner key (type 0x04) in its folder; made on first use."""
+    """The local witness's own cosigner key (type 0x04) in its folder; made on first use.
+
+    OSError when it cannot be used: the archive goes on, the witness lags (and says why).
+    """
     path = directory / COSIGNER_KEY
     for _ in range(2):
         try:
@@ -89,11 +92,11 @@ def cosigner(directory: Path) -> Signer:
                 os.fsync(handle.fileno())
             return signer
         except (UnsafeFile, UnicodeDecodeError, NoteError) as exc:
-            raise WitnessMismatch(f"the local witness key {path} cannot be used: {exc}") from None
+            raise OSError(f"the local witness key {path} cannot be used: {exc}") from None
         if signer.alg != ALG_COSIGNATURE_V1:
-            raise WitnessMismatch(f"{path} is not a cosigner key (signature type 0x04)")
+            raise OSError(f"{path} is not a cosigner key (signature type 0x04)")
         return signer
-    raise WitnessMismatch(f"the local witness key {path} cannot be read")
+    raise OSError(f"the local witness key {path} cannot be read")
 
 
 def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> None:
@@ -163,6 +166,23 @@ def advance(
         return witness.write(store.store_id, head.seq, head.chain, fingerprint=fingerprint)
     if record is not None and record.checkpoint is not None:
         check_consistent(store, _witnessed(record)[1], newest)
+    try:
+        return _cosign(witness, store, newest, log_vkey, fingerprint)
+    except (OSError, sqlite3.Error, NoteError) as exc:  # weaker until the next commit, never down
+        witness.last_error = f"the local witness could not cosign size {newest.size}: {exc}"
+        log.warning("archive: %s", witness.last_error)
+        return False
+
+
+def _cosign(
+    witness: Witness,
+    store: EventStoreV2,
+    newest: Checkpoint,
+    log_vkey: str,
+    fingerprint: dict[str, Any] | None,
+) -> bool:
+    """Cosign ``newest`` (proven consistent), store the cosignature, write the record."""
+    head = store.head()
     signer = cosigner(witness.directory)
     cosignature = signer.cosign(newest.text, max(1, int(utc_now().timestamp())))
     with store.transaction():

@@ -618,6 +618,8 @@ class Writer:
                     advance(self.witness, store)
                 except WitnessMismatch as exc:  # rewritten under us: refuse what follows
                     self._damaged(str(exc))
+                except Exception:  # the commit stands; only the witness lags behind it
+                    log.exception("archive: the local witness did not advance")
             else:
                 self.witness.write(store.store_id, end.seq, end.chain)
         for job, job_results in zip(batch, results, strict=True):
