@@ -33,6 +33,16 @@ def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> Non
         "--home", help="profile folder (default: $HERMES_HOME, else ~/.hermes)", **default
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output", **default)
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="read a central PostgreSQL store instead (libpq URL, key=value or service name; "
+        "status, verify, log, show, search)",
+        **default,
+    )
+    parser.add_argument(
+        "--store", metavar="ID", help="with --db: only this archive (store id or prefix)", **default
+    )
 
 
 def _add_commands(parser: argparse.ArgumentParser) -> None:

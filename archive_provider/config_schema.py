@@ -8,6 +8,7 @@ hermes allows this file to import only from ``plugins.memory.config_schema``. St
 from plugins.memory.config_schema import (
     KIND_BOOL,
     KIND_NUMBER,
+    KIND_TEXT,
     STORAGE_FLAT_JSON,
     ProviderConfigSchema,
     ProviderField,
@@ -47,6 +48,21 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="true",
             inline=True,
             description="Mask secret-shaped strings (API keys, tokens, private keys) before archiving.",
+        ),
+        ProviderField(
+            key="ship_to",
+            label="Central store",
+            kind=KIND_TEXT,
+            default="",
+            description="A PostgreSQL URL or service name to ship the archive to in the background (keep the password in PGPASSFILE).",
+        ),
+        ProviderField(
+            key="journal_every_event",
+            label="Journal every event",
+            kind=KIND_BOOL,
+            default="false",
+            description="Write each accepted event to the spill journal before the hook returns, "
+            "so a killed process loses nothing it accepted (a file write per turn).",
         ),
     ),
 )

@@ -23,6 +23,7 @@ from . import (
     s1_append,
     s2_verify,
     s3_provider,
+    s3_spill,
     s4_checkpoint,
     s6_recall,
     s7_storage,
@@ -128,6 +129,10 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
             if want("3"):
                 section("3 sustained ingest through the provider")
                 rows += s3_provider.ingest_rows(work, text, config.ingest, config.repeats, _say)
+                section("3 the spill: overload, journal, shutdown, loss window")
+                rows += s3_spill.spill_rows(
+                    work, text, config.sync_calls, config.spill_pending, _say
+                )
             if want("4"):
                 section("4 durable checkpoints")
                 rows += s4_checkpoint.run(

@@ -18,6 +18,8 @@ class Config:
     #: (eventsourcing records the same turns)
     sync_calls: int = 2000
     ingest: dict[int, int] = field(default_factory=dict)
+    #: row 3: queued turns written to the spill at shutdown
+    spill_pending: int = 100_000
     #: row 4: checkpoint sizes (messages of ~1 KB) and repetitions
     checkpoints: tuple[int, ...] = (50, 200, 1000)
     checkpoint_repeats: int = 5
@@ -43,6 +45,7 @@ SMOKE = Config(
     repeats=1,
     sync_calls=100,
     ingest={500: 100},
+    spill_pending=2000,
     checkpoints=(50,),
     checkpoint_repeats=1,
     queries=20,

@@ -61,6 +61,7 @@ def test_every_public_name_resolves_to_the_module_that_defines_it() -> None:
 def test_errors_share_one_root_and_say_what_to_do() -> None:
     from archive_provider.audit.export import ExportError
     from archive_provider.format.canonical import CanonicalEncodingError
+    from archive_provider.storage.spill import SpillDamaged
     from archive_provider.storage.store import StoreBusy, StoreError
     from archive_provider.storage.witness import WitnessMismatch
     from archive_provider.storage.writer import WriterUnavailable
@@ -69,6 +70,7 @@ def test_errors_share_one_root_and_say_what_to_do() -> None:
         assert issubclass(cls, ArchiveError), cls
     assert issubclass(StoreBusy, errors.ArchiveBusy) and issubclass(StoreBusy, StoreError)
     assert issubclass(WitnessMismatch, errors.ArchiveDamaged)
+    assert issubclass(SpillDamaged, errors.ArchiveDamaged)
     assert issubclass(WriterUnavailable, errors.ArchiveUnavailable)
     assert issubclass(CanonicalEncodingError, InvalidRequest)
     assert issubclass(InvalidRequest, ValueError)  # callers that caught ValueError still do

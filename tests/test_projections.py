@@ -419,3 +419,66 @@ def test_digests_cover_every_table_and_the_version(store: EventStore) -> None:
     store.conn.execute("UPDATE transcript SET seq = 99")
     assert projection_digests(store.conn)["sessions"] != first["sessions"]
     assert isinstance(default_projections()[0], TableProjection)
+
+
+def test_recall_rows_buffered_in_a_transaction_match_a_replay(store: EventStore) -> None:
+    # turns, a memory write between them and more turns in one transaction: the buffered
+    # rows go in before the memory write indexes, and the result is what a rebuild makes
+    user = {"role": "user", "content": "heron by the lake"}
+    reply = {"role": "assistant", "content": "blue heron, yes"}
+    store.append(
+        [
+            turn(store, "s1", 1, [user, reply], 0),
+            memory(store, 1, "add", "likes herons"),
+            turn(store, "s1", 2, [{"role": "user", "content": "and the egret?"}], 2),
+        ]
+    )
+    live = recall_rows(store)
+    assert [row[2] for row in live] == ["memory", "turn", "turn", "turn"]
+    assert RecallProjection().last_seq(store.conn) == store.head().seq
+    before = projection_digests(store.conn, store.projections)
+    rebuild(store)
+    assert recall_rows(store) == live
+    assert projection_digests(store.conn, store.projections) == before
+
+
+def test_a_recall_insert_failing_at_the_commit_leaves_recall_behind_alone(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.append([turn(store, "s1", 1, [{"role": "user", "content": "first"}], 0)])
+    behind = store.head().seq
+
+    def broken(self: Any, conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO recall_memory VALUES (1, 'x')")  # written, then undone
+        raise ValueError("an index bug")
+
+    monkeypatch.setattr(RecallProjection, "flush", broken)
+    store.append([turn(store, "s1", 2, [{"role": "user", "content": "second"}], 1)])
+    assert "recall" in store.broken_projections
+    assert RecallProjection().last_seq(store.conn) == behind  # behind, and says so
+    assert SessionsProjection().last_seq(store.conn) == store.head().seq
+    assert store.conn.execute("SELECT count(*) FROM recall_memory").fetchone()[0] == 0
+    assert [row[1] for row in recall_rows(store)] == ["first"]
+
+
+def test_a_recall_reducer_failing_mid_batch_keeps_what_precedes_it(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reduce = RecallProjection.reduce
+
+    def picky(self: Any, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        reduce(self, conn, event)  # buffers its rows first: they must not survive the failure
+        if event.key.get("turn") == 2:
+            raise ValueError("a reducer bug")
+
+    monkeypatch.setattr(RecallProjection, "reduce", picky)
+    results = store.append(
+        [
+            turn(store, "s1", n, [{"role": "user", "content": f"message {n}"}], n - 1)
+            for n in (1, 2, 3)
+        ]
+    )
+    assert "recall" in store.broken_projections
+    assert [row[1] for row in recall_rows(store)] == ["message 1"]
+    assert RecallProjection().last_seq(store.conn) == results[0].seq
+    assert SessionsProjection().last_seq(store.conn) == results[2].seq

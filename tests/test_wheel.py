@@ -98,3 +98,5 @@ def test_a_built_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path)
     )
     assert run(tool, "--home", home, "verify", cwd=tmp_path).startswith("ok")
     assert "Events: 1 (turn 1)" in run(tool, "--home", home, cwd=tmp_path)
+    # the central store's schema is a package resource beside storage/central.py
+    assert "CREATE SCHEMA IF NOT EXISTS hermes_archive" in run(tool, "central", "sql", cwd=tmp_path)

@@ -290,3 +290,37 @@ def test_a_durable_append_waits_for_the_open_time_proof_instead_of_failing(
     finally:
         writer.close(10)
     assert result.outcome == "appended"
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_an_edited_part_makes_the_writer_refuse_in_either_format(
+    folder: Path, format_version: int
+) -> None:
+    # v1's TamperedPayload and v2's TamperedPart are one refusal (TamperedPart is the base)
+    def said(text: str) -> Callable[[EventStore], list[NewEvent]]:
+        def build(store: EventStore) -> list[NewEvent]:
+            part = store.hasher.part({"role": "user", "content": "secret"})
+            body = {"turn": 1, "messages": [part.digest], "text": text}
+            return [NewEvent("turn", "s1", {"text": text}, body, (part,))]
+
+        return build
+
+    store = EventStore.open(folder, format_version=format_version)
+    store.close()
+    writer = Writer(folder)
+    try:
+        assert writer.append_durable(said("first"), timeout=10)[0].outcome == "appended"
+        conn = raw(folder)  # edited under the open writer: its next append meets the row
+        trigger = "payloads_immutable" if format_version == 1 else "payloads_erase_only"
+        conn.execute(f"DROP TRIGGER {trigger}")
+        edited = conn.execute(
+            'UPDATE payloads SET body = CAST(\'{"content":"secreT","role":"user"}\''
+            " AS BLOB) WHERE CAST(body AS TEXT) LIKE '%\"secret\"%'"
+        ).rowcount
+        conn.close()
+        assert edited == 1
+        with pytest.raises(WriterUnavailable, match="edited after it was written.*are refused"):
+            writer.append_durable(said("second"), timeout=10)
+        assert writer.refused
+    finally:
+        writer.close(timeout=1)

@@ -155,6 +155,9 @@ def as_of(
     try:
         projections = asof_projections()
         scratch.execute("BEGIN")
+        # parts arrive carried with their events; one the source no longer holds (erased)
+        # is looked up here and found absent, never read from a table that is not there
+        scratch.execute("CREATE TEMP TABLE payloads (digest BLOB PRIMARY KEY, body BLOB)")
         for projection in projections:
             projection.create(scratch)
         apply_events(scratch, projections, until_seq=until, source=conn, types=ASOF_TYPES)

@@ -30,6 +30,7 @@ from archive_provider.domain.clock import format_time, parse_time
 from archive_provider.errors import ArchiveError, UsageError
 from archive_provider.format.canonical import INT_MAX
 from archive_provider.format.verifier import printable
+from archive_provider.storage.central import CentralError, scrub
 from archive_provider.storage.store import DB_NAME, EventStore, StoreError, archive_dir
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
@@ -88,6 +89,9 @@ class CommandContext:
     home: Path
     json: bool
     args: Namespace
+    #: a central PostgreSQL store to read instead of the local archive (--db), and one store
+    db: str | None = None
+    central_store: str | None = None
     # looked up when the context is made, so redirected and captured streams are honoured
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
@@ -98,7 +102,16 @@ class CommandContext:
         if given == "":
             raise UsageError("--home is empty; give the profile folder (HERMES_HOME)")
         home = expanded(given) if given else default_home()
-        return cls(home=home, json=bool(getattr(args, "json", False)), args=args)
+        db, store = getattr(args, "db", None), getattr(args, "store", None)
+        if store is not None and db is None:
+            raise UsageError("--store picks an archive of a central store: give --db too")
+        return cls(
+            home=home,
+            json=bool(getattr(args, "json", False)),
+            args=args,
+            db=db,
+            central_store=store,
+        )
 
     @property
     def archive(self) -> Path:
@@ -166,8 +179,10 @@ class CommandContext:
 
 
 def _message(exc: Exception) -> str:
-    if isinstance(exc, (CommandError, StoreError)):
+    if isinstance(exc, (CommandError, StoreError, CentralError)):
         return str(exc)
+    if type(exc).__module__.startswith("psycopg"):
+        return f"the central store refused ({type(exc).__name__}: {str(exc).strip()})"
     if isinstance(exc, sqlite3.Error):
         return f"the archive database refused the query ({type(exc).__name__}: {exc})"
     if isinstance(exc, OSError):
@@ -190,30 +205,42 @@ class Command:
 
         @functools.wraps(command_run)
         def guarded(ctx: CommandContext) -> int:
+            runner = command_run
+            if ctx.db is not None and not getattr(module, "USES_DB", False):
+                from archive_provider.commands.central_read import runner_for
+
+                runner = runner_for(module.NAME)
             try:
-                return int(command_run(ctx))
+                return int(runner(ctx))
             except UsageError:
                 raise
             except Exception as exc:
                 if os.environ.get("HERMES_ARCHIVE_DEBUG"):
                     raise
-                return ctx.fail(_message(exc))
+                secrets = (ctx.db or "", str(getattr(ctx.args, "to", "") or ""))
+                return ctx.fail(scrub(_message(exc), *secrets))
 
         return cls(module.NAME, module.HELP, module.configure, guarded)
 
 
 from archive_provider.commands import (  # noqa: E402  (the modules import the context above)
     as_of,
+    central,
     demo,
+    erasures,
     export,
+    forget,
     history,
+    hold,
     install,
     key,
     log,
     migrate,
     readable_copy,
     replay,
+    retention,
     search,
+    ship,
     show,
     status,
     verify,
@@ -238,6 +265,12 @@ COMMANDS = [
         witness,
         key,
         migrate,
+        forget,
+        erasures,
+        hold,
+        retention,
+        ship,
+        central,
         install,
         demo,
     )

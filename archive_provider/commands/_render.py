@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from archive_provider.audit.erasure import erased_slot
 from archive_provider.domain.authors import author_label
 from archive_provider.domain.evidence import message_text
 from archive_provider.format.canonical import decode
 from archive_provider.format.events import StoredEvent
 from archive_provider.projections.builtin import rewound_at
 from archive_provider.storage.store import EventStore
+
+
+class Archive(Protocol):
+    """What rendering reads from an archive: payload bodies by digest (local or central)."""
+
+    def payload(self, digest: str) -> bytes | None: ...
 
 
 def preview(value: Any, width: int = 60) -> str:
@@ -23,10 +30,23 @@ def preview(value: Any, width: int = 60) -> str:
     return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)
 
 
-def part(store: EventStore, digest: Any) -> Any:
-    """A part's decoded value, or None when it is not in the archive."""
+def part(store: Archive, digest: Any) -> Any:
+    """A part's decoded value; an erased slot's "(erased at T by seq E: reason)"; else None.
+
+    Erasures are read from a local archive; a central one blanks erased bodies itself.
+    """
     body = store.payload(digest) if isinstance(digest, str) else None
-    return decode(body) if body is not None else None
+    if body is None:
+        slot = _erased(store, digest)
+        return f"({slot})" if slot else None
+    return decode(body)
+
+
+def _erased(store: Archive, digest: Any) -> str | None:
+    """The erased slot of a digest in a local archive (a central one has no erasure rows)."""
+    if isinstance(store, EventStore) and isinstance(digest, str):
+        return erased_slot(store.conn, digest)
+    return None
 
 
 def _message(value: Any) -> str:
@@ -38,7 +58,13 @@ def _message(value: Any) -> str:
     return f"{value.get('role', '?')}: {preview(text, 50)}"
 
 
-def summary(store: EventStore, event: StoredEvent) -> str:
+def _rewound(store: Archive, seq: int) -> int | None:
+    """The rewind that took turn ``seq``'s messages out (local: a central store keeps no
+    projections, so its turns show no marker)."""
+    return rewound_at(store.conn, seq) if isinstance(store, EventStore) else None
+
+
+def summary(store: Archive, event: StoredEvent) -> str:
     """What happened, in one line (the payload and the parts it names, briefly)."""
     body, kind = event.body, event.type
     if not isinstance(body, Mapping):
@@ -50,7 +76,7 @@ def summary(store: EventStore, event: StoredEvent) -> str:
         )
         lead = _message(first if first is not None else messages[0]) if messages else "no messages"
         author = part(store, body.get("author")) if body.get("author") else None
-        rewound = rewound_at(store.conn, event.seq)
+        rewound = _rewound(store, event.seq)
         return (
             f"turn {body.get('turn')} by {author_label(author)}: {len(messages)} messages; {lead}"
             + (f" [rewound at seq {rewound}]" if rewound is not None else "")
@@ -102,7 +128,7 @@ def summary(store: EventStore, event: StoredEvent) -> str:
     return preview(dict(body), 80)
 
 
-def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict[str, Any]:
+def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[str, Any]:
     """An event as JSON: the envelope, a summary and (``full``) its payload and parts decoded."""
     data: dict[str, Any] = {
         "seq": event.seq,
@@ -121,7 +147,10 @@ def record(store: EventStore, event: StoredEvent, *, full: bool = False) -> dict
             chain=event.chain,
             key=event.key,
             payload=event.body,
-            parts=[{"digest": d, "value": part(store, d)} for d in event.part_digests],
+            parts=[
+                {"digest": d, "value": part(store, d), "erased": _erased(store, d)}
+                for d in event.part_digests
+            ],
         )
     return data
 

@@ -94,7 +94,9 @@ def _human(data: dict[str, Any]) -> str:
             lines.append(f"parts ({len(e['parts'])}):")
             for p in e["parts"]:
                 value = (
-                    "(missing from the archive)"
+                    f"({p['erased']})"
+                    if p.get("erased")
+                    else "(missing from the archive)"
                     if p["value"] is None
                     else json.dumps(p["value"], ensure_ascii=False, sort_keys=True)
                 )

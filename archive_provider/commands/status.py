@@ -7,6 +7,8 @@ from typing import Any
 
 from archive_provider.commands import CommandContext
 from archive_provider.format.verifier import printable
+from archive_provider.storage.ship import read_state
+from archive_provider.storage.spill import pending
 from archive_provider.storage.store import DB_NAME, EventStore
 
 NAME = "status"
@@ -17,9 +19,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """No options."""
 
 
+def _spill(ctx: CommandContext) -> dict[str, Any]:
+    """What waits in the spill for the next open, and damaged segments kept aside."""
+    waiting = pending(ctx.archive)
+    return {"segments": waiting.segments, "bytes": waiting.bytes, "damaged": waiting.damaged}
+
+
 def collect(ctx: CommandContext) -> dict[str, Any]:
     if not ctx.exists():
-        return {"archive": str(ctx.archive), "exists": False}
+        return {"archive": str(ctx.archive), "exists": False, "spill": _spill(ctx)}
     with ctx.store() as store:
         conn = store.conn
         conn.execute("BEGIN")  # one snapshot: the counts and the head agree
@@ -63,10 +71,12 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
         if last
         else None,
         "bytes": size,
+        "spill": _spill(ctx),
         "projections": {
             name: {"last_seq": seq, "current": seq == head.seq}
             for name, seq in sorted(projections.items())
         },
+        "shipping": read_state(ctx.archive),
         "recall": recall,
         **witnesses,
     }
@@ -131,9 +141,29 @@ def recall_check(store: EventStore) -> dict[str, Any] | None:
     }
 
 
+def _spill_lines(spill: dict[str, Any]) -> list[str]:
+    lines = []
+    if spill["segments"]:
+        lines.append(
+            f"Spill: {spill['segments']} segment(s), {spill['bytes']:,} bytes of accepted events "
+            "waiting; the provider takes them in when it next opens the archive"
+        )
+    if spill["damaged"]:
+        lines.append(
+            f"Damaged spill kept aside in spill/damaged: {', '.join(spill['damaged'])} "
+            "(see docs/RECOVER.md, 'Damaged spill')"
+        )
+    return lines
+
+
 def _human(data: dict[str, Any]) -> str:
     if not data["exists"]:
-        return f"No archive yet at {data['archive']} (it is created when the provider first runs)."
+        return "\n".join(
+            [
+                f"No archive yet at {data['archive']} (it is created when the provider first runs).",
+                *_spill_lines(data["spill"]),
+            ]
+        )
     last = data["last_event"]
     by_type = ", ".join(f"{k} {v}" for k, v in sorted(data["events_by_type"].items()))
     lines = [
@@ -159,12 +189,20 @@ def _human(data: dict[str, Any]) -> str:
     elif recall:
         lines.append(f"Recall: the newest {recall['checked']} index rows match the log")
     lines.extend(witness_lines(data))
+    lines += _spill_lines(data["spill"])
     stale = [name for name, p in data["projections"].items() if not p["current"]]
     if not data["projections"]:
         lines.append("Projections: none yet (they are created when the provider opens the archive)")
     else:
         lines.append(
             "Projections: " + ("all current" if not stale else "behind: " + ", ".join(stale))
+        )
+    shipping = data.get("shipping")
+    if shipping:
+        lines.append(
+            f"Shipping to {shipping['target']}: central seq {shipping['central_seq']}, "
+            f"lag {shipping['lag_events']} events / {shipping['lag_seconds']:.1f} s"
+            + (f"; last error: {shipping['last_error']}" if shipping.get("last_error") else "")
         )
     return "\n".join(lines)
 

@@ -73,6 +73,10 @@ def _human(data: dict[str, Any]) -> str:
             "verified; "
             f"head at seq {report['last_seq']}"
         ]
+        lines += [  # each erasure event and how many tombstones it covers
+            f"erasure at seq {e['seq']}: {e['payloads']} payloads erased"
+            for e in report.get("erasures") or []
+        ]
     else:
         where = (
             f"seq {report['first_bad_seq']}"

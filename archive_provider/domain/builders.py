@@ -59,8 +59,8 @@ def turn(
 ) -> NewEvent:
     """A completed turn: its new messages (all roles, as the host sent them, after redaction).
 
-    ``author`` (domain/authors.py) is stored as a payload of its own: in format v2 it is
-    :attr:`NewEvent.author`, named by the envelope's ``author`` field; in format v1 one more
+    ``author`` (domain/authors.py) is a payload of its own, carried as :attr:`NewEvent.author`:
+    format v2 names it in the envelope's ``author`` field; format v1 stores it as one more
     keyed part named by the body's ``author``. Either way it is erasable with its payload and
     never in the identity. This is the one place that mapping is made.
     """
@@ -85,7 +85,7 @@ def turn(
         {"turn": ordinal} if v2 else {"session": session, "turn": ordinal, "messages": digests},
         with_redactions(body, redactions),
         stored,
-        author=author_part if v2 else None,
+        author=author_part,
     )
 
 

@@ -5,7 +5,8 @@ plain characters (a full-width ``［`` becomes ``[``), format characters such as
 spaces and soft hyphens are dropped, other control characters too, and whitespace is
 collapsed, so quoted text can neither start a line of its own nor hide a fence phrase from
 the check. Then every ``[`` that opens a fence phrase (``[end of archive recall]``,
-``[ peer data``, in any case and spacing) becomes ``(``.
+``[ peer data``, in any case and spacing, words run together included: a dropped zero-width
+space leaves ``endof``) becomes ``(``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 import unicodedata
 
 _FENCE_PHRASE = re.compile(
-    r"\[(?=\s*(?:end\s+of\s+)?(?:archive\s+recall|peer\s+data))", re.IGNORECASE
+    r"\[(?=\s*(?:end\s*of\s*)?(?:archive\s*recall|peer\s*data))", re.IGNORECASE
 )
 
 

@@ -42,6 +42,10 @@ EVENT_TYPES = frozenset(
         "turns_rewound",
         "store_created",
         "migrated_from",
+        "erasure",
+        "retention_policy",
+        "legal_hold",
+        "legal_hold_released",
     }
 )
 

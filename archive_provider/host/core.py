@@ -3,9 +3,9 @@
 :class:`~archive_provider.host.provider.ArchiveProvider` and hivemind's provider are thin
 adapters from host hooks to this object: it owns the profile binding, the settings, the
 session state (session, parent, agent context, turn) and the transcript cache of the turn
-delta, the writer, the one read-only connection (recall, the peers block, tools), search
-and submission. Nothing outside reads its underscored members; the attributes and methods
-below are its API (docs/DESIGN.md, "Composition").
+delta, the writer, the shipper to a central store, the one read-only connection (recall,
+the peers block, tools), search and submission. Nothing outside reads its underscored
+members; the attributes and methods below are its API (docs/DESIGN.md, "Composition").
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..audit.erasure import RetentionWorker
 from ..domain import builders
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
 from ..projections.recall import Hit, Prover, search
 from ..projections.registry import default_projections
+from ..storage.ship import BackgroundShipper, shippers
+from ..storage.spill import Encoder
 from ..storage.store import (
     DB_NAME,
     KEY_NAME,
@@ -38,6 +41,7 @@ from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .settings import Settings
+from .spill_kinds import SPILL_KINDS, spill_entry
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,8 @@ class ArchiveCore:
         self.projections = projections
         self.home: Path | None = None
         self.writer: Writer | None = None
+        #: the background shipper to a central store (the ``ship_to`` setting), if any
+        self.shipper: BackgroundShipper | None = None
         self.settings = Settings()
         self.session = ""
         self.parent_session = ""
@@ -107,6 +113,8 @@ class ArchiveCore:
         self._reader: sqlite3.Connection | None = None
         self._key = b""  # the payload key, read with the reader: served excerpts are re-proved
         self._reader_lock = threading.Lock()
+        #: applies the recorded retention policy at open and daily (primary context only)
+        self.retention: RetentionWorker | None = None
 
     @property
     def writes_turns(self) -> bool:
@@ -129,10 +137,44 @@ class ArchiveCore:
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(self.home),
+                kinds=SPILL_KINDS,
+                queue_max_events=self.settings.queue_max_events,
+                queue_max_bytes=self.settings.queue_max_bytes,
+                spill_fsync_s=self.settings.spill_fsync_s,
+                journal_every_event=self.settings.journal_every_event,
             )
+            if self.writes_turns and self.retention is None:
+                self.retention = RetentionWorker(
+                    archive_dir(self.home), lambda conn: self.projections(), spawn_thread
+                ).start()
+
+    def open_shipper(self) -> None:
+        """Share the profile's shipper when ``ship_to`` is set; its failure never raises.
+
+        Shipping reads the log on its own thread, so no hook waits on the network; the
+        local log stays the commit point (DESIGN.md invariant 12).
+        """
+        if self.shipper is not None or self.home is None or not self.settings.ship_to:
+            return
+        try:
+            self.shipper = shippers.acquire(
+                archive_dir(self.home),
+                self.settings.ship_to,
+                interval=self.settings.ship_interval_s,
+                thread_factory=spawn_thread,
+            )
+        except Exception as exc:  # archiving goes on; only the central copy waits
+            log.error("archive: shipping did not start: %s", type(exc).__name__)
 
     def close(self) -> None:
-        """Release the writer (drained within the settings' budget) and the reader."""
+        """Release the retention worker, the shipper, the writer (drained within the settings'
+        budget) and the reader."""
+        retention, self.retention = self.retention, None
+        if retention is not None:
+            retention.close(timeout=self.settings.drain_timeout_s)
+        shipper, self.shipper = self.shipper, None
+        if shipper is not None:
+            shippers.release(shipper)
         writer, self.writer = self.writer, None
         if writer is not None:
             report = writers.release(writer, timeout=self.settings.drain_timeout_s)
@@ -149,13 +191,20 @@ class ArchiveCore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def submit(self, build: Build, label: str) -> None:
-        """Hand the writer a job and return; a failure is logged and put on the record."""
+    def submit(
+        self, build: Build, label: str, entry: Encoder | None = None, size: int = 512
+    ) -> None:
+        """Hand the writer a job and return; a failure is logged and put on the record.
+
+        ``entry`` is the same job as a spill record (a kind of :data:`SPILL_KINDS`): with it
+        the writer may spill the job instead of holding it in memory; ``size`` estimates
+        the bytes the queue holds for it (its bound counts them).
+        """
         writer = self.writer
         if writer is None:
             log.warning("archive: %s not archived: the archive is not initialized", label)
             return
-        future = writer.submit(build, label=label)
+        future = writer.submit(build, label=label, entry=entry, size=size)
 
         def report(done: Future[Any]) -> None:
             error = None if done.cancelled() else done.exception()
@@ -192,6 +241,7 @@ class ArchiveCore:
         self.submit(
             lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
             "write_failed",
+            spill_entry("write_failed", session=session, at=at, hook=hook, error=text),
         )
 
     def record_recall(self, session_id: str, query: str, result: str, sources: list[int]) -> None:
@@ -214,6 +264,17 @@ class ArchiveCore:
                 )
             ],
             "recall_served",
+            spill_entry(
+                "recall_served",
+                session=session,
+                turn=turn,
+                query=query,
+                result=result,
+                sources=sources,
+                at=at,
+                redact=redact,
+            ),
+            512 + len(query) + len(result),
         )
 
     # -- reading -------------------------------------------------------------------------

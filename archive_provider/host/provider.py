@@ -29,7 +29,6 @@ from ..domain.evidence import (
     bindable_text,
     direct_evidence,
     is_set,
-    new_messages_start,
     transcript_snapshot,
 )
 from ..domain.fence import one_line
@@ -37,7 +36,7 @@ from ..domain.redaction import host_masks_rows, redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
 from ..projections.base import TableProjection
-from ..projections.builtin import pending_rewind, session_counters, transcript_rows
+from ..projections.builtin import session_counters
 from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
 from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
@@ -53,6 +52,7 @@ from .hermes import (
 )
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
+from .spill_kinds import spill_entry, text_size, turn_entry, turn_event
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,7 @@ class ArchiveProvider(MemoryProviderBase):
         if not self._bind(session_id, kwargs):
             return
         self.core.open_writer()
+        self.core.open_shipper()
         if self.core.writes_turns:
             details = {
                 key: kwargs[key]
@@ -153,6 +154,9 @@ class ArchiveProvider(MemoryProviderBase):
                     builders.session_started(session, at=at, details=details, redact=redact)
                 ],
                 "session_started",
+                spill_entry(
+                    "session_started", session=session, at=at, details=details, redact=redact
+                ),
             )
 
     def initialize_for_inspection(self, session_id: str, **kwargs: Any) -> None:
@@ -271,6 +275,12 @@ class ArchiveProvider(MemoryProviderBase):
         self.core.submit(
             lambda store: self._turn_events(store, session, snapshot, legacy, redact, author),
             "turn",
+            turn_entry(session, snapshot, legacy, redact, author),
+            # what the queue holds beyond the host's own objects: the list and the new text
+            256
+            + 8 * len(snapshot)
+            + (len(user_content) if isinstance(user_content, str) else 256)
+            + (len(assistant_content) if isinstance(assistant_content, str) else 256),
         )
 
     def _turn_events(
@@ -296,63 +306,16 @@ class ArchiveProvider(MemoryProviderBase):
         cached = None if legacy else self.core.transcripts.get(session)
         fast = cached is not None and cached.turns == turns and cached.is_prefix_of(messages)
         if fast and cached is not None:
-            start = len(cached.raw)
-            rows, redactions = redact_rows(
-                [archivable_message(m) for m in messages[start:]], redact, "/messages"
-            )
-            new_parts = [store.hasher.part(row) for row in rows]
-            found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
-            masks = renumber(host_masks_rows(rows, "/messages"), 0, "/messages")
-            rewind: list[NewEvent] = []
+            start: int | None = len(cached.raw)
+            rows = [archivable_message(m) for m in messages[len(cached.raw) :]]
         else:
-            rows, redactions = redact_rows(
-                [archivable_message(m) for m in messages], redact, "/messages"
-            )
-            parts = [store.hasher.part(row) for row in rows]
-            rewind = []
-            if legacy:
-                start = 0
-            else:
-                archived = transcript_rows(store.conn, session)
-                previous = [digest for digest, _ in archived]
-                current = [p.digest for p in parts]
-                roles = [r.get("role") for r in rows]
-                start = new_messages_start(previous, current, roles)
-                switch = pending_rewind(store.conn, session)
-                if switch is not None:
-                    common = _common_prefix(previous, current)
-                    if common < len(previous):
-                        rewind = [
-                            builders.turns_rewound(
-                                session,
-                                switch_seq=switch,
-                                start=common,
-                                rewound=[(seq, d) for d, seq in archived[common:]],
-                                detected_by=detected_by,
-                            )
-                        ]
-                        start = common
-            new_parts = parts[start:]
-            found = renumber(redactions, start, "/messages")
-            masks = renumber(host_masks_rows(rows, "/messages"), start, "/messages")
-        if not new_parts:
-            return rewind  # nothing new: the host re-sent what is archived
-        if not legacy:
+            start, rows = None, [archivable_message(m) for m in messages]
+        events, _ = turn_event(
+            store, session, turns, rows, start, legacy, redact, author, detected_by
+        )
+        if events and events[-1].type == "turn" and not legacy:  # not for a rewind alone
             self._remember(session, turns + 1, messages, cached if fast else None)
-        return [
-            *rewind,
-            builders.turn(
-                store.hasher,
-                session,
-                turns + 1,
-                new_parts,
-                start=start,
-                legacy=legacy,
-                redactions=found,
-                author=author,
-                host_masks=masks,
-            ),
-        ]
+        return events
 
     def _remember(
         self, session: str, turns: int, messages: Sequence[Any], prefix: Transcript | None
@@ -378,7 +341,7 @@ class ArchiveProvider(MemoryProviderBase):
         """Archive whatever the last sync did not cover, then mark the end."""
         if not self.core.writes_turns:
             return
-        session = self.core.session
+        session, at = self.core.session, now_text()
         snapshot = transcript_snapshot(messages)
         redact = self.core.settings.redact_secrets
 
@@ -390,10 +353,16 @@ class ArchiveProvider(MemoryProviderBase):
             )
             return [
                 *events,
-                builders.session_ended(session, at=now_text(), message_count=len(snapshot)),
+                builders.session_ended(session, at=at, message_count=len(snapshot)),
             ]
 
-        self.core.submit(build, "session_ended")
+        turn = turn_entry(session, snapshot, False, redact)
+
+        def entry(state: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
+            _, args = turn(state)
+            return "session_ended", {**args, "at": at, "message_count": len(snapshot)}
+
+        self.core.submit(build, "session_ended", entry, 256 + 8 * len(snapshot))
 
     @_survives
     def on_session_switch(
@@ -427,6 +396,14 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "session_switched",
+            spill_entry(
+                "session_switched",
+                session=session,
+                previous=previous,
+                at=at,
+                details=details,
+                redact=redact,
+            ),
         )
 
     @_survives
@@ -453,7 +430,20 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ]
 
-        self.core.submit(build, "memory_write")
+        self.core.submit(
+            build,
+            "memory_write",
+            spill_entry(
+                "memory_write",
+                session=session,
+                action=action,
+                target=target,
+                content=content,
+                meta=meta,
+                redact=redact,
+            ),
+            512 + text_size(content),
+        )
 
     @_survives
     def on_delegation(
@@ -464,6 +454,7 @@ class ArchiveProvider(MemoryProviderBase):
         session = self.core.session
         details = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool))}
         redact = self.core.settings.redact_secrets
+        child = session_text(child_session_id)
         self.core.submit(
             lambda store: [
                 builders.delegation(
@@ -471,12 +462,22 @@ class ArchiveProvider(MemoryProviderBase):
                     session,
                     task=task,
                     result=result,
-                    child_session=session_text(child_session_id),
+                    child_session=child,
                     details=details,
                     redact=redact,
                 )
             ],
             "delegation",
+            spill_entry(
+                "delegation",
+                session=session,
+                task=task,
+                result=result,
+                child_session=child,
+                details=details,
+                redact=redact,
+            ),
+            512 + text_size(task) + text_size(result),
         )
 
     # -- checkpoints (API v2) ------------------------------------------------------------
@@ -579,6 +580,15 @@ class ArchiveProvider(MemoryProviderBase):
                 )
             ],
             "checkpoint_failed",
+            spill_entry(
+                "checkpoint_failed",
+                session=session,
+                at=at,
+                error=error,
+                require_checkpoint=require_checkpoint,
+                evidence_count=count,
+                redact=redact,
+            ),
         )
 
     # -- recall --------------------------------------------------------------------------
@@ -721,13 +731,3 @@ class ArchiveProvider(MemoryProviderBase):
 def register(ctx: Any) -> None:
     """Plugin entry: a new provider per registration (profile isolation), nothing else."""
     ctx.register_memory_provider(ArchiveProvider())
-
-
-def _common_prefix(previous: Sequence[str], current: Sequence[str]) -> int:
-    """How many leading digests two transcripts share."""
-    count = 0
-    for old, new in zip(previous, current, strict=False):
-        if old != new:
-            break
-        count += 1
-    return count

@@ -46,6 +46,13 @@ class Settings:
     busy_timeout_s: float = 5.0
     drain_timeout_s: float = 5.0
     redact_secrets: bool = True
+    #: central PostgreSQL store to ship to in the background (libpq URL or service name)
+    ship_to: str = ""
+    ship_interval_s: float = 2.0
+    queue_max_events: int = 2_000
+    queue_max_bytes: int = 64 << 20
+    spill_fsync_s: float = 1.0
+    journal_every_event: bool = False
 
     @staticmethod
     def config_schema() -> list[dict[str, Any]]:
@@ -72,6 +79,19 @@ class Settings:
                 "default": Settings.redact_secrets,
                 "choices": [True, False],
             },
+            {
+                "key": "ship_to",
+                "description": "Central PostgreSQL store to ship the archive to in the background "
+                "(libpq URL or service name; keep the password in PGPASSFILE)",
+                "default": Settings.ship_to,
+            },
+            {
+                "key": "journal_every_event",
+                "description": "Write every accepted event to the spill journal before the hook "
+                "returns (a SIGKILL then loses nothing accepted; costs a write per turn)",
+                "default": Settings.journal_every_event,
+                "choices": [True, False],
+            },
         ]
 
 
@@ -83,6 +103,10 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "checkpoint_timeout_s": (0.0, 3600.0, True),
     "busy_timeout_s": (0.0, 600.0, False),
     "drain_timeout_s": (0.0, 600.0, False),
+    "ship_interval_s": (0.0, 3600.0, True),
+    "queue_max_events": (1, 10_000_000, False),
+    "queue_max_bytes": (1 << 16, 1 << 36, False),  # 64 KiB to 64 GiB
+    "spill_fsync_s": (0.0, 60.0, False),
 }
 
 
@@ -91,6 +115,10 @@ def check_value(name: str, raw: Any) -> Any:
     if name in _OUTSIDE_ONLY:
         raise SettingError(f"archive setting {name} is ignored: {_OUTSIDE_ONLY[name]}")
     default = getattr(Settings, name)
+    if isinstance(default, str):
+        if not isinstance(raw, str):
+            raise SettingError(f"archive setting {name} = {raw!r} is not text; using {default!r}")
+        return raw.strip()
     if isinstance(default, bool):
         text = str(raw).strip().lower() if isinstance(raw, (str, int)) else None
         if isinstance(raw, bool):

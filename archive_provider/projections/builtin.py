@@ -548,6 +548,7 @@ class RecallProjection(TableProjection):
     def __init__(self) -> None:
         self._rows: list[tuple[int, str, str, str, int, str]] = []
         self._next_rowid: int | None = None
+        self._since: int | None = None  # last_seq before this transaction's buffered events
 
     def drop(self, conn: sqlite3.Connection) -> None:
         for table in ("recall_vocab", "recall_indexed", "recall_seen"):  # the last two: v1, v2
@@ -664,6 +665,62 @@ class RecallProjection(TableProjection):
     def discard(self) -> None:
         self._rows.clear()
         self._next_rowid = None  # read again: outside a replay another writer may have added rows
+        self._since = None
+
+    def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        """Inside the append transaction, messages are buffered until :meth:`finish`.
+
+        FTS5 writes its pending terms out as a new segment at every savepoint, and the
+        store opens one per event and projection: inserting each turn's rows at once made a
+        segment (and merges) per turn, the largest cost of ingest. Buffered, a whole batch
+        is one insert. A memory write still indexes at once (it reads and deletes rows); the
+        store finishes the buffered rows before it (see :meth:`defers`).
+        """
+        if not self.defers(event.type):
+            super().apply(conn, event)
+            return
+        if self._since is None:
+            self._since = self.last_seq(conn)
+        if event.type in self.handles:
+            rows, rowid = len(self._rows), self._next_rowid
+            try:
+                self.reduce(conn, event)  # reads only: the store needs no savepoint for it
+            except BaseException:
+                del self._rows[rows:]  # nothing of the failing event is kept
+                self._next_rowid = rowid
+                raise
+        self.set_last_seq(conn, event.seq)
+
+    @staticmethod
+    def defers(event_type: str) -> bool:
+        """Whether :meth:`apply` only buffers this event's rows (until :meth:`finish`) and
+        writes nothing but ``last_seq``: all but a memory write."""
+        return event_type != "memory_write"
+
+    def finish(self, conn: sqlite3.Connection) -> None:
+        """Before the commit: insert what :meth:`apply` buffered, in one statement.
+
+        If that fails, nothing of it stays and ``last_seq`` goes back to where it stood
+        before the transaction (the projection is behind; a replay rebuilds it).
+        """
+        since = self._since
+        try:
+            if not self._rows:
+                return
+            conn.execute("SAVEPOINT recall_finish")
+            try:
+                self.flush(conn)
+            except sqlite3.OperationalError:
+                raise  # the environment, not the rows: the whole transaction fails
+            except Exception:
+                conn.execute("ROLLBACK TO recall_finish")
+                conn.execute("RELEASE recall_finish")
+                if since is not None:
+                    self.set_last_seq(conn, since)
+                raise
+            conn.execute("RELEASE recall_finish")
+        finally:
+            self.discard()
 
     @staticmethod
     def _index_memory(conn: sqlite3.Connection, target: str) -> None:

@@ -152,8 +152,8 @@ def migrate(
         try:
             source.execute("BEGIN")
             for at, events in _by_time(iter_events(source, part_types=None)):
-                with new.transaction(at=at):
-                    results = new.append_in_transaction([_as_new(e) for e in events])
+                with new.transaction():
+                    results = new.append_in_transaction([_as_new(e) for e in events], time=at)
                 for event, result in zip(events, results, strict=True):
                     if result.outcome != "appended" or result.seq != event.seq + 1:
                         raise MigrationRefused(

@@ -222,7 +222,10 @@ class Projection(Protocol):
     """The one projection contract: derived state updated in the append transaction.
 
     Every projection implements it through :class:`archive_provider.projections.base.
-    TableProjection`; the store calls only these three (docs/DESIGN.md, "Projections").
+    TableProjection`; the store calls these three (docs/DESIGN.md, "Projections"), and,
+    when a projection has them, ``defers(type)`` (its ``apply`` for that type only buffers
+    rows and moves ``last_seq``: no savepoint), ``finish(conn)`` (write the buffer before
+    the commit) and ``discard()`` (forget it after a rollback); the recall index does.
     """
 
     name: str
@@ -490,10 +493,12 @@ class EventStore:
             except Exception:
                 self.conn.execute("ROLLBACK TO catch_up")
                 self._catch_up_event_by_event()
+            self._finish_projections()
             self.conn.execute("RELEASE catch_up")
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
+            self._discard_projections()
             raise
 
     def _catch_up_event_by_event(self) -> None:
@@ -561,11 +566,11 @@ class EventStore:
             return self.append_in_transaction(events)
 
     @contextmanager
-    def transaction(self, *, durable: bool = False, at: str | None = None) -> Iterator[None]:
+    def transaction(self, *, durable: bool = False) -> Iterator[None]:
         """One write transaction: the head is read at its start and written once at its end.
 
         Its events share one time, read from the clock when it begins: the time they were
-        written together (``at`` only for ``migrate``, whose events keep their first time).
+        written together (unless :meth:`append_in_transaction` is given theirs).
         """
         conn = self.conn
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -573,8 +578,9 @@ class EventStore:
         committed = False
         try:
             self._head = start = self._read_head()
-            self._time = at or now_text()
+            self._time = now_text()
             yield
+            self._finish_projections()
             end = self._head
             if end != start:
                 self._write_head(start, end, durable=durable)
@@ -583,6 +589,7 @@ class EventStore:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self._discard_projections()
             raise
         finally:
             self._head = None
@@ -599,8 +606,13 @@ class EventStore:
     def _ended(self, committed: bool) -> None:
         """After a transaction: v2 keeps or forgets the tree edge it grew."""
 
-    def append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
+    def append_in_transaction(
+        self, events: Iterable[NewEvent], *, time: str | None = None
+    ) -> list[AppendResult]:
         """Append inside an open :meth:`transaction`; later reads in it see these events.
+
+        ``time`` stamps them instead of the transaction's time: events taken in from the
+        spill keep the time the provider accepted them, migrated ones their first time.
 
         Everything that can fail on the input (encoding, hashing) happens before the first
         insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
@@ -610,7 +622,8 @@ class EventStore:
         if self._head is None:
             raise RuntimeError("append_in_transaction needs an open transaction()")
         conn = self.conn
-        seq, chain, time = self._head.seq, self._head.chain, self._time
+        seq, chain = self._head.seq, self._head.chain
+        time = time or self._time
         results: list[AppendResult] = []
         payload_rows: list[tuple[str, bytes]] = []
         event_rows: list[tuple[object, ...]] = []
@@ -682,6 +695,32 @@ class EventStore:
                         "that digest names (the row was edited after it was written)"
                     )
 
+    def _finish_projections(self) -> None:
+        """Before the commit: let projections that buffer within a transaction write it out."""
+        for projection in self.projections:
+            self._finish(projection)
+
+    def _finish(self, projection: Projection) -> None:
+        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
+        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
+        the log's events are not affected."""
+        finish = getattr(projection, "finish", None)
+        if finish is None:
+            return
+        try:
+            finish(self.conn)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
+            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
+
+    def _discard_projections(self) -> None:
+        for projection in self.projections:
+            discard = getattr(projection, "discard", None)
+            if discard is not None:
+                discard()
+
     def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
         """Apply one projection; a projection bug never costs the log an event.
 
@@ -692,9 +731,22 @@ class EventStore:
         """
         if projection.name in self.broken_projections:
             return
+        defers = getattr(projection, "defers", None)
+        if defers is not None and not defers(event.type):
+            self._finish(projection)  # what it buffered goes first, outside the savepoint
+            if projection.name in self.broken_projections:
+                return
         handles = getattr(projection, "handles", None)
-        if isinstance(handles, frozenset) and event.type not in handles:
-            projection.apply(self.conn, event)  # only moves last_seq: no savepoint needed
+        if (isinstance(handles, frozenset) and event.type not in handles) or (
+            defers is not None and defers(event.type)
+        ):
+            # it only buffers and moves last_seq, writing that last: no savepoint needed
+            try:
+                projection.apply(self.conn, event)
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                self._left_behind(projection, event, exc)
             return
         self.conn.execute("SAVEPOINT projection")
         try:
@@ -703,16 +755,17 @@ class EventStore:
             raise
         except Exception as exc:
             self.conn.execute("ROLLBACK TO projection")
-            self.broken_projections[projection.name] = (
-                f"seq {event.seq}: {type(exc).__name__}: {exc}"
-            )
-            log.error(
-                "archive projection %s failed at seq %d and is left behind: %s",
-                projection.name,
-                event.seq,
-                exc,
-            )
+            self._left_behind(projection, event, exc)
         self.conn.execute("RELEASE projection")
+
+    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
+        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
+        log.error(
+            "archive projection %s failed at seq %d and is left behind: %s",
+            projection.name,
+            event.seq,
+            exc,
+        )
 
 
 class EventStoreV2(EventStore):
@@ -776,17 +829,21 @@ class EventStoreV2(EventStore):
 
     # -- appending -----------------------------------------------------------------------
 
-    def append_in_transaction(self, events: Iterable[NewEvent]) -> list[AppendResult]:
+    def append_in_transaction(
+        self, events: Iterable[NewEvent], *, time: str | None = None
+    ) -> list[AppendResult]:
         """Resolve parts, compute identities, store payloads, envelopes and leaves.
 
         Parts are resolved first (a stored body by its lookup, checked byte for byte; a new
         one with a fresh salt), so the digests the body and key name are the ones stored; an
         event whose identity is already archived stores nothing, not even its new parts.
+        ``time`` is as in v1: events taken in from the spill keep the time they were accepted.
         """
         if self._head is None:
             raise RuntimeError("append_in_transaction needs an open transaction()")
         conn = self.conn
-        seq, chain, time = self._head.seq, bytes.fromhex(self._head.chain), self._time
+        seq, chain = self._head.seq, bytes.fromhex(self._head.chain)
+        time = time or self._time
         if self._growing is None:
             self._growing = self._edge().appender()
         results: list[AppendResult] = []
@@ -1180,9 +1237,9 @@ def _iter_events_v2(
     for row in rows:
         seq, time, type_, session, key, identity, payload, parts, author, chain, body = row
         if body is None:
-            raise PayloadMissing(
-                f"event {seq}: its payload {bytes(payload).hex()} is missing or erased"
-            )
+            if lookup.execute("SELECT 1 FROM erased WHERE digest = ?", (payload,)).fetchone():
+                continue  # an erased event body (FORMAT.md 12.4): nothing to read or replay
+            raise PayloadMissing(f"event {seq}: its payload {bytes(payload).hex()} is missing")
         envelope = Envelope(
             int(seq),
             str(time),

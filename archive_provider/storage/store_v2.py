@@ -262,3 +262,25 @@ class TreeEdge:
 
     def appender(self) -> merkle.TileAppender:
         return merkle.TileAppender(self.size, self.edge, self.compact)
+
+
+def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) -> int:
+    """Erase payloads inside the caller's transaction (FORMAT.md 12.4 steps 2 and 3).
+
+    Each digest goes into ``erased`` first (the trigger then allows the update), then its
+    salt, lookup and body become NULL. ``secure_delete`` makes SQLite zero the freed bytes.
+    Returns how many rows were tombstoned; a digest already erased is left as it is.
+    """
+    conn.execute("PRAGMA secure_delete = ON")
+    done = 0
+    for digest in digests:
+        row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+        if row is None or row[0] is None:
+            continue
+        conn.execute("INSERT OR IGNORE INTO erased VALUES (?, ?)", (digest, erasure_seq))
+        conn.execute(
+            "UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = ?",
+            (digest,),
+        )
+        done += 1
+    return done

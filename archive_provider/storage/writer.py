@@ -29,17 +29,37 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..domain import builders
+from ..domain.clock import now_text, utc_now
 from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
 from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2
+from .spill import (
+    END,
+    HEADER_BYTES,
+    MAGIC,
+    META_TAKEN,
+    ROTATE_BYTES,
+    Encoder,
+    Record,
+    Spill,
+    SpillDamaged,
+    open_segment,
+    read_records,
+    remove,
+    segment_number,
+    segment_paths,
+    set_aside,
+)
 from .store import (
     DB_NAME,
     ENVELOPE_COLUMNS,
@@ -69,6 +89,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Build = Callable[[EventStore], Sequence[NewEvent]]
+#: turns a spill record back into events (``store`` None: only follow it, it is committed);
+#: the dict is per-segment state the taker keeps (transcripts, for deltas)
+Taker = Callable[[EventStore | None, Record, dict[Any, Any]], Sequence[NewEvent]]
+Position = tuple[int, int]  # (spill segment number, records in it)
 
 MAX_BATCH_JOBS = 512
 #: how long a durable append may wait in all while the log is being proved on open (a full
@@ -76,9 +100,10 @@ MAX_BATCH_JOBS = 512
 #: compression budget; waiting beats failing a required checkpoint closed
 PROOF_WAIT_S = 100.0
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
+LATE_JOIN_S = 1.0  # how long close() waits for the thread to put down what it was taking
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     build: Build
     durable: bool = False
@@ -86,6 +111,18 @@ class Job:
     future: Future[list[AppendResult]] = field(default_factory=Future)
     events: Sequence[NewEvent] | None = None
     failed: bool = False  # its own input could not be archived; its future holds why
+    entry: Encoder | None = None  # how to write it to the spill; None: it cannot be spilled
+    accepted: datetime | None = None  # when the provider accepted it (the one clock; it is
+    # formatted only if the job is spilled: formatting costs more than the rest of a submit)
+    time: str | None = None  # from the spill: the accepted time its events carry
+    size: int = 0  # bytes it holds in memory, as the submitter estimated them
+    after: Position = (0, 0)  # the spill records accepted before it (taken in first)
+    taken: tuple[bytes, int, Position] | None = None  # from the spill: segment id, end, position
+    finishes: tuple[Path, bytes] | None = None  # ends this segment (path, id): remove after
+    damaged: Path | None = None  # set this damaged segment aside once this job is committed
+
+
+_WAKE = object()  # in the queue: records were spilled while the writer may be waiting
 
 
 @dataclass(frozen=True)
@@ -98,6 +135,12 @@ class DrainReport:
     @property
     def complete(self) -> bool:
         return not self.unwritten
+
+
+def _same_head(one: Head, other: Head) -> bool:
+    """The same log head: seq and chain (a v2 head read back also carries its Merkle root,
+    the one the writer kept from its own append does not; both follow from the same envelopes)."""
+    return (one.seq, one.chain) == (other.seq, other.chain)
 
 
 class WriterUnavailable(ArchiveUnavailable):
@@ -153,6 +196,11 @@ class Writer:
         busy_timeout_ms: int = 5000,
         verify_on_open: bool = True,
         witness: Witness | None = None,
+        kinds: Mapping[str, Taker] | None = None,
+        queue_max_events: int = 2_000,
+        queue_max_bytes: int = 64 << 20,
+        spill_fsync_s: float = 1.0,
+        journal_every_event: bool = False,
     ) -> None:
         self.folder = folder
         self._projections_factory = projections_factory
@@ -165,8 +213,29 @@ class Writer:
         self._refused_state: object = None  # file state when refused; recheck when it changes
         self.restarts = 0  # how often the writer loop or thread was restarted after a crash
         self.last_proof: object = None  # the last open-time Proof (path taken, seconds)
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job | object | None] = queue.SimpleQueue()
         self._pending: list[Job] = []  # built, not yet written, in order
+        # the bounded queue and the spill: the gate (the spill's lock) orders every submit
+        self.spill = Spill(folder, fsync_s=spill_fsync_s)
+        self._gate = self.spill.lock
+        self._kinds: Mapping[str, Taker] = kinds or {}
+        self._max_events, self._max_bytes = queue_max_events, queue_max_bytes
+        self._journal = journal_every_event
+        # what is queued in memory: hooks count what they put (under the gate), the writer
+        # what it takes, so neither writes the other's counter
+        self._submitted_events = self._submitted_bytes = 0
+        self._taken_events = self._taken_bytes = 0
+        self._spill_open = bool(segment_paths(folder))  # records wait there: spill what follows
+        self._woken = False  # a _WAKE is in the queue
+        self._held: Job | None = None  # the next job from the queue, waiting for the spill
+        self._late: list[Job] = []  # taken from the queue after close() gave up: it spills them
+        self._consumed: Position = (0, 0)  # spill records taken into the batch so far
+        self._committed: Position = (0, 0)  # spill records committed so far
+        self._done = 0  # the last spill segment number fully taken in
+        self._removed: list[bytes] = []  # ids of segments removed since the last commit
+        self._reading: _Reading | None = None
+        self.spill_damage: list[str] = []  # damaged segments set aside (for status)
+        self.spilled = 0  # records this writer spilled (for status and tests)
         self._store: EventStore | None = None
         self._closing = False
         # close() and the thread hand the pending batch over under this lock; once close()
@@ -214,18 +283,71 @@ class Writer:
     # -- API ------------------------------------------------------------------------------
 
     def submit(
-        self, build: Build, *, durable: bool = False, label: str = ""
+        self,
+        build: Build,
+        *,
+        durable: bool = False,
+        label: str = "",
+        entry: Encoder | None = None,
+        size: int = 0,
     ) -> Future[list[AppendResult]]:
-        """Queue a job; returns at once. The future resolves when its events are committed."""
-        job = Job(build, durable, label)
+        """Queue a job; returns at once. The future resolves when its events are committed.
+
+        A job with an ``entry`` (how to write it as a spill record) goes to the spill
+        instead of memory when the queue is at its bound, when records already wait in the
+        spill (nothing in memory may overtake them) or with ``journal_every_event``; its
+        future then resolves at once with no results: it is accepted, on disk, and the
+        writer takes it in later. Durable jobs always wait in memory (their caller waits).
+        """
+        accepted = utc_now() if entry is not None else None
+        job = Job(build, durable, label, entry=entry, size=size, accepted=accepted)
         if self._closing:
             job.future.set_exception(
                 WriterUnavailable("the archive writer is closed; this write was rejected")
             )
             return job.future
+        with self._gate:
+            if (
+                accepted is not None
+                and entry is not None
+                and not durable
+                and (  # spill: journal, records waiting there, or the queue is at its bound
+                    self._journal
+                    or self._spill_open
+                    or self._submitted_events - self._taken_events >= self._max_events
+                    or self._submitted_bytes - self._taken_bytes + size > self._max_bytes
+                )
+            ):
+                try:
+                    self.spill.append(entry, accepted, now=self._journal)
+                except Exception as exc:  # disk full, read-only: keep it in memory instead
+                    message = f"the archive spill cannot be written ({exc}); kept in memory"
+                    if message != self.last_error:
+                        log.error("archive: %s", message)
+                    self.last_error = message
+                else:
+                    self._spill_open = True
+                    self.spilled += 1
+                    wake, self._woken = not self._woken, True
+                    if wake:
+                        self._queue.put(_WAKE)
+                    job.future.set_result([])
+                    self._ensure_thread()
+                    return job.future
+            if self._spill_open:
+                job.after = self.spill.position()
+            self._submitted_events += 1
+            self._submitted_bytes += size
+        # outside the gate: the writer, woken by the put, need not wait for it. Calls from one
+        # thread stay in order; calls racing from two threads have no order to keep
         self._queue.put(job)
         self._ensure_thread()
         return job.future
+
+    @property
+    def queued_events(self) -> int:
+        """Jobs in the queue in memory (submitted, not yet taken by the writer)."""
+        return self._submitted_events - self._taken_events
 
     def append_durable(
         self, build: Build, *, timeout: float, label: str = ""
@@ -268,29 +390,39 @@ class Writer:
             return False
 
     def close(self, timeout: float = 5.0) -> DrainReport:
-        """Stop accepting work, drain for at most ``timeout`` seconds, report what was left.
+        """Stop accepting work, drain for at most ``timeout`` seconds, spill what is left.
 
         A commit already in flight is waited for (it is bounded by the busy timeout); after
-        the report nothing more is written, so what it lists as unwritten stays unwritten.
+        that nothing more is written to the database. What is still queued goes, in order,
+        into the spill (fsynced) for the next open; only what cannot be spilled (durable
+        jobs, whose callers were told, and jobs without a spill entry) is reported unwritten.
         """
         self._closing = True
         self._queue.put(None)
         self._thread.join(timeout)
         with self._lock:  # a commit in flight ends first (bounded by the busy timeout)
             self._abandoned = True
-            leftover: list[Job] = list(self._pending)
+            # jobs taken from the spill are still in it; the rest were only in memory
+            leftover: list[Job] = [job for job in self._pending if job.taken is None]
             self._pending = []
+            if self._held is not None:
+                leftover.append(self._held)
+                self._held = None
+        if self._thread.is_alive():
+            self._queue.put(None)  # the drain took the stop marker; a blocked thread needs one
+            self._thread.join(LATE_JOIN_S)  # it stops at its next look; what it took is _late
+        with self._lock:
+            leftover += self._late  # taken from the queue while close() was collecting
+            self._late = []
             while True:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is not None:
+                if isinstance(item, Job):
                     leftover.append(item)
-        if self._thread.is_alive():
-            self._queue.put(None)  # the drain took the stop marker; a blocked thread needs one
         unwritten = []
-        for job in leftover:
+        for job in self._spill_leftover(leftover):
             described = [f"{e.type}:{e.session}:{e.key}" for e in (job.events or ())] or [
                 job.label or "unbuilt job"
             ]
@@ -305,6 +437,47 @@ class Writer:
                 "archive writer closed with %d unwritten events: %s", len(unwritten), unwritten[:20]
             )
         return report
+
+    def _spill_leftover(self, leftover: list[Job]) -> list[Job]:
+        """Write what was queued in memory to the spill, in order; return what could not be.
+
+        Jobs queued while the spill was empty precede every segment of this process: they go
+        into a segment in front of them. A job kept in memory because the spill could not be
+        written goes last, as it was queued.
+        """
+        spillable = [job for job in leftover if job.entry is not None and not job.durable]
+        rest = [job for job in leftover if job.entry is None or job.durable]
+        front = [job for job in spillable if job.after == (0, 0)]
+        back = [job for job in spillable if job.after != (0, 0)]
+        with self._gate:
+            try:
+                written = self.spill.prepend(
+                    [(job.entry, job.accepted) for job in front if job.entry and job.accepted]
+                )
+                if written is not None:
+                    log.warning(
+                        "archive: %d queued jobs spilled to %s at shutdown; the next open "
+                        "takes them in",
+                        len(front),
+                        written,
+                    )
+                for job in back:
+                    assert job.entry is not None and job.accepted is not None
+                    self.spill.append(job.entry, job.accepted)
+            except Exception as exc:
+                log.error("archive: the spill could not take the queued jobs: %s", exc)
+                return rest + spillable
+            try:
+                if not spillable and self._committed >= self.spill.position():
+                    self.spill.drop_active()  # everything in it is committed
+                else:
+                    self.spill.release_active()  # fsynced: the next open takes it in
+            except OSError as exc:
+                log.error("archive: the spill could not be synced at shutdown: %s", exc)
+        for job in spillable:
+            if not job.future.done():
+                job.future.set_result([])
+        return rest
 
     @property
     def healthy(self) -> bool:
@@ -328,7 +501,7 @@ class Writer:
         """The v2 background walk's progress (None when none ran in this process)."""
         return self._walk.state if self._walk is not None else None
 
-    def _damaged(self, problem: str) -> None:
+    def _withdraw(self, problem: str) -> None:
         """The background walk found damage: withdraw service at once (recall and appends)."""
         with self._proven_lock:
             self.proven.clear()
@@ -442,7 +615,7 @@ class Writer:
             self.witness,
             store.store_id,
             parse_checkpoint(parse_note(note).text),
-            self._damaged,
+            self._withdraw,
             self._thread_factory,
         )
         self._walk.start()
@@ -519,10 +692,11 @@ class Writer:
             if self._abandoned:  # close() gave up waiting and reported the rest
                 self._close_store()
                 return
-            stop = self._collect()
+            stop = self._gather()
             if self._pending:
                 if self._write_pending():
                     attempt = 0
+                    self._after_commit()
                 else:
                     if stop or self._abandoned:
                         self._close_store()
@@ -534,10 +708,50 @@ class Writer:
                 self._close_store(clean=True)
                 return
 
-    def _collect(self) -> bool:
-        """Move queued jobs into the pending batch; block only when nothing is pending."""
+    def _gather(self) -> bool:
+        """Fill the batch in acceptance order: queued jobs, and spill records before them."""
+        held = self._held
+        if held is not None and held.after <= self._consumed:
+            self._held = None
+            if not self._take(held):
+                return False
         stop = False
-        block = not self._pending
+        if self._held is None:
+            stop = self._collect()
+        if not stop and (self._held is not None or not self._pending) and self._spill_behind():
+            self._fill_from_spill(self._held.after if self._held is not None else None)
+        return stop
+
+    def _spill_behind(self) -> bool:
+        """Whether the spill holds records not yet taken into a batch."""
+        if not self._spill_open:
+            return False
+        with self._gate:
+            return self._spill_open and self._consumed < self.spill.position()
+
+    def _take(self, job: Job) -> bool:
+        """Add a queued job to the batch (unless close() has given up); False: it was late."""
+        with self._lock:
+            if self._abandoned and job.entry is not None and not job.durable:
+                self._late.append(job)  # close() spills it with the rest, in order
+                return False
+            if self._abandoned:  # submitted while close() was draining
+                job.future.set_exception(
+                    WriterUnavailable("the archive writer closed before this write landed")
+                )
+                log.error("archive writer closed; a late write was not archived: %s", job.label)
+                return False
+            self._pending.append(job)
+            return True
+
+    def _collect(self) -> bool:
+        """Move queued jobs into the pending batch; block only when nothing is waiting.
+
+        A job accepted after records that are still in the spill is held back until they
+        are in the batch before it.
+        """
+        stop = False
+        block = not self._pending and not self._spill_behind()
         while len(self._pending) < MAX_BATCH_JOBS:
             try:
                 item = (
@@ -551,21 +765,185 @@ class Writer:
             if item is None:
                 stop = True
                 break
+            if item is _WAKE:
+                with self._gate:
+                    self._woken = False
+                break  # look at the spill
+            assert isinstance(item, Job)
+            self._taken_events += 1
+            self._taken_bytes += item.size
             if item.future.cancelled():
                 continue
-            with self._lock:
-                if self._abandoned:  # submitted while close() was draining
-                    item.future.set_exception(
-                        WriterUnavailable("the archive writer closed before this write landed")
-                    )
-                    log.error(
-                        "archive writer closed; a late write was not archived: %s", item.label
-                    )
-                    continue
-                self._pending.append(item)
+            if item.after > self._consumed:
+                self._held = item
+                break
+            if not self._take(item):
+                break  # close() has given up: it collects the rest of the queue itself
             if item.durable:
                 break  # commit what precedes it together with it, now
         return stop
+
+    def _fill_from_spill(self, limit: Position | None) -> None:
+        """Take spill records into the batch, oldest first, up to ``limit`` (or all there are)."""
+        store = self._open()
+        if store is None:
+            time.sleep(RETRY_BACKOFF_S[-1])  # the log cannot be written yet; the spill waits
+            return
+        while len(self._pending) < MAX_BATCH_JOBS:
+            if limit is not None and self._consumed >= limit:
+                return
+            reading = self._reading
+            if reading is None:
+                reading = self._reading = self._next_segment(store)
+                if reading is None:
+                    return
+            active = self.spill.active == reading.path
+            if active:
+                self.spill.write_out()
+            size, count = self.spill.readable() if active else (None, END)
+            if limit is not None and limit[0] == reading.number:
+                count = min(count, limit[1])
+            if reading.count >= count:
+                return  # caught up with the segment being appended to
+            if not self._read_records(store, reading, size, count):
+                return
+
+    def _read_records(
+        self, store: EventStore, reading: _Reading, size: int | None, count: int
+    ) -> bool:
+        """Read one run of records into the batch; False when nothing more can be read now."""
+        last: Job | None = None
+        try:
+            for record in read_records(reading.path, start=reading.offset, limit=size):
+                reading.count += 1
+                reading.offset = record.end
+                position = (reading.number, reading.count)
+                if record.end <= reading.skip_until:  # committed before a crash: follow only
+                    self._take_in(None, record, reading.state)
+                else:
+                    last = Job(
+                        self._taker(record, reading.state),
+                        label=f"spill:{record.kind}",
+                        time=record.accepted,
+                        taken=(record.segment, record.end, position),
+                    )
+                    self._pending.append(last)
+                self._consumed = position
+                if len(self._pending) >= MAX_BATCH_JOBS or reading.count >= count:
+                    return True
+        except SpillDamaged as exc:
+            self._damaged(store, reading, exc)
+            return True
+        except OSError as exc:
+            log.error("archive: the spill segment %s cannot be read: %s", reading.path, exc)
+            time.sleep(RETRY_BACKOFF_S[-1])
+            return False
+        if size is not None:
+            return False  # the active segment: everything written so far is taken
+        # a finished segment (an earlier process's, or ours released): remove after commit
+        if last is None:
+            last = Job(lambda store: (), label="spill:end", taken=None)
+            self._pending.append(last)
+        last.finishes = (reading.path, reading.segment)
+        self._consumed = (reading.number, END)
+        self._done = reading.number
+        self._reading = None
+        return True
+
+    def _damaged(self, store: EventStore, reading: _Reading, exc: SpillDamaged) -> None:
+        """Stop at a damaged record: report it in the log as an event, set the segment aside."""
+        message = (
+            f"the archive spill segment {exc.path} is damaged at byte {exc.offset} "
+            f"({exc.reason}); {reading.count} records before it are taken in, the segment "
+            f"is kept in {exc.path.parent / 'damaged'} for inspection (docs/RECOVER.md, "
+            "'Damaged spill')"
+        )
+        log.error("archive: %s", message)
+        at = now_text()
+        job = Job(
+            lambda store: [builders.write_failed("", at=at, hook="spill", error=message)],
+            label="spill:damaged",
+        )
+        job.damaged = exc.path
+        self._pending.append(job)
+        with self._gate:
+            if self.spill.active == reading.path:
+                self.spill.release_active()
+        self._consumed = (reading.number, END)
+        self._done = reading.number
+        self._reading = None
+
+    def _next_segment(self, store: EventStore) -> _Reading | None:
+        """The first segment after those taken; where a crash left its take-in, from meta."""
+        path = next((p for p in segment_paths(self.folder) if segment_number(p) > self._done), None)
+        if path is None:
+            return None
+        skip = 0
+        try:
+            with open_segment(path) as handle:
+                segment = handle.read(HEADER_BYTES)[len(MAGIC) :]
+            row = store.conn.execute(
+                "SELECT value FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),)
+            ).fetchone()
+            skip = int(row[0]) if row is not None else 0
+        except (OSError, ValueError, SpillDamaged):
+            segment, skip = b"", 0  # unreadable: reading it reports the damage
+        return _Reading(path, segment_number(path), segment, skip)
+
+    def _taker(self, record: Record, state: dict[Any, Any]) -> Build:
+        return lambda store: self._take_in(store, record, state)
+
+    def _take_in(
+        self, store: EventStore | None, record: Record, state: dict[Any, Any]
+    ) -> Sequence[NewEvent]:
+        """A record's events; a record that cannot be built becomes a ``write_failed`` event."""
+        taker = self._kinds.get(record.kind)
+        try:
+            if taker is None:
+                raise ValueError(f"no taker for spill records of kind {record.kind!r}")
+            return taker(store, record, state)
+        except sqlite3.Error:
+            raise
+        except Exception as exc:
+            if store is None:
+                return ()
+            log.exception("archive: a spilled %s could not be archived", record.kind)
+            session = record.args.get("session")
+            return [
+                builders.write_failed(
+                    session if isinstance(session, str) else "",
+                    at=record.accepted,
+                    hook=f"spill:{record.kind}",
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            ]
+
+    def _after_commit(self) -> None:
+        """Fsync the spill when due; once all of it is committed, remove it (or keep the
+        journal's segment until it is big) and let the queue take jobs again."""
+        try:
+            self.spill.sync_due()
+        except OSError as exc:
+            log.error("archive: the spill could not be synced: %s", exc)
+        with self._gate:
+            if not self._spill_open or self._committed < self.spill.position():
+                return
+            if self._held is not None or self._consumed < self.spill.position():
+                return
+            active = self.spill.active
+            if active is not None and self._reading is not None:
+                if self._journal and self.spill.active_size() < ROTATE_BYTES:
+                    return  # keep appending to this journal segment
+                try:
+                    dropped = self.spill.drop_active()
+                except OSError as exc:  # the file stays: its meta row keeps it from doubling
+                    log.error("archive: a taken-in spill segment could not be removed: %s", exc)
+                    dropped = None
+                if dropped is not None:
+                    self._removed.append(dropped)
+                self._done = self._reading.number
+                self._reading = None
+            self._spill_open = self._journal
 
     def _write_pending(self) -> bool:
         store = self._open()
@@ -588,6 +966,7 @@ class Writer:
                 self._check_foreign_rows(store)
                 for job in batch:
                     results.append(self._append_job(job, store))
+                self._record_progress(store, batch)
                 if durable and self._first_witness and self._begin_witnessing(store):
                     store.append_in_transaction([first_witness_event(store.head())])
                 end = store.head()
@@ -617,7 +996,7 @@ class Writer:
                 try:
                     advance(self.witness, store)
                 except WitnessMismatch as exc:  # rewritten under us: refuse what follows
-                    self._damaged(str(exc))
+                    self._withdraw(str(exc))
                 except Exception:  # the commit stands; only the witness lags behind it
                     log.exception("archive: the local witness did not advance")
             else:
@@ -625,16 +1004,54 @@ class Writer:
         for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
+            if job.taken is not None:
+                self._committed = max(self._committed, job.taken[2])
+            for ended in (job.finishes[0] if job.finishes else None, job.damaged):
+                if ended is not None:  # all of that segment is in
+                    self._committed = max(self._committed, (segment_number(ended), END))
+            self._settle_segment(job)
         self._pending = []
         if self._submitter is not None:
             self._submitter.notify()  # returns at once; the witnesses' threads do the work
         return True
 
+    def _record_progress(self, store: EventStore, batch: list[Job]) -> None:
+        """In the batch's transaction: how far each spill segment is taken in (exactly once).
+
+        One meta row per segment, so a segment whose removal failed is still known when a
+        later one has been taken in; rows of segments removed since are dropped.
+        """
+        last: dict[bytes, int] = {}
+        for job in batch:
+            if job.taken is not None:
+                last[job.taken[0]] = job.taken[1]
+        for segment, end in last.items():
+            store.conn.execute(
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) "
+                "DO UPDATE SET value = excluded.value",
+                (META_TAKEN + segment.hex(), str(end)),
+            )
+        for segment in self._removed:
+            store.conn.execute("DELETE FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),))
+        self._removed = []
+
+    def _settle_segment(self, job: Job) -> None:
+        """After the commit: remove a segment taken in whole, set a damaged one aside."""
+        try:
+            if job.finishes is not None:
+                remove(job.finishes[0])
+                self._removed.append(job.finishes[1])
+            if job.damaged is not None:
+                kept = set_aside(job.damaged)
+                self.spill_damage.append(str(kept))
+        except OSError as exc:
+            log.error("archive: spill segment bookkeeping failed: %s", exc)
+
     def _check_foreign_rows(self, store: EventStore) -> None:
         """Verify what other processes appended since our last commit, before building on it."""
         known = self._verified
         head = store.head()
-        if known is None or head == known:
+        if known is None or _same_head(head, known):
             return
         if head.seq < known.seq:
             raise _Refused(
@@ -689,8 +1106,9 @@ class Writer:
         try:
             if job.events is None:
                 job.events = list(job.build(store))
-            return store.append_in_transaction(job.events)
-        except TamperedPart as exc:  # the log was edited under us: stop building on it
+            # an event taken in from the spill carries the time it was accepted
+            return store.append_in_transaction(job.events, time=job.time)
+        except TamperedPart as exc:  # the log was edited under us (v1 TamperedPayload is one)
             raise _Refused(
                 f"{exc}. Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
                 "'Tamper detected')."
@@ -750,7 +1168,7 @@ class Writer:
                 if isinstance(store, EventStoreV2):
                     store.checkpoint()
                     advance(self.witness, store)
-                if self._verified is not None and head == self._verified:
+                if self._verified is not None and _same_head(head, self._verified):
                     foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                     synced = busy == 0  # the checkpoint synced the log and the database
@@ -786,6 +1204,19 @@ class Writer:
 def _data_version(store: EventStore) -> int:
     """SQLite's count of commits made by *other* connections (ours leave it alone)."""
     return int(store.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+@dataclass
+class _Reading:
+    """The spill segment being taken in: how far, and the takers' state for it."""
+
+    path: Path
+    number: int
+    segment: bytes  # its id, from the header
+    skip_until: int  # records ending at or before this offset were committed (meta)
+    offset: int = 0
+    count: int = 0
+    state: dict[Any, Any] = field(default_factory=dict)
 
 
 class _Refused(Exception):

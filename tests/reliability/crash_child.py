@@ -9,6 +9,15 @@
     A worker drives an ArchiveProvider forever: turns, memory writes and required
     checkpoints, printing ``receipt <pid> <receipt line>`` right after each checkpoint returns.
 
+``spill <home> <seed> <journal>`` (to the zygote) forks a worker that drives turns (whole
+    transcripts, several sessions), memory writes and required checkpoints with a small
+    queue bound, ``journal_every_event`` on or off, printing ``accepted <pid> <session>
+    <turn>`` right after each ``sync_turn`` returns and a receipt after each checkpoint.
+
+``python crash_child.py burst <home> <turns> <sessions>``
+    The burst of issue 20: ``turns`` back-to-back turns with whole transcripts, then an
+    ordinary shutdown; prints ``burst <spilled> <max queued events> <bound>``.
+
 ``python crash_child.py strace <home>``
     One provider; writes ``TURN-BEGIN``/``TURN-END`` around a flushed ``sync_turn`` and
     ``CKPT-BEGIN``/``CKPT-END`` around a required checkpoint, to stderr with single
@@ -56,6 +65,52 @@ def worker(home: str, seed: int) -> None:
         say(f"receipt {os.getpid()} {receipt}")
 
 
+def spill_worker(home: str, seed: int, journal: bool) -> None:
+    os.environ["ARCHIVE_QUEUE_MAX_EVENTS"] = "40"
+    os.environ["ARCHIVE_JOURNAL_EVERY_EVENT"] = "true" if journal else "false"
+    rng = random.Random(seed)
+    provider = ArchiveProvider()
+    provider.initialize(f"k{seed}", hermes_home=home, platform="cli", agent_context="primary")
+    transcripts: dict[str, list[dict[str, object]]] = {}
+    turn = 0
+    while True:
+        turn += 1
+        session = f"k{seed}-{turn % 3}"
+        messages = transcripts.setdefault(session, [{"role": "system", "content": "sys"}])
+        user = f"user {session} {turn} " + "x" * rng.randrange(0, 300)
+        messages += [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": f"answer {session} {turn}"},
+        ]
+        provider.sync_turn(user, "answer", session_id=session, messages=list(messages))
+        say(f"accepted {os.getpid()} {session} {turn}")
+        if rng.random() < 0.02:
+            receipt = provider.on_pre_compress(list(messages), require_checkpoint=True)
+            say(f"receipt {os.getpid()} {receipt}")
+
+
+def burst(home: str, turns: int, sessions: int) -> None:
+    provider = ArchiveProvider()
+    provider.initialize("burst", hermes_home=home, platform="cli", agent_context="primary")
+    writer = provider.core.writer
+    assert writer is not None
+    transcripts: dict[str, list[dict[str, object]]] = {}
+    most = 0
+    for turn in range(turns):
+        session = f"b{turn % sessions}"
+        messages = transcripts.setdefault(session, [{"role": "system", "content": "sys"}])
+        user = f"user {session} {turn}"
+        messages += [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": f"answer {session} {turn} " + "y" * 300},
+        ]
+        provider.sync_turn(user, "answer", session_id=session, messages=list(messages))
+        most = max(most, writer.queued_events)
+    spilled = writer.spilled
+    provider.shutdown()
+    say(f"burst {spilled} {most} {writer._max_events}")
+
+
 def zygote() -> None:
     assert threading.active_count() == 1, "the zygote must not start threads before fork()"
     say("ready")
@@ -69,6 +124,15 @@ def zygote() -> None:
             if pid == 0:  # the worker
                 try:
                     worker(home, seed)
+                finally:
+                    os._exit(3)
+            say(f"pid {pid}")
+        elif words[0] == "spill":
+            home, seed, journal = words[1], int(words[2]), words[3] == "1"
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    spill_worker(home, seed, journal)
                 finally:
                     os._exit(3)
             say(f"pid {pid}")
@@ -108,5 +172,7 @@ if __name__ == "__main__":
         zygote()
     elif sys.argv[1] == "strace":
         strace_run(sys.argv[2])
+    elif sys.argv[1] == "burst":
+        burst(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown mode {sys.argv[1]!r}")

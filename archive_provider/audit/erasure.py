@@ -1,0 +1,806 @@
+"""Forgetting with proof: erasure, legal holds and retention on a format-v2 archive.
+
+docs/FORMAT.md 12.4 and 18, docs/AUDIT.md, docs/OPERATIONS.md. One erasure is one write
+transaction: an ``erasure`` event naming the digests it erases (never their content), the
+payloads tombstoned, every payload that quotes them tombstoned too (found through the
+sources each event records, and by the erased text itself), the derived rows that held
+their text deleted and the full-text index merged so no segment keeps their tokens. After
+the commit the projections are re-derived from the log (so they equal a replay) and the WAL
+is checkpointed with truncate, so no file of the folder keeps the bytes. A crash before the
+commit leaves the archive as it was; after it, re-running the same ``forget`` finds nothing
+left to erase and redoes the re-derivation and the physical clean-up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..domain.clock import now_text
+from ..errors import ArchiveError
+from ..format.events import NewEvent
+from ..storage.store import EventStore, EventStoreV2
+from ..storage.store_v2 import tombstone
+
+log = logging.getLogger(__name__)
+
+#: event types whose bodies hold no erasable text: erasure bookkeeping itself
+RECORD_TYPES = frozenset(
+    {"erasure", "retention_policy", "legal_hold", "legal_hold_released", "store_created"}
+)
+#: event types whose body holds text the host gave (memory metadata such as a replaced
+#: entry's old text, error texts, session details): erased with the event's parts
+BODY_TEXT_TYPES = frozenset(
+    {
+        "memory_write",
+        "checkpoint_failed",
+        "write_failed",
+        "session_started",
+        "session_switched",
+        "delegation",
+    }
+)
+#: events whose parts may quote other events' text (searched for the erased text verbatim)
+QUOTING_TYPES = frozenset(
+    {
+        "recall_served",
+        "delegation",
+        "checkpoint",
+        "memory_write",
+        "peer_summary_updated",
+        "peer_message_sent",
+        "peer_message_received",
+    }
+)
+#: an erased text shorter than this is not searched for inside other payloads (too common)
+QUOTE_MIN_CHARS = 12
+#: events erased per transaction by retention, so a running provider waits at most one batch
+RETENTION_BATCH = 500
+
+
+class ErasureError(ArchiveError):
+    """An erasure cannot be made as asked; the message says why (exit 1 in the CLI)."""
+
+
+class NeedsV2(ErasureError):
+    """Erasure needs a format-v2 archive (payload salts that can be deleted)."""
+
+
+class Held(ErasureError):
+    """Data under a legal hold was asked to be erased; the message names the hold."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What to forget, as the operator gave it (recorded without the data that selected it)."""
+
+    kind: str  # session | event | time | author | memory
+    value: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.value}
+
+
+@dataclass
+class Plan:
+    """What an erasure of a scope would do: computed in the transaction that does it."""
+
+    events: list[int] = field(default_factory=list)  # events in the scope
+    digests: set[bytes] = field(default_factory=set)  # payloads to tombstone
+    touched: set[int] = field(default_factory=set)  # every event naming an erased payload
+    held: list[tuple[dict[str, Any], list[int]]] = field(default_factory=list)
+    dangling: set[bytes] = field(default_factory=set)  # erased though named outside the scope
+    kept_shared: int = 0  # payloads left because events outside the scope name them
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What an erasure did, with nothing it erased (printed, and listed by ``erasures``)."""
+
+    seq: int | None
+    chain: str | None
+    time: str | None
+    scope: dict[str, Any]
+    reason: str
+    legal_basis: str
+    who: str
+    payloads: int
+    events: int
+    checkpoint: str | None
+    dry_run: bool = False
+    held: list[dict[str, Any]] = field(default_factory=list)
+    kept_shared: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "chain": self.chain,
+            "time": self.time,
+            "scope": self.scope,
+            "reason": self.reason,
+            "legal_basis": self.legal_basis,
+            "who": self.who,
+            "payloads": self.payloads,
+            "events": self.events,
+            "checkpoint": self.checkpoint,
+            "dry_run": self.dry_run,
+            "held": self.held,
+            "kept_shared": self.kept_shared,
+        }
+
+
+def require_v2(store: EventStore) -> EventStoreV2:
+    if not isinstance(store, EventStoreV2):
+        raise NeedsV2(
+            "this archive is format v1, whose payloads cannot be erased: migrate "
+            "first: hermes-archive migrate"
+        )
+    return store
+
+
+# -- finding what a scope covers --------------------------------------------------------
+
+
+def _digests(blob: bytes | None) -> list[bytes]:
+    data = bytes(blob or b"")
+    return [data[i : i + 32] for i in range(0, len(data), 32)]
+
+
+def _body(conn: sqlite3.Connection, digest: bytes) -> Any:
+    row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    try:
+        return json.loads(bytes(row[0]))
+    except ValueError:
+        return None
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every text inside a decoded payload (message contents, memory texts, results)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _texts(item)
+
+
+def _scope_events(conn: sqlite3.Connection, scope: Scope) -> list[int]:
+    kind, value = scope.kind, scope.value
+    skip = tuple(sorted(RECORD_TYPES))
+    not_records = f"type NOT IN ({', '.join('?' * len(skip))})"
+    if kind == "session":
+        rows = conn.execute(
+            f"SELECT seq FROM events WHERE session = ? AND {not_records}",
+            (value["session"], *skip),
+        )
+    elif kind == "event":
+        if "seq" in value:
+            rows = conn.execute(
+                f"SELECT seq FROM events WHERE seq = ? AND {not_records}", (value["seq"], *skip)
+            )
+        else:
+            prefix = str(value["digest"]).upper()
+            rows = conn.execute(
+                f"SELECT seq FROM events WHERE (substr(hex(payload), 1, ?) = ?"
+                f" OR substr(hex(identity), 1, ?) = ?) AND {not_records}",
+                (len(prefix), prefix, len(prefix), prefix, *skip),
+            )
+    elif kind == "time":
+        rows = conn.execute(
+            f"SELECT seq FROM events WHERE time >= ? AND time < ? AND seq BETWEEN ? AND ?"
+            f" AND {not_records}",
+            (
+                value["since"],
+                value["until"],
+                value.get("from_seq", 0),
+                value.get("to_seq", 2**62),
+                *skip,
+            ),
+        )
+    elif kind == "author":
+        wanted = str(value["author"])
+        authors = [
+            bytes(a)
+            for (a,) in conn.execute("SELECT DISTINCT author FROM events WHERE author IS NOT NULL")
+            if isinstance(found := _body(conn, bytes(a)), dict) and str(found.get("id")) == wanted
+        ]
+        marks = ", ".join("?" * len(authors))
+        rows = conn.execute(f"SELECT seq FROM events WHERE author IN ({marks})", authors)
+    elif kind == "memory":
+        return _memory_events(conn, str(value["text"]))
+    else:
+        raise ErasureError(f"unknown scope {kind!r}")
+    return sorted(int(seq) for (seq,) in rows)
+
+
+def _memory_events(conn: sqlite3.Connection, text: str) -> list[int]:
+    """Every memory write of each entry whose current or past text contains ``text``."""
+    try:
+        entries = {
+            int(entry)
+            for (entry,) in conn.execute(
+                "SELECT entry FROM memory_history WHERE entry IS NOT NULL AND"
+                " (instr(before, ?1) > 0 OR instr(after, ?1) > 0)",
+                (text,),
+            )
+        }
+    except sqlite3.OperationalError:  # no memory projection: read the log itself
+        entries = set()
+    seqs = set()
+    if entries:
+        marks = ", ".join("?" * len(entries))
+        seqs = {
+            int(s)
+            for (s,) in conn.execute(
+                f"SELECT seq FROM memory_history WHERE entry IN ({marks})", sorted(entries)
+            )
+        }
+    for seq, parts in conn.execute("SELECT seq, parts FROM events WHERE type = 'memory_write'"):
+        for digest in _digests(parts):
+            if any(text in t for t in _texts(_body(conn, digest))):
+                seqs.add(int(seq))
+    return sorted(seqs)
+
+
+def _quoting(conn: sqlite3.Connection, seqs: set[int], sessions: set[str]) -> set[int]:
+    """Events that quote the covered ones through the sources they record.
+
+    A recall served names the events it showed (``sources``); a delegation names its
+    child session, whose result is the peer's summary of it.
+    """
+    found: set[int] = set()
+    for seq, payload in conn.execute(
+        "SELECT seq, payload FROM events WHERE type IN ('recall_served', 'delegation')"
+    ):
+        body = _body(conn, bytes(payload))
+        if not isinstance(body, dict):
+            continue
+        sources = body.get("sources")
+        if isinstance(sources, list) and seqs.intersection(
+            s for s in sources if isinstance(s, int)
+        ):
+            found.add(int(seq))
+        if body.get("child_session") in sessions:
+            found.add(int(seq))
+    return found - seqs
+
+
+def plan(store: EventStoreV2, scope: Scope) -> Plan:
+    """What forgetting ``scope`` erases, read inside the caller's transaction."""
+    conn = store.conn
+    result = Plan(events=_scope_events(conn, scope))
+    covered = set(result.events)
+    sessions = {
+        str(s)
+        for (s,) in _in(conn, "SELECT DISTINCT session FROM events WHERE seq IN ({})", covered)
+    }
+    if scope.kind != "session":
+        sessions = set()  # a child session is forgotten only with its whole session
+    covered |= _quoting(conn, covered, sessions)
+    author_scope = scope.kind == "author"
+    bodies: set[bytes] = set()
+    for _, kind, payload, parts, author in _in(
+        conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
+    ):
+        result.digests.update(_digests(parts))
+        if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
+            bodies.add(bytes(payload))
+        if author is not None and author_scope:
+            result.digests.add(bytes(author))
+    quoted = {  # the texts said (parts), not the bodies' metadata such as session ids
+        t for d in result.digests for t in _texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
+    }
+    needles = {q.encode() for q in quoted} | {json.dumps(q)[1:-1].encode() for q in quoted}
+    swept: set[bytes] = set()
+    if quoted:  # a quoting event's part holding an erased text verbatim goes with it
+        marks = ", ".join("?" * len(QUOTING_TYPES))
+        for (parts,) in conn.execute(
+            f"SELECT parts FROM events WHERE type IN ({marks})", sorted(QUOTING_TYPES)
+        ):
+            for digest in _digests(parts):
+                if digest in result.digests or digest in swept:
+                    continue
+                row = conn.execute(
+                    "SELECT body FROM payloads WHERE digest = ?", (digest,)
+                ).fetchone()
+                data = bytes(row[0]) if row and row[0] is not None else b""
+                if data and any(n in data for n in needles):
+                    swept.add(digest)
+    result.digests = {d for d in result.digests | swept | bodies if _body(conn, d) is not None}
+    naming: dict[int, set[bytes]] = {}
+    for seq, parts, author in conn.execute("SELECT seq, parts, author FROM events"):
+        named = result.digests.intersection(_digests(parts))
+        if author is not None and bytes(author) in result.digests:
+            named.add(bytes(author))
+        if named:
+            naming[int(seq)] = named
+    covered |= {seq for seq, named in naming.items() if named & swept}
+    # a payload an event outside the scope still names (the same text said elsewhere) is
+    # that event's too: kept, unless the scope says to erase it anyway ("shared")
+    shared = {d for seq, named in naming.items() if seq not in covered for d in named}
+    if scope.value.get("shared"):
+        result.dangling = shared
+    else:
+        result.digests -= shared
+        result.kept_shared = len(shared)
+    result.touched = {seq for seq, named in naming.items() if named & result.digests} | covered
+    result.held = [
+        (hold, hit) for hold in holds(store) if (hit := _held_by(conn, hold, result.touched))
+    ]
+    return result
+
+
+def _in(conn: sqlite3.Connection, sql: str, values: Iterable[int]) -> Iterator[Any]:
+    items = sorted(values)
+    for start in range(0, len(items), 500):
+        chunk = items[start : start + 500]
+        yield from conn.execute(sql.format(", ".join("?" * len(chunk))), chunk)
+
+
+# -- holds and retention ----------------------------------------------------------------
+
+
+def holds(store: EventStore) -> list[dict[str, Any]]:
+    """Legal holds in force: each ``legal_hold`` event not followed by its release."""
+    active: dict[str, dict[str, Any]] = {}
+    for seq, kind, payload in store.conn.execute(
+        "SELECT seq, type, payload FROM events"
+        " WHERE type IN ('legal_hold', 'legal_hold_released') ORDER BY seq"
+    ):
+        body = _body(store.conn, bytes(payload))
+        if not isinstance(body, dict):
+            continue
+        if kind == "legal_hold":
+            active[str(body["hold"])] = {**body, "seq": int(seq)}
+        else:
+            active.pop(str(body["hold"]), None)
+    return list(active.values())
+
+
+def _held_by(conn: sqlite3.Connection, hold: dict[str, Any], seqs: set[int]) -> list[int]:
+    selector = hold.get("selector") or {}
+    hit = []
+    for seq, time, session, author in _in(
+        conn, "SELECT seq, time, session, author FROM events WHERE seq IN ({})", seqs
+    ):
+        by_session = "session" in selector and session == selector["session"]
+        by_time = "since" in selector and selector["since"] <= time < selector["until"]
+        if by_session or by_time:
+            hit.append(int(seq))
+        elif "author" in selector and author is not None:
+            found = _body(conn, bytes(author))
+            if isinstance(found, dict) and str(found.get("id")) == str(selector["author"]):
+                hit.append(int(seq))
+    return sorted(hit)
+
+
+def add_hold(store: EventStore, selector: dict[str, Any], reason: str, who: str) -> str:
+    """Record a legal hold; returns its id (``H`` and the seq it gets)."""
+    v2 = require_v2(store)
+    hold = f"H{v2.head().seq + 1}"
+    body = {"hold": hold, "selector": selector, "reason": reason, "who": who}
+    v2.append([NewEvent("legal_hold", "archive", {"hold": hold}, body)], durable=True)
+    return hold
+
+
+def release_hold(store: EventStore, hold: str, reason: str, who: str) -> int:
+    v2 = require_v2(store)
+    if hold not in {h["hold"] for h in holds(v2)}:
+        raise ErasureError(f"no legal hold {hold} is in force (hermes-archive hold list)")
+    body = {"hold": hold, "reason": reason, "who": who}
+    result = v2.append(
+        [NewEvent("legal_hold_released", "archive", {"hold": hold}, body)], durable=True
+    )
+    return result[0].seq
+
+
+def retention_policy(store: EventStore) -> dict[str, Any] | None:
+    """The newest ``retention_policy`` event's body (None: keep forever)."""
+    row = store.conn.execute(
+        "SELECT payload FROM events WHERE type = 'retention_policy' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    body = _body(store.conn, bytes(row[0])) if row else None
+    return body if isinstance(body, dict) else None
+
+
+def set_retention(
+    store: EventStore, days: int | None, reason: str, who: str, *, confirmed: bool
+) -> int:
+    """Record a retention policy; a shorter one than in force needs ``confirmed``."""
+    v2 = require_v2(store)
+    current = retention_policy(v2)
+    old = current.get("days") if current else None
+    shorter = days is not None and (old is None or days < old)
+    if shorter and not confirmed:
+        raise ErasureError(
+            f"retention of {days} days is shorter than the policy in force "
+            f"({'keep forever' if old is None else f'{old} days'}): it erases data; confirm it"
+        )
+    at = now_text()
+    body = {"days": days, "reason": reason, "who": who, "confirmed": bool(confirmed)}
+    return v2.append([NewEvent("retention_policy", "archive", {"at": at}, body)], durable=True)[
+        0
+    ].seq
+
+
+def retention_cutoff(store: EventStore, now: str) -> str | None:
+    """The time before which events expire under the policy in force (None: keep)."""
+    from datetime import timedelta
+
+    from ..domain.clock import format_time, parse_time
+
+    policy = retention_policy(store)
+    days = policy.get("days") if policy else None
+    if not isinstance(days, int):
+        return None
+    return format_time(parse_time(now) - timedelta(days=days))
+
+
+def apply_retention(
+    store: EventStore,
+    *,
+    dry_run: bool = False,
+    batch: int = RETENTION_BATCH,
+    who: str = "retention",
+    between: Callable[[], bool] = lambda: True,
+) -> list[Receipt]:
+    """Erase what the retention policy says has expired, ``batch`` events per transaction.
+
+    Held data is skipped, not refused: retention is a policy, a hold an exception to it.
+    ``between`` runs after each batch (the background worker pauses there, so a running
+    writer waits for at most one batch); False stops early, the rest is left for next time.
+    """
+    v2 = require_v2(store)
+    now = now_text()
+    cutoff = retention_cutoff(v2, now)
+    if cutoff is None:
+        return []
+    done: list[Receipt] = []
+    after = 0
+    while True:
+        seqs = [
+            int(seq)
+            for (seq,) in v2.conn.execute(
+                "SELECT seq FROM events WHERE seq > ? AND time < ? ORDER BY seq", (after, cutoff)
+            )
+            if _erasable(v2.conn, int(seq))
+        ][:batch]
+        if not seqs:
+            break
+        scope = Scope(
+            "time", {"since": "", "until": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
+        )
+        receipt = forget(
+            v2,
+            scope,
+            reason="retention",
+            legal_basis="retention policy",
+            who=who,
+            dry_run=dry_run,
+            skip_held=True,
+            rebuild=False,
+        )
+        done.append(receipt)
+        if dry_run or receipt.payloads == 0 or not between():
+            break
+        after = seqs[-1]
+    if any(r.seq for r in done):
+        rederive(v2)
+        scrub(v2)
+    return done
+
+
+class RetentionWorker:
+    """Applies the retention policy in the background: once at start, then every interval.
+
+    Its own connection, one bounded batch per transaction and a pause between batches, so a
+    turn or a checkpoint on the provider's writer waits for one batch at most (each batch's
+    cost is bounded by :data:`RETENTION_BATCH` events, not by the archive's size). The
+    provider starts it with the host's thread factory; nothing in it raises into the host.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        projections: Callable[[sqlite3.Connection], Any],
+        thread_factory: Callable[..., threading.Thread],
+        *,
+        interval_s: float = 86400.0,
+        pause_s: float = 0.5,
+        batch: int = RETENTION_BATCH,
+    ) -> None:
+        self.folder, self.projections = folder, projections
+        self.interval_s, self.pause_s, self.batch = interval_s, pause_s, batch
+        self._stop = threading.Event()
+        self.passes = 0  # completed passes (status and tests read it)
+        self.passed = threading.Event()  # set after each pass
+        self._thread = thread_factory(self._run, name="archive-retention", daemon=True)
+
+    def start(self) -> RetentionWorker:
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception as exc:  # never into the host: logged, retried next interval
+                log.warning("archive: retention not applied this time: %s", exc)
+            self.passes += 1
+            self.passed.set()
+            self._stop.wait(self.interval_s)
+
+    def run_once(self) -> list[Receipt]:
+        store = EventStore.open(self.folder, create=False, projections=self.projections)
+        try:
+            if not isinstance(store, EventStoreV2) or retention_policy(store) is None:
+                return []
+            return apply_retention(
+                store, batch=self.batch, between=lambda: not self._stop.wait(self.pause_s)
+            )
+        finally:
+            store.close()
+
+
+def _erasable(conn: sqlite3.Connection, seq: int) -> bool:
+    row = conn.execute("SELECT type, parts FROM events WHERE seq = ?", (seq,)).fetchone()
+    if row is None or row[0] in RECORD_TYPES:
+        return False
+    return any(_body(conn, d) is not None for d in _digests(row[1]))
+
+
+# -- the erasure transaction ------------------------------------------------------------
+
+
+def forget(
+    store: EventStore,
+    scope: Scope,
+    *,
+    reason: str,
+    legal_basis: str = "",
+    who: str = "operator",
+    dry_run: bool = False,
+    skip_held: bool = False,
+    rebuild: bool = True,
+) -> Receipt:
+    """Erase what ``scope`` covers in one transaction; see the module docstring.
+
+    The erasure transaction deletes every derived row that held the text (so no text
+    survives a crash after it); ``rebuild`` then re-derives the projections from the log in
+    a second transaction, so they equal what a replay gives (row numbering, counters of
+    events whose body went). Retention batches pass False and rebuild once per pass.
+    """
+    v2 = require_v2(store)
+    conn = v2.conn
+    scope_record = scope.record()
+    if dry_run:
+        found = plan(v2, scope)
+        return _receipt(None, None, None, scope_record, reason, legal_basis, who, found, True)
+    receipt: Receipt | None = None
+    with v2.transaction(durable=True):
+        found = plan(v2, scope)
+        if found.held and not skip_held:
+            hold, hit = found.held[0]
+            raise Held(
+                f"legal hold {hold['hold']} ({hold.get('reason', '')}) covers "
+                f"{len(hit)} of these events (first seq {hit[0]}): release it first "
+                "(hermes-archive hold release) or narrow the scope"
+            )
+        if skip_held and found.held:
+            kept = {s for _, hit in found.held for s in hit}
+            for parts, author in _in(
+                conn, "SELECT parts, author FROM events WHERE seq IN ({})", kept
+            ):
+                found.digests.difference_update(_digests(parts))
+                if author is not None:
+                    found.digests.discard(bytes(author))
+        if found.digests:
+            at = v2._time
+            scope_record = _recorded(conn, scope, found)
+            body = {
+                "scope": scope_record,
+                "reason": reason,
+                "legal_basis": legal_basis,
+                "who": who,
+                "digests": sorted(d.hex() for d in found.digests),
+                "payloads": len(found.digests),
+                "events": len(found.touched),
+                "dangling": sorted(d.hex() for d in found.dangling),
+                "kept_shared": found.kept_shared,
+            }
+            event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
+            seq = v2.append_in_transaction([event])[0].seq
+            _purge_derived(conn, found)
+            tombstone(conn, sorted(found.digests), seq)
+            _merge_fts(conn)
+            receipt = _receipt(seq, None, at, scope_record, reason, legal_basis, who, found, False)
+    if rebuild:  # also on a re-run that found nothing: it completes an interrupted one
+        rederive(v2)
+    scrub(v2)
+    if receipt is None:
+        return _receipt(None, None, None, scope_record, reason, legal_basis, who, Plan(), False)
+    return erasure_receipt(v2, receipt.seq or 0)
+
+
+def rederive(store: EventStore) -> None:
+    """Rebuild the projections from the log (one transaction; a crash keeps the old ones,
+    which already hold no erased text)."""
+    from .replay import rebuild
+
+    rebuild(store)
+
+
+def _recorded(conn: sqlite3.Connection, scope: Scope, found: Plan) -> dict[str, Any]:
+    """The scope as the erasure records it: never the personal data it was selected by.
+
+    A memory scope's search text and an author's id are themselves the data being erased:
+    the record names the memory writes (seqs) and the author payloads (digests) instead.
+    """
+    if scope.kind == "memory":
+        return {"kind": "memory", "writes": found.events}
+    if scope.kind == "author":
+        authors = {
+            bytes(a).hex()
+            for (a,) in _in(conn, "SELECT author FROM events WHERE seq IN ({})", found.events)
+            if a is not None
+        }
+        return {"kind": "author", "authors": sorted(authors)}
+    return scope.record()
+
+
+def _receipt(
+    seq: int | None,
+    chain: str | None,
+    time: str | None,
+    scope: dict[str, Any],
+    reason: str,
+    legal_basis: str,
+    who: str,
+    found: Plan,
+    dry_run: bool,
+) -> Receipt:
+    return Receipt(
+        seq,
+        chain,
+        time,
+        scope,
+        reason,
+        legal_basis,
+        who,
+        len(found.digests),
+        len(found.touched),
+        None,
+        dry_run,
+        [{"hold": h["hold"], "reason": h.get("reason"), "events": len(s)} for h, s in found.held],
+        found.kept_shared,
+    )
+
+
+def _purge_derived(conn: sqlite3.Connection, found: Plan) -> None:
+    """Delete every derived row that held the erased text (same transaction)."""
+    seqs = found.touched
+    tables = {
+        name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    if "recall_fts" in tables:  # memory rows have rowid -seq of the write that set them
+        list(_in(conn, "DELETE FROM recall_fts WHERE seq IN ({})", seqs))
+        for chunk in _chunks(sorted(seqs)):
+            conn.execute(
+                "DELETE FROM recall_fts WHERE rowid IN (SELECT -value FROM json_each(?))",
+                (json.dumps(chunk),),
+            )
+        for chunk in _chunks(sorted(seqs)):
+            conn.execute(
+                "DELETE FROM recall_memory WHERE rowid IN (SELECT -value FROM json_each(?))",
+                (json.dumps(chunk),),
+            )
+        list(_in(conn, "DELETE FROM recall_rewound WHERE seq IN ({})", seqs))
+        list(_in(conn, "DELETE FROM recall_authors WHERE seq IN ({})", seqs))
+    if "memory_history" in tables:
+        list(_in(conn, "DELETE FROM memory_history WHERE seq IN ({})", seqs))
+        list(_in(conn, "DELETE FROM memory_entries WHERE seq IN ({})", seqs))
+    if "recalls_served" in tables:
+        list(_in(conn, "DELETE FROM recalls_served WHERE seq IN ({})", seqs))
+    # transcripts hold digests only, never text: they stay (the slots read as erased)
+
+
+def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _merge_fts(conn: sqlite3.Connection) -> None:
+    """Merge every full-text index into one segment, dropping deleted rows' tokens.
+
+    SQLite 3.40 has no FTS5 ``secure-delete``: a DELETE only adds a tombstone to a newer
+    segment, and the tokens stay in the old one until the segments are merged. 'optimize'
+    merges them all into one, which keeps no deleted token (docs/OPERATIONS.md).
+    """
+    for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%USING fts5(%'"
+    ).fetchall():
+        conn.execute(f'INSERT INTO "{name}"("{name}") VALUES (\'optimize\')')
+
+
+def scrub(store: EventStore) -> None:
+    """Make the freed bytes physically gone: the WAL checkpointed into the file and truncated.
+
+    With ``secure_delete`` the pages the erasure freed were zeroed; the old page images
+    still in the WAL go with the truncate. A busy reader can hold the checkpoint back: it is
+    retried on the next erasure or ``forget`` re-run (idempotent).
+    """
+    store.conn.execute("PRAGMA secure_delete = ON")
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+
+# -- receipts ---------------------------------------------------------------------------
+
+
+def erasure_receipt(store: EventStore, seq: int) -> Receipt:
+    """The receipt of the erasure event at ``seq``, with the checkpoint that includes it."""
+    v2 = require_v2(store)
+    row = v2.conn.execute(
+        "SELECT time, payload, chain FROM events WHERE seq = ? AND type = 'erasure'", (seq,)
+    ).fetchone()
+    if row is None:
+        raise ErasureError(f"seq {seq} is not an erasure event")
+    body = _body(v2.conn, bytes(row[1])) or {}
+    size = v2.conn.execute(
+        "SELECT min(size) FROM signed_checkpoints WHERE size >= ?", (seq,)
+    ).fetchone()[0]
+    note = v2.checkpoint_note(int(size)) if size is not None else None
+    return Receipt(
+        seq,
+        bytes(row[2]).hex(),
+        str(row[0]),
+        body.get("scope", {}),
+        str(body.get("reason", "")),
+        str(body.get("legal_basis", "")),
+        str(body.get("who", "")),
+        int(body.get("payloads", 0)),
+        int(body.get("events", 0)),
+        note.decode() if note else None,
+        kept_shared=int(body.get("kept_shared", 0)),
+    )
+
+
+def receipts(store: EventStore) -> list[Receipt]:
+    """Every erasure's receipt, oldest first (``hermes-archive erasures``)."""
+    v2 = require_v2(store)
+    seqs = [
+        int(s)
+        for (s,) in v2.conn.execute("SELECT seq FROM events WHERE type = 'erasure' ORDER BY seq")
+    ]
+    return [erasure_receipt(v2, s) for s in seqs]
+
+
+def erased_slot(conn: sqlite3.Connection, digest: str) -> str | None:
+    """ "erased at T by seq E: reason" for an erased payload, or None when it is not erased."""
+    try:
+        raw = bytes.fromhex(digest)
+        row = conn.execute(
+            "SELECT x.erasure_seq, e.time, e.payload FROM erased x"
+            " JOIN events e ON e.seq = x.erasure_seq WHERE x.digest = ?",
+            (raw,),
+        ).fetchone()
+    except (ValueError, sqlite3.OperationalError):
+        return None
+    if row is None:
+        return None
+    body = _body(conn, bytes(row[2])) or {}
+    return f"erased at {row[1]} by seq {row[0]}: {body.get('reason', '')}"

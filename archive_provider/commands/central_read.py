@@ -1,0 +1,256 @@
+"""The reading commands against a central store: ``hermes-archive --db URL status | verify |
+log | show | search`` (with ``--store ID`` for one archive).
+
+Same filters, same event records and the same verifier as against a local file: ``verify``
+feeds the central rows to :func:`verifier.verify_rows` (``central.verify_store``); ``log``
+and ``show`` render with ``_render``; ``search`` uses PostgreSQL's full-text search over the
+payloads (the server computes the vectors on insert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from archive_provider.commands import CommandContext, CommandError, UsageError
+from archive_provider.commands._render import preview, record, short_time
+
+_EVENT_SELECT = (
+    "SELECT e.store_id, e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, "
+    "e.parts, e.chain, p.body FROM hermes_archive.events e "
+    "LEFT JOIN hermes_archive.payloads p ON p.store_id = e.store_id AND p.digest = e.payload"
+)
+
+
+class CentralView:
+    """What the renderers read from an archive (payload bodies), for one central store."""
+
+    def __init__(self, conn: Any, store_id: str) -> None:
+        from archive_provider.storage.central import payload_reader
+
+        self.store_id = store_id
+        self._read = payload_reader(conn, store_id)
+
+    def payload(self, digest: str) -> bytes | None:
+        return self._read(digest)
+
+
+@contextmanager
+def _connection(ctx: CommandContext) -> Iterator[Any]:
+    from archive_provider.storage.central import CentralError, connect
+
+    try:
+        conn = connect(ctx.db or "")
+    except CentralError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _event(row: tuple[Any, ...]) -> Any:
+    from archive_provider.format.events import StoredEvent
+    from archive_provider.storage.store import stored_event
+
+    if row[-1] is None:  # an erased payload: the envelope stays, the body is gone
+        from archive_provider.format.digests import Envelope
+
+        return StoredEvent(Envelope(*row[1:9]), row[9], b'"(erased)"')
+    return stored_event(row[1:])
+
+
+def _record(conn: Any, row: tuple[Any, ...], *, full: bool = False) -> dict[str, Any]:
+    data = record(CentralView(conn, row[0]), _event(row), full=full)
+    return {"store_id": row[0], **data}
+
+
+def status(ctx: CommandContext) -> int:
+    from archive_provider.storage.central import redacted, summary
+
+    with _connection(ctx) as conn:
+        stores = summary(conn, ctx.central_store)
+    data = {"central": redacted(ctx.db or ""), "stores": stores}
+
+    def human(data: dict[str, Any]) -> str:
+        lines = [f"Central store: {data['central']}", f"Archives: {len(data['stores'])}"]
+        for s in data["stores"]:
+            lines.append(
+                f"  {s['store_id']}  {s['label'] or '-'} (by {s['shipper']})  events {s['events']}  "
+                f"payloads {s['payloads']} ({s['erased_payloads']} erased)  "
+                f"last event {s['last_event_time'] or '-'}  last shipped {s['last_shipped'] or '-'}"
+            )
+        return "\n".join(lines)
+
+    ctx.emit(data, human)
+    return 0
+
+
+def verify(ctx: CommandContext) -> int:
+    from archive_provider.storage.central import stores, verify_store
+
+    if getattr(ctx.args, "projections", False):
+        raise UsageError("--projections applies to a local archive; the central store has none")
+    results = []
+    with _connection(ctx) as conn:
+        chosen = stores(conn, ctx.central_store)
+        if ctx.central_store and not chosen:
+            raise CommandError(f"no store {ctx.central_store!r} in the central store")
+        for store in chosen:
+            with ctx.progress(f"verify {store.store_id[:8]}", 0) as progress:
+                report = verify_store(conn, store, progress)
+            results.append({"store_id": store.store_id, "label": store.label, **report.as_dict()})
+    ok = all(r["ok"] for r in results)
+    data = {"ok": ok, "stores": results}
+
+    def human(data: dict[str, Any]) -> str:
+        if not data["stores"]:
+            return "No archives in the central store yet."
+        lines = []
+        for r in data["stores"]:
+            name = f"{r['store_id']} ({r['label']})" if r["label"] else r["store_id"]
+            if r["ok"]:
+                lines.append(
+                    f"ok: {name}: {r['events_checked']} events and {r['payloads_checked']} "
+                    f"payloads verified; head at seq {r['last_seq']}"
+                )
+            else:
+                where = (
+                    f"seq {r['first_bad_seq']}" if r["first_bad_seq"] is not None else "the store"
+                )
+                lines.append(f"FAILED: {name} at {where}: {r['problem']}")
+            lines.extend(f"  note: {w}" for w in r["warnings"])
+        return "\n".join(lines)
+
+    ctx.emit(data, human)
+    return 0 if ok else 1
+
+
+def log(ctx: CommandContext) -> int:
+    from archive_provider.commands.log import query
+
+    where, params = query(ctx)  # the local command's filters, with PostgreSQL's placeholders
+    clauses = [where.replace(" WHERE ", "", 1).replace("?", "%s")] if where else []
+    if ctx.central_store:
+        clauses.append("e.store_id LIKE %s")
+        params.append(ctx.central_store.lower() + "%")
+    sql = (
+        _EVENT_SELECT
+        + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        + " ORDER BY e.time DESC, e.store_id, e.seq DESC LIMIT %s"
+    )
+    with _connection(ctx) as conn:
+        rows = conn.execute(sql, [*params, ctx.args.limit or None]).fetchall()
+        events = [_record(conn, row) for row in reversed(rows)]
+
+    def human(events: list[dict[str, Any]]) -> str:
+        if not events:
+            return "No events match."
+        width = max(len(e["type"]) for e in events)
+        return "\n".join(
+            f"{e['store_id'][:8]}  {e['seq']:>6}  {short_time(e['time'])}  "
+            f"{e['type']:<{width}}  {e['session']}  {e['summary']}"
+            for e in events
+        )
+
+    ctx.emit(events, human)
+    return 0 if events else 1
+
+
+def show(ctx: CommandContext) -> int:
+    from archive_provider.commands.show import _human
+
+    ref = ctx.args.event
+    with _connection(ctx) as conn:
+        if ref.isdigit() and len(ref) <= 18:
+            if not ctx.central_store:
+                raise UsageError("with --db, a sequence number needs --store ID")
+            rows = conn.execute(
+                _EVENT_SELECT + " WHERE e.store_id LIKE %s AND e.seq = %s ORDER BY e.store_id",
+                [ctx.central_store.lower() + "%", int(ref)],
+            ).fetchall()
+        else:
+            prefix = ref.lower()
+            if len(prefix) < 4 or any(c not in "0123456789abcdef" for c in prefix):
+                raise UsageError(
+                    f"{ref!r} is neither a sequence number nor a hex digest prefix (4 to 64 digits)"
+                )
+            rows = conn.execute(
+                _EVENT_SELECT + " WHERE (e.identity LIKE %s OR e.payload LIKE %s) "
+                "AND e.store_id LIKE %s ORDER BY e.store_id, e.seq LIMIT 20",
+                [prefix + "%", prefix + "%", (ctx.central_store or "").lower() + "%"],
+            ).fetchall()
+        events = [_record(conn, row, full=True) for row in rows]
+    if not events:
+        return ctx.fail(f"no event matches {ref!r}")
+    ctx.emit({"query": ref, "events": events}, _human)
+    return 0
+
+
+def search(ctx: CommandContext) -> int:
+    """PostgreSQL full-text search (english configuration) over payload bodies."""
+    text = " ".join(ctx.args.query)
+    filters, args = [], []
+    for clause, value in (
+        ("e.session = %s", ctx.args.session),
+        ("e.time >= %s", ctx.args.since),
+        ("e.time <= %s", ctx.args.until),
+    ):
+        if value is not None:
+            filters.append(clause)
+            args.append(value)
+    sql = f"""
+        SELECT h.store_id, e.seq, e.time, e.type, e.session, h.rank,
+               ts_headline('english', convert_from(h.body, 'UTF8'), h.q,
+                           'MaxFragments=1, MaxWords=30, MinWords=10')
+          FROM (SELECT p.store_id, p.digest, p.body, q, ts_rank(p.search, q) AS rank
+                  FROM hermes_archive.payloads p, plainto_tsquery('english', %s) q
+                 WHERE p.search @@ q AND p.store_id LIKE %s) h
+          CROSS JOIN LATERAL (
+              SELECT e.seq, e.time, e.type, e.session FROM hermes_archive.events e
+               WHERE e.store_id = h.store_id
+                 AND (e.payload = h.digest OR e.parts::jsonb ? h.digest)
+                 {"".join(" AND " + f for f in filters)}
+               ORDER BY e.seq LIMIT 1) e
+         ORDER BY h.rank DESC, e.time DESC LIMIT %s"""
+    with _connection(ctx) as conn:
+        rows = conn.execute(
+            sql, [text, (ctx.central_store or "").lower() + "%", *args, ctx.args.limit or 10]
+        ).fetchall()
+    results = [
+        dict(zip(("store_id", "seq", "time", "type", "session", "rank", "text"), row, strict=True))
+        for row in rows
+    ]
+    data = {"query": text, "results": results}
+
+    def human(data: dict[str, Any]) -> str:
+        if not data["results"]:
+            return f"Nothing in the central store matches {text!r}."
+        return "\n".join(
+            f"{h['store_id'][:8]}  {h['seq']:>6}  {short_time(h['time'])}  {h['type']:<10}  "
+            f"{h['session']}  {preview(h['text'], 80)}"
+            for h in data["results"]
+        )
+
+    ctx.emit(data, human)
+    return 0 if results else 1
+
+
+RUNNERS: dict[str, Callable[[CommandContext], int]] = {
+    "status": status,
+    "verify": verify,
+    "log": log,
+    "show": show,
+    "search": search,
+}
+
+
+def runner_for(name: str) -> Callable[[CommandContext], int]:
+    """The central version of command ``name``; a usage error when it has none yet."""
+    try:
+        return RUNNERS[name]
+    except KeyError:
+        raise UsageError(
+            f"`{name}` does not read a central store (--db works with {', '.join(sorted(RUNNERS))})"
+        ) from None

@@ -1,0 +1,137 @@
+"""Erasure costs (issue 16): forgetting one session, and a retention batch, in a large archive.
+
+Builds a v2 archive with the default projections (sessions of generated turns), then in a
+child process each (so its peak RSS is the erasure's own, not the build's):
+
+* ``forget --session`` of one session: the erasure transaction (with its FTS5 'optimize')
+  and scrub, then the re-derivation of the projections; and, before it, one 'optimize' of
+  the index as built (many segments: the cold cost of making tokens physically gone);
+* a retention-like erasure of the oldest 10% of the events, in batches of
+  ``RETENTION_BATCH``: time per batch.
+
+Reported as numbers and as ratios to the same archive's full ``verify`` (no timed
+assertions anywhere).
+
+    python -m bench.erasure [--turns 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from archive_provider.audit import erasure
+from archive_provider.format.verifier import verify_database
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore, EventStoreV2
+
+from .common import Workdir, quiet_logging
+from .workload import bulk_append, corpus, turn_events
+
+
+def build(folder: Path, turns: int) -> dict[str, Any]:
+    text, _ = corpus()
+    store = EventStore.open(folder, format_version=2, projections=default_projections)
+    started = time.perf_counter()
+    try:
+        events = bulk_append(store, turn_events(store, "e", text, 500, turns), batch=2000)
+    finally:
+        store.close()
+    return {"events": events, "build_s": round(time.perf_counter() - started, 2)}
+
+
+def _child(folder: Path, what: str) -> dict[str, Any]:
+    store = EventStore.open(folder, create=False, projections=default_projections)
+    assert isinstance(store, EventStoreV2)
+    result: dict[str, Any] = {}
+    try:
+        if what == "verify":
+            started = time.perf_counter()
+            assert verify_database(store.conn, store.key).ok
+            result["seconds"] = time.perf_counter() - started
+        elif what == "forget":
+            session = store.conn.execute(
+                "SELECT session FROM events WHERE type = 'turn' ORDER BY seq LIMIT 1"
+            ).fetchone()[0]
+            started = time.perf_counter()
+            with store.transaction():
+                erasure._merge_fts(store.conn)  # the index as built: many segments
+            result["optimize_cold_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            receipt = erasure.forget(
+                store, erasure.Scope("session", {"session": session}), reason="b", rebuild=False
+            )
+            result["seconds"] = time.perf_counter() - started  # the erasure transaction + scrub
+            result["payloads"] = receipt.payloads
+            started = time.perf_counter()
+            erasure.rederive(store)
+            result["rederive_s"] = time.perf_counter() - started
+        else:
+            last = store.head().seq // 10
+            started = time.perf_counter()
+            batches = 0
+            for low in range(1, last + 1, erasure.RETENTION_BATCH):
+                high = min(last, low + erasure.RETENTION_BATCH - 1)
+                scope = erasure.Scope(
+                    "time", {"since": "", "until": "9999", "from_seq": low, "to_seq": high}
+                )
+                erasure.forget(store, scope, reason="retention", rebuild=False)
+                batches += 1
+            result["seconds"] = time.perf_counter() - started
+            result["batches"] = batches
+            result["per_batch_s"] = result["seconds"] / max(batches, 1)
+    finally:
+        store.close()
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def measure(folder: Path, what: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.erasure", "--child", what, str(folder)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    return dict(json.loads(done.stdout))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.erasure")
+    parser.add_argument("--turns", type=int, default=20000)
+    parser.add_argument("--child", nargs=2, metavar=("WHAT", "FOLDER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        with quiet_logging():
+            print(json.dumps(_child(Path(args.child[1]), args.child[0])))
+        return 0
+    work = Workdir(None)
+    try:
+        folder = work.fresh("erasure") / "archive"
+        with quiet_logging():
+            out: dict[str, Any] = {"turns": args.turns, **build(folder, args.turns)}
+        out["verify"] = measure(folder, "verify")
+        out["forget_session"] = measure(folder, "forget")
+        out["retention_10pct"] = measure(folder, "retention")
+        full = out["verify"]["seconds"]
+        out["ratios_to_verify"] = {
+            "forget_session": round(out["forget_session"]["seconds"] / full, 3),
+            "optimize_cold": round(out["forget_session"]["optimize_cold_s"] / full, 3),
+            "rederive": round(out["forget_session"]["rederive_s"] / full, 3),
+            "retention_batch": round(out["retention_10pct"]["per_batch_s"] / full, 3),
+        }
+        print(json.dumps(out, indent=2))
+    finally:
+        work.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

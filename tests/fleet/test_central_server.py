@@ -1,0 +1,353 @@
+"""What PostgreSQL itself enforces on the central store, whoever the client is.
+
+A hostile client holding the shipping role writes raw SQL (a fork, a rewrite, a gap, a
+replayed row, a part it never shipped); the server refuses each. No role can update or
+delete; erasure goes through one function and only for covered payloads. A superuser who
+bypasses the triggers is caught by central verify.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from archive_provider.cli import main
+from archive_provider.format import events
+from archive_provider.format.events import NewEvent
+from archive_provider.format.verifier import envelope_bytes
+from archive_provider.storage import central
+from archive_provider.storage.ship import Shipper
+from archive_provider.storage.store import archive_dir
+from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
+
+pytestmark = pytest.mark.postgres
+
+COLUMNS = "store_id, seq, time, type, session, key, identity, payload, parts, prev_chain, chain"
+
+
+@pytest.fixture
+def shipped(tmp_path: Path, central_db: Central) -> tuple[str, Path]:
+    """A real archive of 6 turns, shipped; returns (store_id, home)."""
+    home = tmp_path / "home"
+    store = make_archive(home)
+    append_turns(store, 6)
+    store_id = store.store_id
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        assert shipper.ship_once() == 6
+    finally:
+        shipper.close()
+    return store_id, home
+
+
+def _row(db: Central, store_id: str, seq: int) -> dict[str, object]:
+    names = [c.strip() for c in COLUMNS.split(",")]
+    (values,) = db.query(
+        f"SELECT {COLUMNS} FROM hermes_archive.events WHERE store_id = %s AND seq = %s",
+        [store_id, seq],
+    )
+    return dict(zip(names, values, strict=True))
+
+
+def _insert_as_shipper(db: Central, row: dict[str, object], login: str = "ship_login") -> None:
+    with psycopg.connect(db.url(login)) as conn:
+        conn.execute(
+            f"INSERT INTO hermes_archive.events ({', '.join(row)}) "
+            f"VALUES ({', '.join(['%s'] * len(row))})",
+            list(row.values()),
+        )
+
+
+def test_init_is_idempotent_and_needs_no_ownership_change(central_db: Central) -> None:
+    before = central_db.query(
+        "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname"
+    )
+    central.init(central_db.admin)
+    after = central_db.query("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname")
+    assert before == after and len(after) == 10
+    owners = central_db.query(
+        "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'hermes_archive'"
+    )
+    assert owners == [("hermes_archive_owner",)]
+
+
+def test_a_hostile_shipper_cannot_fork_rewrite_gap_or_replay(
+    shipped: tuple[str, Path], central_db: Central
+) -> None:
+    store_id, _ = shipped
+    before = central_rows(central_db, store_id)
+    last = _row(central_db, store_id, 6)
+    third = _row(central_db, store_id, 3)
+    forged = {**last, "seq": 7, "identity": "ab" * 32, "chain": "cd" * 32}
+
+    attacks = {
+        # a fork: seq 7 claiming another predecessor than the stored seq 6
+        "fork": ({**forged, "prev_chain": "ee" * 32}, psycopg.errors.CheckViolation),
+        # a rewrite of history: seq 4 again, with other content
+        "rewrite": (
+            {**_row(central_db, store_id, 4), "session": "rewritten"},
+            psycopg.errors.UniqueViolation,
+        ),
+        # a gap: seq 9 after 6
+        "gap": ({**forged, "seq": 9, "prev_chain": last["chain"]}, psycopg.errors.CheckViolation),
+        # a replayed row: seq 3's event again as seq 7, correctly chained
+        "replay": (
+            {**third, "seq": 7, "prev_chain": last["chain"]},
+            psycopg.errors.UniqueViolation,
+        ),
+        # an event naming a part that was never shipped
+        "unshipped part": (
+            {**forged, "prev_chain": last["chain"], "parts": f'["{"12" * 32}"]'},
+            psycopg.errors.ForeignKeyViolation,
+        ),
+    }
+    for name, (row, error) in attacks.items():
+        with pytest.raises(error):
+            _insert_as_shipper(central_db, row)
+        assert central_rows(central_db, store_id) == before, name
+
+    # a new store whose first event does not start at its registered genesis
+    with psycopg.connect(central_db.url()) as conn:
+        conn.execute(
+            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key) "
+            "VALUES (%s, 1, %s, %s)",
+            ["0" * 32, "11" * 32, "22" * 32],
+        )
+    with pytest.raises(psycopg.errors.CheckViolation):
+        _insert_as_shipper(central_db, {**forged, "store_id": "0" * 32, "seq": 1})
+    # a payload row that arrives without its body
+    with pytest.raises(psycopg.errors.CheckViolation), psycopg.connect(central_db.url()) as conn:
+        conn.execute(
+            "INSERT INTO hermes_archive.payloads (store_id, digest, body, erased_by) "
+            "VALUES (%s, %s, NULL, 1)",
+            [store_id, "33" * 32],
+        )
+
+
+def test_another_host_cannot_append_to_a_store_it_did_not_register(
+    shipped: tuple[str, Path], central_db: Central
+) -> None:
+    store_id, _ = shipped
+    before = central_rows(central_db, store_id)
+    last = _row(central_db, store_id, 6)
+    # correctly chained, so only the store's owner check can refuse it
+    forged = {**last, "seq": 7, "identity": "ab" * 32, "prev_chain": last["chain"]}
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="did not register it"):
+        _insert_as_shipper(central_db, forged, "ship_other")
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        psycopg.connect(central_db.url("ship_other")) as conn,
+    ):
+        conn.execute(
+            "INSERT INTO hermes_archive.payloads (store_id, digest, body) VALUES (%s, %s, 'x')",
+            [store_id, "44" * 32],
+        )
+    assert central_rows(central_db, store_id) == before
+    # a store's shipper is whoever registered it, whatever the client claims
+    with psycopg.connect(central_db.url("ship_other")) as conn:
+        conn.execute(
+            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key, "
+            "shipper) VALUES (%s, 1, %s, %s, 'ship_login')",
+            ["1" * 32, "11" * 32, "22" * 32],
+        )
+    assert central_db.query(
+        "SELECT shipper FROM hermes_archive.stores WHERE store_id = %s", ["1" * 32]
+    ) == [("ship_other",)]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE hermes_archive.events SET session = 'x' WHERE seq = 2",
+        "DELETE FROM hermes_archive.events WHERE seq = 6",
+        "UPDATE hermes_archive.payloads SET body = 'x'",
+        "DELETE FROM hermes_archive.payloads",
+        "UPDATE hermes_archive.stores SET label = 'x'",
+        "TRUNCATE hermes_archive.events CASCADE",
+        "SELECT body FROM hermes_archive.payloads",  # other stores' bodies stay unread
+        "SELECT hermes_archive.erase(store_id, 1) FROM hermes_archive.stores",
+    ],
+)
+def test_the_shipping_role_cannot_change_or_read_back(
+    shipped: tuple[str, Path], central_db: Central, statement: str
+) -> None:
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        psycopg.connect(central_db.url()) as conn,
+    ):
+        conn.execute(statement)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE hermes_archive.events SET session = 'x' WHERE seq = 2",
+        "DELETE FROM hermes_archive.events WHERE seq = 6",
+        "UPDATE hermes_archive.payloads SET body = NULL, erased_by = 6",
+        "DELETE FROM hermes_archive.payloads",
+        "TRUNCATE hermes_archive.events, hermes_archive.payloads, hermes_archive.stores",
+    ],
+)
+def test_even_the_owner_is_refused_by_the_triggers(
+    shipped: tuple[str, Path], central_db: Central, statement: str
+) -> None:
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only|immutable"):
+        central_db.query("SET ROLE hermes_archive_owner; " + statement)
+
+
+def test_a_superuser_edit_is_caught_by_central_verify(
+    shipped: tuple[str, Path], central_db: Central, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_id, _ = shipped
+    assert main(["--db", central_db.url("read_login"), "verify"]) == 0
+    capsys.readouterr()
+    central_db.query(
+        "SET session_replication_role = replica; "  # what a superuser does to skip triggers
+        "UPDATE hermes_archive.events SET session = 'elsewhere' WHERE seq = 4"
+    )
+    assert main(["--db", central_db.url("read_login"), "verify", "--store", store_id[:8]]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED: {store_id}" in out and "at seq 4: chain hash" in out
+
+
+def test_a_payload_edited_by_a_superuser_is_caught(
+    shipped: tuple[str, Path], central_db: Central
+) -> None:
+    store_id, _ = shipped
+    central_db.query(
+        "SET session_replication_role = replica; "
+        "UPDATE hermes_archive.payloads p SET body = convert_to('{\"turn\":99}', 'UTF8') "
+        "FROM hermes_archive.events e WHERE e.store_id = p.store_id AND e.payload = p.digest "
+        "AND e.seq = 5"
+    )
+    with central.connect(central_db.url("read_login")) as conn:
+        (store,) = central.stores(conn)
+        report = central.verify_store(conn, store)
+    assert (report.ok, report.first_bad_seq) == (False, 5)
+    assert "does not match its bytes" in str(report.problem)
+
+
+def test_a_prev_chain_column_edited_by_a_superuser_is_caught(
+    shipped: tuple[str, Path], central_db: Central
+) -> None:
+    store_id, _ = shipped
+    central_db.query(
+        "SET session_replication_role = replica; "
+        "UPDATE hermes_archive.events SET prev_chain = repeat('0', 64) WHERE seq = 3"
+    )
+    with central.connect(central_db.url("read_login")) as conn:
+        report = central.verify_store(conn, central.stores(conn, store_id)[0])
+    assert (report.ok, report.first_bad_seq) == (False, 3)
+    assert "prev_chain" in str(report.problem)
+
+
+def test_an_erasure_blanks_only_the_payloads_its_shipped_event_covers(
+    tmp_path: Path, central_db: Central, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # format v1 has no erasure event yet (format v2, issue 16): admit the type for this test
+    monkeypatch.setattr(events, "EVENT_TYPES", events.EVENT_TYPES | {"erasure"})
+    home = tmp_path / "home"
+    store = make_archive(home)
+    append_turns(store, 4)
+    secret, kept = (
+        store.event(seq).part_digests[0]  # type: ignore[union-attr]
+        for seq in (2, 3)
+    )
+    store.append([NewEvent("erasure", "s1", {"covers": [secret]}, {"covers": [secret]})])
+    store_id = store.store_id
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        shipper.ship_once()
+    finally:
+        shipper.close()
+
+    # a non-erasure event covers nothing, and the shipping role may not call erase()
+    assert central_db.query("SELECT hermes_archive.erase(%s, 2)", [store_id]) == [(0,)]
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        psycopg.connect(central_db.url()) as conn,
+    ):
+        conn.execute("SELECT hermes_archive.erase(%s, 5)", [store_id])
+    with psycopg.connect(central_db.url("erase_login")) as conn:
+        assert conn.execute("SELECT hermes_archive.erase(%s, 5)", [store_id]).fetchone() == (1,)
+    bodies = dict(
+        central_db.query(
+            "SELECT digest, body IS NULL FROM hermes_archive.payloads WHERE store_id = %s",
+            [store_id],
+        )
+    )
+    assert bodies[secret] is True and bodies[kept] is False
+    assert sum(bodies.values()) == 1
+    # an uncovered payload cannot be blanked by naming the erasure event either
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        central_db.query(
+            "UPDATE hermes_archive.payloads SET body = NULL, erased_by = 5 "
+            "WHERE store_id = %s AND digest = %s",
+            [store_id, kept],
+        )
+    # the same message said again later and shipped: the erased body does not come back
+    store = make_archive(home)
+    again = store.hasher.part({"role": "user", "content": "note 1 about tulips"})
+    assert again.digest == secret
+    store.append([NewEvent("turn", "s1", {"turn": 99}, {"messages": [secret]}, (again,))])
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        assert shipper.ship_once() == 1
+    finally:
+        shipper.close()
+    assert central_db.query(
+        "SELECT body IS NULL FROM hermes_archive.payloads WHERE store_id = %s AND digest = %s",
+        [store_id, secret],
+    ) == [(True,)]
+    with central.connect(central_db.url("read_login")) as conn:
+        report = central.verify_store(conn, central.stores(conn, store_id)[0])
+    assert report.ok, report.problem
+    assert report.envelopes_only == 2 and "1 payloads were erased" in report.warnings[0]
+
+
+def test_central_init_from_the_command_line(
+    pg: object, central_db: Central, capsys: pytest.CaptureFixture[str]
+) -> None:
+    central_db.query("DROP SCHEMA hermes_archive CASCADE")
+    assert main(["central", "init"]) == 2  # needs --db
+    assert main(["--store", "abcd", "status"]) == 2  # --store only means something with --db
+    capsys.readouterr()
+    assert main(["central", "init", "--db", central_db.admin]) == 0
+    assert "central store ready" in capsys.readouterr().out
+    assert central_db.query(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'hermes_archive'"
+    ) == [(3,)]
+    assert main(["central", "sql"]) == 0
+    assert "CREATE TABLE IF NOT EXISTS hermes_archive.events" in capsys.readouterr().out
+
+
+def test_the_server_builds_the_same_envelope_bytes_as_the_verifier(
+    tmp_path: Path, central_db: Central
+) -> None:
+    """What format v2's Merkle leaves will be computed from, server-side."""
+    home = tmp_path / "home"
+    store = make_archive(home)
+    append_turns(store, 2)
+    append_turns(store, 2, session='a "quoted" \\ session\t\x01\x7f \u2028 😀 é/')
+    store_id = store.store_id
+    store.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        shipper.ship_once()
+    finally:
+        shipper.close()
+    with psycopg.connect(central_db.url("read_login")) as conn:
+        rows = conn.execute(
+            "SELECT seq, time, type, session, key, identity, payload, parts, "
+            "hermes_archive.envelope(e) FROM hermes_archive.events e WHERE store_id = %s "
+            "ORDER BY seq",
+            [store_id],
+        ).fetchall()
+    assert len(rows) == 4 and "😀" in rows[-1][3]
+    for *fields, built in rows:
+        assert bytes(built) == envelope_bytes(*fields)
