@@ -54,6 +54,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             ).fetchone()[0]
         finally:
             conn.execute("COMMIT")
+        witnesses = witness_status(ctx, store)
     size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith(DB_NAME))
     return {
         "archive": str(ctx.archive),
@@ -77,7 +78,36 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
         },
         "shipping": read_state(ctx.archive),
         "recall": recall,
+        **witnesses,
     }
+
+
+#: how long ``status`` waits for each remote witness (``verify --witnesses`` waits longer)
+STATUS_WITNESS_TIMEOUT_S = 2.0
+
+
+def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0) -> dict[str, Any]:
+    """v2: the local witness (cosigned size, the background walk) and each remote witness's
+    lag: what it last cosigned (asked over the network) against the head, and why it lags."""
+    from archive_provider.storage.remote_witnesses import check_remote
+    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.witness import Witness, WitnessMismatch
+
+    if not isinstance(store, EventStoreV2):
+        return {}
+    witness = Witness.for_home(ctx.home)
+    local: dict[str, Any] = {"path": str(witness.path)}
+    try:
+        record = witness.read_for(store.store_id)
+        witness.check(store.conn, store.store_id)
+        local["ok"], local["problem"] = True, None
+    except WitnessMismatch as exc:
+        record, local["ok"], local["problem"] = None, False, str(exc)
+    if record is not None and record.checkpoint is not None:
+        local["cosigned_size"] = int(record.checkpoint.split("\n")[1])
+        local["walked"] = record.walked
+    remote = check_remote(store, timeout or STATUS_WITNESS_TIMEOUT_S)
+    return {"local_witness": local, "remote_witnesses": remote}
 
 
 #: index rows of each kind (messages, memory) re-proved by status: the newest ones
@@ -160,6 +190,7 @@ def _human(data: dict[str, Any]) -> str:
         )
     elif recall:
         lines.append(f"Recall: the newest {recall['checked']} index rows match the log")
+    lines.extend(witness_lines(data))
     lines += _spill_lines(data["spill"])
     stale = [name for name, p in data["projections"].items() if not p["current"]]
     if not data["projections"]:
@@ -176,6 +207,40 @@ def _human(data: dict[str, Any]) -> str:
             + (f"; last error: {shipping['last_error']}" if shipping.get("last_error") else "")
         )
     return "\n".join(lines)
+
+
+def witness_lines(data: dict[str, Any]) -> list[str]:
+    """One line for the local witness and one per remote witness (lag and last error)."""
+    lines = []
+    local = data.get("local_witness")
+    if local is not None:
+        if not local["ok"]:
+            lines.append(f"Witness: REFUSED: {local['problem']}")
+        elif "cosigned_size" in local:
+            walked = local.get("walked") or {}
+            walk = (
+                "older history walked"
+                if walked.get("complete")
+                else f"background walk at seq {walked.get('size', 0)}"
+            )
+            lines.append(f"Witness: cosigned size {local['cosigned_size']} ({walk})")
+        else:
+            lines.append("Witness: no cosigned checkpoint yet")
+    for row in data.get("remote_witnesses", ()):
+        name = printable(row["name"])
+        if row.get("consistent") is False:
+            lines.append(f"Remote witness {name}: REFUSES this archive: {row['error']}")
+        elif row.get("error"):
+            lines.append(
+                f"Remote witness {name}: behind by {row['behind']} "
+                f"(cosigned size {row['cosigned_size']}); last error: {printable(row['error'])}"
+            )
+        else:
+            lines.append(
+                f"Remote witness {name}: cosigned size {row['witness_size']} of {row['head']} "
+                f"(behind by {row['behind']})"
+            )
+    return lines
 
 
 def run(ctx: CommandContext) -> int:

@@ -30,6 +30,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "printed it), to check every signed checkpoint",
     )
     parser.add_argument(
+        "--witnesses",
+        action="store_true",
+        help="format v2: ask the local and every remote witness what they cosigned and check "
+        "it against this archive (lag, last error, a refused rewrite)",
+    )
+    parser.add_argument(
         "--lineage",
         metavar="V1_FILE",
         help="a migrated archive: check it against the kept v1 file (events.v1.db; its key "
@@ -85,6 +91,7 @@ def _human(data: dict[str, Any]) -> str:
             if found["ok"]
             else f"lineage FAILED: {found['problem']}"
         )
+    lines.extend(data.get("witness_lines", ()))
     projections = data.get("projections")
     if projections is not None:
         if projections["ok"]:
@@ -112,6 +119,17 @@ def run(ctx: CommandContext) -> int:
     if ctx.args.lineage and report.ok:
         data["lineage"] = _lineage(ctx, Path(ctx.args.lineage))
         data["ok"] = data["lineage"]["ok"]
+    if ctx.args.witnesses:
+        from archive_provider.commands.status import witness_lines, witness_status
+
+        with ctx.store() as store:
+            found = witness_status(ctx, store, timeout=10.0)
+        data["witnesses"] = found
+        data["witness_lines"] = witness_lines(found)
+        refused = not found.get("local_witness", {"ok": True})["ok"] or any(
+            row.get("consistent") is False for row in found.get("remote_witnesses", ())
+        )
+        data["ok"] = data["ok"] and not refused
     if ctx.args.projections and report.ok:
         data["projections"] = _projections(ctx, total)
         data["ok"] = data["projections"]["ok"]

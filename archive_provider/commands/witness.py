@@ -28,10 +28,21 @@ HELP = (
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
-        choices=("show", "accept", "serve", "keygen"),
-        help="show, accept (re-anchor), serve a remote witness, or make its key",
+        choices=("show", "accept", "add", "remove", "serve", "keygen"),
+        help="show, accept (re-anchor), add or remove a remote witness of a v2 archive, "
+        "serve a remote witness, or make its key",
     )
-    parser.add_argument("--reason", help="why the archive is accepted (required for accept)")
+    parser.add_argument(
+        "target", nargs="*", metavar="URL VKEY", help="add: URL and VKEY; remove: VKEY"
+    )
+    parser.add_argument(
+        "--reason", help="why (required for accept, add and remove: recorded in the log)"
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="remove: accept that the archive loses this witness's protection",
+    )
     parser.add_argument("--listen", default="127.0.0.1:7380", help="serve: HOST:PORT to bind")
     parser.add_argument("--state", help="serve, keygen: the witness's own folder (key, state)")
     parser.add_argument(
@@ -148,7 +159,77 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
     return data, 0 if written else 1
 
 
+def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
+    """``witness add URL VKEY`` / ``witness remove VKEY --yes``: an event in the log (16.2)."""
+    from archive_provider.storage.remote_witnesses import (
+        BadWitness,
+        witness_added,
+        witness_removed,
+        witness_set,
+    )
+    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.witness import who
+
+    action, target = ctx.args.action, list(ctx.args.target)
+    if action == "add" and len(target) != 2:
+        raise UsageError("witness add needs URL VKEY (the witness's cosigner verifier key)")
+    if action == "remove" and len(target) != 1:
+        raise UsageError("witness remove needs VKEY")
+    if action == "remove" and not ctx.args.yes:
+        raise UsageError(
+            "removing a witness weakens the archive's protection: say so with --yes "
+            '(and --reason "why")'
+        )
+    if not ctx.exists():
+        raise CommandError(f"no archive at {ctx.archive}")
+    from archive_provider.projections.registry import default_projections
+
+    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
+    try:
+        if not isinstance(store, EventStoreV2):
+            raise CommandError(
+                "remote witnesses need a format-v2 archive (`hermes-archive migrate`)"
+            )
+        known = {endpoint.vkey for endpoint in witness_set(store.conn)}
+        try:
+            if action == "add":
+                url, vkey = target
+                if vkey in known:
+                    raise CommandError(f"{vkey} is already a witness of this archive")
+                event = witness_added(url, vkey, reason, who())
+            else:
+                (vkey,) = target
+                if vkey not in known:
+                    raise CommandError(f"{vkey} is not a witness of this archive")
+                event = witness_removed(vkey, reason, who())
+        except BadWitness as exc:
+            raise CommandError(str(exc)) from None
+        (result,) = store.append([event], durable=True)
+        witnesses = [{"url": e.url, "vkey": e.vkey} for e in witness_set(store.conn)]
+    finally:
+        store.close()
+    return {"ok": True, "event_seq": result.seq, "witnesses": witnesses}
+
+
 def run(ctx: CommandContext) -> int:
+    if ctx.args.action in ("add", "remove"):
+        reason = (ctx.args.reason or "").strip()
+        if not reason:
+            raise UsageError(f'witness {ctx.args.action} needs --reason "why"')
+        try:
+            changed = _change_set(ctx, reason)
+        except (StoreError, CommandError) as exc:
+            changed = {"ok": False, "problem": str(exc)}
+        ctx.emit(
+            changed,
+            lambda d: (
+                f"{ctx.args.action}: recorded at seq {d['event_seq']}; "
+                f"{len(d['witnesses'])} remote witnesses now"
+                if d["ok"]
+                else f"NOT changed: {d['problem']}"
+            ),
+        )
+        return 0 if changed["ok"] else 1
     if ctx.args.action in ("serve", "keygen"):
         from archive_provider.commands.witness_serve import run_remote
 

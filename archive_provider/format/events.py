@@ -37,6 +37,8 @@ EVENT_TYPES = frozenset(
         "peer_input_rejected",
         "peer_link_state",
         "witness_accepted",
+        "witness_added",
+        "witness_removed",
         "turns_rewound",
         "store_created",
         "migrated_from",

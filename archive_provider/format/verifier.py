@@ -480,7 +480,8 @@ def identity_v2(type_: str, session: str, key: str, parts: bytes) -> bytes:
 _V2_ROWS = (
     "SELECT seq, CAST(time AS BLOB), CAST(type AS BLOB), CAST(session AS BLOB),"
     " CAST(key AS BLOB), identity, payload, parts, author, chain,"
-    " typeof(time), typeof(type), typeof(session), typeof(key) FROM events ORDER BY seq"
+    " typeof(time), typeof(type), typeof(session), typeof(key) FROM events"
+    " WHERE seq > ? AND seq <= ? ORDER BY seq"
 )
 
 
@@ -564,9 +565,16 @@ class _V2Pass:
         self.checked.clear()  # counted again, in order, by the pass over the events
         self.report.payloads_checked = 0
 
-    def events(self, genesis_value: bytes, leaves: list[bytes]) -> tuple[int, bytes]:
-        prev_seq, prev_chain = 0, genesis_value
-        for row in self.conn.execute(_V2_ROWS):
+    def events(
+        self,
+        genesis_value: bytes,
+        leaves: list[bytes],
+        after: int = 0,
+        until: int = 2**63 - 1,
+    ) -> tuple[int, bytes]:
+        """Check the events ``after < seq <= until``; ``genesis_value`` is the chain before."""
+        prev_seq, prev_chain = after, genesis_value
+        for row in self.conn.execute(_V2_ROWS, (after, until)):
             seq = row[0]
             if type(seq) is not int:
                 raise _Failed(
@@ -628,6 +636,37 @@ class _V2Pass:
             self.report.events_checked += 1
             self.report.last_seq = seq
         return prev_seq, prev_chain
+
+
+def verify_range_v2(
+    conn: sqlite3.Connection, after: int, chain: bytes, until: int = 2**63 - 1
+) -> tuple[ReportV2, list[bytes], bytes]:
+    """Check the events ``after < seq <= until`` from the chain value ``chain`` of ``after``.
+
+    The open-time proof and the background walk (FORMAT.md 20.4) use it on a part of the log:
+    identities, payloads (every erasure is read first, as in 20.2), the chain links. Returns
+    the report, the leaf hashes of the envelopes checked (the caller compares them with the
+    tree) and the chain value of the last event checked.
+    """
+    report = ReportV2()
+    owns = not conn.in_transaction
+    if owns:
+        conn.execute("BEGIN")
+    leaves: list[bytes] = []
+    last_chain = chain
+    try:
+        report.store_id = _v2_meta(conn, report)["store_id"]
+        check = _V2Pass(conn, report)
+        check.erasures()
+        _, last_chain = check.events(chain, leaves, after, until)
+    except _Failed as failure:
+        report.fail(failure.seq, failure.problem, failure.code)
+    except (sqlite3.Error, ValueError, TypeError) as exc:
+        report.fail(None, f"cannot read the archive: {printable(exc)}", "unreadable")
+    finally:
+        if owns:
+            conn.execute("COMMIT")
+    return report, leaves, last_chain
 
 
 def _v2_meta(conn: sqlite3.Connection, report: ReportV2) -> dict[str, Any]:

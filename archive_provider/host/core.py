@@ -45,6 +45,8 @@ from .spill_kinds import SPILL_KINDS, spill_entry
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: how long recall waits for the open-time proof (the fast path takes milliseconds)
+PROOF_WAIT_S = 2.0
 Build = Callable[[EventStore], Sequence[NewEvent]]
 
 
@@ -307,6 +309,13 @@ class ArchiveCore:
         writer = self.writer
         if writer is not None and writer.refused:  # a log that failed its proof is not recalled
             raise RuntimeError(f"archive recall is withheld: {writer.refused}")
+        if writer is not None and not writer.proven.wait(PROOF_WAIT_S):
+            if writer.refused:
+                raise RuntimeError(f"archive recall is withheld: {writer.refused}")
+            raise RuntimeError(  # FORMAT.md 20.4: nothing is served before the log is proven
+                "archive recall is withheld: integrity check pending (the open-time proof of "
+                "the archive has not passed yet)"
+            )
         if not (archive_dir(self.home) / DB_NAME).exists():
             return [], []
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..storage.writer import context_thread
+from ..storage.threads import context_thread
 
 try:  # the real base class when hermes is installed
     from agent.memory_provider import MemoryProvider as MemoryProviderBase

@@ -31,12 +31,13 @@ from ..domain.evidence import (
     is_set,
     transcript_snapshot,
 )
+from ..domain.fence import one_line
 from ..domain.redaction import host_masks_rows, redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
 from ..projections.base import TableProjection
 from ..projections.builtin import session_counters
-from ..projections.recall import MAX_QUERY_CHARS, render
+from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
 from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
 from ..storage.store_v2 import STORE_KEY_NAME, signing_key_path
@@ -600,7 +601,10 @@ class ArchiveProvider(MemoryProviderBase):
         except Exception as exc:
             log.warning("archive: prefetch failed: %s", exc)
             self.core.recall_status = recall_status(f"archive (recall withheld: {exc})", 0)
-            return ""
+            if "recall is withheld" not in str(exc):
+                return ""
+            reason = one_line(str(exc).split("withheld: ", 1)[1], 300)
+            return "\n".join([FENCE_OPEN, f"(archive: recall withheld: {reason})", FENCE_CLOSE])
 
     def prefetch_text(self, query: str, session_id: str) -> str:
         """The recall block for ``query`` (raises; ``prefetch`` is the hook that never does)."""

@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 WITNESS_ENV = "ARCHIVE_WITNESS_DIR"
 WITNESS_SUFFIX = ".archive-witness"
 WITNESS_FORMAT = 1
+#: a record that also pins the log key and holds the last cosigned checkpoint (FORMAT.md 16.1)
+WITNESS_FORMAT_V2 = 2
 
 
 class WitnessMismatch(ArchiveDamaged):
@@ -138,9 +140,17 @@ class WitnessRecord:
     archive: str
     fingerprint: dict[str, Any] | None = None
     accepted: dict[str, Any] | None = None  # set by `witness accept`: who, why, when
+    log_vkey: str | None = None  # v2: the log's verifier key, pinned at the first record
+    checkpoint: str | None = None  # v2: the newest checkpoint it cosigned (note text)
+    walked: dict[str, Any] | None = None  # v2: the background walk's progress (FORMAT 20.4)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"format": WITNESS_FORMAT, **asdict(self)}
+        data = asdict(self)
+        if self.checkpoint is None:
+            for name in ("log_vkey", "checkpoint", "walked"):
+                del data[name]
+            return {"format": WITNESS_FORMAT, **data}
+        return {"format": WITNESS_FORMAT_V2, **data}
 
 
 class Witness:
@@ -200,8 +210,9 @@ class Witness:
             ) from None
         try:
             data = json.loads(text)
-            if data.get("format") != WITNESS_FORMAT:
+            if data.get("format") not in (WITNESS_FORMAT, WITNESS_FORMAT_V2):
                 raise ValueError(f"witness format {data.get('format')!r}")
+            v2 = data["format"] == WITNESS_FORMAT_V2
             return WitnessRecord(
                 store_id=str(data["store_id"]),
                 seq=int(data["seq"]),
@@ -210,6 +221,9 @@ class Witness:
                 archive=str(data.get("archive", "")),
                 fingerprint=data.get("fingerprint"),
                 accepted=data.get("accepted"),
+                log_vkey=str(data["log_vkey"]) if v2 else None,
+                checkpoint=str(data["checkpoint"]) if v2 else None,
+                walked=data.get("walked") if v2 else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise WitnessMismatch(
@@ -237,14 +251,29 @@ class Witness:
         fingerprint: dict[str, Any] | None = None,
         accepted: dict[str, Any] | None = None,
         force: bool = False,
+        log_vkey: str | None = None,
+        checkpoint: str | None = None,
+        walked: dict[str, Any] | None = None,
     ) -> bool:
         """Record a head the database holds durably. Never moves backwards unless ``force``.
 
-        Returns False (and logs, never raises) when the witness could not be written: the
-        archive stays usable, only rollback detection is weaker until the next write.
+        A v2 record (``checkpoint`` given, or kept from the current record) also pins the
+        log key and holds the checkpoint it cosigned; the caller proved consistency first
+        (:func:`archive_provider.storage.proof_v2.advance`). Returns False (and logs, never
+        raises) when the witness could not be written: the archive stays usable, only
+        rollback detection is weaker until the next write.
         """
         record = WitnessRecord(
-            store_id, int(seq), chain, now_text(), str(self.archive), fingerprint, accepted
+            store_id,
+            int(seq),
+            chain,
+            now_text(),
+            str(self.archive),
+            fingerprint,
+            accepted,
+            log_vkey,
+            checkpoint,
+            walked,
         )
         with self._lock:
             try:
@@ -262,11 +291,19 @@ class Witness:
                             current.seq == seq
                             and fingerprint is None
                             and current.fingerprint is None
+                            and (checkpoint is None or checkpoint == current.checkpoint)
+                            and walked is None
                         )
                     ):
                         return True  # never regress; an equal head needs no rewrite
                     if current is not None:
-                        record = replace(record, accepted=accepted or current.accepted)
+                        record = replace(
+                            record,
+                            accepted=accepted or current.accepted,
+                            log_vkey=log_vkey or current.log_vkey,
+                            checkpoint=checkpoint or current.checkpoint,
+                            walked=walked if walked is not None else current.walked,
+                        )
                 text = json.dumps(record.as_dict(), indent=1, sort_keys=True) + "\n"
                 self._write_atomic(self.id_path(store_id), text)
                 self._write_atomic(self.path, text)

@@ -23,7 +23,6 @@ them. With a witness it records the head after every FULL commit and on close.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import queue
@@ -35,7 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..domain import builders
 from ..domain.clock import now_text, utc_now
@@ -43,6 +42,7 @@ from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
+from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2
 from .spill import (
     END,
     HEADER_BYTES,
@@ -69,9 +69,12 @@ from .store import (
     Projection,
     StoreError,
     TamperedPart,
+    connect,
     payload_body,
 )
+from .threads import ThreadFactory, context_thread
 from .witness import (
+    Proof,
     Witness,
     WitnessMismatch,
     fast_path_ok,
@@ -80,9 +83,11 @@ from .witness import (
     open_proof,
 )
 
+if TYPE_CHECKING:
+    from .witness_client import WitnessLag, WitnessSubmitter
+
 log = logging.getLogger(__name__)
 
-ThreadFactory = Callable[..., threading.Thread]
 Build = Callable[[EventStore], Sequence[NewEvent]]
 #: turns a spill record back into events (``store`` None: only follow it, it is committed);
 #: the dict is per-segment state the taker keeps (transcripts, for deltas)
@@ -96,17 +101,6 @@ MAX_BATCH_JOBS = 512
 PROOF_WAIT_S = 100.0
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 LATE_JOIN_S = 1.0  # how long close() waits for the thread to put down what it was taking
-
-
-def context_thread(
-    target: Callable[[], None], *, name: str, daemon: bool = True
-) -> threading.Thread:
-    """An unstarted thread that runs ``target`` in a copy of the caller's contextvars.
-
-    The fallback for hosts without ``agent.memory_provider.spawn_context_thread`` (0.19.0).
-    """
-    context = contextvars.copy_context()
-    return threading.Thread(target=context.run, args=(target,), name=name, daemon=daemon)
 
 
 @dataclass(slots=True)
@@ -253,6 +247,14 @@ class Writer:
         self.proving = False  # the open-time proof (maybe a full verify) is running now
         self._first_witness = False  # the next batch records that this store is now witnessed
         self._data_version: int | None = None  # PRAGMA data_version when the log was proved
+        # set once the open-time proof passed; cleared on refusal (recall waits for it)
+        self.proven = threading.Event()
+        self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
+        self._walk: BackgroundWalk | None = None  # v2: the walk over older history
+        self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
+        self._history_proven = False  # every event was verified (a clean close may vouch)
+        if not verify_on_open:
+            self.proven.set()  # the caller chose not to prove (a checkpoint-only context)
         self._ready = threading.Event()
         self._thread = self._start_thread()
 
@@ -494,9 +496,28 @@ class Writer:
                 state.append(None)
         return (tuple(state), self.witness.state() if self.witness else None)
 
+    @property
+    def walk(self) -> WalkState | None:
+        """The v2 background walk's progress (None when none ran in this process)."""
+        return self._walk.state if self._walk is not None else None
+
+    def _withdraw(self, problem: str) -> None:
+        """The background walk found damage: withdraw service at once (recall and appends)."""
+        with self._proven_lock:
+            self.proven.clear()
+            self.refused = self.last_error = (
+                f"{problem}. Recall and appends are refused; run `hermes-archive verify` and "
+                "restore the archive folder from backup (docs/RECOVER.md, 'Tamper detected')."
+            )
+        log.error("%s", self.refused)
+
     def _open(self) -> EventStore | None:
         if self._store is not None:
-            return self._store
+            if self.refused is None:
+                return self._store
+            self._close_store()  # the background walk refused the log it had open
+            self._refused_state = self._file_state()
+            return None
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
         fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
@@ -512,12 +533,28 @@ class Writer:
                 log.error("archive store unavailable: %s", message)
             self.last_error = message
             return None
+        walk_from = None
         if self._verify_on_open:
             self.proving = True
             try:
-                proof = open_proof(
-                    store.conn, store.key, store.store_id, fast=fast, witness=self.witness
-                )
+                proof = None
+                if isinstance(store, EventStoreV2) and self.witness is not None and not fast:
+                    walk_from = store.checkpoint_note()
+                    proof = open_proof_v2(store, self.witness)
+                if proof is None:
+                    proof = open_proof(
+                        store.conn, store.key, store.store_id, fast=fast, witness=self.witness
+                    )
+                if (
+                    proof.ok
+                    and isinstance(store, EventStoreV2)
+                    and self.witness is not None
+                    and not self._unwitnessed(store)  # the log first records that it is
+                ):
+                    store.checkpoint()  # FORMAT.md 15.4 point 3, then the witness advances
+                    advance(self.witness, store)
+            except WitnessMismatch as exc:
+                proof = Proof(False, "checkpoint", str(exc), None, witness=True)
             except Exception as exc:
                 store.close()
                 self.last_error = diagnose(exc, self.folder, self._busy_timeout_ms)
@@ -547,11 +584,58 @@ class Writer:
                 return None
         self.refused = None
         self._refused_state = None
+        self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
+        if (
+            walk_from is not None
+            and isinstance(store, EventStoreV2)
+            and getattr(proof, "path", "") == "checkpoint"
+        ):
+            self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
+        with self._proven_lock:
+            if self.refused is None:  # the walk may already have found damage
+                self.proven.set()
+        if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
+            self._start_submitter(store)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
         self._store = store
         return store
+
+    def _start_walk(self, store: EventStoreV2, note: bytes) -> None:
+        """Walk the history before the checkpoint the open-time proof started from."""
+        from ..format.signed_note import parse_checkpoint, parse_note
+
+        assert self.witness is not None
+        if self._walk is not None:
+            self._walk.stop()
+        path = store.path
+        self._walk = BackgroundWalk(
+            lambda: connect(path, readonly=True, busy_timeout_ms=self._busy_timeout_ms),
+            self.witness,
+            store.store_id,
+            parse_checkpoint(parse_note(note).text),
+            self._withdraw,
+            self._thread_factory,
+        )
+        self._walk.start()
+
+    def _start_submitter(self, store: EventStoreV2) -> None:
+        """Submit checkpoints to the log's remote witnesses in the background (16.2)."""
+        from .remote_witnesses import start_submitter
+
+        try:
+            self._submitter = start_submitter(store, self._thread_factory)
+        except Exception as exc:  # a witness set that cannot be read never stops archiving
+            log.warning("archive: remote witnesses not started: %s", exc)
+
+    def witness_lag(self) -> list[WitnessLag]:
+        """How far each remote witness is behind, and its last error (for ``status``)."""
+        return self._submitter.status() if self._submitter is not None else []
+
+    def _walk_complete(self) -> bool:
+        """Whether every event was verified in this process (so a clean close may vouch)."""
+        return self._history_proven or (self._walk is not None and self._walk.state.complete)
 
     def _unwitnessed(self, store: EventStore) -> bool:
         """Whether this proven store has no witness record yet (its log must be told once)."""
@@ -602,6 +686,8 @@ class Writer:
 
     def _run(self) -> None:
         attempt = 0
+        if self._verify_on_open and (self.folder / DB_NAME).exists():
+            self._open()  # prove the log before anything is served (FORMAT.md 20.4)
         while True:
             if self._abandoned:  # close() gave up waiting and reported the rest
                 self._close_store()
@@ -905,8 +991,16 @@ class Writer:
         self.last_error = None
         self._verified = end
         self._first_witness = self._first_witness and not durable
-        if durable and self.witness is not None:
-            self.witness.write(store.store_id, end.seq, end.chain)  # only after a FULL commit
+        if durable and self.witness is not None:  # only after a FULL commit
+            if isinstance(store, EventStoreV2):
+                try:
+                    advance(self.witness, store)
+                except WitnessMismatch as exc:  # rewritten under us: refuse what follows
+                    self._withdraw(str(exc))
+                except Exception:  # the commit stands; only the witness lags behind it
+                    log.exception("archive: the local witness did not advance")
+            else:
+                self.witness.write(store.store_id, end.seq, end.chain)
         for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
@@ -917,6 +1011,8 @@ class Writer:
                     self._committed = max(self._committed, (segment_number(ended), END))
             self._settle_segment(job)
         self._pending = []
+        if self._submitter is not None:
+            self._submitter.notify()  # returns at once; the witnesses' threads do the work
         return True
 
     def _record_progress(self, store: EventStore, batch: list[Job]) -> None:
@@ -1055,6 +1151,11 @@ class Writer:
         store, self._store = self._store, None
         if store is None:
             return
+        if self._walk is not None and (clean or self._abandoned):
+            self._walk.stop(timeout=5.0)
+        submitter, self._submitter = self._submitter, None
+        if submitter is not None:
+            submitter.close(timeout=1.0)
         head: Head | None = None
         synced = foreign = False
         if clean and self.witness is not None and self.refused is None:
@@ -1064,6 +1165,9 @@ class Writer:
                     self._verified = store.head()
                     self._first_witness = False
                 head = store.head()
+                if isinstance(store, EventStoreV2):
+                    store.checkpoint()
+                    advance(self.witness, store)
                 if self._verified is not None and _same_head(head, self._verified):
                     foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -1077,6 +1181,9 @@ class Writer:
         if head is None or not synced or self.witness is None:
             return
         fingerprint = None
+        if isinstance(store, EventStoreV2) and not self._walk_complete():
+            self.witness.write(store.store_id, head.seq, head.chain)  # history not yet walked:
+            return  # no fingerprint, so the next open does not skip the walk
         if foreign:  # bytes another connection wrote were never proven: no fast path next time
             log.info(
                 "archive: another connection wrote to %s; the next open verifies it", store.path

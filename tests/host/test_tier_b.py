@@ -1170,7 +1170,7 @@ def test_b19_every_provider_thread_goes_through_the_host_helper(
 
     # Statically: no other thread is started anywhere in the packages.
     bare = re.compile(r"threading\.Thread\(")
-    allowed = {"archive_provider/storage/writer.py",  # context_thread, the 0.19.0 fallback
+    allowed = {"archive_provider/storage/threads.py",  # context_thread, the 0.19.0 fallback
                "archive_provider/demo/fake_llm.py",  # the demo's loopback LLM server
                # `witness serve` is its own process, never inside a host
                "archive_provider/storage/witness_server.py"}  # fmt: skip

@@ -198,7 +198,8 @@ def test_tamper_is_caught_by_verify_and_refused_at_open(
     assert f"seq {bad_seq}" in message or "store" in name, message
     assert provider.core.writer is not None and provider.core.writer.refused
     assert head_of(home) == before  # nothing was built on the damage
-    assert provider.prefetch("question") == ""  # nor recalled from it
+    withheld = provider.prefetch("question")  # nor recalled from it: a fenced notice says why
+    assert "recall withheld" in withheld and "after the tamper" not in withheld
     assert (
         "withheld"
         in json.loads(provider.handle_tool_call("archive_search", {"query": "question"}))["error"]

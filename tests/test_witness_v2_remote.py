@@ -1,0 +1,156 @@
+"""Remote witnesses wired into a v2 archive (docs/FORMAT.md 16.2): the set is log content
+(`witness add` / `witness remove --yes`), the writer submits checkpoints in the background,
+cosignatures are stored, lag and refusals show in `status` and `verify --witnesses`. Two real
+`hermes-archive witness serve` processes on 127.0.0.1, one killed and restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archive_provider.cli import main
+from archive_provider.format.events import NewEvent
+from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
+from archive_provider.storage.witness import Witness
+from archive_provider.storage.witness_client import WitnessLag
+from archive_provider.storage.writer import Writer
+from tests.test_witness_remote import WitnessProcess, keygen
+
+LIVENESS_S = 90.0  # a bound for a loaded CI box, never a performance claim
+
+
+@pytest.fixture
+def witnesses() -> Iterator[Callable[..., WitnessProcess]]:
+    started: list[WitnessProcess] = []
+
+    def start(state: Path, log_keys: Sequence[str], port: int = 0) -> WitnessProcess:
+        process = WitnessProcess(state, log_keys, port)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def _turn(store: EventStore, turn: int, text: str) -> NewEvent:
+    part = store.hasher.part({"content": text, "role": "user"})
+    body = {"turn": turn, "messages": [part.digest]}
+    return NewEvent("turn", "s1", {"turn": turn}, body, (part,))
+
+
+def _cli(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
+    code = main(["--home", str(home), "--json", *args])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + LIVENESS_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not reached within the liveness bound: {what}")
+        time.sleep(0.05)
+
+
+def _lag(writer: Writer, vkey: str) -> WitnessLag:
+    (lag,) = [row for row in writer.witness_lag() if row.vkey == vkey]
+    return lag
+
+
+def _append(writer: Writer, turns: range) -> None:
+    for turn in turns:
+        writer.append_durable(lambda s, t=turn: [_turn(s, t, f"turn {t}")], timeout=30)
+
+
+def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
+    tmp_path: Path,
+    witnesses: Callable[..., WitnessProcess],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    home = tmp_path / "home"
+    folder = archive_dir(home)
+    store = EventStore.open(folder, format_version=2)
+    assert isinstance(store, EventStoreV2)
+    vkey = store.vkey
+    store.close()
+    keygen(tmp_path / "w1", "w1.example/witness")
+    keygen(tmp_path / "w2", "w2.example/witness")
+    w1 = witnesses(tmp_path / "w1", [vkey])
+    w2 = witnesses(tmp_path / "w2", [vkey])
+    for w in (w1, w2):
+        code, answer = _cli(home, capsys, "witness", "add", w.url, w.vkey, "--reason", "offsite")
+        assert code == 0 and answer["ok"], answer
+    assert len(answer["witnesses"]) == 2
+    code, refused = _cli(home, capsys, "witness", "add", w1.url, vkey, "--reason", "log key")
+    assert code == 1 and "0x04" in refused["problem"]  # only a cosigner key is a witness's
+
+    # a removal needs the explicit acceptance; without it nothing is recorded
+    code, refused = _cli(home, capsys, "witness", "remove", w2.vkey, "--reason", "test")
+    assert code == 2 and "--yes" in refused["error"]
+
+    writer = Writer(folder, witness=Witness.for_home(home))
+    _append(writer, range(1, 4))
+    head = lambda: writer._verified.seq if writer._verified else 0  # noqa: E731
+    for w in (w1, w2):
+        _until(lambda w=w: _lag(writer, w.vkey).cosigned_size == head(), "both cosign the head")
+
+    w2.kill()  # w1 keeps up; w2's lag and error show, turns and checkpoints go on
+    _append(writer, range(4, 7))
+    _until(lambda: _lag(writer, w1.vkey).cosigned_size == head(), "w1 cosigns the head")
+    _until(lambda: _lag(writer, w2.vkey).last_error is not None, "w2's failure shows")
+    assert _lag(writer, w2.vkey).behind
+    w2 = witnesses(tmp_path / "w2", [vkey], port=w2.port)  # restarted from its state
+    _append(writer, range(7, 8))
+    _until(lambda: _lag(writer, w2.vkey).cosigned_size == head(), "w2 catches up")
+    assert writer.close().complete
+    stored = EventStore.open(folder)
+    assert isinstance(stored, EventStoreV2)
+    names = {row[0] for row in stored.conn.execute("SELECT name FROM cosignatures")}
+    assert {"w1.example/witness", "w2.example/witness"} <= names  # and the local witness
+    stored.close()
+    code, status = _cli(home, capsys, "status")
+    assert all(row["consistent"] for row in status["remote_witnesses"]), status
+    shutil.copytree(folder, tmp_path / "before")
+
+    writer = Writer(folder, witness=Witness.for_home(home))
+    _append(writer, range(8, 12))  # cosigned by both
+    for w in (w1, w2):
+        _until(lambda w=w: _lag(writer, w.vkey).cosigned_size == head(), "cosigned again")
+    assert writer.close().complete
+
+    # the attacker: an older copy, rewritten with the archive's own key, accepted locally
+    shutil.rmtree(folder)
+    shutil.copytree(tmp_path / "before", folder)
+    fork = EventStore.open(folder)
+    for turn in range(8, 20):
+        fork.append([_turn(fork, turn, f"rewritten {turn}")], durable=True)
+    fork.close()
+    code, _ = _cli(home, capsys, "witness", "accept", "--reason", "tricked into it")
+    assert code == 0
+    writer = Writer(folder, witness=Witness.for_home(home))
+    _append(writer, range(20, 21))
+    for w in (w1, w2):
+        _until(lambda w=w: _lag(writer, w.vkey).last_error is not None, "the witness refuses")
+        lag = _lag(writer, w.vkey)
+        assert lag.error_kind in ("inconsistent", "conflict", "refused"), lag
+        assert lag.cosigned_size is not None and lag.cosigned_size < head()
+    writer.close()
+    code, status = _cli(home, capsys, "status")
+    assert [row["consistent"] for row in status["remote_witnesses"]] == [False, False]
+    code, verified = _cli(home, capsys, "verify", "--witnesses")
+    assert code == 1 and not verified["ok"]
+    assert any("REFUSES" in line for line in verified["witness_lines"])
+
+    # an explicit, accepted removal is an event; the set is read from the log
+    code, answer = _cli(
+        home, capsys, "witness", "remove", w2.vkey, "--yes", "--reason", "decommissioned"
+    )
+    assert code == 0 and [w["vkey"] for w in answer["witnesses"]] == [w1.vkey]
