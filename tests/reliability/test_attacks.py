@@ -33,6 +33,7 @@ from archive_provider.projections.recall import FENCE_CLOSE, FENCE_OPEN, Hit, re
 from archive_provider.storage.store import SCHEMA, EventStore, archive_dir
 from archive_provider.storage.witness import Witness
 
+from ..conftest import archive_format
 from .conftest import events, flush, raw
 from .test_faults import EVIDENCE
 
@@ -172,6 +173,7 @@ def test_a_witnessed_archive_whose_witness_is_gone_is_refused_not_new(
 # -- 2. an edit made while the provider runs is neither built upon nor vouched for ----------
 
 
+@pytest.mark.usefixtures("v1_format")  # v1 triggers and JSON parts; test_tamper_v2 covers v2
 def test_a_checkpoint_fails_closed_on_an_edited_stored_message(
     home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
@@ -183,6 +185,7 @@ def test_a_checkpoint_fails_closed_on_an_edited_stored_message(
         provider.on_pre_compress(messages, require_checkpoint=True)
 
 
+@pytest.mark.usefixtures("v1_format")  # v1 triggers and JSON parts; test_tamper_v2 covers v2
 def test_a_clean_close_does_not_fingerprint_bytes_it_never_proved(
     home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
@@ -523,21 +526,24 @@ def test_a_huge_archived_message_does_not_come_back_whole(
 # -- 12. hostile files -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("version", "key_name"), [(1, "payload.key"), (2, "store.key")])
 def test_a_key_or_witness_pointing_at_dev_zero_is_refused_not_read(
-    home: Path, providers: Callable[..., ArchiveProvider]
+    home: Path, providers: Callable[..., ArchiveProvider], version: int, key_name: str
 ) -> None:
-    """Point 12: payload.key and the witness file linked to /dev/zero."""
-    first = providers()
-    build(first, "t")
-    first.shutdown()
+    """Point 12: the store's key (payload.key in v1, store.key in v2) and the witness file
+    linked to /dev/zero."""
+    with archive_format(version):
+        first = providers()
+        build(first, "t")
+        first.shutdown()
     witness = Witness.for_home(home)
     witness.path.unlink()
     witness.path.symlink_to("/dev/zero")
     shown = cli(home, "witness", "show")
     assert shown.returncode == 1 and "unreadable" in shown.stdout, shown.stdout + shown.stderr
 
-    key = archive_dir(home) / "payload.key"
-    key.rename(key.with_name("payload.key.real"))
+    key = archive_dir(home) / key_name
+    key.rename(key.with_name(key_name + ".real"))
     key.symlink_to("/dev/zero")
     for args in (("status",), ("witness", "show"), ("verify",)):
         result = cli(home, *args)
@@ -630,7 +636,14 @@ def test_escape_sequences_from_the_log_or_a_bundle_never_reach_the_terminal(
     provider.sync_turn("escape test", "ok", session_id=ESC_ID)
     provider.on_memory_write("add", "memory", "escape fact", {"session_id": ESC_ID})
     assert flush(provider)  # still open: the ESC session holds the last event status names
-    for args in (["log"], ["show", "1"], ["search", "escape"], ["history", "escape"], ["status"]):
+    seq = next(e.seq for e in events(home) if e.session == ESC_ID)
+    for args in (
+        ["log"],
+        ["show", str(seq)],
+        ["search", "escape"],
+        ["history", "escape"],
+        ["status"],
+    ):
         code = cli_main(["--home", str(home), *args])
         out, err = capsys.readouterr()
         assert code == 0 and "\x1b" not in out + err and "\\x1b" in out, (args, out)
