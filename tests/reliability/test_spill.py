@@ -493,7 +493,14 @@ def readable_log(home: Path) -> list[tuple[Any, ...]]:
 
     try:
         return [
-            (e.seq, e.type, e.session, resolve(e.key), resolve(e.body))
+            (
+                e.seq,
+                e.type,
+                e.session,
+                resolve(e.key),
+                resolve(e.body),
+                resolve(e.author_digest) if e.author_digest else None,  # v2: in the envelope
+            )
             for e in store.events()
             if e.session == "s1"
         ]
@@ -537,17 +544,18 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
 
     log = readable_log(spilled)
     assert log == readable_log(direct)
-    turns = [body for _, kind, _, _, body in log if kind == "turn"]
-    assert [t.get("author", {}).get("name") for t in turns] == [
+    turns = [body for _, kind, _, _, body, _ in log if kind == "turn"]
+    authors = [author or {} for _, kind, _, _, _, author in log if kind == "turn"]
+    assert [a.get("name") for a in authors] == [
         "Ada",
         "helper",  # sync_turn's turn_author is bound to its own turn
         "Ada",  # then on_turn_start's stands again
         "Ada",
         None,  # on_session_end states no author
     ]
-    assert turns[1]["author"]["is_bot"] is True and turns[1]["author"]["platform"] == "discord"
+    assert authors[1]["is_bot"] is True and authors[1]["platform"] == "discord"
     assert {m["kind"] for m in turns[0]["host_masks"]} == {"head_tail", "stars"}
-    (rewind,) = [body for _, kind, _, _, body in log if kind == "turns_rewound"]
+    (rewind,) = [body for _, kind, _, _, body, _ in log if kind == "turns_rewound"]
     assert rewind["from_message"] == 5 and rewind["detected_by"] == "sync_turn"
     assert [m["content"] for m in rewind["messages"]] == ["delete it", "gone"]
     assert verify_home(spilled).ok
