@@ -41,7 +41,12 @@ from archive_provider.format.verifier import (
 )
 from archive_provider.storage.store import EventStore, StoreError, archive_dir
 
+from .conftest import archive_format
 from .test_cli import REPO, build_archive, rows, run_json, via_main
+
+# Bundle version 1 from a v1 archive (its manifest, keyed digests, payload.key); bundle v2 is in
+# test_bundle_prove_v2.py and test_bundle_v2_vectors.py.
+pytestmark = pytest.mark.usefixtures("v1_format")  # the module-scoped home: archive_format(1)
 
 VERIFIER = Path(verifier.__file__)
 ONLY_IN_SESSION_ONE = b"Herons are patient hunters."
@@ -50,7 +55,8 @@ ONLY_IN_SESSION_ONE = b"Herons are patient hunters."
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("export") / "home"
-    build_archive(folder)
+    with archive_format(1):
+        build_archive(folder)
     return folder
 
 
