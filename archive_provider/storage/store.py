@@ -339,6 +339,29 @@ def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
     return Path(hermes_home) / "archive"
 
 
+def _open_failure(db_path: Path, exc: sqlite3.DatabaseError, busy_timeout_ms: int) -> StoreError:
+    """The error an open reports for ``exc``: a lock or a permission is never called damage."""
+    failure = classify(exc)
+    if failure is Failure.NOT_WRITABLE:
+        return StoreNotWritable(
+            f"cannot open the archive {db_path}: {exc}. This user may not read the "
+            "file, or SQLite may not create events.db-shm beside a database in WAL "
+            "mode here: check the permissions, or copy the archive folder (events.db "
+            "with its -wal file, and its key files) somewhere you can write."
+        )
+    if failure is Failure.BUSY:
+        return StoreBusy(
+            f"the archive {db_path} is locked by another connection beyond the busy "
+            f"timeout ({busy_timeout_ms} ms): {exc}. The file is not damaged; retry, or "
+            "stop the process that holds the lock."
+        )
+    return StoreDamaged(
+        f"cannot open the archive {db_path}: {exc}. If the file is corrupt, move it "
+        "aside and restore the archive folder from backup; `hermes-archive verify` "
+        "names the first bad event of a readable copy."
+    )
+
+
 def read_key(path: Path) -> bytes:
     """The store's payload key: a regular file of hex text, read with a bound."""
     try:
@@ -465,25 +488,7 @@ class EventStore:
             store_id = cls._meta(conn, "store_id")
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:
-            failure = classify(exc)
-            if failure is Failure.NOT_WRITABLE:
-                raise StoreNotWritable(
-                    f"cannot open the archive {db_path}: {exc}. This user may not read the "
-                    "file, or SQLite may not create events.db-shm beside a database in WAL "
-                    "mode here: check the permissions, or copy the archive folder (events.db "
-                    "with its -wal file, and its key files) somewhere you can write."
-                ) from exc
-            if failure is Failure.BUSY:
-                raise StoreBusy(
-                    f"the archive {db_path} is locked by another connection beyond the busy "
-                    f"timeout ({busy_timeout_ms} ms): {exc}. The file is not damaged; retry, or "
-                    "stop the process that holds the lock."
-                ) from exc
-            raise StoreDamaged(
-                f"cannot open the archive {db_path}: {exc}. If the file is corrupt, move it "
-                "aside and restore the archive folder from backup; `hermes-archive verify` "
-                "names the first bad event of a readable copy."
-            ) from exc
+            raise _open_failure(db_path, exc, busy_timeout_ms) from exc
         if version not in (FORMAT_VERSION, FORMAT_V2):
             conn.close()
             raise StoreError(
@@ -508,7 +513,11 @@ class EventStore:
         else:
             store = cls(db_path, conn, key, store_id, projections)
         if not readonly:
-            store._create_projections()
+            try:  # an existing v2 file takes its first write lock here
+                store._create_projections()
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise _open_failure(db_path, exc, busy_timeout_ms) from exc
         if isinstance(store, EventStoreV2) and new_store is not None:
             store.append([(first_event or store_created)(store)], durable=True)
         return store
