@@ -23,6 +23,10 @@ from archive_provider.format.digests import (
 from archive_provider.format.events import NewEvent
 from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, StoreError
 
+# The v1 store: its seqs from 1, chain rule, payload.key, triggers and files. The v2 store's own
+# tests are in test_store_v2.py; a test here that names a format runs on that one.
+pytestmark = pytest.mark.usefixtures("v1_format")
+
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = ROOT / "archive_provider" / "format" / "verifier.py"
 TRIGGERS = (
