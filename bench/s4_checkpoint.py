@@ -90,7 +90,7 @@ def run(work: Workdir, text: Text, sizes: tuple[int, ...], repeats: int, say: Re
             home = work.fresh(f"cp-{count}")
             messages = evidence(text, count)
             extra = evidence(text, 10)
-            provider = open_provider(home, f"cp-{count}-{rep}")
+            provider = open_provider(home, f"cp-{count}-{rep}", format_version=1)
             db = archive_dir(home) / "events.db"
             key = bytes.fromhex((archive_dir(home) / "payload.key").read_text().strip())
             try:
