@@ -120,19 +120,14 @@ def test_checkpoint_is_durable_before_return_and_visible_to_another_connection(
     messages = convo(("alpha", "beta"), ("gamma", "delta"))
     receipt = provider.on_pre_compress(messages, require_checkpoint=True)
     assert receipt.startswith("Archive checkpoint ") and "4 messages archived" in receipt
-    conn = sqlite3.connect(archive_dir(tmp_path / "home") / "events.db")
-    (body,) = conn.execute(
-        "SELECT p.body FROM events e JOIN payloads p ON p.digest = e.payload WHERE e.type = 'checkpoint'"
-    ).fetchone()
-    evidence = decode(bytes(body))["evidence"]
-    stored = [
-        decode(
-            bytes(conn.execute("SELECT body FROM payloads WHERE digest = ?", (d,)).fetchone()[0])
-        )
-        for d in evidence
-    ]
+    store = open_log(tmp_path / "home")  # its own connection, in either format
+    try:
+        (checkpoint,) = [e for e in store.events() if e.type == "checkpoint"]
+        evidence = checkpoint.body["evidence"]
+        stored = [decode(store.payload(d) or b"null") for d in evidence]
+    finally:
+        store.close()
     assert stored == direct_evidence(messages)
-    conn.close()
 
 
 def test_checkpoints_are_idempotent_and_grow_by_the_new_messages(
@@ -201,7 +196,9 @@ def test_non_primary_contexts_write_no_turns_but_checkpoints_are_archived(
     provider.sync_turn("u", "a", messages=convo(("u", "a")))
     provider.on_memory_write("add", "memory", "fact")
     assert "archived" in provider.on_pre_compress(convo(("u", "a")), require_checkpoint=True)
-    assert [t for _, t, _ in event_rows(tmp_path / "home")] == ["checkpoint"]
+    assert [t for _, t, _ in event_rows(tmp_path / "home") if t != "store_created"] == [
+        "checkpoint"
+    ]
 
 
 def test_hostile_messages_are_archived_faithfully(make_provider, tmp_path: Path) -> None:
@@ -277,7 +274,9 @@ def test_two_instances_of_one_profile_share_a_writer_and_one_chain(
     store = open_log(tmp_path / "home")
     try:
         report = verify_database(store.conn, store.key)
-        assert report.ok and report.events_checked == 22
+        types = [e.type for e in store.events()]
+        assert types.count("memory_write") == 20 and types.count("session_started") == 2
+        assert report.ok and report.events_checked == len(types)
     finally:
         store.close()
 
