@@ -60,6 +60,7 @@ def test_asof_at_every_seq_equals_the_live_projection_of_that_prefix(
 def test_asof_answers_for_a_time_a_session_and_the_recall_of_that_turn(tmp_path: Path) -> None:
     with freeze_time(START) as frozen:
         store = EventStore.open(tmp_path / "a", projections=default_projections())
+        base = store.head().seq  # v2 starts with store_created
         h = store.hasher
         store.append([builders.session_started("s1", at="1", details={"platform": "cli"})])
         store.append([builders.memory_write(h, "s1", 1, "add", "user", "Prefers dark mode", {})])
@@ -95,35 +96,36 @@ def test_asof_answers_for_a_time_a_session_and_the_recall_of_that_turn(tmp_path:
 
         early = as_of(store, time=START + timedelta(minutes=30))
         assert (
-            early.seq == 2
+            early.seq == base + 2
             and early.memory == {"user": ["Prefers dark mode"]}
             and early.recall is None
         )
         middle = as_of(store, time=(START + timedelta(hours=1)).isoformat(), session="s1")
-        assert middle.seq == 4 and middle.memory == {"user": ["Prefers light mode"]}
+        assert middle.seq == base + 4 and middle.memory == {"user": ["Prefers light mode"]}
         assert middle.recall is not None and (middle.recall.turn, middle.recall.result) == (
             2,
             "dark",
         )
         now = as_of(store, session="s2")
-        assert now.seq == 6 and now.lineage == [
-            SessionLink(5, "s2", "s1", "compression", "compression")
+        assert now.seq == base + 6 and now.lineage == [
+            SessionLink(base + 5, "s2", "s1", "compression", "compression")
         ]
         assert [r.session for r in now.recalls] == ["s2"] and now.recall.query == "q"  # type: ignore[union-attr]
         assert as_of(store, time="2000-01-01").seq == 0
         naive = (START + timedelta(minutes=30)).replace(tzinfo=None)
-        assert as_of(store, time=naive).seq == 2  # a naive time is UTC, not local time
+        assert as_of(store, time=naive).seq == base + 2  # a naive time is UTC, not local time
         store.close()
 
 
 def test_resolve_seq_refuses_what_is_not_a_prefix(tmp_path: Path) -> None:
     store = EventStore.open(tmp_path / "a")
     store.append([builders.session_started("s1", at="1", details={})])
+    head = store.head().seq
     with pytest.raises(ValueError, match="not both"):
-        resolve_seq(store.conn, seq=1, time="2026-01-01")
+        resolve_seq(store.conn, seq=head, time="2026-01-01")
     with pytest.raises(ValueError, match="outside"):
-        resolve_seq(store.conn, seq=2)
-    assert resolve_seq(store.conn) == 1
+        resolve_seq(store.conn, seq=head + 1)
+    assert resolve_seq(store.conn) == head
     store.close()
 
 
