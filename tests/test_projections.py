@@ -100,6 +100,7 @@ def test_lineage_follows_compressions_and_branches_not_resumes_resets_or_rewinds
     ]
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(store: EventStore) -> None:
     m = [{"role": "user", "content": f"m{i}"} for i in range(6)]
     store.append([turn(store, "s1", 1, m[:2], 0), turn(store, "s1", 2, m[2:4], 2)])
@@ -116,6 +117,7 @@ def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(store: Ev
     assert row == (1, 4, 3)
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_session_rows_keep_start_end_and_counters(store: EventStore) -> None:
     store.append(
         [
@@ -137,6 +139,7 @@ def test_session_rows_keep_start_end_and_counters(store: EventStore) -> None:
 # -- memory ----------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_memory_history_on_both_host_shapes(store: EventStore) -> None:
     store.append(
         [
@@ -203,6 +206,7 @@ def test_memory_history_records_ambiguity_and_writes_it_could_not_place(store: E
     ]
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_memory_targets_are_separate_and_a_merge_is_followed(store: EventStore) -> None:
     store.append(
         [
@@ -248,6 +252,7 @@ def test_checkpoint_evidence_adds_only_texts_its_session_did_not_index(store: Ev
     ]
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_memory_rows_follow_the_entries(store: EventStore) -> None:
     store.append([memory(store, 1, "add", "likes tea"), memory(store, 2, "add", "lives in Oslo")])
     store.append([memory(store, 3, "replace", "likes coffee", old_text="tea")])
@@ -337,6 +342,7 @@ def test_a_projection_of_another_version_is_rebuilt_on_open(tmp_path: Path) -> N
     store.close()
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_projection_state_from_before_versions_is_upgraded(tmp_path: Path) -> None:
     folder = tmp_path / "archive"
     store = EventStore.open(folder)
@@ -355,6 +361,7 @@ def test_projection_state_from_before_versions_is_upgraded(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_a_projection_failing_in_the_catch_up_is_left_behind_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -376,6 +383,7 @@ def test_a_projection_failing_in_the_catch_up_is_left_behind_alone(
     store.close()
 
 
+@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_a_plain_projection_gets_every_event_in_the_catch_up(tmp_path: Path) -> None:
     class Counter:
         name = "counter"
