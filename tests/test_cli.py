@@ -28,6 +28,8 @@ from archive_provider.commands import CommandContext
 from archive_provider.domain.builders import session_ended
 from archive_provider.storage.store import EventStore, archive_dir
 
+from .conftest import archive_format
+
 REPO = Path(__file__).resolve().parents[1]
 HERMES_ARCHIVE = REPO / ".venv" / "bin" / "hermes-archive"
 
@@ -88,6 +90,24 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("cli") / "home"
     build_archive(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def v1_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``home`` made in format v1, for the tests that read v1 rows with plain SQL (text
+    digests and chains, v1 seqs and triggers); v2's commands are in test_v2_commands."""
+    folder = tmp_path_factory.mktemp("cli-v1") / "home"
+    with archive_format(1):
+        build_archive(folder)
+    return folder
+
+
+@pytest.fixture
+def v1_copy_home(v1_home: Path, tmp_path: Path) -> Path:
+    """A private copy of the v1 archive, for tests that damage it with v1's SQL."""
+    target = tmp_path / "copy"
+    shutil.copytree(v1_home, target)
+    return target
 
 
 @pytest.fixture
@@ -260,8 +280,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_status_reports_the_head_an_auditor_writes_down(
-    home: Path, capsys: pytest.CaptureFixture[str]
+    v1_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    home = v1_home
     code, data = run_json(capsys, home, "status")
     last_seq, last_chain = rows(home, "SELECT seq, chain FROM events ORDER BY seq DESC LIMIT 1")[0]
     assert code == 0 and data["exists"] is True
@@ -283,8 +304,9 @@ def test_status_without_an_archive_says_so(
 
 
 def test_log_lists_oldest_first_with_summaries(
-    home: Path, capsys: pytest.CaptureFixture[str]
+    v1_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    home = v1_home
     code, events = run_json(capsys, home, "log", "--limit", "0")
     assert code == 0
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -329,8 +351,9 @@ def test_search_limit_must_be_positive(home: Path, capsys: pytest.CaptureFixture
 
 
 def test_show_by_seq_decodes_payload_and_parts(
-    home: Path, capsys: pytest.CaptureFixture[str]
+    v1_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    home = v1_home
     code, data = run_json(capsys, home, "show", "2")
     (event,) = data["events"]
     chain = rows(home, "SELECT chain FROM events WHERE seq = 2")[0][0]
@@ -345,8 +368,9 @@ def test_show_by_seq_decodes_payload_and_parts(
 
 
 def test_show_by_identity_and_payload_prefix(
-    home: Path, capsys: pytest.CaptureFixture[str]
+    v1_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    home = v1_home
     seq, identity, payload = rows(home, "SELECT seq, identity, payload FROM events WHERE seq = 3")[
         0
     ]
@@ -355,6 +379,7 @@ def test_show_by_identity_and_payload_prefix(
         assert code == 0 and [e["seq"] for e in data["events"]] == [seq], ref
 
 
+@pytest.mark.usefixtures("v1_format")  # v1 digests and seqs
 def test_show_prefix_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A shared payload shows every event that has it; two digests under one prefix are refused."""
     store = EventStore.open(archive_dir(tmp_path))
@@ -386,8 +411,9 @@ def test_show_prefix_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_verify_passes_and_names_the_first_bad_event(
-    copy_home: Path, capsys: pytest.CaptureFixture[str]
+    v1_copy_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    copy_home = v1_copy_home
     code, data = run_json(capsys, copy_home, "verify")
     assert code == 0 and data["ok"] and data["log"]["events_checked"] == data["log"]["last_seq"]
     conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
@@ -618,8 +644,9 @@ def test_export_never_replaces_what_is_not_a_regular_file(
 
 
 def test_a_damaged_archive_fails_export_with_its_own_message(
-    copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    v1_copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    copy_home = v1_copy_home
     conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
     conn.execute("DROP TRIGGER payloads_immutable")
     conn.execute(
@@ -721,6 +748,7 @@ def test_export_names_the_path_the_user_gave(
     assert code == 1 and err == "error: No such file or directory: /nonexistent/dir/x.zip\n"
 
 
+@pytest.mark.usefixtures("v1_format")  # v1 digests and seqs
 def test_export_verify_and_verify_bundle_count_payloads_alike(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
