@@ -21,7 +21,6 @@ from archive_provider.storage.writer import Writer, WriterUnavailable, writers
 
 from .test_store import raw, turn
 
-
 # Written on a v1 archive (seqs from 1, payload.key, v1 triggers, key text); the writer is one
 # for both formats, and a test here that names a format runs on that one.
 pytestmark = pytest.mark.usefixtures("v1_format")
