@@ -601,3 +601,31 @@ def test_the_api_the_witness_and_proofs_build_on(tmp_path: Path) -> None:
     assert digests_v2.payload_digest(salt, body).hex() == event.part_digests[0]
     assert store.checkpoint_note(999) is None
     store.close()
+
+
+@pytest.mark.parametrize("schema_committed", [False, True])
+def test_a_v2_archive_whose_making_was_cut_short_is_taken_up_again(
+    tmp_path: Path, schema_committed: bool
+) -> None:
+    """A crash after the keys and events.db were made (before the schema was committed, or
+    before store_created): the next open finishes the v2 store with its own keys, instead
+    of turning events.db into a v1 store that then wants a payload.key."""
+    from archive_provider.storage.store import DB_NAME, _initialise_v2, _make_v2_keys, connect
+
+    folder = tmp_path / "archive"
+    folder.mkdir(mode=0o700)
+    store_id, signer = _make_v2_keys(folder)
+    os.close(os.open(folder / DB_NAME, os.O_WRONLY | os.O_CREAT, 0o600))  # where the kill fell
+    if schema_committed:
+        conn = connect(folder / DB_NAME)
+        _initialise_v2(conn, store_id, signer)
+        conn.close()
+    store = EventStore.open(folder)
+    try:
+        assert isinstance(store, EventStoreV2) and store.store_id == store_id
+        assert store.vkey == signer.vkey
+        assert [e.type for e in store.events()] == ["store_created"]
+        assert store.append([_turn(store, 1, "hi")])[0].outcome == "appended"
+    finally:
+        store.close()
+    assert not (folder / "payload.key").exists()

@@ -475,6 +475,8 @@ class EventStore:
             os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
             conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
+            if new_store is None and not readonly and _meta_or_none(conn, "format_version") is None:
+                new_store = _interrupted_v2_keys(folder)
             if new_store is not None:
                 _initialise_v2(conn, *new_store)
             elif not readonly and _meta_or_none(conn, "format_version") in (None, "1"):
@@ -518,7 +520,9 @@ class EventStore:
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 raise _open_failure(db_path, exc, busy_timeout_ms) from exc
-        if isinstance(store, EventStoreV2) and new_store is not None:
+        if isinstance(store, EventStoreV2) and (
+            new_store is not None or (not readonly and store.head().seq == 0)
+        ):  # a new store, or one a crash left before its first event
             store.append([(first_event or store_created)(store)], durable=True)
         return store
 
@@ -1154,6 +1158,21 @@ def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
     signer = make_signer(signing, digests_v2.origin(store_id))
     write_private(key_path, secrets.token_bytes(KEY_BYTES).hex() + "\n")
     return store_id, signer
+
+
+def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
+    """The id and signing key of a v2 archive whose making a crash cut short after its keys
+    were written and events.db was created, before its schema was committed: the open takes
+    the making up again instead of turning the file into a v1 store without a key."""
+    if (folder / KEY_NAME).exists() or not (folder / STORE_KEY_NAME).exists():
+        return None
+    path = signing_key_path(folder)
+    try:
+        name = Signer.from_private_key(read_small(path, 4096).decode("ascii")).name
+    except (OSError, UnsafeFile, UnicodeDecodeError, ValueError):
+        return None  # the open goes on and says what is wrong with the keys
+    store_id = name.rpartition("/")[2]
+    return store_id, read_signer(path, digests_v2.origin(store_id))
 
 
 def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None:
