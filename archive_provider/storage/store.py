@@ -77,7 +77,7 @@ DB_NAME = "events.db"
 KEY_NAME = "payload.key"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 #: the format a new archive is made in (an existing one keeps its own)
-NEW_ARCHIVE_FORMAT = 1
+NEW_ARCHIVE_FORMAT = 2
 
 # Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
 # so they hold no copy of any text, need no projection, and verification never reads them.
