@@ -639,7 +639,9 @@ def test_a_new_profile_logs_no_retention_warning(
 ) -> None:
     """The retention pass at open finds no archive yet on a new profile: nothing to say."""
     worker = erasure.RetentionWorker(
-        tmp_path / "no-archive-yet", default_projections, lambda *a, **k: None  # never started
+        tmp_path / "no-archive-yet",
+        default_projections,
+        lambda *a, **k: None,  # never started
     )
     with caplog.at_level("WARNING"):
         assert worker.run_once() == []
