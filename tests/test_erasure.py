@@ -632,3 +632,17 @@ def test_the_provider_applies_the_recorded_retention_policy_when_it_opens(
 def test_a_subagent_provider_applies_no_retention(home: Path, make_provider: Any) -> None:
     provider = make_provider(home, agent_context="subagent")
     assert provider.core.retention is None
+
+
+def test_a_new_profile_logs_no_retention_warning(
+    tmp_path: Path, make_provider: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retention pass at open finds no archive yet on a new profile: nothing to say."""
+    worker = erasure.RetentionWorker(
+        tmp_path / "no-archive-yet",
+        default_projections,
+        lambda *a, **k: None,  # never started
+    )
+    with caplog.at_level("WARNING"):
+        assert worker.run_once() == []
+    assert not [r for r in caplog.records if "retention" in r.getMessage()]

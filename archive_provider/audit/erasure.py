@@ -25,7 +25,7 @@ from typing import Any
 from ..domain.clock import now_text
 from ..errors import ArchiveError
 from ..format.events import NewEvent
-from ..storage.store import EventStore, EventStoreV2
+from ..storage.store import DB_NAME, EventStore, EventStoreV2
 from ..storage.store_v2 import tombstone
 
 log = logging.getLogger(__name__)
@@ -546,6 +546,8 @@ class RetentionWorker:
             self._stop.wait(self.interval_s)
 
     def run_once(self) -> list[Receipt]:
+        if not (self.folder / DB_NAME).exists():
+            return []  # a new profile: the writer is still making it, and nothing has expired
         store = EventStore.open(self.folder, create=False, projections=self.projections)
         try:
             if not isinstance(store, EventStoreV2) or retention_policy(store) is None:
