@@ -81,12 +81,14 @@ NEW_ARCHIVE_FORMAT = 2
 
 # Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
 # so they hold no copy of any text, need no projection, and verification never reads them.
-# Payload bodies are canonical JSON in UTF-8; the views show them as text.
-AUDIT_VIEWS = """
-CREATE VIEW IF NOT EXISTS audit_events AS
-SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload, e.parts,
-       e.identity, e.payload AS payload_digest, e.chain
-FROM events e JOIN payloads p ON p.digest = e.payload;
+# Payload bodies are canonical JSON in UTF-8; the views show them as text. Both formats share
+# one text; what differs is how a digest named in a payload finds its part (FORMAT.md 17).
+
+
+def _audit_views(events_view: str, part: Callable[[str], str], author: str, sessions: str) -> str:
+    """The audit views over one format: its ``audit_events``, its part lookup and its author."""
+    return f"""
+{events_view};
 CREATE VIEW IF NOT EXISTS audit_turns AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        CAST(m.key AS INTEGER) + 1 AS position,
@@ -101,8 +103,8 @@ SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
        m.value AS message_digest, e.payload_digest, e.chain
 FROM audit_events e, json_each(e.payload, '$.messages') m
-JOIN payloads p ON p.digest = m.value
-LEFT JOIN payloads a ON a.digest = json_extract(e.payload, '$.author')
+JOIN payloads p ON p.digest = {part("m.value")}
+LEFT JOIN payloads a ON a.digest = {author}
 WHERE e.type = 'turn';
 CREATE VIEW IF NOT EXISTS audit_memory AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
@@ -112,7 +114,7 @@ SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
        json_extract(e.payload, '$.metadata.write_origin') AS origin,
        json_extract(e.payload, '$.metadata') AS metadata,
        json_extract(e.payload, '$.content') AS content_digest, e.payload_digest, e.chain
-FROM audit_events e LEFT JOIN payloads c ON c.digest = json_extract(e.payload, '$.content')
+FROM audit_events e LEFT JOIN payloads c ON c.digest = {part("json_extract(e.payload, '$.content')")}
 WHERE e.type = 'memory_write';
 CREATE VIEW IF NOT EXISTS audit_checkpoints AS
 SELECT e.seq, e.time, e.session, e.type = 'checkpoint' AS ok,
@@ -138,7 +140,7 @@ SELECT e.session, min(e.seq) AS first_seq, max(e.seq) AS last_seq,
        (SELECT json_extract(s.payload, '$.platform') FROM audit_events s
         WHERE s.type = 'session_started' AND s.session = e.session ORDER BY s.seq LIMIT 1)
          AS platform
-FROM events e WHERE e.session != '' GROUP BY e.session;
+FROM events e WHERE e.session != ''{sessions} GROUP BY e.session;
 CREATE VIEW IF NOT EXISTS audit_recalls AS
 SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        json_extract(CAST(q.body AS TEXT), '$') AS query,
@@ -147,89 +149,47 @@ SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
        json_extract(e.payload, '$.query') AS query_digest,
        json_extract(e.payload, '$.result') AS result_digest, e.payload_digest, e.chain
 FROM audit_events e
-LEFT JOIN payloads q ON q.digest = json_extract(e.payload, '$.query')
-LEFT JOIN payloads r ON r.digest = json_extract(e.payload, '$.result')
+LEFT JOIN payloads q ON q.digest = {part("json_extract(e.payload, '$.query')")}
+LEFT JOIN payloads r ON r.digest = {part("json_extract(e.payload, '$.result')")}
 WHERE e.type = 'recall_served';
 """
 
 
+def _part_v2(hex_digest: str) -> str:
+    """A v2 part named in hex, found in its event's own ``parts`` (an indexed lookup, as
+    SQLite before 3.41 has no ``unhex``)."""
+    return (
+        "(SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), "
+        f"{hex_digest}), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)"
+    )
+
+
+AUDIT_VIEWS = _audit_views(
+    events_view="""CREATE VIEW IF NOT EXISTS audit_events AS
+SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload, e.parts,
+       e.identity, e.payload AS payload_digest, e.chain
+FROM events e JOIN payloads p ON p.digest = e.payload""",
+    part=lambda digest: digest,
+    author="json_extract(e.payload, '$.author')",
+    sessions="",
+)
+
 #: The same views over a v2 archive (FORMAT.md 17): digests are 32-byte BLOBs, shown as hex;
-#: a part a payload names in hex is found in its event's own ``parts`` (an indexed lookup,
-#: as SQLite before 3.41 has no ``unhex``); a turn's author is the envelope's ``author``.
-AUDIT_VIEWS_V2 = """
-CREATE VIEW IF NOT EXISTS audit_events AS
+#: a turn's author is the envelope's ``author``; the archive's own first events have no session.
+AUDIT_VIEWS_V2 = _audit_views(
+    events_view="""CREATE VIEW IF NOT EXISTS audit_events AS
 SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload,
        (WITH RECURSIVE s(i) AS (SELECT 0 WHERE length(e.parts) > 0
                                 UNION ALL SELECT i + 1 FROM s WHERE (i + 1) * 32 < length(e.parts))
         SELECT json_group_array(lower(hex(substr(e.parts, i * 32 + 1, 32)))) FROM s) AS parts,
        lower(hex(e.identity)) AS identity, lower(hex(e.payload)) AS payload_digest,
        lower(hex(e.chain)) AS chain
-FROM events e JOIN payloads p ON p.digest = e.payload;
-CREATE VIEW IF NOT EXISTS audit_turns AS
-SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
-       CAST(m.key AS INTEGER) + 1 AS position,
-       json_extract(CAST(p.body AS TEXT), '$.role') AS role,
-       json_extract(CAST(p.body AS TEXT), '$.name') AS name,
-       coalesce(json_extract(CAST(a.body AS TEXT), '$.name'),
-                json_extract(CAST(a.body AS TEXT), '$.id')) AS author,
-       json_extract(CAST(a.body AS TEXT), '$.id') AS author_id,
-       json_extract(CAST(a.body AS TEXT), '$.is_bot') AS author_is_bot,
-       coalesce(nullif(json_extract(CAST(p.body AS TEXT), '$.content'), ''),
-                json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
-       json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
-       m.value AS message_digest, e.payload_digest, e.chain
-FROM audit_events e, json_each(e.payload, '$.messages') m
-JOIN payloads p ON p.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), m.value), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
-LEFT JOIN payloads a ON a.digest = (SELECT x.author FROM events x WHERE x.seq = e.seq)
-WHERE e.type = 'turn';
-CREATE VIEW IF NOT EXISTS audit_memory AS
-SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.action') AS action,
-       json_extract(e.payload, '$.target') AS target,
-       json_extract(CAST(c.body AS TEXT), '$') AS content,
-       json_extract(e.payload, '$.metadata.old_text') AS old_text,
-       json_extract(e.payload, '$.metadata.write_origin') AS origin,
-       json_extract(e.payload, '$.metadata') AS metadata,
-       json_extract(e.payload, '$.content') AS content_digest, e.payload_digest, e.chain
-FROM audit_events e LEFT JOIN payloads c ON c.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), json_extract(e.payload, '$.content')), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
-WHERE e.type = 'memory_write';
-CREATE VIEW IF NOT EXISTS audit_checkpoints AS
-SELECT e.seq, e.time, e.session, e.type = 'checkpoint' AS ok,
-       json_extract(e.payload, '$.parent_session') AS parent_session,
-       coalesce(json_array_length(e.payload, '$.evidence'),
-                json_extract(e.payload, '$.evidence_count')) AS messages,
-       json_extract(e.payload, '$.require_checkpoint') AS require_checkpoint,
-       json_extract(e.payload, '$.host_api_version') AS host_api_version,
-       json_extract(e.payload, '$.error') AS error,
-       json_extract(e.payload, '$.evidence_digest') AS evidence_digest, e.payload_digest, e.chain
-FROM audit_events e WHERE e.type IN ('checkpoint', 'checkpoint_failed');
-CREATE VIEW IF NOT EXISTS audit_sessions AS
-SELECT e.session, min(e.seq) AS first_seq, max(e.seq) AS last_seq,
-       min(e.time) AS first_time, max(e.time) AS last_time, count(*) AS events,
-       sum(e.type = 'turn') AS turns, sum(e.type = 'memory_write') AS memory_writes,
-       sum(e.type = 'checkpoint') AS checkpoints, sum(e.type = 'recall_served') AS recalls,
-       (SELECT json_extract(s.payload, '$.from') FROM audit_events s
-        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
-         AS switched_from,
-       (SELECT json_extract(s.payload, '$.reason') FROM audit_events s
-        WHERE s.type = 'session_switched' AND s.session = e.session ORDER BY s.seq LIMIT 1)
-         AS switch_reason,
-       (SELECT json_extract(s.payload, '$.platform') FROM audit_events s
-        WHERE s.type = 'session_started' AND s.session = e.session ORDER BY s.seq LIMIT 1)
-         AS platform
-FROM events e WHERE e.session != ''
-  AND e.type NOT IN ('store_created', 'migrated_from') GROUP BY e.session;
-CREATE VIEW IF NOT EXISTS audit_recalls AS
-SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
-       json_extract(CAST(q.body AS TEXT), '$') AS query,
-       json_extract(CAST(r.body AS TEXT), '$') AS result,
-       json_extract(e.payload, '$.sources') AS sources,
-       json_extract(e.payload, '$.query') AS query_digest,
-       json_extract(e.payload, '$.result') AS result_digest, e.payload_digest, e.chain
-FROM audit_events e
-LEFT JOIN payloads q ON q.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), json_extract(e.payload, '$.query')), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
-LEFT JOIN payloads r ON r.digest = (SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), json_extract(e.payload, '$.result')), 0) - 1) / 2 + 1, 32) FROM events x WHERE x.seq = e.seq)
-WHERE e.type = 'recall_served';
-"""
+FROM events e JOIN payloads p ON p.digest = e.payload""",
+    part=_part_v2,
+    author="(SELECT x.author FROM events x WHERE x.seq = e.seq)",
+    sessions="\n  AND e.type NOT IN ('store_created', 'migrated_from')",
+)
+
 
 SCHEMA = (
     """
