@@ -438,28 +438,13 @@ def envelope_bytes_v2(
     parts: bytes,
     author: bytes | None,
 ) -> bytes:
-    """The nine-member v2 envelope (FORMAT.md 13.1); also the Merkle leaf's input."""
-    return (
-        '{"author":'
-        + ("null" if author is None else '"' + author.hex() + '"')
-        + ',"identity":"'
-        + identity.hex()
-        + '","key":'
-        + key
-        + ',"parts":'
-        + _v2_parts_text(parts)
-        + ',"payload":"'
-        + payload.hex()
-        + '","seq":'
-        + str(seq)
-        + ',"session":'
-        + _text(session)
-        + ',"time":'
-        + _text(time)
-        + ',"type":'
-        + _text(type_)
-        + "}"
-    ).encode("utf-8")
+    """The nine-member v2 envelope (FORMAT.md 13.1): v1's eight members in hex, and the author,
+    which sorts first; also the Merkle leaf's input."""
+    members = envelope_bytes(
+        seq, time, type_, session, key, identity.hex(), payload.hex(), _v2_parts_text(parts)
+    )
+    author_text = b"null" if author is None else b'"' + author.hex().encode("ascii") + b'"'
+    return b'{"author":' + author_text + b"," + members[1:]
 
 
 def identity_v2(type_: str, session: str, key: str, parts: bytes) -> bytes:
