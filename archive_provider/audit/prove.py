@@ -13,9 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from ..errors import InvalidRequest
 from ..format import merkle, tlog_proof
-from ..format.digests import Envelope
-from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
-from ..format.digests_v2 import parts_from_blob
+from ..format.digests_v2 import envelope_of_row
 from ..format.signed_note import Verifier
 from ..storage.store import ENVELOPE_COLUMNS_V2, EventStore, EventStoreV2, salted_payload
 
@@ -53,18 +51,7 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> b
             f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
         ).fetchone()
         _, time, type_, session, key, identity, payload, parts, author, _ = found
-        envelope = Envelope(
-            seq,
-            time,
-            type_,
-            session,
-            key,
-            bytes(identity).hex(),
-            bytes(payload).hex(),
-            parts_from_blob(bytes(parts)),
-            None if author is None else bytes(author).hex(),
-            FORMAT_V2,
-        )
+        envelope = envelope_of_row(seq, time, type_, session, key, identity, payload, parts, author)
         named = [bytes(payload), *(bytes(parts[i : i + 32]) for i in range(0, len(parts), 32))]
         named += [bytes(author)] if author is not None else []
         disclosed = []

@@ -77,6 +77,32 @@ def parts_from_blob(blob: bytes) -> str:
     return "[" + ",".join(f'"{blob[i : i + 32].hex()}"' for i in range(0, len(blob), 32)) + "]"
 
 
+def envelope_of_row(
+    seq: int,
+    time: str,
+    type_: str,
+    session: str,
+    key: str,
+    identity: bytes,
+    payload: bytes,
+    parts: bytes,
+    author: bytes | None,
+) -> Envelope:
+    """The envelope of a v2 ``events`` row, whose digests are stored as bytes (FORMAT.md 17)."""
+    return Envelope(
+        int(seq),
+        str(time),
+        str(type_),
+        str(session),
+        str(key),
+        bytes(identity).hex(),
+        bytes(payload).hex(),
+        parts_from_blob(bytes(parts)),
+        None if author is None else bytes(author).hex(),
+        FORMAT_VERSION,
+    )
+
+
 def origin(store_id: str) -> str:
     """The checkpoint origin and signing key name of a store (FORMAT.md 15.1)."""
     return f"hermes-archive.invalid/{store_id}"

@@ -379,17 +379,8 @@ class Prover:
         _, time, type_, session, key, identity, payload, parts, author, _ = row
         if not all(isinstance(v, bytes) for v in (identity, payload, parts)):
             raise Unproven(f"seq {seq}: the envelope's digests are not stored as bytes")
-        envelope = Envelope(
-            seq,
-            str(time),
-            str(type_),
-            str(session),
-            str(key),
-            bytes(identity).hex(),
-            bytes(payload).hex(),
-            digests_v2.parts_from_blob(bytes(parts)),
-            None if author is None else bytes(author).hex(),
-            2,
+        envelope = digests_v2.envelope_of_row(
+            seq, time, type_, session, key, identity, payload, parts, author
         )
         if digests_v2.identity(envelope.type, envelope.session, envelope.key, envelope.parts) != (
             bytes(identity)

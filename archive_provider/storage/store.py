@@ -1327,17 +1327,8 @@ def _iter_events_v2(
             if lookup.execute("SELECT 1 FROM erased WHERE digest = ?", (payload,)).fetchone():
                 continue  # an erased event body (FORMAT.md 12.4): nothing to read or replay
             raise PayloadMissing(f"event {seq}: its payload {bytes(payload).hex()} is missing")
-        envelope = Envelope(
-            int(seq),
-            str(time),
-            str(type_),
-            str(session),
-            str(key),
-            bytes(identity).hex(),
-            bytes(payload).hex(),
-            digests_v2.parts_from_blob(bytes(parts)),
-            None if author is None else bytes(author).hex(),
-            FORMAT_V2,
+        envelope = digests_v2.envelope_of_row(
+            seq, time, type_, session, key, identity, payload, parts, author
         )
         carried: dict[str, bytes] = {}
         if parts and (carry is None or type_ in carry):
