@@ -350,16 +350,10 @@ def _write(
             "payloads": len(needed),
             "members": members,
         }
-        text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("ascii")
-        archive.writestr(_info(MANIFEST, when), text)
-        archive.comment = seal_comment(blake3(text).hexdigest())  # the seal digest is zeros for now
+        _write_manifest(archive, manifest, when)
     if progress:
         progress(envelopes)
-    size = handle.seek(0, os.SEEK_END)
-    seal = seal_digest(handle, size)
-    handle.seek(size - 64)
-    handle.write(seal.encode("ascii"))
-    handle.flush()
+    _seal(handle)
     return envelopes, chosen, len(needed)
 
 
@@ -478,17 +472,32 @@ def _write_v2(
             "consistency": [],  # the bundle's head is the checkpoint's size
             "members": members,
         }
-        text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("ascii")
-        archive.writestr(_info(MANIFEST, when), text)
-        archive.comment = seal_comment(blake3(text).hexdigest())
+        _write_manifest(archive, manifest, when)
     if progress:
         progress(envelopes)
+    _seal(handle)
+    return envelopes, chosen, len(needed) - len(erased)
+
+
+def _write_manifest(
+    archive: zipfile.ZipFile,
+    manifest: dict[str, object],
+    when: tuple[int, int, int, int, int, int],
+) -> None:
+    """The manifest is the last member; the zip comment names its digest and holds a seal of
+    zeros until :func:`_seal` fills it in."""
+    text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("ascii")
+    archive.writestr(_info(MANIFEST, when), text)
+    archive.comment = seal_comment(blake3(text).hexdigest())
+
+
+def _seal(handle: BinaryIO) -> None:
+    """Overwrite the comment's last 64 bytes with the seal digest of the finished zip."""
     size = handle.seek(0, os.SEEK_END)
     seal = seal_digest(handle, size)
     handle.seek(size - 64)
     handle.write(seal.encode("ascii"))
     handle.flush()
-    return envelopes, chosen, len(needed) - len(erased)
 
 
 def _fsync_dir(folder: Path) -> None:
