@@ -123,6 +123,12 @@ def summary(store: Archive, event: StoredEvent) -> str:
     if kind == "delegation":
         task = preview(part(store, body.get("task")), 50)
         return f"child {body.get('child_session') or '?'}: task {task}"
+    if kind == "shutdown_drain":
+        return (
+            f"shutdown drain unfinished after {body.get('timeout_s')} s: "
+            f"{body.get('pending')} queued, {body.get('spilled')} spilled, "
+            f"{body.get('unwritten')} lost"
+        )
     if kind == "write_failed":
         return f"{body.get('hook')}: {preview(body.get('error', ''), 80)}"
     return preview(dict(body), 80)

@@ -332,6 +332,36 @@ def delegation(
     )
 
 
+def shutdown_drain(
+    *,
+    at: str,
+    drain: str,
+    pending: int,
+    spilled: int,
+    unwritten: int,
+    unwritten_hooks: Mapping[str, int],
+    finished: bool,
+    timeout_s: float,
+    error: str | None,
+) -> NewEvent:
+    """A shutdown whose drain did not finish: what was queued, spilled and lost (counts of
+    hook calls). Written to the spill at close and archived by the next open (HOST.md §3)."""
+    return NewEvent(
+        "shutdown_drain",
+        "",
+        {"drain": drain, "at": at},
+        {
+            "pending": pending,
+            "spilled": spilled,
+            "unwritten": unwritten,
+            "unwritten_hooks": dict(unwritten_hooks),
+            "finished": finished,
+            "timeout_s": timeout_s,
+            "error": None if error is None else archivable_text(error),
+        },
+    )
+
+
 def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
     """A hook's input could not be archived: recorded, never silently dropped."""
     return NewEvent(
