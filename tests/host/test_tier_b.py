@@ -1121,7 +1121,7 @@ SPLIT_TOKEN = "Zx9Qw8Er7Ty6Ui5Op4As3Df2"
 
 
 def test_b17_host_masks_on_every_other_hand_off_and_ours_left_alone(
-    main_host: tuple[Any, ArchiveProvider], hermes_home: Path
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Memory mirrors, delegations, recall queries, session end and tool arguments carry the
     host's masks as main hands them over (memory_manager.py@002b06468d29); each event lists
@@ -1171,6 +1171,13 @@ def test_b17_host_masks_on_every_other_hand_off_and_ours_left_alone(
     # the transcript's tool_calls row above, not as an event of its own
     answer = json.loads(mm.handle_tool_call("archive_search", {"query": f"herons {HOST_SECRET}"}))
     assert answer["query"] == "herons sk-pro...Mn34"
+    code, out = run_cli(capsys, "log", "--type", "memory_write", "--type", "delegation")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert lines[0].endswith("[host masked: learned_redacted x1, stars x1]")
+    assert lines[1].endswith("[host masked: head_tail x1]")
+    code, out = run_cli(capsys, "show", str(recall.seq))
+    assert "[host masked: head_tail x1]" in out
 
 
 # -- B18 checkpoint evidence variants ---------------------------------------------------------

@@ -624,7 +624,9 @@ def scrub_for_provider(*values: Any) -> Any:
 
     scrubbed = [walk(v, scrub) for v in values]
     if learned:
-        everywhere = re.compile("|".join(re.escape(t) for t in sorted(learned, key=len, reverse=True)))
+        everywhere = re.compile(
+            "|".join(re.escape(t) for t in sorted(learned, key=len, reverse=True))
+        )
         scrubbed = [
             walk(v, lambda t: everywhere.sub("[redacted]", t) if everywhere.search(t) else t)
             for v in scrubbed
