@@ -16,6 +16,7 @@ import pytest
 from archive_provider.format import verifier
 from archive_provider.format.canonical import CanonicalEncodingError
 from archive_provider.format.events import AppendResult, NewEvent, StoredEvent
+from archive_provider.storage.spill import read_records, segment_paths
 from archive_provider.storage.store import KEY_NAME, EventStore
 from archive_provider.storage.writer import Writer, WriterUnavailable, writers
 
@@ -130,6 +131,12 @@ def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path) -> No
     assert report.unwritten == ["turn 1", "turn 2", "turn 3"]
     assert not report.complete
     assert report.error and "not hex" in report.error
+    assert (report.pending, report.spilled, report.finished) == (3, 0, False)
+    # what was lost is itself kept for the next open: a shutdown_drain record (HOST.md §3)
+    (drain,) = [r for path in segment_paths(folder) for r in read_records(path)]
+    assert drain.kind == "shutdown_drain"
+    assert drain.args["unwritten_hooks"] == {"turn 1": 1, "turn 2": 1, "turn 3": 1}
+    assert (drain.args["pending"], drain.args["unwritten"]) == (3, 3)
     for future in futures:
         with pytest.raises(WriterUnavailable, match="closed before this write landed"):
             future.result(timeout=1)

@@ -65,7 +65,20 @@ def _rewound(store: Archive, seq: int) -> int | None:
 
 
 def summary(store: Archive, event: StoredEvent) -> str:
-    """What happened, in one line (the payload and the parts it names, briefly)."""
+    """What happened, in one line (the payload and the parts it names, briefly); and where
+    the host had already masked what it handed over (why the text differs from its own)."""
+    line = _what(store, event)
+    masks = event.body.get("host_masks") if isinstance(event.body, Mapping) else None
+    if not isinstance(masks, list) or not masks:
+        return line
+    kinds: dict[str, int] = {}
+    for mask in masks:
+        kind = str(mask.get("kind")) if isinstance(mask, Mapping) else "?"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return line + " [host masked: " + ", ".join(f"{k} x{n}" for k, n in kinds.items()) + "]"
+
+
+def _what(store: Archive, event: StoredEvent) -> str:
     body, kind = event.body, event.type
     if not isinstance(body, Mapping):
         return preview(body)
@@ -123,6 +136,12 @@ def summary(store: Archive, event: StoredEvent) -> str:
     if kind == "delegation":
         task = preview(part(store, body.get("task")), 50)
         return f"child {body.get('child_session') or '?'}: task {task}"
+    if kind == "shutdown_drain":
+        return (
+            f"shutdown drain unfinished after {body.get('timeout_s')} s: "
+            f"{body.get('pending')} queued, {body.get('spilled')} spilled, "
+            f"{body.get('unwritten')} lost"
+        )
     if kind == "write_failed":
         return f"{body.get('hook')}: {preview(body.get('error', ''), 80)}"
     return preview(dict(body), 80)

@@ -52,6 +52,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             sessions = conn.execute(  # '' is no conversation (peer and witness events)
                 "SELECT count(DISTINCT session) FROM events WHERE session != ''"
             ).fetchone()[0]
+            drain = last_drain(store) if counts.get("shutdown_drain") else None
         finally:
             conn.execute("COMMIT")
         witnesses = witness_status(ctx, store)
@@ -78,8 +79,37 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
         },
         "shipping": read_state(ctx.archive),
         "recall": recall,
+        "last_unfinished_drain": drain,
         **witnesses,
     }
+
+
+def last_drain(store: EventStore) -> dict[str, Any] | None:
+    """The newest ``shutdown_drain``: a shutdown that left hook calls queued (HOST.md §3)."""
+    row = store.conn.execute(
+        "SELECT seq FROM events WHERE type = 'shutdown_drain' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
+    event = store.event(int(row[0])) if row else None
+    if event is None:
+        return None
+    return {"seq": event.seq, "time": event.time, **dict(event.body)}
+
+
+def drain_line(drain: dict[str, Any]) -> str:
+    """One line on the last shutdown whose drain did not finish."""
+    lost = (
+        f"{drain['unwritten']} lost ("
+        + ", ".join(f"{k} {v}" for k, v in sorted(drain["unwritten_hooks"].items()))
+        + ")"
+        if drain["unwritten"]
+        else "none lost"
+    )
+    return (
+        f"Last unfinished shutdown drain: seq {drain['seq']} at {drain['time']}: "
+        f"{drain['pending']} hook calls still queued after {drain['timeout_s']:g} s, "
+        f"{drain['spilled']} spilled and archived on the next open, {lost}"
+        + (f"; writer error: {drain['error']}" if drain.get("error") else "")
+    )
 
 
 #: how long ``status`` waits for each remote witness (``verify --witnesses`` waits longer)
@@ -192,6 +222,8 @@ def _human(data: dict[str, Any]) -> str:
         lines.append(f"Recall: the newest {recall['checked']} index rows match the log")
     lines.extend(witness_lines(data))
     lines += _spill_lines(data["spill"])
+    if data.get("last_unfinished_drain"):
+        lines.append(drain_line(data["last_unfinished_drain"]))
     stale = [name for name, p in data["projections"].items() if not p["current"]]
     if not data["projections"]:
         lines.append("Projections: none yet (they are created when the provider opens the archive)")

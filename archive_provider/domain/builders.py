@@ -12,7 +12,7 @@ from typing import Any
 from ..format.canonical import canonical_bytes
 from ..format.events import Hasher, NewEvent, Part
 from .evidence import archivable, archivable_text
-from .redaction import redact_value
+from .redaction import host_masks, redact_value
 
 
 def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tuple[Part, ...]:
@@ -25,6 +25,15 @@ def with_redactions(
     """Add the ``redactions`` list (redaction.py) to a body when anything was redacted."""
     if redactions:
         body["redactions"] = [dict(item) for item in redactions]
+    return body
+
+
+def with_host_masks(body: dict[str, Any], handed: Mapping[str, Any]) -> dict[str, Any]:
+    """Add ``host_masks``: the masks a scrubbing host left in the texts it ``handed`` over
+    (field name -> archived value; paths start with the field, as redactions' do)."""
+    masks = host_masks(dict(handed))
+    if masks:
+        body["host_masks"] = masks
     return body
 
 
@@ -203,7 +212,8 @@ def memory_write(
     """A built-in memory write, exactly as the host sent it (content kept apart by digest).
 
     With ``redact``, secret-shaped spans of the content and metadata are masked first
-    (redaction.py) and listed under ``redactions`` (paths ``/content``, ``/metadata/...``).
+    (redaction.py) and listed under ``redactions`` (paths ``/content``, ``/metadata/...``);
+    the masks a scrubbing host put there are listed under ``host_masks`` (same paths).
     """
     fields, redactions = _masked(
         redact,
@@ -214,21 +224,21 @@ def memory_write(
     )
     content, metadata = fields["content"], fields["metadata"]
     part = hasher.part(content)
+    body = {
+        "order": order,
+        "action": fields["action"],
+        "target": fields["target"],
+        "content": part.digest,
+        "metadata": metadata,
+    }
     return NewEvent(
         "memory_write",
         session,
         {"order": order}
         if hasher.format_version == 2
         else {"session": session, "order": order, "content": part.digest},
-        with_redactions(
-            {
-                "order": order,
-                "action": fields["action"],
-                "target": fields["target"],
-                "content": part.digest,
-                "metadata": metadata,
-            },
-            redactions,
+        with_host_masks(
+            with_redactions(body, redactions), {"content": content, "metadata": metadata}
         ),
         (part,),
     )
@@ -267,7 +277,10 @@ def recall_served(
     at: str,
     redact: bool = False,
 ) -> NewEvent:
-    """What the provider returned as recall for which turn (the host may still trim it)."""
+    """What the provider returned as recall for which turn (the host may still trim it).
+
+    ``host_masks`` covers the query only: it is the host's hand-off; the result is ours.
+    """
     fields, redactions = _masked(
         redact, query=archivable_text(query), result=archivable_text(result)
     )
@@ -283,14 +296,17 @@ def recall_served(
             "result": result_part.digest,
             "at": at,
         },
-        with_redactions(
-            {
-                "turn": turn,
-                "query": query_part.digest,
-                "result": result_part.digest,
-                "sources": list(sources),
-            },
-            redactions,
+        with_host_masks(
+            with_redactions(
+                {
+                    "turn": turn,
+                    "query": query_part.digest,
+                    "result": result_part.digest,
+                    "sources": list(sources),
+                },
+                redactions,
+            ),
+            {"query": query},
         ),
         (query_part, result_part),
     )
@@ -317,7 +333,7 @@ def delegation(
             **details,
         }
     )
-    body = _masked_body(redact, body, redactions)
+    body = with_host_masks(_masked_body(redact, body, redactions), {"task": task, "result": result})
     return NewEvent(
         "delegation",
         session,
@@ -329,6 +345,36 @@ def delegation(
         },
         body,
         (task_part, result_part),
+    )
+
+
+def shutdown_drain(
+    *,
+    at: str,
+    drain: str,
+    pending: int,
+    spilled: int,
+    unwritten: int,
+    unwritten_hooks: Mapping[str, int],
+    finished: bool,
+    timeout_s: float,
+    error: str | None,
+) -> NewEvent:
+    """A shutdown whose drain did not finish: what was queued, spilled and lost (counts of
+    hook calls). Written to the spill at close and archived by the next open (HOST.md §3)."""
+    return NewEvent(
+        "shutdown_drain",
+        "",
+        {"drain": drain, "at": at},
+        {
+            "pending": pending,
+            "spilled": spilled,
+            "unwritten": unwritten,
+            "unwritten_hooks": dict(unwritten_hooks),
+            "finished": finished,
+            "timeout_s": timeout_s,
+            "error": None if error is None else archivable_text(error),
+        },
     )
 
 

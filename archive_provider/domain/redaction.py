@@ -312,8 +312,10 @@ def renumber(per_row: list[list[dict[str, Any]]], start: int, prefix: str) -> li
 #
 # A host that scrubs hand-offs (main, about 0.21.6+, docs/HOST.md §4) sends no flag; the
 # masks it leaves in the text are the evidence. Each shape below is one ``agent/redact.py``
-# produces; the detector only reports them (kind, JSON pointer, offset), it never changes
-# text, and :func:`redact_text` leaves every one of them as it is.
+# produces, or (``learned_redacted``: a bare ``[redacted]``) main's ``_redact_for_provider``
+# when it masks everywhere in a hand-off a token it masked once; the detector only reports
+# them (kind, JSON pointer, offset), it never changes text, and :func:`redact_text` leaves
+# every one of them as it is.
 REDACTION_UNAVAILABLE = "[redaction-unavailable]"
 _HOST_MASKS = re.compile(
     "|".join(
@@ -322,6 +324,7 @@ _HOST_MASKS = re.compile(
             r"(?P<vault_label>\u00abredacted-vault-secret\u00bb)",
             r"(?P<redacted_label>\u00abredacted(?::[^\u00bb\s]{1,40}|-secret)\u00bb)",
             r"(?P<bearer_redacted>(?i:\bbearer) \[redacted\])",
+            r"(?P<learned_redacted>\[redacted\])",
             r"(?P<head_tail>(?<![A-Za-z0-9_+/=.-])[A-Za-z0-9_+/=-]{6}\.\.\.[A-Za-z0-9_+/=-]{4}"
             r"(?![A-Za-z0-9_+/=-]))",
             r"(?P<stars>(?:(?<=[=:])|(?<=[=:][ \t])|(?<=[=:][ \t][\"'])|(?<=[=:][\"'])|(?<=')"
@@ -336,6 +339,7 @@ HOST_MASK_KINDS = (
     "vault_label",
     "private_key_label",
     "bearer_redacted",
+    "learned_redacted",
     "redaction_unavailable",
 )
 

@@ -22,6 +22,7 @@ EVENT_TYPES = frozenset(
         "recall_served",
         "delegation",
         "write_failed",
+        "shutdown_drain",
         "peer_seen",
         "peer_message_received",
         "peer_message_sent",

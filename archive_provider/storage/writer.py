@@ -124,13 +124,72 @@ class Job:
 
 _WAKE = object()  # in the queue: records were spilled while the writer may be waiting
 
+#: the spill record (and event type) of a shutdown whose drain did not finish
+DRAIN_KIND = "shutdown_drain"
+
+
+@dataclass(frozen=True)
+class _DrainFigures:
+    """What close() knows of an unfinished drain before it spills (HOST.md §3)."""
+
+    leftover: list[Job]
+    timeout_s: float
+    error: str | None
+
+    def entry(self, spilled: int, rest: Sequence[Job]) -> Encoder:
+        """The ``shutdown_drain`` spill record: counts of hook calls, by label when lost."""
+        hooks: dict[str, int] = {}
+        for job in rest:
+            hooks[job.label or "unlabelled"] = hooks.get(job.label or "unlabelled", 0) + 1
+        args = {
+            "drain": os.urandom(8).hex(),  # two shutdowns are two events, at any clock
+            "pending": len(self.leftover),
+            "spilled": spilled,
+            "unwritten": len(rest),
+            "unwritten_hooks": hooks,
+            "finished": False,
+            "timeout_s": float(self.timeout_s),
+            "error": self.error,
+        }
+        return lambda state: (DRAIN_KIND, args)
+
+
+def _take_drain(
+    store: EventStore | None, record: Record, state: dict[Any, Any]
+) -> Sequence[NewEvent]:
+    """A spilled ``shutdown_drain`` record back as its event."""
+    if store is None:
+        return ()
+    a = record.args
+    return [
+        builders.shutdown_drain(
+            at=record.accepted,
+            drain=str(a["drain"]),
+            pending=int(a["pending"]),
+            spilled=int(a["spilled"]),
+            unwritten=int(a["unwritten"]),
+            unwritten_hooks={str(k): int(v) for k, v in dict(a["unwritten_hooks"]).items()},
+            finished=bool(a["finished"]),
+            timeout_s=float(a["timeout_s"]),
+            error=None if a.get("error") is None else str(a["error"]),
+        )
+    ]
+
 
 @dataclass(frozen=True)
 class DrainReport:
-    """What close() could not write: empty lists mean everything landed."""
+    """What close() could not write: empty lists mean everything landed.
+
+    ``pending`` hook calls were still queued in memory when the drain's time ran out,
+    ``spilled`` of them went to the spill for the next open; ``finished`` says the drain
+    committed everything in time (a ``shutdown_drain`` record is spilled when it did not).
+    """
 
     unwritten: list[str]
     error: str | None
+    pending: int = 0
+    spilled: int = 0
+    finished: bool = True
 
     @property
     def complete(self) -> bool:
@@ -400,6 +459,7 @@ class Writer:
         self._closing = True
         self._queue.put(None)
         self._thread.join(timeout)
+        stopped = not self._thread.is_alive()
         with self._lock:  # a commit in flight ends first (bounded by the busy timeout)
             self._abandoned = True
             # jobs taken from the spill are still in it; the rest were only in memory
@@ -421,8 +481,11 @@ class Writer:
                     break
                 if isinstance(item, Job):
                     leftover.append(item)
+        finished = stopped and not leftover
+        drain = None if finished else _DrainFigures(leftover, timeout, self.last_error)
+        rest = self._spill_leftover(leftover, drain)
         unwritten = []
-        for job in self._spill_leftover(leftover):
+        for job in rest:
             described = [f"{e.type}:{e.session}:{e.key}" for e in (job.events or ())] or [
                 job.label or "unbuilt job"
             ]
@@ -431,19 +494,27 @@ class Writer:
                 job.future.set_exception(
                     WriterUnavailable("the archive writer closed before this write landed")
                 )
-        report = DrainReport(unwritten, self.last_error)
+        report = DrainReport(
+            unwritten,
+            self.last_error,
+            pending=len(leftover),
+            spilled=len(leftover) - len(rest),
+            finished=finished,
+        )
         if unwritten:
             log.error(
                 "archive writer closed with %d unwritten events: %s", len(unwritten), unwritten[:20]
             )
         return report
 
-    def _spill_leftover(self, leftover: list[Job]) -> list[Job]:
+    def _spill_leftover(self, leftover: list[Job], drain: _DrainFigures | None) -> list[Job]:
         """Write what was queued in memory to the spill, in order; return what could not be.
 
         Jobs queued while the spill was empty precede every segment of this process: they go
         into a segment in front of them. A job kept in memory because the spill could not be
-        written goes last, as it was queued.
+        written goes last, as it was queued. A drain that did not finish (``drain``) ends
+        the spill with its ``shutdown_drain`` record, so the next open archives what this
+        shutdown left and lost.
         """
         spillable = [job for job in leftover if job.entry is not None and not job.durable]
         rest = [job for job in leftover if job.entry is None or job.durable]
@@ -467,8 +538,14 @@ class Writer:
             except Exception as exc:
                 log.error("archive: the spill could not take the queued jobs: %s", exc)
                 return rest + spillable
+            if drain is not None:
+                try:
+                    self.spill.append(drain.entry(len(spillable), rest), utc_now())
+                except Exception as exc:
+                    drain = None
+                    log.error("archive: the shutdown drain record was not spilled: %s", exc)
             try:
-                if not spillable and self._committed >= self.spill.position():
+                if not spillable and drain is None and self._committed >= self.spill.position():
                     self.spill.drop_active()  # everything in it is committed
                 else:
                     self.spill.release_active()  # fsynced: the next open takes it in
@@ -897,7 +974,7 @@ class Writer:
         self, store: EventStore | None, record: Record, state: dict[Any, Any]
     ) -> Sequence[NewEvent]:
         """A record's events; a record that cannot be built becomes a ``write_failed`` event."""
-        taker = self._kinds.get(record.kind)
+        taker = _take_drain if record.kind == DRAIN_KIND else self._kinds.get(record.kind)
         try:
             if taker is None:
                 raise ValueError(f"no taker for spill records of kind {record.kind!r}")

@@ -812,6 +812,72 @@ def test_a14_shutdown_drains_closes_rejects_late_writes_and_the_log_replays(
     assert verify(hermes_home).ok
 
 
+def test_a14_a_drain_the_writer_cannot_finish_is_archived_by_the_next_open(
+    hermes_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host's drain finishes (our hooks only enqueue), ours cannot (the log is locked):
+    what it left is spilled and a ``shutdown_drain`` record says so on the next open."""
+    from agent.memory_manager import MemoryManager
+
+    from archive_provider.cli import main as archive_cli
+
+    monkeypatch.setenv("ARCHIVE_DRAIN_TIMEOUT_S", "0.3")
+    monkeypatch.setenv("ARCHIVE_BUSY_TIMEOUT_S", "0.1")
+    mm = MemoryManager()
+    provider = ArchiveProvider()
+    mm.add_provider(provider)
+    mm.initialize_all("s1", platform="cli", agent_context="primary")
+    flush(provider)
+    transcript: list[dict[str, Any]] = []
+    with write_lock_held(hermes_home):
+        for i in range(1, 6):
+            transcript += [{"role": "user", "content": f"q{i}"},
+                           {"role": "assistant", "content": f"a{i}"}]  # fmt: skip
+            mm.sync_all(f"q{i}", f"a{i}", session_id="s1", messages=list(transcript))
+        mm.on_memory_write("add", "memory", "kept across the restart")
+        mm.shutdown_all()
+        assert mm.shutdown_drain_state["status"] == "drained"  # the host's queue: all handed over
+    assert events(hermes_home, "turn", "memory_write", "shutdown_drain") == []
+
+    again = MemoryManager()
+    reopened = ArchiveProvider()
+    again.add_provider(reopened)
+    again.initialize_all("s2", platform="cli", agent_context="primary")
+    flush(reopened)
+    again.shutdown_all()
+    log = events(hermes_home)
+    (drain,) = [e for e in log if e.type == "shutdown_drain"]
+    assert drain.body == {
+        "pending": 6, "spilled": 6, "unwritten": 0, "unwritten_hooks": {},
+        "finished": False, "timeout_s": 0.3, "error": drain.body["error"],
+    }  # fmt: skip
+    taken = [e.type for e in log if e.seq < drain.seq and e.session == "s1"]
+    # it follows what it explains (0.19.0 mirrors memory writes inline, turns on its worker)
+    assert sorted(taken[-6:]) == ["memory_write"] + ["turn"] * 5
+    assert [e.body["turn"] for e in events(hermes_home, "turn")] == [1, 2, 3, 4, 5]
+    assert archive_cli(["--home", str(hermes_home), "--json", "status"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["last_unfinished_drain"]["seq"] == drain.seq
+    assert archive_cli(["--home", str(hermes_home), "status"]) == 0
+    assert f"Last unfinished shutdown drain: seq {drain.seq}" in capsys.readouterr().out
+    assert verify(hermes_home).ok
+
+
+def test_a14_a_clean_shutdown_leaves_no_drain_record(
+    manager: tuple[Any, ArchiveProvider], hermes_home: Path
+) -> None:
+    mm, provider = manager
+    for i in range(20):
+        mm.sync_all(f"q{i}", f"a{i}", session_id="s1")
+    mm.shutdown_all()
+    again = ArchiveProvider()
+    again.initialize("s2", hermes_home=str(hermes_home), platform="cli")
+    flush(again)
+    again.shutdown()
+    assert len(events(hermes_home, "turn")) == 20
+    assert events(hermes_home, "shutdown_drain") == []
+
+
 # -- A15 import hygiene --------------------------------------------------------------------
 
 

@@ -1010,6 +1010,40 @@ def test_b16_flush_pending_drains_the_archive_queue(
     assert provider.flush_pending(1) is True  # closed: nothing pending
 
 
+def test_b16_main_shutdown_hands_providers_nothing_so_our_own_drain_is_archived(
+    hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Main drains its worker, then calls ``shutdown()`` bare (memory_manager.py@002b06468d29):
+    no timeout, no drain result. What our writer could not commit is spilled, and the
+    ``shutdown_drain`` record of it is archived by the next open."""
+    monkeypatch.setenv("ARCHIVE_DRAIN_TIMEOUT_S", "0.3")
+    monkeypatch.setenv("ARCHIVE_BUSY_TIMEOUT_S", "0.1")
+    mm = h.MainMemoryManager()
+    provider = ArchiveProvider()
+    mm.add_provider(provider)
+    calls = Recorder().wrap(provider, "shutdown")
+    mm.initialize_all("s1", platform="cli", agent_context="primary")
+    flush(provider)
+    with write_lock_held(hermes_home):
+        mm.sync_all("question 1 about herons", "answer 1 about herons", session_id="s1",
+                    messages=_turns(1))  # fmt: skip
+        mm.on_delegation("count the herons", "three", child_session_id="c1")
+        mm.shutdown_all()
+    (call,) = calls.of("shutdown")
+    assert (call.args, call.kwargs) == ((), {})
+    assert mm.shutdown_drain_state["status"] == "drained"  # the host's figures stay with it
+
+    again = ArchiveProvider()
+    again.initialize("s2", hermes_home=str(hermes_home), platform="cli")
+    flush(again)
+    again.shutdown()
+    (drain,) = events(hermes_home, "shutdown_drain")
+    body = drain.body
+    assert (body["pending"], body["spilled"], body["unwritten"]) == (2, 2, 0)
+    assert body["finished"] is False and "locked" in (body["error"] or "")
+    assert [e.type for e in events(hermes_home, "turn", "delegation")] == ["turn", "delegation"]
+
+
 # -- B17 redaction before providers ------------------------------------------------------------
 
 HOST_SECRET = "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34"
@@ -1046,8 +1080,14 @@ def test_b17_redaction_unavailable_is_archived_as_sent(
     mm.sync_all("hello", "hi", session_id="s1", messages=convo)
     settle(mm, provider)
     (turn,) = events(hermes_home, "turn")
-    assert [m["content"] for m in messages_of(hermes_home, turn)] == [h.REDACTION_UNAVAILABLE] * 2
-    assert [m["kind"] for m in turn.body["host_masks"]] == ["redaction_unavailable"] * 2
+    # main fails closed on every string of the hand-off, the roles included (@002b06468d29)
+    sentinel = {"role": h.REDACTION_UNAVAILABLE, "content": h.REDACTION_UNAVAILABLE}
+    assert messages_of(hermes_home, turn) == [sentinel, sentinel]
+    assert {(m["path"], m["kind"]) for m in turn.body["host_masks"]} == {
+        (f"/messages/{i}/{field}", "redaction_unavailable")
+        for i in (0, 1)
+        for field in ("role", "content")
+    }
 
 
 def test_b17_session_records_host_redaction_capability(
@@ -1074,6 +1114,70 @@ def test_b17_session_records_host_redaction_capability(
     scrubbing = started("s-scrub").body["host_redaction"]
     assert scrubbing["redacts_providers"] is True
     assert "_redact_for_provider" in scrubbing["symbols"]
+
+
+#: an opaque token main masks where it sees it assigned, and then everywhere in the hand-off
+SPLIT_TOKEN = "Zx9Qw8Er7Ty6Ui5Op4As3Df2"
+
+
+def test_b17_host_masks_on_every_other_hand_off_and_ours_left_alone(
+    main_host: tuple[Any, ArchiveProvider], hermes_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Memory mirrors, delegations, recall queries, session end and tool arguments carry the
+    host's masks as main hands them over (memory_manager.py@002b06468d29); each event lists
+    them under ``host_masks`` and our redaction leaves them alone (no ``redactions``)."""
+    mm, provider = main_host
+    call = {"id": "c1", "type": "function", "function": {
+        "name": "deploy", "arguments": json.dumps({"api_key": HOST_SECRET})}}  # fmt: skip
+    convo = [*_turns(1), {"role": "assistant", "content": None, "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "c1", "content": "deployed"},
+             {"role": "assistant", "content": "Deployed."}]  # fmt: skip
+    mm.sync_all("question 1 about herons", "Deployed.", session_id="s1", messages=convo)
+    settle(mm, provider)
+    # a memory mirror: the assigned token is masked, then the bare repeat as [redacted]
+    mm.notify_memory_tool_write(
+        '{"success": true}',
+        {"action": "replace", "target": "memory", "content": f"the token is {SPLIT_TOKEN}",
+         "old_text": f"MY_TOKEN={SPLIT_TOKEN}"},
+        build_metadata=lambda: {"write_origin": "tool"},
+    )  # fmt: skip
+    mm.on_delegation(f"deploy with {HOST_SECRET}", "deployed", child_session_id="c1")
+    assert mm.prefetch_all(f"herons {HOST_SECRET}")
+    mm.on_session_end([*convo, {"role": "user", "content": f"last: {HOST_SECRET}"}])
+    settle(mm, provider)
+
+    first, last = events(hermes_home, "turn")
+    assert {"path": "/messages/2/tool_calls/0/function/arguments", "kind": "stars",
+            "at": 13} in first.body["host_masks"]  # fmt: skip
+    assert last.body["host_masks"] == [
+        {"path": "/messages/0/content", "kind": "head_tail", "at": 6}]  # fmt: skip
+    (write,) = events(hermes_home, "memory_write")
+    assert write.body["metadata"]["old_text"] == "MY_TOKEN=***"
+    assert write.body["host_masks"] == [
+        {"path": "/content", "kind": "learned_redacted", "at": 13},
+        {"path": "/metadata/old_text", "kind": "stars", "at": 9},
+    ]
+    (delegation,) = events(hermes_home, "delegation")
+    assert delegation.body["host_masks"] == [{"path": "/task", "kind": "head_tail", "at": 12}]
+    (recall,) = events(hermes_home, "recall_served")
+    assert recall.body["host_masks"] == [{"path": "/query", "kind": "head_tail", "at": 7}]
+    for event in (first, last, write, delegation, recall):
+        assert "redactions" not in event.body  # a no-op on every host mask
+    assert not any(
+        HOST_SECRET in json.dumps(v) or SPLIT_TOKEN in json.dumps(v)
+        for v in all_payload_values(hermes_home)
+    )
+    # a tool call's arguments reach the provider scrubbed; the call itself is archived as
+    # the transcript's tool_calls row above, not as an event of its own
+    answer = json.loads(mm.handle_tool_call("archive_search", {"query": f"herons {HOST_SECRET}"}))
+    assert answer["query"] == "herons sk-pro...Mn34"
+    code, out = run_cli(capsys, "log", "--type", "memory_write", "--type", "delegation")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2
+    assert lines[0].endswith("[host masked: learned_redacted x1, stars x1]")
+    assert lines[1].endswith("[host masked: head_tail x1]")
+    code, out = run_cli(capsys, "show", str(recall.seq))
+    assert "[host masked: head_tail x1]" in out
 
 
 # -- B18 checkpoint evidence variants ---------------------------------------------------------

@@ -20,9 +20,11 @@ host. :data:`NATIVE` records which symbols came from the host.
 
 Deliberate differences from main (documented, harmless for provider tests):
 
-* Redaction: on main every hand-off is scrubbed by ``_redact_for_provider``. The mirror
-  deep-copies and runs 0.19.0's ``agent.redact.redact_sensitive_text(force=True)`` over
-  every string; it does not implement main's "masked once, masked everywhere" rule.
+* Redaction: on main every hand-off is scrubbed by ``_redact_for_provider``. The v2
+  checkpoint mirror deep-copies and runs 0.19.0's ``agent.redact.redact_sensitive_text
+  (force=True)`` over every string; :class:`MainMemoryManager` (the later surface) scrubs
+  every hand-off as main does, "masked once, masked everywhere" included
+  (:func:`scrub_for_provider`).
 * :func:`compress_context_v2` runs the gate *before* delegating to 0.19.0's real
   ``compress_context`` (main runs it after taking the per-session compression lock). The
   provider sees the same calls; only a lock-contended attempt differs (main sits out
@@ -35,6 +37,7 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -577,8 +580,6 @@ def redact_for_egress(text: str) -> str:
     ``redact_sensitive_text(force=True)`` is 0.19.0's; the sweep folds any bearer residue
     into ``Bearer [redacted]``; if the redactor raises, the whole text is the sentinel.
     """
-    import re
-
     from agent import redact
 
     try:
@@ -590,50 +591,56 @@ def redact_for_egress(text: str) -> str:
         return REDACTION_UNAVAILABLE
 
 
-def _scrub_row(row: Any) -> Any:
-    """One row as main scrubs it: string ``content``, ``content[].text`` and each tool call's
-    ``function.arguments``; roles, ids, ``None`` content and image URLs pass untouched."""
-    if not isinstance(row, dict):
-        return row
-    out = dict(row)
-    content = row.get("content")
-    if isinstance(content, str):
-        out["content"] = redact_for_egress(content)
-    elif isinstance(content, list):
-        out["content"] = [
-            {**block, "text": redact_for_egress(block["text"])}
-            if isinstance(block, dict) and isinstance(block.get("text"), str)
-            else block
-            for block in content
+_TOKEN = re.compile(r"[A-Za-z0-9_\-./+]{16,}")
+
+
+def scrub_for_provider(*values: Any) -> Any:
+    """Main's ``_redact_for_provider`` (memory_manager.py@002b06468d29, the #115104 shape):
+    copies of ``values`` with every string scrubbed by :func:`redact_for_egress`, walking
+    dicts, lists and tuples; ``""`` and ``data:`` URLs pass through. A token the scrub
+    masked anywhere in the hand-off is then replaced by ``[redacted]`` everywhere in it.
+    Unchanged values come back as they are (identity). One value in, one out; several, a tuple.
+    """
+    learned: set[str] = set()
+
+    def walk(value: Any, fix: Callable[[str], str]) -> Any:
+        if isinstance(value, str):
+            return value if not value or value.startswith("data:") else fix(value)
+        if isinstance(value, dict):
+            out = {k: walk(v, fix) for k, v in value.items()}
+            return value if all(out[k] is value[k] for k in value) else out
+        if isinstance(value, (list, tuple)):
+            items = [walk(v, fix) for v in value]
+            if all(new is old for new, old in zip(items, value, strict=True)):
+                return value
+            return tuple(items) if isinstance(value, tuple) else items
+        return value
+
+    def scrub(text: str) -> str:
+        out = redact_for_egress(text)
+        if out != text:
+            learned.update(set(_TOKEN.findall(text)) - set(_TOKEN.findall(out)))
+        return out
+
+    scrubbed = [walk(v, scrub) for v in values]
+    if learned:
+        everywhere = re.compile(
+            "|".join(re.escape(t) for t in sorted(learned, key=len, reverse=True))
+        )
+        scrubbed = [
+            walk(v, lambda t: everywhere.sub("[redacted]", t) if everywhere.search(t) else t)
+            for v in scrubbed
         ]
-    calls = row.get("tool_calls")
-    if isinstance(calls, list):
-        scrubbed_calls = []
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                function = {**function, "arguments": redact_for_egress(function["arguments"])}
-                call = {**call, "function": function}
-            scrubbed_calls.append(call)
-        out["tool_calls"] = scrubbed_calls
-    return out
-
-
-def redact_rows_for_provider(rows: Any) -> Any:
-    """Main's row scrub (#115109 tests), in copies only; a list with nothing to scrub is
-    passed through by identity (``forwarded is rows``)."""
-    if rows is None:
-        return None
-    scrubbed = [_scrub_row(row) for row in rows]
-    return rows if scrubbed == list(rows) else scrubbed
+    return scrubbed[0] if len(scrubbed) == 1 else tuple(scrubbed)
 
 
 class MainMemoryManager(V2MemoryManager):  # type: ignore[misc, valid-type]
     """The v2 manager plus what main hands providers since: authors, the hand-off scrub,
     signature-filtered ``on_turn_start`` kwargs, inspection-only init and the recall line.
 
-    Each method mirrors memory_manager [stored id 66030987327] (quoted in docs/HOST.md);
-    the scrub follows the redacted host shape (v0.21.6+, #115104).
+    Each method mirrors agent/memory_manager.py@002b06468d29 (quoted in docs/HOST.md): every
+    fan-out goes through :func:`scrub_for_provider` (turns and their transcript, the turn-start
+    message, session-end rows, prefetch queries, tool arguments, memory mirrors, delegations).
     """
 
     def sync_all(  # type: ignore[override]
@@ -649,8 +656,8 @@ class MainMemoryManager(V2MemoryManager):  # type: ignore[misc, valid-type]
         clean = self._strip_skill_scaffolding(user_content) if providers else None
         if not clean:
             return
-        clean, assistant = redact_for_egress(clean), redact_for_egress(assistant_content)
-        optional = {"messages": redact_rows_for_provider(messages), "turn_author": turn_author}
+        clean, assistant, rows = scrub_for_provider(clean, assistant_content, messages)
+        optional = {"messages": rows, "turn_author": turn_author}
 
         def run() -> None:
             for provider in providers:
@@ -669,6 +676,7 @@ class MainMemoryManager(V2MemoryManager):  # type: ignore[misc, valid-type]
 
     def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
         """Kwargs filtered to each provider's signature (a legacy one still gets its tick)."""
+        message = scrub_for_provider(message)
         for provider in self._providers:
             params = _signature_params(provider.on_turn_start)
             accepted = (
@@ -677,14 +685,46 @@ class MainMemoryManager(V2MemoryManager):  # type: ignore[misc, valid-type]
                 else {k: v for k, v in kwargs.items() if k in params}
             )
             try:
-                provider.on_turn_start(turn_number, redact_for_egress(message), **accepted)
+                provider.on_turn_start(turn_number, message, **accepted)
             except Exception as exc:
                 _mm_logger.debug(
                     "Memory provider '%s' on_turn_start failed: %s", provider.name, exc
                 )
 
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
-        super().on_session_end(redact_rows_for_provider(messages))
+        super().on_session_end(list(scrub_for_provider(messages or [])))
+
+    def prefetch_all(self, query: str, *, session_id: str = "") -> str:
+        clean = self._strip_skill_scaffolding(query)
+        if not clean:
+            return ""
+        return str(super().prefetch_all(scrub_for_provider(clean), session_id=session_id))
+
+    def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        return str(super().handle_tool_call(tool_name, scrub_for_provider(args), **kwargs))
+
+    def on_memory_write(
+        self, action: str, target: str, content: str, metadata: dict[str, Any] | None = None
+    ) -> None:
+        content, metadata = scrub_for_provider(content, dict(metadata or {}))
+        super().on_memory_write(action, target, content, metadata=metadata)
+
+    def on_delegation(
+        self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any
+    ) -> None:
+        task, result = scrub_for_provider(task, result)
+        super().on_delegation(task, result, child_session_id=child_session_id, **kwargs)
+
+    def shutdown_all(self) -> None:
+        """Main's shutdown: drain the worker (bounded), then ``shutdown()`` each provider in
+        reverse order, with no arguments: no timeout and no drain result reach a provider;
+        ``shutdown_drain_state`` stays on the manager."""
+        self._drain_sync_executor()
+        for provider in reversed(self._providers):
+            try:
+                provider.shutdown()
+            except Exception as exc:
+                _mm_logger.warning("Memory provider '%s' shutdown failed: %s", provider.name, exc)
 
     def initialize_all_for_inspection(self, session_id: str, **kwargs: Any) -> None:
         """``initialize_for_inspection`` where a provider has it, else ``initialize``."""
@@ -756,7 +796,7 @@ __all__ = [
     "provider_sync_accepts",
     "redact_for_egress",
     "redact_for_provider",
-    "redact_rows_for_provider",
+    "scrub_for_provider",
     "upgrade_memory_manager",
     "warn_checkpoint_required_without_capable_provider",
 ]

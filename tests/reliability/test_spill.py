@@ -472,7 +472,10 @@ def host_session(provider: ArchiveProvider) -> None:
     provider.sync_turn("delete it", "gone", session_id="s1", messages=m3)
     provider.on_session_switch("s1", parent_session_id="s1", rewound=True, reason="undo")
     provider.sync_turn("keep it", "kept", session_id="s1", messages=m4)
-    provider.on_memory_write("add", "memory", "the user keeps it", {"session_id": "s1"})
+    provider.on_memory_write(
+        "add", "memory", "the user keeps [redacted]", {"session_id": "s1", "old_text": "k=***"}
+    )
+    provider.on_delegation("rotate sk-pro...7890 now", "rotated", child_session_id="c1")
     provider.on_session_end([*m4, {"role": "user", "content": "bye"}])
 
 
@@ -537,7 +540,9 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
     kinds = [r.kind for p in segment_paths(archive_dir(spilled)) for r in read_records(p)]
     assert kinds == ["session_started", *["turn"] * 3, "session_switched", "turn"] + [
         "memory_write",
+        "delegation",
         "session_ended",
+        "shutdown_drain",  # the drain could not finish: its record comes last
     ]
     assert flush(providers(spilled, session="after"), 60)
     assert not segment_paths(archive_dir(spilled))
@@ -555,6 +560,13 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
     ]
     assert authors[1]["is_bot"] is True and authors[1]["platform"] == "discord"
     assert {m["kind"] for m in turns[0]["host_masks"]} == {"head_tail", "stars"}
+    (write,) = [body for _, kind, _, _, body, _ in log if kind == "memory_write"]
+    assert write["host_masks"] == [  # (readable_log leaves out every "at")
+        {"path": "/content", "kind": "learned_redacted"},
+        {"path": "/metadata/old_text", "kind": "stars"},
+    ]
+    (delegation,) = [body for _, kind, _, _, body, _ in log if kind == "delegation"]
+    assert delegation["host_masks"] == [{"path": "/task", "kind": "head_tail"}]
     (rewind,) = [body for _, kind, _, _, body, _ in log if kind == "turns_rewound"]
     assert rewind["from_message"] == 5 and rewind["detected_by"] == "sync_turn"
     assert [m["content"] for m in rewind["messages"]] == ["delete it", "gone"]
