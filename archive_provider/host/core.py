@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..audit.erasure import RetentionWorker
-from ..domain import builders
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
@@ -40,7 +39,7 @@ from ..storage.witness import Witness
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .settings import Settings
-from .spill_kinds import SPILL_KINDS, spill_entry
+from .spill_kinds import RECORD_BUILDERS, SPILL_KINDS, spill_entry
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +217,15 @@ class ArchiveCore:
 
         future.add_done_callback(report)
 
+    def submit_record(self, kind: str, *, size: int = 512, **args: Any) -> None:
+        """Hand the writer one simple hook's record (a kind of :data:`RECORD_BUILDERS`).
+
+        The direct path builds its event with the function a take-in from the spill uses,
+        so a hook makes the same event whether it was written at once or spilled first.
+        """
+        build_event = RECORD_BUILDERS[kind]
+        self.submit(lambda store: [build_event(store, args)], kind, spill_entry(kind, **args), size)
+
     def submit_job(self, build: Build, label: str) -> Future[Any]:
         """Hand the writer a job; the caller owns the future (raises when the archive is closed)."""
         writer = self.writer
@@ -240,11 +248,7 @@ class ArchiveCore:
             return
         session, at = self.session, now_text()
         text = f"{type(error).__name__}: {error}"
-        self.submit(
-            lambda store: [builders.write_failed(session, at=at, hook=hook, error=text)],
-            "write_failed",
-            spill_entry("write_failed", session=session, at=at, hook=hook, error=text),
-        )
+        self.submit_record("write_failed", session=session, at=at, hook=hook, error=text)
 
     def record_recall(self, session_id: str, query: str, result: str, sources: list[int]) -> None:
         """Log what prefetch returned for this turn as ``recall_served`` (the host may trim it)."""
@@ -252,31 +256,16 @@ class ArchiveCore:
             return
         session, turn, at = session_text(session_id) or self.session, self.turn, now_text()
         redact = self.settings.redact_secrets
-        self.submit(
-            lambda store: [
-                builders.recall_served(
-                    store.hasher,
-                    session,
-                    turn=turn,
-                    query=query,
-                    result=result,
-                    sources=sources,
-                    at=at,
-                    redact=redact,
-                )
-            ],
+        self.submit_record(
             "recall_served",
-            spill_entry(
-                "recall_served",
-                session=session,
-                turn=turn,
-                query=query,
-                result=result,
-                sources=sources,
-                at=at,
-                redact=redact,
-            ),
-            512 + len(query) + len(result),
+            size=512 + len(query) + len(result),
+            session=session,
+            turn=turn,
+            query=query,
+            result=result,
+            sources=sources,
+            at=at,
+            redact=redact,
         )
 
     # -- reading -------------------------------------------------------------------------

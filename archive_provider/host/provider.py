@@ -53,7 +53,7 @@ from .hermes import (
 )
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings
-from .spill_kinds import spill_entry, text_size, turn_entry, turn_event
+from .spill_kinds import text_size, turn_entry, turn_event
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +150,8 @@ class ArchiveProvider(MemoryProviderBase):
             )
             session, at = self.core.session, now_text()
             redact = self.core.settings.redact_secrets
-            self.core.submit(
-                lambda store: [
-                    builders.session_started(session, at=at, details=details, redact=redact)
-                ],
-                "session_started",
-                spill_entry(
-                    "session_started", session=session, at=at, details=details, redact=redact
-                ),
+            self.core.submit_record(
+                "session_started", session=session, at=at, details=details, redact=redact
             )
 
     def initialize_for_inspection(self, session_id: str, **kwargs: Any) -> None:
@@ -390,21 +384,13 @@ class ArchiveProvider(MemoryProviderBase):
         details.update(archivable({str(k): v for k, v in kwargs.items()}))
         session, at = self.core.session, now_text()
         redact = self.core.settings.redact_secrets
-        self.core.submit(
-            lambda store: [
-                builders.session_switched(
-                    session, previous=previous, at=at, details=details, redact=redact
-                )
-            ],
+        self.core.submit_record(
             "session_switched",
-            spill_entry(
-                "session_switched",
-                session=session,
-                previous=previous,
-                at=at,
-                details=details,
-                redact=redact,
-            ),
+            session=session,
+            previous=previous,
+            at=at,
+            details=details,
+            redact=redact,
         )
 
     @_survives
@@ -423,27 +409,15 @@ class ArchiveProvider(MemoryProviderBase):
         )
         redact = self.core.settings.redact_secrets
 
-        def build(store: EventStore) -> list[NewEvent]:
-            _, writes = session_counters(store.conn, session)
-            return [
-                builders.memory_write(
-                    store.hasher, session, writes + 1, action, target, content, meta, redact=redact
-                )
-            ]
-
-        self.core.submit(
-            build,
+        self.core.submit_record(
             "memory_write",
-            spill_entry(
-                "memory_write",
-                session=session,
-                action=action,
-                target=target,
-                content=content,
-                meta=meta,
-                redact=redact,
-            ),
-            512 + text_size(content),
+            size=512 + text_size(content),
+            session=session,
+            action=action,
+            target=target,
+            content=content,
+            meta=meta,
+            redact=redact,
         )
 
     @_survives
@@ -456,29 +430,15 @@ class ArchiveProvider(MemoryProviderBase):
         details = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, bool))}
         redact = self.core.settings.redact_secrets
         child = session_text(child_session_id)
-        self.core.submit(
-            lambda store: [
-                builders.delegation(
-                    store.hasher,
-                    session,
-                    task=task,
-                    result=result,
-                    child_session=child,
-                    details=details,
-                    redact=redact,
-                )
-            ],
+        self.core.submit_record(
             "delegation",
-            spill_entry(
-                "delegation",
-                session=session,
-                task=task,
-                result=result,
-                child_session=child,
-                details=details,
-                redact=redact,
-            ),
-            512 + text_size(task) + text_size(result),
+            size=512 + text_size(task) + text_size(result),
+            session=session,
+            task=task,
+            result=result,
+            child_session=child,
+            details=details,
+            redact=redact,
         )
 
     # -- checkpoints (API v2) ------------------------------------------------------------
@@ -569,27 +529,14 @@ class ArchiveProvider(MemoryProviderBase):
         count = len(messages) if isinstance(messages, (list, tuple)) else 0
         session, at = self.core.session, now_text()
         redact = self.core.settings.redact_secrets
-        self.core.submit(
-            lambda store: [
-                builders.checkpoint_failed(
-                    session,
-                    at=at,
-                    error=error,
-                    require_checkpoint=require_checkpoint,
-                    evidence_count=count,
-                    redact=redact,
-                )
-            ],
+        self.core.submit_record(
             "checkpoint_failed",
-            spill_entry(
-                "checkpoint_failed",
-                session=session,
-                at=at,
-                error=error,
-                require_checkpoint=require_checkpoint,
-                evidence_count=count,
-                redact=redact,
-            ),
+            session=session,
+            at=at,
+            error=error,
+            require_checkpoint=require_checkpoint,
+            evidence_count=count,
+            redact=redact,
         )
 
     # -- recall --------------------------------------------------------------------------

@@ -261,63 +261,57 @@ def _take_memory_write(store: EventStore, a: dict[str, Any]) -> NewEvent:
     )
 
 
+#: how the record of each simple hook becomes its event: the hook builds with it directly and a
+#: take-in from the spill builds with it again, so both make the same event
+RECORD_BUILDERS: dict[str, Callable[[EventStore, dict[str, Any]], NewEvent]] = {
+    "session_started": lambda store, a: builders.session_started(
+        a["session"], at=a["at"], details=a["details"], redact=a["redact"]
+    ),
+    "session_switched": lambda store, a: builders.session_switched(
+        a["session"],
+        previous=a["previous"],
+        at=a["at"],
+        details=a["details"],
+        redact=a["redact"],
+    ),
+    "memory_write": _take_memory_write,
+    "delegation": lambda store, a: builders.delegation(
+        store.hasher,
+        a["session"],
+        task=a["task"],
+        result=a["result"],
+        child_session=a["child_session"],
+        details=a["details"],
+        redact=a["redact"],
+    ),
+    "checkpoint_failed": lambda store, a: builders.checkpoint_failed(
+        a["session"],
+        at=a["at"],
+        error=a["error"],
+        require_checkpoint=a["require_checkpoint"],
+        evidence_count=a["evidence_count"],
+        redact=a["redact"],
+    ),
+    "recall_served": lambda store, a: builders.recall_served(
+        store.hasher,
+        a["session"],
+        turn=a["turn"],
+        query=a["query"],
+        result=a["result"],
+        sources=a["sources"],
+        at=a["at"],
+        redact=a["redact"],
+    ),
+    "write_failed": lambda store, a: builders.write_failed(
+        a["session"], at=a["at"], hook=a["hook"], error=a["error"]
+    ),
+}
+
 #: every kind of spill record the provider writes, and how it is taken in
 SPILL_KINDS: dict[str, Taker] = {
     "turn": _take_turn,
     "session_ended": _take_session_end,
-    "session_started": _plain(
-        lambda store, a: builders.session_started(
-            a["session"], at=a["at"], details=a["details"], redact=a["redact"]
-        )
-    ),
-    "session_switched": _plain(
-        lambda store, a: builders.session_switched(
-            a["session"],
-            previous=a["previous"],
-            at=a["at"],
-            details=a["details"],
-            redact=a["redact"],
-        )
-    ),
-    "memory_write": _plain(_take_memory_write),
-    "delegation": _plain(
-        lambda store, a: builders.delegation(
-            store.hasher,
-            a["session"],
-            task=a["task"],
-            result=a["result"],
-            child_session=a["child_session"],
-            details=a["details"],
-            redact=a["redact"],
-        )
-    ),
-    "checkpoint_failed": _plain(
-        lambda store, a: builders.checkpoint_failed(
-            a["session"],
-            at=a["at"],
-            error=a["error"],
-            require_checkpoint=a["require_checkpoint"],
-            evidence_count=a["evidence_count"],
-            redact=a["redact"],
-        )
-    ),
-    "recall_served": _plain(
-        lambda store, a: builders.recall_served(
-            store.hasher,
-            a["session"],
-            turn=a["turn"],
-            query=a["query"],
-            result=a["result"],
-            sources=a["sources"],
-            at=a["at"],
-            redact=a["redact"],
-        )
-    ),
-    "write_failed": _plain(
-        lambda store, a: builders.write_failed(
-            a["session"], at=a["at"], hook=a["hook"], error=a["error"]
-        )
-    ),
+    **{kind: _plain(build) for kind, build in RECORD_BUILDERS.items()},
 }
 
 
