@@ -18,7 +18,8 @@ from archive_provider.commands._render import preview, record, short_time
 
 _EVENT_SELECT = (
     "SELECT e.store_id, e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, "
-    "e.parts, e.chain, p.body FROM hermes_archive.events e "
+    "e.parts, e.chain, e.author, s.format_version, p.erased_by, p.body "
+    "FROM hermes_archive.events e JOIN hermes_archive.stores s ON s.store_id = e.store_id "
     "LEFT JOIN hermes_archive.payloads p ON p.store_id = e.store_id AND p.digest = e.payload"
 )
 
@@ -51,14 +52,16 @@ def _connection(ctx: CommandContext) -> Iterator[Any]:
 
 
 def _event(row: tuple[Any, ...]) -> Any:
-    from archive_provider.format.events import StoredEvent
-    from archive_provider.storage.store import stored_event
+    """A central row (of :data:`_EVENT_SELECT`) as the event the renderers take."""
+    from archive_provider.format.digests import Envelope
+    from archive_provider.format.events import LoadedEvent
 
-    if row[-1] is None:  # an erased payload: the envelope stays, the body is gone
-        from archive_provider.format.digests import Envelope
-
-        return StoredEvent(Envelope(*row[1:9]), row[9], b'"(erased)"')
-    return stored_event(row[1:])
+    seq, time, type_, session, key, identity, payload, parts, chain, author, version = row[1:12]
+    erased_by, body = row[12:14]
+    envelope = Envelope(seq, time, type_, session, key, identity, payload, parts, author, version)
+    if body is None:  # an erased payload: the envelope stays, the body is gone
+        body = f'"(erased by the erasure event at seq {erased_by})"'.encode()
+    return LoadedEvent(envelope, chain, bytes(body))
 
 
 def _record(conn: Any, row: tuple[Any, ...], *, full: bool = False) -> dict[str, Any]:
@@ -97,9 +100,17 @@ def verify(ctx: CommandContext) -> int:
         chosen = stores(conn, ctx.central_store)
         if ctx.central_store and not chosen:
             raise CommandError(f"no store {ctx.central_store!r} in the central store")
+        if ctx.args.key and len(chosen) != 1:
+            raise UsageError("--key pins one archive's key: name it with --store ID")
         for store in chosen:
             with ctx.progress(f"verify {store.store_id[:8]}", 0) as progress:
-                report = verify_store(conn, store, progress)
+                report = verify_store(
+                    conn,
+                    store,
+                    progress,
+                    vkey=ctx.args.key,
+                    witness_keys=ctx.args.witness_key or (),
+                )
             results.append({"store_id": store.store_id, "label": store.label, **report.as_dict()})
     ok = all(r["ok"] for r in results)
     data = {"ok": ok, "stores": results}
@@ -115,6 +126,17 @@ def verify(ctx: CommandContext) -> int:
                     f"ok: {name}: {r['events_checked']} events and {r['payloads_checked']} "
                     f"payloads verified; head at seq {r['last_seq']}"
                 )
+                if r.get("format_version") == 2:
+                    cosigned = ", ".join((r["checkpoint"] or {}).get("cosigned_by") or [])
+                    lines.append(
+                        f"  tree of {r['tree_size']} events, root {r['root']}; signed "
+                        f"checkpoints: {r['authenticity']}"
+                        + (f"; newest cosigned by {cosigned}" if cosigned else "")
+                    )
+                    lines.extend(
+                        f"  erasure at seq {e['seq']}: {e['payloads']} payloads erased"
+                        for e in r["erasures"]
+                    )
             else:
                 where = (
                     f"seq {r['first_bad_seq']}" if r["first_bad_seq"] is not None else "the store"

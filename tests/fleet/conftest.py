@@ -36,12 +36,6 @@ GROUPS = {
 _databases = itertools.count(1)
 
 
-@pytest.fixture(autouse=True)
-def _v1_archives(v1_format: None) -> None:
-    """The central store takes format 1 archives only (storage/ship.py refuses a v2 one, as
-    test_ship checks): the fleet's archives are made v1 until shipping v2 exists."""
-
-
 @pytest.fixture(scope="session")
 def pg() -> Iterator[PgServer]:
     try:

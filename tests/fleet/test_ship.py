@@ -32,7 +32,8 @@ from tests.fleet.conftest import (
 )
 from tests.fleet.pgserver import PgServer
 
-pytestmark = pytest.mark.postgres
+# format 1 archives: shipping them keeps working beside format 2 (test_ship_v2.py)
+pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("v1_format")]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -356,24 +357,3 @@ def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
         assert state is None or state["central_seq"] == 0  # nothing reached the silent server
         provider.shutdown()  # returns although the shipper is still waiting for the server
         caller.close()
-
-
-def test_a_format_2_archive_is_refused_before_anything_is_registered(
-    tmp_path: Path, central_db: Central
-) -> None:
-    """The central schema holds format 1 rows: a migrated archive must not be registered."""
-    from archive_provider.projections.registry import default_projections
-    from archive_provider.storage.migrate import migrate
-
-    home = tmp_path / "home"
-    store = make_archive(home)
-    append_turns(store, 3)
-    store.close()
-    migrate(archive_dir(home), projections=default_projections)
-    shipper = Shipper(archive_dir(home), central_db.url())
-    try:
-        with pytest.raises(ShipError, match="format 2"):
-            shipper.ship_once()
-    finally:
-        shipper.close()
-    assert central_db.query("SELECT count(*) FROM hermes_archive.stores") == [(0,)]
