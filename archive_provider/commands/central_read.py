@@ -1,16 +1,26 @@
 """The reading commands against a central store: ``hermes-archive --db URL status | verify |
-log | show | search`` (with ``--store ID`` for one archive).
+log | show | search | history | as-of | export | prove`` (with ``--store ID`` for one
+archive).
 
 Same filters, same event records and the same verifier as against a local file: ``verify``
-feeds the central rows to :func:`verifier.verify_rows` (``central.verify_store``); ``log``
-and ``show`` render with ``_render``; ``search`` uses PostgreSQL's full-text search over the
-payloads (the server computes the vectors on insert).
+runs the verifier over the central rows (``central.verify_store``); ``log`` and ``show``
+render with ``_render``; ``search`` uses PostgreSQL's full-text search over the payloads
+(the server computes the vectors on insert). ``history``, ``as-of``, ``export`` and
+``prove`` need one format 2 archive's projections, tiles and checkpoints: the store is laid
+out as a v2 archive in a private temporary folder (``central.lay_out_v2``, one read of that
+store), its projections are replayed there, and the local command runs on that copy.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
@@ -259,12 +269,91 @@ def search(ctx: CommandContext) -> int:
     return 0 if results else 1
 
 
+class _LaidOut(CommandContext):
+    """A context whose archive is a central store laid out in a temporary folder."""
+
+    registered_vkey: str = ""
+
+    def open_store(self) -> Any:
+        store = super().open_store()
+        store.registered_vkey = self.registered_vkey  # it has no signing key of its own
+        return store
+
+
+@contextmanager
+def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
+    """One format 2 central store as a local archive (read-only) for a local command."""
+    from archive_provider.audit.replay import rebuild_connection
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.storage.central import lay_out_v2, stores
+    from archive_provider.storage.store import DB_NAME, archive_dir
+    from archive_provider.storage.store_v2 import STORE_KEY_NAME, write_private
+
+    if not ctx.central_store:
+        raise UsageError(f"with --db, `{name}` reads one archive: give --store ID")
+    with _connection(ctx) as conn, tempfile.TemporaryDirectory(prefix="hermes-archive-") as tmp:
+        found = stores(conn, ctx.central_store)
+        if len(found) != 1:
+            raise CommandError(
+                f"--store {ctx.central_store!r} names {len(found)} archives of the central "
+                "store; give more of its id"
+            )
+        store = found[0]
+        if store.format_version != 2:
+            raise CommandError(
+                f"store {store.store_id} is format 1: `{name}` reads format 2 "
+                "archives centrally (run it on the local archive, or migrate and ship it)"
+            )
+        folder = archive_dir(Path(tmp))
+        folder.mkdir(mode=0o700)
+        # a lookup key of its own: the copy is never written, so it only has to exist
+        write_private(folder / STORE_KEY_NAME, secrets.token_hex(32) + "\n")
+        os.close(os.open(folder / DB_NAME, os.O_WRONLY | os.O_CREAT, 0o600))
+        db = sqlite3.connect(folder / DB_NAME, isolation_level=None)
+        try:
+            conn.rollback()  # one snapshot for the whole copy
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            problem = lay_out_v2(conn, store, db, None)
+            conn.rollback()
+            if problem is not None:
+                raise CommandError(
+                    f"store {store.store_id} cannot be read: {problem[1]} "
+                    "(hermes-archive --db URL verify --store ID)"
+                )
+            db.execute("BEGIN")
+            rebuild_connection(db, default_projections(db))
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        local = _LaidOut(**{**vars(replace(ctx, home=Path(tmp), db=None, central_store=None))})
+        local.registered_vkey = store.vkey or ""
+        yield local
+
+
+def _on_copy(name: str) -> Callable[[CommandContext], int]:
+    """The local command ``name``, run on one central store laid out as an archive."""
+
+    def run(ctx: CommandContext) -> int:
+        from importlib import import_module
+
+        module = import_module(f"archive_provider.commands.{name}")
+        with _laid_out(ctx, name.replace("_", "-")) as local:
+            code: int = module.run(local)
+        return code
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[CommandContext], int]] = {
     "status": status,
     "verify": verify,
     "log": log,
     "show": show,
     "search": search,
+    "history": _on_copy("history"),
+    "as-of": _on_copy("as_of"),
+    "export": _on_copy("export"),
+    "prove": _on_copy("prove"),
 }
 
 

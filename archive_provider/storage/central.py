@@ -398,7 +398,7 @@ def _verify_store_v2(
     with tempfile.TemporaryDirectory(prefix="hermes-archive-verify-") as folder:
         db = sqlite3.connect(Path(folder) / "central.db", isolation_level=None)
         try:
-            problem = _lay_out_v2(conn, store, db, progress)
+            problem = lay_out_v2(conn, store, db, progress)
             if problem is not None:
                 return ReportV2(store_id=store.store_id).fail(*problem)
             report = verify_database_v2(db, vkey)
@@ -409,14 +409,17 @@ def _verify_store_v2(
             db.close()
 
 
-def _lay_out_v2(
+def lay_out_v2(
     conn: psycopg.Connection[Any],
     store: StoreRow,
     db: sqlite3.Connection,
     progress: Callable[[int], None] | None,
 ) -> tuple[int | None, str, str] | None:
-    """Copy one store's central rows into ``db``; a problem (seq, text, code) if they
-    cannot be laid out as a v2 archive."""
+    """Copy one store's central rows into ``db`` (in the caller's snapshot) as a v2 archive;
+    a problem (seq, text, code) if they cannot be laid out as one.
+
+    ``verify`` checks the copy; history, as-of, export and prove read it as they read a
+    local archive (``commands/central_read.py``)."""
     db.executescript(SCHEMA_V2)
     db.execute("BEGIN")
     db.executemany(
