@@ -330,12 +330,19 @@ def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
         yield local
 
 
-def _on_copy(name: str) -> Callable[[CommandContext], int]:
-    """The local command ``name``, run on one central store laid out as an archive."""
+def _on_copy(name: str, reading: tuple[str, ...] = ()) -> Callable[[CommandContext], int]:
+    """The local command ``name``, run on one central store laid out as an archive; of a
+    command with actions, only the ``reading`` ones (the others write to an archive)."""
 
     def run(ctx: CommandContext) -> int:
         from importlib import import_module
 
+        action = getattr(ctx.args, "action", None)
+        if reading and action not in reading:
+            raise UsageError(
+                f"`{name} {action}` writes to an archive: run it on the host that keeps it "
+                "(its events reach the central store by shipping)"
+            )
         module = import_module(f"archive_provider.commands.{name}")
         with _laid_out(ctx, name.replace("_", "-")) as local:
             code: int = module.run(local)
@@ -354,6 +361,9 @@ RUNNERS: dict[str, Callable[[CommandContext], int]] = {
     "as-of": _on_copy("as_of"),
     "export": _on_copy("export"),
     "prove": _on_copy("prove"),
+    "hold": _on_copy("hold", reading=("list",)),
+    "retention": _on_copy("retention", reading=("show",)),
+    "erasures": _on_copy("erasures"),
 }
 
 

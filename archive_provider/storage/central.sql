@@ -472,15 +472,66 @@ BEGIN
 END
 $fn$;
 
+-- The legal hold in force before seq p_before (a `legal_hold` event not released by a later
+-- `legal_hold_released`) that covers an event naming one of p_digests, if any: the same
+-- selectors as `hermes-archive hold add` (session, time range, author id).
+CREATE OR REPLACE FUNCTION hermes_archive.holding(
+    p_store_id text, p_before bigint, p_digests text[]
+) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
+DECLARE
+    h   record;
+    sel jsonb;
+BEGIN
+    FOR h IN
+        SELECT b.seq, b.body ->> 'hold' AS hold, b.body -> 'selector' AS selector
+          FROM (SELECT e.seq, convert_from(p.body, 'UTF8')::jsonb AS body
+                  FROM hermes_archive.events e
+                  JOIN hermes_archive.payloads p
+                    ON p.store_id = e.store_id AND p.digest = e.payload
+                 WHERE e.store_id = p_store_id AND e.type = 'legal_hold' AND e.seq < p_before
+                   AND p.body IS NOT NULL) b
+         WHERE NOT EXISTS (
+             SELECT 1 FROM hermes_archive.events r
+               JOIN hermes_archive.payloads q ON q.store_id = r.store_id AND q.digest = r.payload
+              WHERE r.store_id = p_store_id AND r.type = 'legal_hold_released'
+                AND r.seq > b.seq AND r.seq < p_before AND q.body IS NOT NULL
+                AND convert_from(q.body, 'UTF8')::jsonb ->> 'hold' = b.body ->> 'hold')
+    LOOP
+        sel := h.selector;
+        PERFORM 1 FROM hermes_archive.events ev
+          LEFT JOIN hermes_archive.payloads a
+            ON a.store_id = ev.store_id AND a.digest = ev.author
+         WHERE ev.store_id = p_store_id AND ev.seq < p_before
+           AND (ev.payload = ANY (p_digests) OR ev.author = ANY (p_digests)
+                OR ev.parts::jsonb ?| p_digests)
+           AND ((sel ? 'session' AND ev.session = sel ->> 'session')
+                OR (sel ? 'since' AND ev.time >= sel ->> 'since' AND ev.time < sel ->> 'until')
+                OR (sel ? 'author' AND a.body IS NOT NULL
+                    AND convert_from(a.body, 'UTF8')::jsonb ->> 'id' = sel ->> 'author'))
+         LIMIT 1;
+        IF FOUND THEN
+            RETURN h.hold;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$fn$;
+
 -- Apply the (already shipped) erasure event at (store, seq): record every digest its body
 -- lists (docs/FORMAT.md 18: "digests") and blank the body, salt and search vector of each
 -- such payload the server holds. Runs by itself when the event is shipped; idempotent.
+-- An erasure that reaches data under a legal hold in force is refused (and so is the
+-- erasure event: the local archive refuses such an erasure too, so only a forged or
+-- damaged log ships one).
 CREATE OR REPLACE FUNCTION hermes_archive.erase(p_store_id text, p_erasure_seq bigint)
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
 DECLARE
     own     text;
     listing jsonb;
+    digests text[];
+    held    text;
     blanked integer;
 BEGIN
     SELECT e.payload, convert_from(p.body, 'UTF8')::jsonb -> 'digests' INTO own, listing
@@ -492,9 +543,15 @@ BEGIN
         RAISE EXCEPTION 'store %: seq % is not a shipped format 2 erasure event listing digests',
             p_store_id, p_erasure_seq USING ERRCODE = 'check_violation';
     END IF;
+    SELECT coalesce(array_agg(d), '{}') INTO digests
+      FROM jsonb_array_elements_text(listing) d WHERE d ~ '^[0-9a-f]{64}$' AND d <> own;
+    held := hermes_archive.holding(p_store_id, p_erasure_seq, digests);
+    IF held IS NOT NULL THEN
+        RAISE EXCEPTION 'store %: the erasure at seq % reaches data under legal hold %',
+            p_store_id, p_erasure_seq, held USING ERRCODE = 'check_violation';
+    END IF;
     INSERT INTO hermes_archive.erased (store_id, digest, erasure_seq)
-    SELECT p_store_id, d, p_erasure_seq FROM jsonb_array_elements_text(listing) d
-     WHERE d ~ '^[0-9a-f]{64}$' AND d <> own
+    SELECT p_store_id, d, p_erasure_seq FROM unnest(digests) d
     ON CONFLICT DO NOTHING;
     UPDATE hermes_archive.payloads p SET body = NULL, salt = NULL, erased_by = x.erasure_seq
       FROM hermes_archive.erased x
