@@ -99,6 +99,16 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def describe_state(state: dict[str, Any]) -> str:
+    """The one line ``status`` and ``hermes memory status`` show about shipping."""
+    return (
+        f"to {state.get('target')}: central seq {state.get('central_seq')}, lag "
+        f"{state.get('lag_events')} events / {float(state.get('lag_seconds') or 0):.1f} s"
+        + (f"; last shipped {state['last_success_time']}" if state.get("last_success_time") else "")
+        + (f"; last error: {state['last_error']}" if state.get("last_error") else "")
+    )
+
+
 def _write_state(folder: Path, state: ShipState) -> None:
     tmp = folder / (STATE_NAME + ".tmp")
     tmp.write_text(json.dumps(state.as_dict(), indent=2) + "\n", "utf-8")

@@ -23,7 +23,7 @@ from archive_provider.format.signed_note import Signer
 from archive_provider.storage import central
 from archive_provider.storage.ship import ShipError, Shipper, read_state
 from archive_provider.storage.store import EventStoreV2, archive_dir
-from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
+from tests.fleet.conftest import PASSWORDS, Central, append_turns, central_rows, make_archive
 
 pytestmark = pytest.mark.postgres
 
@@ -410,3 +410,50 @@ def test_the_server_builds_the_v2_leaves_the_local_tiles_hold(
         ]
     assert b"".join(leaves) == tiles[(0, 0)]
     assert merkle.TileAppender().root() == merkle.EMPTY_ROOT
+
+
+def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
+    tmp_path: Path,
+    central_db: Central,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The host's own `hermes memory status`, with the plugin installed and activated."""
+    import sys
+    from types import SimpleNamespace
+
+    from archive_provider.host.install import activate, install_plugin
+    from archive_provider.host.settings import save_settings
+
+    home = tmp_path / "home"
+    store = _v2(home)
+    append_turns(store, 5)
+    store.close()
+    url = central_db.url()
+    install_plugin(home, "archive")
+    activate(home, "archive")
+    save_settings(home, {"ship_to": url})
+    with (home / "config.yaml").open("a") as config:  # also where the host keeps its section
+        config.write(f"  archive:\n    ship_to: '{url}'\n")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    for module in [m for m in sys.modules if m.startswith("_hermes_user_memory")]:
+        monkeypatch.delitem(sys.modules, module)
+    from hermes_cli.memory_setup import cmd_status
+
+    cmd_status(SimpleNamespace())
+    before = capsys.readouterr().out
+    assert "shipping: configured; nothing shipped yet" in before
+    shipper = Shipper(archive_dir(home), url, batch=2)
+    try:
+        shipper.ship_once()
+        store = _v2(home)
+        append_turns(store, 3)
+        store.close()
+        shipper._failed(RuntimeError(f"connection to {url} lost"))  # as a pass that failed
+    finally:
+        shipper.close()
+    cmd_status(SimpleNamespace())
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "shipping:" in line)
+    assert "central seq 6" in line and "lag 3 events" in line and "last error" in line
+    assert "user=ship_login" in line and PASSWORDS["ship_login"] not in before + out
