@@ -21,10 +21,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
 from archive_provider.commands._render import preview, record, short_time
+
+if TYPE_CHECKING:
+    from archive_provider.storage.store import EventStore
 
 _EVENT_SELECT = (
     "SELECT e.store_id, e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, "
@@ -274,9 +277,12 @@ class _LaidOut(CommandContext):
 
     registered_vkey: str = ""
 
-    def open_store(self) -> Any:
+    def open_store(self) -> EventStore:
+        from archive_provider.storage.store import EventStoreV2
+
         store = super().open_store()
-        store.registered_vkey = self.registered_vkey  # it has no signing key of its own
+        if isinstance(store, EventStoreV2):  # it has no signing key of its own
+            store.registered_vkey = self.registered_vkey
         return store
 
 

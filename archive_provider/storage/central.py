@@ -529,15 +529,15 @@ def _check_cosignatures(
         "SELECT c.size, c.name, c.key_id, c.timestamp, c.signature, s.root FROM cosignatures c "
         "JOIN signed_checkpoints s ON s.size = c.size ORDER BY c.size"
     ):
-        verifier = keys.get((name, int.from_bytes(key_id, "big")))
-        if verifier is None:
+        known = keys.get((name, int.from_bytes(key_id, "big")))
+        if known is None:
             unchecked += 1
             continue
         text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, size, bytes(root)))
         line = signed_note.Signature(
-            name, verifier.key_id, int(timestamp).to_bytes(8, "big") + bytes(signature)
+            name, known.key_id, int(timestamp).to_bytes(8, "big") + bytes(signature)
         )
-        if not verifier.verify(text, line):
+        if not known.verify(text, line):
             report.fail(
                 None,
                 f"the cosignature of {name} on the checkpoint at size {size} does not verify",
