@@ -93,7 +93,8 @@ def status(ctx: CommandContext) -> int:
         lines = [f"Central store: {data['central']}", f"Archives: {len(data['stores'])}"]
         for s in data["stores"]:
             lines.append(
-                f"  {s['store_id']}  {s['label'] or '-'} (by {s['shipper']})  events {s['events']}  "
+                f"  {s['store_id']}  {s['label'] or '-'} (by {s['shipper']}, format "
+                f"{s['format_version']})  events {s['events']}  "
                 f"payloads {s['payloads']} ({s['erased_payloads']} erased)  "
                 f"last event {s['last_event_time'] or '-'}  last shipped {s['last_shipped'] or '-'}"
             )

@@ -228,7 +228,7 @@ def stores(conn: psycopg.Connection[Any], store: str | None = None) -> list[Stor
 def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dict[str, Any]]:
     """Per store: events, head, last event time, last shipped, payloads and erasures."""
     sql = f"""
-        SELECT s.store_id, s.label, s.registered, s.shipper,
+        SELECT s.store_id, s.label, s.registered, s.shipper, s.format_version,
                h.seq, h.chain, h.time, h.shipped,
                (SELECT count(*) FROM {SCHEMA}.payloads p WHERE p.store_id = s.store_id),
                (SELECT count(*) FROM {SCHEMA}.payloads p
@@ -245,12 +245,13 @@ def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dic
             "label": r[1],
             "registered": r[2].isoformat(),
             "shipper": r[3],
-            "events": r[4] or 0,
-            "head": {"seq": r[4] or 0, "chain": r[5]},
-            "last_event_time": r[6],
-            "last_shipped": r[7].isoformat() if r[7] else None,
-            "payloads": r[8],
-            "erased_payloads": r[9],
+            "format_version": r[4],
+            "events": r[5] or 0,
+            "head": {"seq": r[5] or 0, "chain": r[6]},
+            "last_event_time": r[7],
+            "last_shipped": r[8].isoformat() if r[8] else None,
+            "payloads": r[9],
+            "erased_payloads": r[10],
         }
         for r in rows
     ]

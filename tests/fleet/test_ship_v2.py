@@ -104,6 +104,9 @@ def test_a_v2_archive_ships_whole_and_verifies_centrally(
     assert report.ok, report.problem
     assert report.events_checked == 13 and report.authenticity == "verified"  # type: ignore[attr-defined]
     reader = central_db.url("read_login")
+    assert main(["--db", reader, "--json", "status"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["stores"]
+    assert (listed["format_version"], listed["events"]) == (2, 13)
     assert main(["--db", reader, "--json", "verify"]) == 0
     result = json.loads(capsys.readouterr().out)["stores"][0]
     assert result["format_version"] == 2 and result["checkpoint"]["signature"] == "verified"
