@@ -195,6 +195,18 @@ def test_a_superuser_edit_of_a_checkpoint_or_the_tree_is_caught_by_central_verif
     )
     report = _verify(central_db, store_id)
     assert not report.ok and report.code == "head_root"  # type: ignore[attr-defined]
+    central_db.query(  # a message body rewritten behind the triggers' back
+        "ALTER TABLE hermes_archive.payloads DISABLE TRIGGER USER"
+    )
+    central_db.query(
+        'UPDATE hermes_archive.payloads SET body = convert_to(\'{"content":"forged"}\', '
+        "'UTF8') WHERE store_id = %s AND digest = (SELECT parts::jsonb ->> 0 FROM "
+        "hermes_archive.events WHERE store_id = %s AND seq = 4)",
+        [store_id, store_id],
+    )
+    report = _verify(central_db, store_id)
+    assert (report.ok, report.first_bad_seq) == (False, 4)
+    assert report.code == "payload_mismatch"  # type: ignore[attr-defined]
 
 
 def test_a_hostile_v2_shipper_cannot_send_parts_the_tree_would_hash_differently(
