@@ -1,15 +1,18 @@
 """Fleet row: shipping throughput beside a raw ``COPY`` of the same rows into the same tables.
 
-``python -m bench.fleet [--turns N] [--batch B] [--json OUT]`` starts its own PostgreSQL 15
-(the test suite's server helper: Debian's binaries, an unprivileged user, 127.0.0.1), builds
-a corpus archive, then in the same run and against the same server
+``python -m bench.fleet [--turns N] [--batch B] [--format 1|2] [--json OUT]`` starts its own
+PostgreSQL 15 (the test suite's server helper: Debian's binaries, an unprivileged user,
+127.0.0.1), builds a corpus archive (format 2 by default), then in the same run and against
+the same server
 
 * ships it with :class:`archive_provider.storage.ship.Shipper` into a fresh central database
-  (read, verify with BLAKE3, send, one transaction per batch, server triggers checking
-  every row), and
-* copies exactly the rows the shipper sent (stores, payloads, events with prev_chain;
-  read from the archive beforehand, no hashing) into another fresh central database with
-  ``COPY``, in transactions of the same size, through the same triggers.
+  (read, verify with BLAKE3 and, format 2, the checkpoint signatures; send, one transaction
+  per batch, server triggers checking every row and, format 2, growing the SHA-256 tree
+  and matching each signed checkpoint's root), and
+* copies exactly the rows the shipper sent (stores, payloads with salts, events with
+  prev_chain, signed checkpoints right after the events they cover; read from the archive
+  beforehand, no hashing) into another fresh central database with ``COPY``, in
+  transactions of the same size, through the same triggers.
 
 The ratio is shipping / COPY in events per second (target >= 0.5x). Then two real
 providers take 100 turns/s each with ``ship_to`` set (a pass every 0.5 s when idle), and
@@ -30,10 +33,11 @@ from typing import Any
 
 import psycopg
 
-from archive_provider.format.verifier import SUPPORTED_FORMAT, genesis
+from archive_provider.format import digests_v2
+from archive_provider.format.verifier import genesis
 from archive_provider.storage import central
 from archive_provider.storage.ship import Shipper
-from archive_provider.storage.store import DB_NAME
+from archive_provider.storage.store import DB_NAME, EventStore
 
 from .common import Row, Workdir, machine, percentile, quiet_logging, table
 from .workload import build_log
@@ -58,24 +62,57 @@ def _database(server: Any, name: str) -> str:
     return dsn
 
 
-def _rows(folder: Path) -> tuple[dict[str, Any], list[tuple[Any, ...]], dict[str, bytes]]:
-    """The store row, event rows (with prev_chain) and payloads the shipper sends."""
+def _hex(value: Any) -> Any:
+    return bytes(value).hex() if isinstance(value, bytes) else value
+
+
+def _rows(
+    folder: Path,
+) -> tuple[dict[str, Any], list[tuple[Any, ...]], dict[str, tuple[Any, ...]], list[Any]]:
+    """The store row, event rows (with author and prev_chain), payloads (body, salt) and
+    signed checkpoints the shipper sends, in the central columns' form."""
     conn = sqlite3.connect(folder / DB_NAME)
     try:
-        store_id = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0]
-        key = (folder / "payload.key").read_text().strip()
-        events = conn.execute(
-            "SELECT seq, time, type, session, key, identity, payload, parts, chain "
-            "FROM events ORDER BY seq"
-        ).fetchall()
-        payloads = dict(conn.execute("SELECT digest, body FROM payloads").fetchall())
+        meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+        store_id, version = meta["store_id"], int(meta["format_version"])
+        if version == 2:
+            events = [
+                (
+                    *(_hex(v) for v in row[:7]),
+                    digests_v2.parts_from_blob(row[7]),
+                    _hex(row[8]),
+                    _hex(row[9]),
+                )
+                for row in conn.execute(
+                    "SELECT seq, time, type, session, key, identity, payload, parts, chain, "
+                    "author FROM events ORDER BY seq"
+                )
+            ]
+            payloads = {
+                d.hex(): (body, salt)
+                for d, salt, body in conn.execute("SELECT digest, salt, body FROM payloads")
+            }
+            checkpoints = conn.execute(
+                "SELECT size, root, time, signature FROM signed_checkpoints ORDER BY size"
+            ).fetchall()
+        else:
+            events = [
+                (*row, None)
+                for row in conn.execute(
+                    "SELECT seq, time, type, session, key, identity, payload, parts, chain "
+                    "FROM events ORDER BY seq"
+                )
+            ]
+            payloads = {d: (b, None) for d, b in conn.execute("SELECT digest, body FROM payloads")}
+            checkpoints = []
     finally:
         conn.close()
     store = {
         "store_id": store_id,
-        "format_version": SUPPORTED_FORMAT,
-        "genesis": genesis(store_id),
-        "payload_key": key,
+        "format_version": version,
+        "genesis": digests_v2.genesis(store_id).hex() if version == 2 else genesis(store_id),
+        "payload_key": None if version == 2 else (folder / "payload.key").read_text().strip(),
+        "vkey": meta.get("vkey") if version == 2 else None,
         "label": "copy",
     }
     previous = store["genesis"]
@@ -83,46 +120,60 @@ def _rows(folder: Path) -> tuple[dict[str, Any], list[tuple[Any, ...]], dict[str
     for row in events:
         rows.append((*row, previous))
         previous = row[8]
-    return store, rows, payloads
+    return store, rows, payloads, checkpoints
 
 
 def raw_copy(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
-    """COPY the same rows in transactions of ``batch`` events; (events, seconds)."""
-    store, rows, payloads = _rows(folder)
+    """COPY the same rows in transactions of ``batch`` events, each signed checkpoint right
+    after the events it covers (as the shipper sends them); (events, seconds)."""
+    store, rows, payloads, checkpoints = _rows(folder)
     store_id = store["store_id"]
     chunks = []
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
-        needed: dict[str, bytes] = {}
+        needed: dict[str, tuple[Any, ...]] = {}
         for row in chunk:
-            for digest in [row[6], *json.loads(row[7])]:
+            for digest in [row[6], *json.loads(row[7]), *([row[9]] if row[9] else [])]:
                 if digest not in needed:
                     needed[digest] = payloads[digest]
-        chunks.append((chunk, needed))
+        signed = [c for c in checkpoints if chunk[0][0] - 1 <= c[0] <= chunk[-1][0]]
+        chunks.append((chunk, needed, signed))
     sent: set[str] = set()
     with psycopg.connect(dsn) as conn:
         began = time.perf_counter()
         with conn.cursor() as cursor:
             cursor.execute(
-                "INSERT INTO hermes_archive.stores VALUES (%(store_id)s, %(format_version)s, "
-                "%(genesis)s, %(payload_key)s, %(label)s)",
+                "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, "
+                "payload_key, vkey, label) VALUES (%(store_id)s, %(format_version)s, "
+                "%(genesis)s, %(payload_key)s, %(vkey)s, %(label)s)",
                 store,
             )
             conn.commit()
-            for chunk, needed in chunks:
+            for chunk, needed, signed in chunks:
                 with cursor.copy(
-                    "COPY hermes_archive.payloads (store_id, digest, body) FROM STDIN"
+                    "COPY hermes_archive.payloads (store_id, digest, body, salt) FROM STDIN"
                 ) as copy:
-                    for digest, body in needed.items():
+                    for digest, (body, salt) in needed.items():
                         if digest not in sent:
-                            copy.write_row((store_id, digest, body))
+                            copy.write_row((store_id, digest, body, salt))
                 sent.update(needed)
-                with cursor.copy(
-                    "COPY hermes_archive.events (store_id, seq, time, type, session, key, "
-                    "identity, payload, parts, chain, prev_chain) FROM STDIN"
-                ) as copy:
-                    for row in chunk:
-                        copy.write_row((store_id, *row))
+                done = 0
+                for size, *rest in [*signed, (None,)]:
+                    end = len(chunk) if size is None else sum(r[0] <= size for r in chunk)
+                    if end > done:
+                        with cursor.copy(
+                            "COPY hermes_archive.events (store_id, seq, time, type, session, "
+                            "key, identity, payload, parts, chain, author, prev_chain) FROM STDIN"
+                        ) as copy:
+                            for row in chunk[done:end]:
+                                copy.write_row((store_id, *row))
+                        done = end
+                    if size is not None:
+                        cursor.execute(
+                            "INSERT INTO hermes_archive.checkpoints (store_id, size, root, time, "
+                            "signature) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                            [store_id, size, *rest],
+                        )
                 conn.commit()
         seconds = time.perf_counter() - began
     return len(rows), seconds
@@ -195,9 +246,15 @@ def steady_lag(
     return sorted((shipped - parse_time(local)).total_seconds() for local, shipped in rows)
 
 
-def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> list[Row]:
+def rows_for(
+    turns: int, batch: int, workdir: Workdir, lag_seconds: float, version: int = 2
+) -> list[Row]:
     folder = workdir.fresh("fleet-archive")
-    built = build_log(folder, turns, projections=False)
+    store = EventStore.open(folder, format_version=version)
+    try:
+        built = build_log(folder, turns, projections=False, store=store)
+    finally:
+        store.close()  # a clean close: format 2 signs its last checkpoint here
     server = _server()
     try:
         copied, copy_s = raw_copy(_database(server, "bench_copy"), folder, batch)
@@ -206,11 +263,13 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
         lags = steady_lag(server, workdir, rate=100, seconds=lag_seconds, interval=interval)
     finally:
         server.cleanup()
-    assert copied == shipped == built.events, (copied, shipped, built.events)
+    # format 2 adds its store_created event
+    assert copied == shipped == built.events + (version == 2), (copied, shipped, built.events)
     return [
         Row(
             "11",
-            f"ship {shipped:,} events to PostgreSQL (verify + send, batches of {batch})",
+            f"ship {shipped:,} format-{version} events to PostgreSQL (verify + send, "
+            f"batches of {batch})",
             shipped / ship_s,
             "events/s",
             baseline=copied / copy_s,
@@ -246,13 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lag-seconds", type=float, default=20, help="length of the steady-rate lag run"
     )
+    parser.add_argument("--format", type=int, choices=(1, 2), default=2, help="archive format")
     parser.add_argument("--json", type=Path, help="write the rows and machine facts here")
     parser.add_argument("--workdir", type=Path, help="scratch folder (default: a temp dir)")
     args = parser.parse_args(argv)
     workdir = Workdir(args.workdir)
     try:
         with quiet_logging():
-            rows = rows_for(args.turns, args.batch, workdir, args.lag_seconds)
+            rows = rows_for(args.turns, args.batch, workdir, args.lag_seconds, args.format)
     finally:
         workdir.cleanup()
     print(table(rows))

@@ -1,24 +1,38 @@
 """The reading commands against a central store: ``hermes-archive --db URL status | verify |
-log | show | search`` (with ``--store ID`` for one archive).
+log | show | search | history | as-of | export | prove`` (with ``--store ID`` for one
+archive).
 
 Same filters, same event records and the same verifier as against a local file: ``verify``
-feeds the central rows to :func:`verifier.verify_rows` (``central.verify_store``); ``log``
-and ``show`` render with ``_render``; ``search`` uses PostgreSQL's full-text search over the
-payloads (the server computes the vectors on insert).
+runs the verifier over the central rows (``central.verify_store``); ``log`` and ``show``
+render with ``_render``; ``search`` uses PostgreSQL's full-text search over the payloads
+(the server computes the vectors on insert). ``history``, ``as-of``, ``export`` and
+``prove`` need one format 2 archive's projections, tiles and checkpoints: the store is laid
+out as a v2 archive in a private temporary folder (``central.lay_out_v2``, one read of that
+store), its projections are replayed there, and the local command runs on that copy.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
 from archive_provider.commands._render import preview, record, short_time
 
+if TYPE_CHECKING:
+    from archive_provider.storage.store import EventStore
+
 _EVENT_SELECT = (
     "SELECT e.store_id, e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, "
-    "e.parts, e.chain, p.body FROM hermes_archive.events e "
+    "e.parts, e.chain, e.author, s.format_version, p.erased_by, p.body "
+    "FROM hermes_archive.events e JOIN hermes_archive.stores s ON s.store_id = e.store_id "
     "LEFT JOIN hermes_archive.payloads p ON p.store_id = e.store_id AND p.digest = e.payload"
 )
 
@@ -51,14 +65,16 @@ def _connection(ctx: CommandContext) -> Iterator[Any]:
 
 
 def _event(row: tuple[Any, ...]) -> Any:
-    from archive_provider.format.events import StoredEvent
-    from archive_provider.storage.store import stored_event
+    """A central row (of :data:`_EVENT_SELECT`) as the event the renderers take."""
+    from archive_provider.format.digests import Envelope
+    from archive_provider.format.events import LoadedEvent
 
-    if row[-1] is None:  # an erased payload: the envelope stays, the body is gone
-        from archive_provider.format.digests import Envelope
-
-        return StoredEvent(Envelope(*row[1:9]), row[9], b'"(erased)"')
-    return stored_event(row[1:])
+    seq, time, type_, session, key, identity, payload, parts, chain, author, version = row[1:12]
+    erased_by, body = row[12:14]
+    envelope = Envelope(seq, time, type_, session, key, identity, payload, parts, author, version)
+    if body is None:  # an erased payload: the envelope stays, the body is gone
+        body = f'"(erased by the erasure event at seq {erased_by})"'.encode()
+    return LoadedEvent(envelope, chain, bytes(body))
 
 
 def _record(conn: Any, row: tuple[Any, ...], *, full: bool = False) -> dict[str, Any]:
@@ -77,7 +93,8 @@ def status(ctx: CommandContext) -> int:
         lines = [f"Central store: {data['central']}", f"Archives: {len(data['stores'])}"]
         for s in data["stores"]:
             lines.append(
-                f"  {s['store_id']}  {s['label'] or '-'} (by {s['shipper']})  events {s['events']}  "
+                f"  {s['store_id']}  {s['label'] or '-'} (by {s['shipper']}, format "
+                f"{s['format_version']})  events {s['events']}  "
                 f"payloads {s['payloads']} ({s['erased_payloads']} erased)  "
                 f"last event {s['last_event_time'] or '-'}  last shipped {s['last_shipped'] or '-'}"
             )
@@ -97,9 +114,17 @@ def verify(ctx: CommandContext) -> int:
         chosen = stores(conn, ctx.central_store)
         if ctx.central_store and not chosen:
             raise CommandError(f"no store {ctx.central_store!r} in the central store")
+        if ctx.args.key and len(chosen) != 1:
+            raise UsageError("--key pins one archive's key: name it with --store ID")
         for store in chosen:
             with ctx.progress(f"verify {store.store_id[:8]}", 0) as progress:
-                report = verify_store(conn, store, progress)
+                report = verify_store(
+                    conn,
+                    store,
+                    progress,
+                    vkey=ctx.args.key,
+                    witness_keys=ctx.args.witness_key or (),
+                )
             results.append({"store_id": store.store_id, "label": store.label, **report.as_dict()})
     ok = all(r["ok"] for r in results)
     data = {"ok": ok, "stores": results}
@@ -115,6 +140,17 @@ def verify(ctx: CommandContext) -> int:
                     f"ok: {name}: {r['events_checked']} events and {r['payloads_checked']} "
                     f"payloads verified; head at seq {r['last_seq']}"
                 )
+                if r.get("format_version") == 2:
+                    cosigned = ", ".join((r["checkpoint"] or {}).get("cosigned_by") or [])
+                    lines.append(
+                        f"  tree of {r['tree_size']} events, root {r['root']}; signed "
+                        f"checkpoints: {r['authenticity']}"
+                        + (f"; newest cosigned by {cosigned}" if cosigned else "")
+                    )
+                    lines.extend(
+                        f"  erasure at seq {e['seq']}: {e['payloads']} payloads erased"
+                        for e in r["erasures"]
+                    )
             else:
                 where = (
                     f"seq {r['first_bad_seq']}" if r["first_bad_seq"] is not None else "the store"
@@ -237,12 +273,104 @@ def search(ctx: CommandContext) -> int:
     return 0 if results else 1
 
 
+class _LaidOut(CommandContext):
+    """A context whose archive is a central store laid out in a temporary folder."""
+
+    registered_vkey: str = ""
+
+    def open_store(self) -> EventStore:
+        from archive_provider.storage.store import EventStoreV2
+
+        store = super().open_store()
+        if isinstance(store, EventStoreV2):  # it has no signing key of its own
+            store.registered_vkey = self.registered_vkey
+        return store
+
+
+@contextmanager
+def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
+    """One format 2 central store as a local archive (read-only) for a local command."""
+    from archive_provider.audit.replay import rebuild_connection
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.storage.central import lay_out_v2, stores
+    from archive_provider.storage.store import DB_NAME, archive_dir
+    from archive_provider.storage.store_v2 import STORE_KEY_NAME, write_private
+
+    if not ctx.central_store:
+        raise UsageError(f"with --db, `{name}` reads one archive: give --store ID")
+    with _connection(ctx) as conn, tempfile.TemporaryDirectory(prefix="hermes-archive-") as tmp:
+        found = stores(conn, ctx.central_store)
+        if len(found) != 1:
+            raise CommandError(
+                f"--store {ctx.central_store!r} names {len(found)} archives of the central "
+                "store; give more of its id"
+            )
+        store = found[0]
+        if store.format_version != 2:
+            raise CommandError(
+                f"store {store.store_id} is format 1: `{name}` reads format 2 "
+                "archives centrally (run it on the local archive, or migrate and ship it)"
+            )
+        folder = archive_dir(Path(tmp))
+        folder.mkdir(mode=0o700)
+        # a lookup key of its own: the copy is never written, so it only has to exist
+        write_private(folder / STORE_KEY_NAME, secrets.token_hex(32) + "\n")
+        os.close(os.open(folder / DB_NAME, os.O_WRONLY | os.O_CREAT, 0o600))
+        db = sqlite3.connect(folder / DB_NAME, isolation_level=None)
+        try:
+            conn.rollback()  # one snapshot for the whole copy
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            problem = lay_out_v2(conn, store, db, None)
+            conn.rollback()
+            if problem is not None:
+                raise CommandError(
+                    f"store {store.store_id} cannot be read: {problem[1]} "
+                    "(hermes-archive --db URL verify --store ID)"
+                )
+            db.execute("BEGIN")
+            rebuild_connection(db, default_projections(db))
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        local = _LaidOut(**{**vars(replace(ctx, home=Path(tmp), db=None, central_store=None))})
+        local.registered_vkey = store.vkey or ""
+        yield local
+
+
+def _on_copy(name: str, reading: tuple[str, ...] = ()) -> Callable[[CommandContext], int]:
+    """The local command ``name``, run on one central store laid out as an archive; of a
+    command with actions, only the ``reading`` ones (the others write to an archive)."""
+
+    def run(ctx: CommandContext) -> int:
+        from importlib import import_module
+
+        action = getattr(ctx.args, "action", None)
+        if reading and action not in reading:
+            raise UsageError(
+                f"`{name} {action}` writes to an archive: run it on the host that keeps it "
+                "(its events reach the central store by shipping)"
+            )
+        module = import_module(f"archive_provider.commands.{name}")
+        with _laid_out(ctx, name.replace("_", "-")) as local:
+            code: int = module.run(local)
+        return code
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[CommandContext], int]] = {
     "status": status,
     "verify": verify,
     "log": log,
     "show": show,
     "search": search,
+    "history": _on_copy("history"),
+    "as-of": _on_copy("as_of"),
+    "export": _on_copy("export"),
+    "prove": _on_copy("prove"),
+    "hold": _on_copy("hold", reading=("list",)),
+    "retention": _on_copy("retention", reading=("show",)),
+    "erasures": _on_copy("erasures"),
 }
 
 

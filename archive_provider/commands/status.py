@@ -233,11 +233,9 @@ def _human(data: dict[str, Any]) -> str:
         )
     shipping = data.get("shipping")
     if shipping:
-        lines.append(
-            f"Shipping to {shipping['target']}: central seq {shipping['central_seq']}, "
-            f"lag {shipping['lag_events']} events / {shipping['lag_seconds']:.1f} s"
-            + (f"; last error: {shipping['last_error']}" if shipping.get("last_error") else "")
-        )
+        from archive_provider.storage.ship import describe_state
+
+        lines.append("Shipping " + describe_state(shipping))
     return "\n".join(lines)
 
 

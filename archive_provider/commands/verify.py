@@ -30,6 +30,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "printed it), to check every signed checkpoint",
     )
     parser.add_argument(
+        "--witness-key",
+        action="append",
+        metavar="VKEY",
+        help="with --db: a witness's cosigner key; its cosignatures on the central "
+        "checkpoints are checked (repeatable; keys the log's witness_added events name are "
+        "checked anyway)",
+    )
+    parser.add_argument(
         "--witnesses",
         action="store_true",
         help="format v2: ask the local and every remote witness what they cosigned and check "

@@ -658,6 +658,27 @@ class ArchiveProvider(MemoryProviderBase):
     def get_config_schema(self) -> list[dict[str, Any]]:
         return Settings.config_schema()
 
+    def get_status_config(self, provider_config: Any) -> dict[str, Any]:
+        """What ``hermes memory status`` prints under the provider's config: the config as
+        given (a ``ship_to`` password never shown) and, when the archive ships to a central
+        store, where shipping stands (lag in events and seconds, last error). Reads only the
+        shipping state file beside the archive: no database, no network."""
+        from ..storage.central import redacted
+        from ..storage.ship import describe_state, read_state
+
+        shown = dict(provider_config) if isinstance(provider_config, dict) else {}
+        if shown.get("ship_to"):
+            shown["ship_to"] = redacted(str(shown["ship_to"]))
+        home = self.core.home or current_hermes_home()
+        if home is None:
+            return shown
+        state = read_state(archive_dir(Path(home).expanduser()))
+        if state is not None:
+            shown["shipping"] = describe_state(state)
+        elif load_settings(Path(home).expanduser()).ship_to:
+            shown["shipping"] = "configured; nothing shipped yet"
+        return shown
+
     def save_config(self, values: dict[str, Any], hermes_home: str) -> None:
         save_settings(Path(hermes_home), values)
 

@@ -1,9 +1,14 @@
 """The central PostgreSQL store: many archives in one schema, keyed by (store_id, seq).
 
 The schema, roles and grants are in ``central.sql`` (shipped in the wheel): PostgreSQL itself
-refuses updates, deletes, gaps and forks. It cannot compute BLAKE3, so this module's
-:func:`verify_store` runs the package's own row checks (:func:`verifier.verify_rows`) over
-the central rows: one implementation of the checks for a file and for the server.
+refuses updates, deletes, gaps and forks, and for format 2 recomputes the SHA-256 Merkle tree
+and refuses a signed checkpoint whose root is not its own. It cannot compute BLAKE3 or check
+Ed25519, so this module's :func:`verify_store` runs the package's own checks over the central
+rows: :func:`verifier.verify_rows` for format 1; for format 2 the rows are laid out as a v2
+SQLite archive in a private temporary folder and :func:`verifier.verify_database_v2` (the
+standalone verifier's full check, signatures included) runs over it, then each cosignature
+of a known witness key is checked. One implementation of the checks for a file and for the
+server.
 
 Connections: a target is a libpq URL (``postgresql://…?sslmode=require``), a key=value
 string, or a bare service name (``PGSERVICE``-style, from ``pg_service.conf``); it is passed
@@ -19,13 +24,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArchiveUnavailable
-from ..format.verifier import Report, genesis, verify_rows
+from ..format import digests_v2, merkle, signed_note
+from ..format.verifier import (
+    Report,
+    ReportV2,
+    envelope_bytes_v2,
+    genesis,
+    verify_database_v2,
+    verify_rows,
+)
+from .store_v2 import SCHEMA_V2
 
 if TYPE_CHECKING:
     import psycopg
@@ -191,25 +208,27 @@ _EVENT_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain
 class StoreRow:
     store_id: str
     label: str
-    key: bytes
+    key: bytes  # format 1: the payload key; format 2: empty (no key is shipped)
     genesis: str
+    format_version: int = 1
+    vkey: str | None = None  # format 2: the verifier key registered with the store
 
 
 def stores(conn: psycopg.Connection[Any], store: str | None = None) -> list[StoreRow]:
     """The registered stores (``store``: an id or a prefix of at least 4 hex digits)."""
-    sql = f"SELECT store_id, label, payload_key, genesis FROM {SCHEMA}.stores"
+    sql = f"SELECT store_id, label, payload_key, genesis, format_version, vkey FROM {SCHEMA}.stores"
     args: list[Any] = []
     if store:
         sql += " WHERE store_id LIKE %s"
         args.append(store.lower().replace("%", "").replace("_", "") + "%")
     rows = conn.execute(sql + " ORDER BY store_id", args).fetchall()
-    return [StoreRow(r[0], r[1], bytes.fromhex(r[2]), r[3]) for r in rows]
+    return [StoreRow(r[0], r[1], bytes.fromhex(r[2] or ""), r[3], int(r[4]), r[5]) for r in rows]
 
 
 def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dict[str, Any]]:
     """Per store: events, head, last event time, last shipped, payloads and erasures."""
     sql = f"""
-        SELECT s.store_id, s.label, s.registered, s.shipper,
+        SELECT s.store_id, s.label, s.registered, s.shipper, s.format_version,
                h.seq, h.chain, h.time, h.shipped,
                (SELECT count(*) FROM {SCHEMA}.payloads p WHERE p.store_id = s.store_id),
                (SELECT count(*) FROM {SCHEMA}.payloads p
@@ -226,12 +245,13 @@ def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dic
             "label": r[1],
             "registered": r[2].isoformat(),
             "shipper": r[3],
-            "events": r[4] or 0,
-            "head": {"seq": r[4] or 0, "chain": r[5]},
-            "last_event_time": r[6],
-            "last_shipped": r[7].isoformat() if r[7] else None,
-            "payloads": r[8],
-            "erased_payloads": r[9],
+            "format_version": r[4],
+            "events": r[5] or 0,
+            "head": {"seq": r[5] or 0, "chain": r[6]},
+            "last_event_time": r[7],
+            "last_shipped": r[8].isoformat() if r[8] else None,
+            "payloads": r[9],
+            "erased_payloads": r[10],
         }
         for r in rows
     ]
@@ -269,8 +289,15 @@ def verify_store(
     conn: psycopg.Connection[Any],
     store: StoreRow,
     progress: Callable[[int], None] | None = None,
+    *,
+    vkey: str | None = None,
+    witness_keys: Sequence[str] = (),
 ) -> Report:
     """The local verifier's checks over one store's central rows, in one snapshot.
+
+    Format 2: see :func:`_verify_store_v2` (``vkey`` pins the log key instead of the
+    registered one; ``witness_keys`` adds cosigner keys to those the log's
+    ``witness_added`` events name).
 
     Besides :func:`verify_rows`: the registered genesis must be the store id's, and each
     row's ``prev_chain`` column must be the chain of the row before (the server checked it
@@ -281,6 +308,8 @@ def verify_store(
     conn.rollback()  # a fresh transaction: one snapshot for the whole pass
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
+        if store.format_version == 2:
+            return _verify_store_v2(conn, store, vkey or store.vkey, witness_keys, progress)
         if store.genesis != genesis(store.store_id):
             return Report().fail(None, "the registered genesis is not the store id's genesis")
         erased = dict(
@@ -330,10 +359,7 @@ def verify_store(
 def _erasure_problem(
     conn: psycopg.Connection[Any], store: StoreRow, erased: dict[str, int]
 ) -> str | None:
-    """Why an erased payload is not covered by the erasure event it names, if it is not.
-
-    STUB until format v2 (issue 16) defines the erasure event: a body ``{"covers": [...]}``.
-    """
+    """Why an erased payload is not listed by the erasure event it names, if it is not."""
     payload_of = payload_reader(conn, store.store_id)
     for digest, seq in sorted(erased.items()):
         row = conn.execute(
@@ -341,7 +367,188 @@ def _erasure_problem(
             [store.store_id, seq],
         ).fetchone()
         body = payload_of(row[1]) if row and row[0] == "erasure" else None
-        covers = json.loads(body).get("covers", []) if body else []
-        if digest not in covers:
-            return f"payload {digest} is blank but erasure event {seq} does not cover it"
+        listed = json.loads(body).get("digests", []) if body else []
+        if digest not in listed:
+            return f"payload {digest} is blank but erasure event {seq} does not list it"
     return None
+
+
+_V2_EVENTS = (
+    f"SELECT seq, time, type, session, key, identity, payload, parts, author, chain, prev_chain "
+    f"FROM {SCHEMA}.events WHERE store_id = %s ORDER BY seq"
+)
+
+
+def _verify_store_v2(
+    conn: psycopg.Connection[Any],
+    store: StoreRow,
+    vkey: str | None,
+    witness_keys: Sequence[str],
+    progress: Callable[[int], None] | None,
+) -> ReportV2:
+    """Format 2: the central rows laid out as a v2 archive, checked by the v2 verifier.
+
+    The rows go into a SQLite file in a private temporary folder (removed after), in the
+    v2 schema: events and payloads with digests as bytes, the server's signed checkpoints
+    and cosignatures, and the head with the root the server computed. There are no central
+    tiles: the ones written are those of the shipped envelopes, so the verifier's tile check
+    holds by construction while its root, chain, identity, payload, erasure and signature
+    checks run as on a local file. Besides that: the registered genesis must be the store
+    id's and every ``prev_chain`` the chain of the row before.
+    """
+    with tempfile.TemporaryDirectory(prefix="hermes-archive-verify-") as folder:
+        db = sqlite3.connect(Path(folder) / "central.db", isolation_level=None)
+        try:
+            problem = lay_out_v2(conn, store, db, progress)
+            if problem is not None:
+                return ReportV2(store_id=store.store_id).fail(*problem)
+            report = verify_database_v2(db, vkey)
+            if report.ok:
+                _check_cosignatures(db, report, store.store_id, witness_keys)
+            return report
+        finally:
+            db.close()
+
+
+def lay_out_v2(
+    conn: psycopg.Connection[Any],
+    store: StoreRow,
+    db: sqlite3.Connection,
+    progress: Callable[[int], None] | None,
+) -> tuple[int | None, str, str] | None:
+    """Copy one store's central rows into ``db`` (in the caller's snapshot) as a v2 archive;
+    a problem (seq, text, code) if they cannot be laid out as one.
+
+    ``verify`` checks the copy; history, as-of, export and prove read it as they read a
+    local archive (``commands/central_read.py``)."""
+    db.executescript(SCHEMA_V2)
+    db.execute("BEGIN")
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("format_version", "2"), ("store_id", store.store_id), ("vkey", store.vkey or "")],
+    )
+    previous = store.genesis
+    if previous != digests_v2.genesis(store.store_id).hex():
+        return None, "the registered genesis is not the store id's genesis", "chain"
+    tree = merkle.TileAppender()
+    seq = 0
+    with conn.cursor(name="hermes_archive_rows_v2") as cursor:
+        cursor.itersize = 2000
+        cursor.execute(_V2_EVENTS, [store.store_id])
+        for seq, time, type_, session, key, identity, payload, parts, author, chain, prev in cursor:
+            if prev != previous:
+                return (
+                    seq,
+                    (f"seq {seq}: its prev_chain column is not the chain of the row before"),
+                    "chain",
+                )
+            try:
+                row = (
+                    seq,
+                    time,
+                    type_,
+                    session,
+                    key,
+                    bytes.fromhex(identity),
+                    bytes.fromhex(payload),
+                    digests_v2.parts_blob(parts),
+                    None if author is None else bytes.fromhex(author),
+                    bytes.fromhex(chain),
+                )
+            except ValueError:
+                return seq, f"seq {seq}: a digest column has the wrong form", "malformed_row"
+            db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+            tree.append([merkle.leaf_hash(envelope_bytes_v2(*row[:9]))])
+            previous = chain
+            if progress and seq % 2000 == 0:
+                progress(seq)
+    for digest, salt, body, erased_by in conn.execute(
+        f"SELECT digest, salt, body, erased_by FROM {SCHEMA}.payloads WHERE store_id = %s",
+        [store.store_id],
+    ):
+        db.execute(
+            "INSERT INTO payloads VALUES (?, ?, NULL, ?)",
+            (bytes.fromhex(digest), salt, body),
+        )
+        if erased_by is not None:
+            db.execute("INSERT INTO erased VALUES (?, ?)", (bytes.fromhex(digest), erased_by))
+    db.executemany(
+        "INSERT INTO tiles VALUES (?, ?, ?)",
+        [(level, index, hashes) for (level, index), hashes in tree.changed().items()],
+    )
+    found = conn.execute(
+        f"SELECT root FROM {SCHEMA}.trees WHERE store_id = %s", [store.store_id]
+    ).fetchone()
+    root = bytes(found[0]) if found else merkle.EMPTY_ROOT
+    if seq:
+        db.execute("INSERT INTO head VALUES (1, ?, ?, ?)", (seq, bytes.fromhex(previous), root))
+    db.executemany(
+        "INSERT INTO signed_checkpoints VALUES (?, ?, ?, ?)",
+        conn.execute(
+            f"SELECT size, root, time, signature FROM {SCHEMA}.checkpoints WHERE store_id = %s",
+            [store.store_id],
+        ).fetchall(),
+    )
+    db.executemany(
+        "INSERT INTO cosignatures VALUES (?, ?, ?, ?, ?)",
+        conn.execute(
+            f"SELECT size, name, key_id, timestamp, signature FROM {SCHEMA}.cosignatures "
+            "WHERE store_id = %s",
+            [store.store_id],
+        ).fetchall(),
+    )
+    db.execute("COMMIT")
+    return None
+
+
+def _check_cosignatures(
+    db: sqlite3.Connection, report: ReportV2, store_id: str, given: Sequence[str]
+) -> None:
+    """Each cosignature from a known witness key must verify (FORMAT.md 20.2 step 6).
+
+    Known keys: those given, and every key a ``witness_added`` event of the log names. A
+    cosignature from another key is counted and left unchecked (a warning says how many).
+    """
+    keys: dict[tuple[str, int], signed_note.Verifier] = {}
+    named = [
+        json.loads(body).get("vkey")
+        for (body,) in db.execute(
+            "SELECT p.body FROM events e JOIN payloads p ON p.digest = e.payload "
+            "WHERE e.type = 'witness_added' AND p.body IS NOT NULL"
+        )
+    ]
+    for vkey in [*given, *named]:
+        try:
+            verifier = signed_note.Verifier.from_vkey(str(vkey))
+        except signed_note.NoteError:
+            continue
+        keys[(verifier.name, verifier.key_id)] = verifier
+    origin = digests_v2.origin(store_id)
+    newest = (report.checkpoint or {}).get("size")
+    unchecked = 0
+    for size, name, key_id, timestamp, signature, root in db.execute(
+        "SELECT c.size, c.name, c.key_id, c.timestamp, c.signature, s.root FROM cosignatures c "
+        "JOIN signed_checkpoints s ON s.size = c.size ORDER BY c.size"
+    ):
+        known = keys.get((name, int.from_bytes(key_id, "big")))
+        if known is None:
+            unchecked += 1
+            continue
+        text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, size, bytes(root)))
+        line = signed_note.Signature(
+            name, known.key_id, int(timestamp).to_bytes(8, "big") + bytes(signature)
+        )
+        if not known.verify(text, line):
+            report.fail(
+                None,
+                f"the cosignature of {name} on the checkpoint at size {size} does not verify",
+                "cosignature",
+            )
+            return
+        if size == newest and report.checkpoint is not None:
+            report.checkpoint["cosigned_by"].append(name)
+    if unchecked:
+        report.warnings.append(
+            f"{unchecked} cosignatures are from witness keys neither given (--witness-key) "
+            "nor named by the log; they were not checked"
+        )

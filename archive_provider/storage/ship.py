@@ -4,13 +4,19 @@ The local log is the commit point (DESIGN invariant 12): shipping reads the arch
 its own read-only connection on its own thread, so a turn or a checkpoint never waits on
 the network. Each pass
 
-1. registers the store (id, genesis, payload key) if the server does not know it, and reads
-   the central head through ``hermes_archive.head()``;
+1. registers the store (id, format, genesis; the payload key of a format 1 archive, the
+   verifier key of a format 2 one) if the server does not know it, and reads the central
+   head through ``hermes_archive.head()``;
 2. checks the local chain value at that seq equals the central one (same history);
 3. verifies the next batch of local events from the central head with the verifier's own
-   :func:`verify_rows` (BLAKE3 identity, payload and part digests, chain), capturing the
-   payload bodies it checked, so only verified bytes leave the machine;
-4. inserts payloads and envelopes in one transaction; the server refuses a gap or a fork.
+   checks (format 1: :func:`verify_rows`; format 2: :func:`verify_range_v2`, and each
+   signed checkpoint's signature with the archive's key), in one read snapshot, so only
+   verified bytes leave the machine;
+4. inserts payloads (format 2: with their salts; a payload erased before it was shipped as
+   a tombstone, with its erasure event in the same batch), envelopes and, right after the
+   events each covers, the signed checkpoints, in one transaction; then the cosignatures
+   the server lacks. The server refuses a gap, a fork, or a checkpoint whose root is not
+   the one it computed; a shipped erasure event blanks what it lists centrally.
 
 Re-shipping adds nothing (it starts after the central head), a crash or an outage resumes
 from the central head, and a concurrent shipper of the same store only costs a retry.
@@ -25,6 +31,7 @@ import logging
 import os
 import socket
 import threading
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from hashlib import sha256
@@ -33,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..domain.clock import format_time, parse_time, utc_now
 from ..errors import ArchiveDamaged
-from ..format.verifier import SUPPORTED_FORMAT, genesis, verify_rows
+from ..format import digests_v2, signed_note
+from ..format.verifier import genesis, verify_range_v2, verify_rows
 from .central import SCHEMA, CentralError, pool, redacted, scrub
-from .store import DB_NAME, EventStore, EventStoreV2, StoreError
+from .store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
 
 if TYPE_CHECKING:
     import psycopg
@@ -50,6 +58,13 @@ _ROWS_SQL = (
     "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events "
     "WHERE seq > ? AND seq <= ? ORDER BY seq"
 )
+_ROWS_SQL_V2 = (
+    "SELECT seq, time, type, session, key, identity, payload, parts, chain, author FROM events "
+    "WHERE seq > ? AND seq <= ? ORDER BY seq"
+)
+#: (seq, time, type, session, key, identity, payload, parts, chain, author) as the central
+#: columns hold them: digests as lowercase hex, parts as the canonical list text
+Row = tuple[Any, ...]
 
 
 class ShipError(ArchiveDamaged):
@@ -84,10 +99,135 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def describe_state(state: dict[str, Any]) -> str:
+    """The one line ``status`` and ``hermes memory status`` show about shipping."""
+    return (
+        f"to {state.get('target')}: central seq {state.get('central_seq')}, lag "
+        f"{state.get('lag_events')} events / {float(state.get('lag_seconds') or 0):.1f} s"
+        + (f"; last shipped {state['last_success_time']}" if state.get("last_success_time") else "")
+        + (f"; last error: {state['last_error']}" if state.get("last_error") else "")
+    )
+
+
 def _write_state(folder: Path, state: ShipState) -> None:
     tmp = folder / (STATE_NAME + ".tmp")
     tmp.write_text(json.dumps(state.as_dict(), indent=2) + "\n", "utf-8")
     os.replace(tmp, folder / STATE_NAME)
+
+
+def _local_damage(seq: int, problem: str | None) -> str:
+    return (
+        f"the local archive fails verification at seq {seq}: {problem}; "
+        "nothing from there on is shipped (hermes-archive verify, docs/RECOVER.md)"
+    )
+
+
+@dataclass
+class _Batch:
+    """One verified batch: rows, payloads ``(digest, body, salt, erased_by)`` and signed
+    checkpoints ``(size, root, time, signature)`` within it, and why it stops early."""
+
+    rows: list[Row]
+    payloads: list[tuple[str, bytes | None, bytes | None, int | None]] = field(default_factory=list)
+    checkpoints: list[tuple[int, bytes, str, bytes]] = field(default_factory=list)
+    problem: str | None = None
+
+    def cut(self, seq: int) -> None:
+        """Keep only what comes before event ``seq``."""
+        self.rows = [row for row in self.rows if row[0] < seq]
+        self.checkpoints = [c for c in self.checkpoints if c[0] < seq]
+        named = {d for row in self.rows for d in _named(row)}
+        self.payloads = [p for p in self.payloads if p[0] in named]
+
+
+def _named(row: Row) -> list[str]:
+    return [row[6], *json.loads(row[7]), *([row[9]] if row[9] else [])]
+
+
+def _batch_v2(
+    store: EventStoreV2,
+    start: tuple[int, str],
+    until: int,
+    last: int,
+    checkpoint: int,
+    vkey: str,
+) -> _Batch:
+    """A verified format 2 batch, read in one snapshot (FORMAT.md 20.2 over the range).
+
+    A payload erased before it was shipped goes as a tombstone, and the batch then reaches
+    the erasure event that lists it (the server checks the pair at commit).
+    """
+    conn = store.conn
+    conn.execute("BEGIN")
+    try:
+        while True:
+            rows = [
+                (
+                    seq,
+                    time,
+                    type_,
+                    session,
+                    key,
+                    bytes(identity).hex(),
+                    bytes(payload).hex(),
+                    digests_v2.parts_from_blob(bytes(parts)),
+                    bytes(chain).hex(),
+                    None if author is None else bytes(author).hex(),
+                )
+                for seq, time, type_, session, key, identity, payload, parts, chain, author in conn.execute(
+                    _ROWS_SQL_V2, (start[0], until)
+                )
+            ]
+            payloads: dict[str, tuple[str, bytes | None, bytes | None, int | None]] = {}
+            for digest in {d for row in rows for d in _named(row)}:
+                found = conn.execute(
+                    "SELECT p.salt, p.body, x.erasure_seq FROM payloads p "
+                    "LEFT JOIN erased x ON x.digest = p.digest WHERE p.digest = ?",
+                    (bytes.fromhex(digest),),
+                ).fetchone()
+                if found is not None:  # a missing one fails the verification below
+                    salt, body, erased_by = found
+                    payloads[digest] = (
+                        digest,
+                        None if body is None else bytes(body),
+                        None if body is None else bytes(salt),
+                        None if body is not None else erased_by,
+                    )
+            reach = max((p[3] or 0 for p in payloads.values()), default=0)
+            if reach <= until or reach > last:
+                break
+            until = reach
+        report, _, _ = verify_range_v2(conn, start[0], bytes.fromhex(start[1]), until)
+        signed = conn.execute(
+            "SELECT size, root, time, signature FROM signed_checkpoints "
+            "WHERE size >= ? AND size > ? AND size <= ? ORDER BY size",
+            (start[0], checkpoint, until),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    batch = _Batch(rows, list(payloads.values()))
+    if not report.ok:
+        bad = report.first_bad_seq if report.first_bad_seq is not None else start[0] + 1
+        batch.cut(bad)
+        batch.problem = _local_damage(bad, report.problem)
+    log_key = signed_note.Verifier.from_vkey(vkey)
+    for size, root, time, signature in signed:
+        text = signed_note.format_checkpoint(
+            signed_note.Checkpoint(store.origin, size, bytes(root))
+        )
+        if not log_key.verify(
+            text, signed_note.Signature(log_key.name, log_key.key_id, bytes(signature))
+        ):
+            batch.cut(size + 1)
+            batch.problem = (
+                f"the signed checkpoint at size {size} is not signed by this archive's key; "
+                "nothing after it is shipped (hermes-archive verify --key)"
+            )
+            break
+        if batch.rows and size > batch.rows[-1][0] or not batch.rows and size != start[0]:
+            break
+        batch.checkpoints.append((size, bytes(root), str(time), bytes(signature)))
+    return batch
 
 
 class Shipper:
@@ -110,6 +250,7 @@ class Shipper:
         self._store: EventStore | None = None
         self.state = ShipState(target=redacted(target))
         self._registered = False
+        self._vkey = ""  # format 2: the key its signed checkpoints are checked with
 
     # -- resources -------------------------------------------------------------------------
 
@@ -122,14 +263,7 @@ class Shipper:
         if self._store is None:
             if not (self.folder / DB_NAME).exists():
                 return None
-            store = EventStore.open(self.folder, create=False, readonly=True)
-            if isinstance(store, EventStoreV2):  # the central schema holds format 1 rows
-                store.close()
-                raise ShipError(
-                    f"the archive at {self.folder} is format 2; the central store takes "
-                    f"format {SUPPORTED_FORMAT} archives only (nothing was shipped)"
-                )
-            self._store = store
+            self._store = EventStore.open(self.folder, create=False, readonly=True)
         return self._store
 
     def close(self) -> None:
@@ -161,33 +295,42 @@ class Shipper:
         shipped = 0
         with self._connections().connection() as conn:
             local = store.head()
-            position = self._agreed_head(conn, store, local.seq)
-            while position[0] < local.seq:
-                rows, bodies, problem = self._verified_batch(store, position, local.seq)
-                added = self._send(conn, store.store_id, position, rows, bodies) if rows else 0
+            position, checkpoint = self._agreed_head(conn, store, local.seq)
+            while True:
+                batch = self._verified_batch(store, position, local.seq, checkpoint)
+                if not batch.rows and not batch.checkpoints:
+                    if batch.problem:
+                        raise ShipError(batch.problem)
+                    break
+                added = self._send(conn, store.store_id, position, batch)
                 if added is None:  # another shipper of this archive moved the head
-                    moved = self._agreed_head(conn, store, local.seq)
+                    moved, checkpoint = self._agreed_head(conn, store, local.seq)
                     if moved[0] <= position[0]:
                         raise ShipError(
-                            f"the central store refused events {rows[0][0]}..{rows[-1][0]} "
+                            f"the central store refused events {position[0] + 1}.. "
                             "as duplicates without moving its head"
                         )
                     position = moved
                     continue
                 shipped += added
                 self.state.shipped_total += added
-                if rows:
-                    position = (rows[-1][0], rows[-1][8])
+                if batch.checkpoints:
+                    checkpoint = batch.checkpoints[-1][0]
+                if batch.rows:
+                    position = (batch.rows[-1][0], batch.rows[-1][8])
                     self._note_lag(store, position[0], local.seq)
-                if problem:
-                    raise ShipError(problem)
+                if batch.problem:
+                    raise ShipError(batch.problem)
+            if isinstance(store, EventStoreV2):
+                self._send_cosignatures(conn, store, checkpoint)
         return shipped
 
     def _agreed_head(
         self, conn: psycopg.Connection[Any], store: EventStore, local_seq: int
-    ) -> tuple[int, str]:
-        """The central head, once it is known to be a point of this archive's own history."""
-        central = self._central_head(conn, store)
+    ) -> tuple[tuple[int, str], int]:
+        """The central head, once it is known to be a point of this archive's own history,
+        and the size of the newest checkpoint shipped (-1: none)."""
+        central, checkpoint = self._central_head(conn, store)
         self._note_lag(store, central[0], local_seq)
         if central[0] > local_seq:
             raise ShipError(
@@ -200,49 +343,80 @@ class Shipper:
                 f"the central chain at seq {central[0]} differs from this archive's: the "
                 "two histories diverged. Nothing is shipped until someone looks."
             )
-        return central
+        return central, checkpoint
 
-    def _central_head(self, conn: psycopg.Connection[Any], store: EventStore) -> tuple[int, str]:
-        """Register the store if needed; return the central (seq, chain)."""
+    @staticmethod
+    def _registration(store: EventStore) -> tuple[int, str, str | None, str | None, str]:
+        """(format, genesis hex, payload key hex, verifier key, what the server hashes)."""
+        if isinstance(store, EventStoreV2):
+            try:
+                vkey = store.vkey
+            except KeyFileError:  # the key lives elsewhere: the one the archive recorded
+                vkey = str(
+                    store.conn.execute("SELECT value FROM meta WHERE name = 'vkey'").fetchone()[0]
+                )
+            return 2, digests_v2.genesis(store.store_id).hex(), None, vkey, vkey
         key_hex = store.key.hex()
+        return 1, genesis(store.store_id), key_hex, None, key_hex
+
+    def _central_head(
+        self, conn: psycopg.Connection[Any], store: EventStore
+    ) -> tuple[tuple[int, str], int]:
+        """Register the store if needed; return the central (seq, chain) and checkpoint."""
+        version, first, key_hex, vkey, hashed = self._registration(store)
+        self._vkey = vkey or ""
         if not self._registered:
             conn.execute(
                 f"INSERT INTO {SCHEMA}.stores (store_id, format_version, genesis, payload_key, "
-                "label) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [
-                    store.store_id,
-                    SUPPORTED_FORMAT,
-                    genesis(store.store_id),
-                    key_hex,
-                    self.label,
-                ],
+                "vkey, label) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [store.store_id, version, first, key_hex, vkey, self.label],
             )
             conn.commit()
         row = conn.execute(
-            f"SELECT seq, chain, genesis, key_sha256 FROM {SCHEMA}.head(%s)", [store.store_id]
+            f"SELECT seq, chain, genesis, key_sha256, checkpoint FROM {SCHEMA}.head(%s)",
+            [store.store_id],
         ).fetchone()
         conn.commit()
         if row is None:
             raise ShipError(f"the central store did not register store {store.store_id}")
-        if row[2] != genesis(store.store_id) or row[3] != sha256(key_hex.encode()).hexdigest():
+        if row[2] != first or row[3] != sha256(hashed.encode()).hexdigest():
             raise ShipError(
                 f"store {store.store_id} is registered centrally with another genesis or key: "
                 "someone registered this id first. Nothing is shipped until someone looks."
             )
         self._registered = True
-        return int(row[0]), str(row[1])
+        return (int(row[0]), str(row[1])), int(row[4])
 
     @staticmethod
     def _local_chain(store: EventStore, seq: int) -> str | None:
         row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (seq,)).fetchone()
-        return str(row[0]) if row else None
+        if row is None:
+            return None
+        return bytes(row[0]).hex() if isinstance(row[0], bytes) else str(row[0])
 
     def _verified_batch(
-        self, store: EventStore, start: tuple[int, str], last: int
-    ) -> tuple[list[tuple[Any, ...]], dict[str, bytes], str | None]:
-        """The next rows after ``start`` that the verifier passes, the bodies they name (as
-        it checked them), and why the batch stops early (None when it does not)."""
-        until = min(last, start[0] + self.batch)
+        self, store: EventStore, start: tuple[int, str], last: int, checkpoint: int
+    ) -> _Batch:
+        """The next rows after ``start`` that the verifier passes, what they need shipped
+        with them, and why the batch stops early (None when it does not)."""
+        if isinstance(store, EventStoreV2):
+            batch = _batch_v2(
+                store, start, min(last, start[0] + self.batch), last, checkpoint, self._vkey
+            )
+        else:
+            batch = self._batch_v1(store, start, min(last, start[0] + self.batch))
+        for row in batch.rows:
+            if any("\x00" in text for text in row[1:4]):
+                batch.cut(row[0])
+                batch.problem = (
+                    f"event {row[0]} has a NUL character in its time, type or session, which "
+                    "PostgreSQL text cannot hold; it and what follows stay local"
+                )
+                break
+        return batch
+
+    @staticmethod
+    def _batch_v1(store: EventStore, start: tuple[int, str], until: int) -> _Batch:
         checked: dict[str, bytes] = {}
 
         def payload_of(digest: str) -> bytes | None:
@@ -260,62 +434,108 @@ class Shipper:
             head=(until, rows[-1][8]) if rows else (until, start[1]),
             start=start,
         )
-        problem = None
+        batch = _Batch([(*row, None) for row in rows])
         if not report.ok:
             bad = report.first_bad_seq if report.first_bad_seq is not None else start[0] + 1
-            rows = [row for row in rows if row[0] < bad]
-            problem = (
-                f"the local archive fails verification at seq {bad}: {report.problem}; "
-                "nothing from there on is shipped (hermes-archive verify, docs/RECOVER.md)"
-            )
-        for index, row in enumerate(rows):
-            if any("\x00" in text for text in row[1:4]):
-                rows = rows[:index]
-                problem = (
-                    f"event {row[0]} has a NUL character in its time, type or session, which "
-                    "PostgreSQL text cannot hold; it and what follows stay local"
-                )
-                break
-        named = {digest for row in rows for digest in (row[6], *json.loads(row[7]))}
-        return rows, {d: b for d, b in checked.items() if d in named}, problem
+            batch.cut(bad)
+            batch.problem = _local_damage(bad, report.problem)
+        named = {digest for row in batch.rows for digest in (row[6], *json.loads(row[7]))}
+        batch.payloads = [(d, b, None, None) for d, b in checked.items() if d in named]
+        return batch
 
     def _send(
         self,
         conn: psycopg.Connection[Any],
         store_id: str,
         start: tuple[int, str],
-        rows: list[tuple[Any, ...]],
-        bodies: dict[str, bytes],
+        batch: _Batch,
     ) -> int | None:
-        """Insert one verified batch in one transaction; None when another shipper won."""
+        """Insert one verified batch in one transaction; None when another shipper won.
+
+        Each signed checkpoint goes in right after the events it covers: the server checks
+        its root against the tree it has grown to exactly that size.
+        """
         import psycopg
 
+        rows = batch.rows
         prev = [start[1], *(row[8] for row in rows[:-1])]
-        columns = list(zip(*rows, strict=True))
         try:
             with conn.transaction():
-                conn.execute(
-                    f"INSERT INTO {SCHEMA}.payloads (store_id, digest, body) "
-                    "SELECT %s, d, b FROM unnest(%s::text[], %s::bytea[]) AS u(d, b) "
-                    "ON CONFLICT DO NOTHING",
-                    [store_id, list(bodies), list(bodies.values())],
-                )
-                conn.execute(
-                    f"INSERT INTO {SCHEMA}.events (store_id, seq, time, type, session, key, "
-                    "identity, payload, parts, chain, prev_chain) "
-                    "SELECT %s, u.* FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], "
-                    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) "
-                    "AS u ORDER BY 1",
-                    [store_id, *(list(column) for column in columns), prev],
-                )
+                if batch.payloads:
+                    conn.execute(
+                        f"INSERT INTO {SCHEMA}.payloads (store_id, digest, body, salt, erased_by) "
+                        "SELECT %s, d, b, s, e FROM unnest(%s::text[], %s::bytea[], %s::bytea[], "
+                        "%s::bigint[]) AS u(d, b, s, e) ON CONFLICT DO NOTHING",
+                        [store_id, *(list(column) for column in zip(*batch.payloads, strict=True))],
+                    )
+                seqs = [row[0] for row in rows]
+                done = 0
+                for size, root, time, signature in batch.checkpoints:
+                    end = bisect_right(seqs, size)
+                    if end > done:
+                        self._insert_events(conn, store_id, rows[done:end], prev[done:end])
+                        done = end
+                    conn.execute(
+                        f"INSERT INTO {SCHEMA}.checkpoints (store_id, size, root, time, "
+                        "signature) VALUES (%s, %s, %s, %s, %s)",
+                        [store_id, size, root, time, signature],
+                    )
+                if done < len(rows):
+                    self._insert_events(conn, store_id, rows[done:], prev[done:])
         except psycopg.errors.UniqueViolation:
             return None
-        except psycopg.errors.IntegrityError as exc:
+        except (psycopg.errors.IntegrityError, psycopg.errors.RaiseException) as exc:
+            span = f"events {rows[0][0]}..{rows[-1][0]}" if rows else "a checkpoint"
             raise ShipError(
-                f"the central store refused events {rows[0][0]}..{rows[-1][0]}: "
-                f"{scrub(str(exc).strip(), self.target)}"
+                f"the central store refused {span}: {scrub(str(exc).strip(), self.target)}"
             ) from None
         return len(rows)
+
+    @staticmethod
+    def _insert_events(
+        conn: psycopg.Connection[Any], store_id: str, rows: list[Row], prev: list[str]
+    ) -> None:
+        columns = list(zip(*rows, strict=True))
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.events (store_id, seq, time, type, session, key, "
+            "identity, payload, parts, chain, author, prev_chain) "
+            "SELECT %s, u.* FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[]) AS u ORDER BY 1",
+            [store_id, *(list(column) for column in columns), prev],
+        )
+
+    def _send_cosignatures(
+        self, conn: psycopg.Connection[Any], store: EventStoreV2, checkpoint: int
+    ) -> None:
+        """Ship the cosignatures of shipped checkpoints the server does not hold yet
+        (witnesses cosign in the background, after the checkpoint was shipped)."""
+        import psycopg
+
+        local = store.conn.execute(
+            "SELECT size, name, key_id, timestamp, signature FROM cosignatures WHERE size <= ?",
+            (checkpoint,),
+        ).fetchall()
+        if not local:
+            return
+        have = {
+            (int(r[0]), str(r[1]), bytes(r[2]))
+            for r in conn.execute(f"SELECT * FROM {SCHEMA}.cosigned(%s)", [store.store_id])
+        }
+        conn.commit()
+        for size, name, key_id, timestamp, signature in local:
+            if (size, name, bytes(key_id)) in have:
+                continue
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        f"INSERT INTO {SCHEMA}.cosignatures (store_id, size, name, key_id, "
+                        "timestamp, signature) VALUES (%s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT DO NOTHING",
+                        [store.store_id, size, name, key_id, timestamp, signature],
+                    )
+            except psycopg.errors.ForeignKeyViolation:
+                continue  # its checkpoint was never shipped (signed below the central head)
 
     # -- state ----------------------------------------------------------------------------
 

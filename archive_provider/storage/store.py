@@ -852,6 +852,8 @@ class EventStoreV2(EventStore):
         self._signed_now = False
         self._growing: merkle.TileAppender | None = None  # inside a transaction
         self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
+        #: a copy laid out from central rows has no signing key: the key it was registered with
+        self.registered_vkey: str | None = None
 
     @property
     def vkey(self) -> str:
@@ -859,6 +861,8 @@ class EventStoreV2(EventStore):
 
         Read from the signing key itself, never from ``meta.vkey`` (informational only).
         """
+        if self.registered_vkey is not None and self.signer is None:
+            return self.registered_vkey
         signer = self.signer or read_signer(signing_key_path(self.path.parent), self.origin)
         return signer.vkey
 

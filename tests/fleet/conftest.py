@@ -36,12 +36,6 @@ GROUPS = {
 _databases = itertools.count(1)
 
 
-@pytest.fixture(autouse=True)
-def _v1_archives(v1_format: None) -> None:
-    """The central store takes format 1 archives only (storage/ship.py refuses a v2 one, as
-    test_ship checks): the fleet's archives are made v1 until shipping v2 exists."""
-
-
 @pytest.fixture(scope="session")
 def pg() -> Iterator[PgServer]:
     try:
@@ -118,16 +112,18 @@ def append_turns(store: EventStore, count: int, *, session: str = "s1", text: st
 
 
 def local_rows(home: Path) -> list[tuple[object, ...]]:
-    """(seq, identity, chain) of every local event, in order (none before the archive exists)."""
+    """(seq, identity, chain) of every local event, in order, digests as hex in either format
+    (none before the archive exists)."""
     if not (archive_dir(home) / "events.db").exists():
         return []
     conn = sqlite3.connect(archive_dir(home) / "events.db")
     try:
-        return conn.execute("SELECT seq, identity, chain FROM events ORDER BY seq").fetchall()
+        rows = conn.execute("SELECT seq, identity, chain FROM events ORDER BY seq").fetchall()
     except sqlite3.OperationalError:  # the writer made the file and not yet its tables
         return []
     finally:
         conn.close()
+    return [tuple(v.hex() if isinstance(v, bytes) else v for v in row) for row in rows]
 
 
 def central_rows(db: Central, store_id: str) -> list[tuple[object, ...]]:

@@ -14,15 +14,14 @@ import psycopg
 import pytest
 
 from archive_provider.cli import main
-from archive_provider.format import events
-from archive_provider.format.events import NewEvent
 from archive_provider.format.verifier import envelope_bytes
 from archive_provider.storage import central
 from archive_provider.storage.ship import Shipper
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
 
-pytestmark = pytest.mark.postgres
+# format 1 archives: shipping them keeps working beside format 2 (test_ship_v2.py)
+pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("v1_format")]
 
 COLUMNS = "store_id, seq, time, type, session, key, identity, payload, parts, prev_chain, chain"
 
@@ -67,7 +66,7 @@ def test_init_is_idempotent_and_needs_no_ownership_change(central_db: Central) -
     )
     central.init(central_db.admin)
     after = central_db.query("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname")
-    assert before == after and len(after) == 10
+    assert before == after and len(after) == 24
     owners = central_db.query(
         "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'hermes_archive'"
     )
@@ -188,7 +187,7 @@ def test_the_shipping_role_cannot_change_or_read_back(
         "DELETE FROM hermes_archive.events WHERE seq = 6",
         "UPDATE hermes_archive.payloads SET body = NULL, erased_by = 6",
         "DELETE FROM hermes_archive.payloads",
-        "TRUNCATE hermes_archive.events, hermes_archive.payloads, hermes_archive.stores",
+        "TRUNCATE hermes_archive.events, hermes_archive.payloads, hermes_archive.stores CASCADE",
     ],
 )
 def test_even_the_owner_is_refused_by_the_triggers(
@@ -244,72 +243,6 @@ def test_a_prev_chain_column_edited_by_a_superuser_is_caught(
     assert "prev_chain" in str(report.problem)
 
 
-def test_an_erasure_blanks_only_the_payloads_its_shipped_event_covers(
-    tmp_path: Path, central_db: Central, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # format v1 has no erasure event yet (format v2, issue 16): admit the type for this test
-    monkeypatch.setattr(events, "EVENT_TYPES", events.EVENT_TYPES | {"erasure"})
-    home = tmp_path / "home"
-    store = make_archive(home)
-    append_turns(store, 4)
-    secret, kept = (
-        store.event(seq).part_digests[0]  # type: ignore[union-attr]
-        for seq in (2, 3)
-    )
-    store.append([NewEvent("erasure", "s1", {"covers": [secret]}, {"covers": [secret]})])
-    store_id = store.store_id
-    store.close()
-    shipper = Shipper(archive_dir(home), central_db.url())
-    try:
-        shipper.ship_once()
-    finally:
-        shipper.close()
-
-    # a non-erasure event covers nothing, and the shipping role may not call erase()
-    assert central_db.query("SELECT hermes_archive.erase(%s, 2)", [store_id]) == [(0,)]
-    with (
-        pytest.raises(psycopg.errors.InsufficientPrivilege),
-        psycopg.connect(central_db.url()) as conn,
-    ):
-        conn.execute("SELECT hermes_archive.erase(%s, 5)", [store_id])
-    with psycopg.connect(central_db.url("erase_login")) as conn:
-        assert conn.execute("SELECT hermes_archive.erase(%s, 5)", [store_id]).fetchone() == (1,)
-    bodies = dict(
-        central_db.query(
-            "SELECT digest, body IS NULL FROM hermes_archive.payloads WHERE store_id = %s",
-            [store_id],
-        )
-    )
-    assert bodies[secret] is True and bodies[kept] is False
-    assert sum(bodies.values()) == 1
-    # an uncovered payload cannot be blanked by naming the erasure event either
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        central_db.query(
-            "UPDATE hermes_archive.payloads SET body = NULL, erased_by = 5 "
-            "WHERE store_id = %s AND digest = %s",
-            [store_id, kept],
-        )
-    # the same message said again later and shipped: the erased body does not come back
-    store = make_archive(home)
-    again = store.hasher.part({"role": "user", "content": "note 1 about tulips"})
-    assert again.digest == secret
-    store.append([NewEvent("turn", "s1", {"turn": 99}, {"messages": [secret]}, (again,))])
-    store.close()
-    shipper = Shipper(archive_dir(home), central_db.url())
-    try:
-        assert shipper.ship_once() == 1
-    finally:
-        shipper.close()
-    assert central_db.query(
-        "SELECT body IS NULL FROM hermes_archive.payloads WHERE store_id = %s AND digest = %s",
-        [store_id, secret],
-    ) == [(True,)]
-    with central.connect(central_db.url("read_login")) as conn:
-        report = central.verify_store(conn, central.stores(conn, store_id)[0])
-    assert report.ok, report.problem
-    assert report.envelopes_only == 2 and "1 payloads were erased" in report.warnings[0]
-
-
 def test_central_init_from_the_command_line(
     pg: object, central_db: Central, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -321,7 +254,7 @@ def test_central_init_from_the_command_line(
     assert "central store ready" in capsys.readouterr().out
     assert central_db.query(
         "SELECT count(*) FROM pg_tables WHERE schemaname = 'hermes_archive'"
-    ) == [(3,)]
+    ) == [(7,)]
     assert main(["central", "sql"]) == 0
     assert "CREATE TABLE IF NOT EXISTS hermes_archive.events" in capsys.readouterr().out
 

@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from archive_provider.cli import main
 from archive_provider.storage import central
 from archive_provider.storage.ship import ShipError, Shipper, read_state
 from archive_provider.storage.store import archive_dir
+from tests.conftest import archive_format
 from tests.fleet.conftest import (
     PASSWORDS,
     Central,
@@ -33,6 +34,26 @@ from tests.fleet.conftest import (
 from tests.fleet.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def fmt(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Both formats, for the tests that take it (format 2 adds its store_created event)."""
+    with archive_format(request.param):
+        yield request.param
+
+
+@pytest.fixture(autouse=True)
+def _v1_unless_both(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Format 1 archives for the rest: shipping them keeps working (format 2 is in
+    test_ship_v2.py)."""
+    if "fmt" in request.fixturenames:
+        yield
+        return
+    with archive_format(1):
+        yield
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -159,7 +180,7 @@ def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) 
 
 
 def test_two_profiles_ship_concurrently_through_their_providers(
-    tmp_path: Path, central_db: Central, make_provider: Callable[..., object]
+    tmp_path: Path, central_db: Central, make_provider: Callable[..., object], fmt: int
 ) -> None:
     homes = [tmp_path / "alpha", tmp_path / "beta"]
     for home in homes:
@@ -201,10 +222,11 @@ def test_two_profiles_ship_concurrently_through_their_providers(
 
 
 def test_follow_survives_the_server_killed_and_restarted(
-    tmp_path: Path, central_db: Central, pg: PgServer
+    tmp_path: Path, central_db: Central, pg: PgServer, fmt: int
 ) -> None:
     home = tmp_path / "home"
     store = make_archive(home)
+    first = int(fmt == 2)  # format 2's store_created
     append_turns(store, 20)
     url = central_db.url()
     follower = subprocess.Popen(
@@ -218,14 +240,16 @@ def test_follow_survives_the_server_killed_and_restarted(
     store_id = store.store_id
     state_of: Callable[[], dict[str, object]] = lambda: read_state(archive_dir(home)) or {}  # noqa: E731
     try:
-        wait_until(lambda: state_of().get("central_seq") == 20, "the first 20 events")
+        wait_until(lambda: state_of().get("central_seq") == 20 + first, "the first 20 events")
         append_turns(store, 15)  # while it ships...
         pg.kill()  # ...the server dies
         append_turns(store, 15)  # the archive keeps committing locally
         wait_until(lambda: bool(state_of().get("last_error")), "the outage to be noticed")
         pg.start()
         append_turns(store, 10)
-        wait_until(lambda: state_of().get("central_seq") == 60, "the catch-up after restart")
+        wait_until(
+            lambda: state_of().get("central_seq") == 60 + first, "the catch-up after restart"
+        )
         assert state_of()["last_error"] is None and state_of()["lag_events"] == 0
     finally:
         follower.send_signal(signal.SIGTERM)
@@ -234,7 +258,7 @@ def test_follow_survives_the_server_killed_and_restarted(
     assert follower.returncode == 0, err
     rows = central_rows(central_db, store_id)
     assert rows == local_rows(home)  # nothing lost, nothing duplicated, in order
-    assert [row[0] for row in rows] == list(range(1, 61))
+    assert [row[0] for row in rows] == list(range(1, 61 + first))
     assert "last error" in out  # the outage was reported while it lasted
     state_text = (archive_dir(home) / "shipping.json").read_text()
     for text in (out, err, state_text):
@@ -356,24 +380,3 @@ def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
         assert state is None or state["central_seq"] == 0  # nothing reached the silent server
         provider.shutdown()  # returns although the shipper is still waiting for the server
         caller.close()
-
-
-def test_a_format_2_archive_is_refused_before_anything_is_registered(
-    tmp_path: Path, central_db: Central
-) -> None:
-    """The central schema holds format 1 rows: a migrated archive must not be registered."""
-    from archive_provider.projections.registry import default_projections
-    from archive_provider.storage.migrate import migrate
-
-    home = tmp_path / "home"
-    store = make_archive(home)
-    append_turns(store, 3)
-    store.close()
-    migrate(archive_dir(home), projections=default_projections)
-    shipper = Shipper(archive_dir(home), central_db.url())
-    try:
-        with pytest.raises(ShipError, match="format 2"):
-            shipper.ship_once()
-    finally:
-        shipper.close()
-    assert central_db.query("SELECT count(*) FROM hermes_archive.stores") == [(0,)]
