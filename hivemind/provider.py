@@ -121,7 +121,19 @@ class HivemindProvider(ArchiveProvider):
             )
         try:
             from .link import PeerLink  # matrix-nio is the `hivemind` extra
+            from .witnessing import PeerWitnessing
 
+            witnessing = (
+                PeerWitnessing(
+                    home=self.core.home,
+                    user_id=str(values["MATRIX_USER_ID"]),
+                    peers=self._peer_settings.witness_peers,
+                    interval_s=self._peer_settings.witness_interval_s,
+                    submit=self.core.submit_job,
+                )
+                if self._peer_settings.witness_peers
+                else None
+            )
             link = PeerLink(
                 crypto_dir=self.core.home / "hivemind" / "crypto",
                 homeserver=str(values["MATRIX_HOMESERVER"]),
@@ -131,6 +143,8 @@ class HivemindProvider(ArchiveProvider):
                 settings=self._peer_settings,
                 submit=self.core.submit_job,
                 read_token=self._logged_sync_token,
+                spent=self._model_calls_since,
+                witnessing=witnessing,
                 redact=self.core.settings.redact_secrets,
             )
             link.start()
@@ -227,6 +241,10 @@ class HivemindProvider(ArchiveProvider):
             return self._read(projection.sync_token)
         except sqlite3.OperationalError:
             return None
+
+    def _model_calls_since(self, since: str) -> list[str]:
+        """When the summaries' model calls logged from ``since`` on were made."""
+        return self._read(lambda conn: projection.model_calls_since(conn, since))
 
     # -- configuration -------------------------------------------------------------------
 
