@@ -114,6 +114,8 @@ class PeerLink:
     def start(self) -> None:
         with _stores_lock:
             if self._crypto_dir in _stores_in_use:
+                if self._witnessing is not None:
+                    self._witnessing.close()
                 raise LinkRefused(
                     f"{self._crypto_dir} is already in use by another hivemind "
                     "provider in this process (one Matrix device per profile)"

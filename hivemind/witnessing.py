@@ -134,9 +134,9 @@ class PeerWitnessing:
         answer = self._witness.answer(body.encode("utf-8"), log_vkey, message.sender, sent_at)
         if answer.status == "stale":
             return
-        if answer.status == "refused":
+        offered = body.partition("\n\n")[2]
+        if answer.status == "refused" and offered:
             log.warning("hivemind: refused to cosign %s: %s", message.sender, answer.reason)
-            offered = body.partition("\n\n")[2]
             event = events.witness_refused(
                 message.sender, answer.reason, answer.checkpoint, offered
             )
