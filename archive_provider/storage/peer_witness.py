@@ -32,7 +32,7 @@ from ..format.signed_note import (
     parse_note,
 )
 from .remote_witnesses import cosigner_key, latest_checkpoint, store_cosignature
-from .store import DB_NAME, connect
+from .store import DB_NAME, EventStore, connect
 from .witness import witness_dir_for
 from .witness_client import BadCosignature, _cosignature
 from .witness_server import (
@@ -97,8 +97,6 @@ def checkpoint_request(folder: Path, old_size: int) -> CheckpointRequest | None:
     An ``old_size`` beyond the checkpoint (the witness saw more than this archive holds)
     is sent as it is, with no proof: the witness refuses it as a rollback.
     """
-    from .store import EventStore
-
     found = latest_checkpoint(folder)
     if found is None:
         return None
@@ -121,8 +119,6 @@ def accept_cosignature(folder: Path, vkey: str, checkpoint: str, line: str) -> i
         cosigned = parse_checkpoint(checkpoint)
     except NoteError:
         return None
-    from .store import EventStore
-
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
         ours = reader.checkpoint_note(cosigned.size)  # type: ignore[attr-defined]
@@ -149,12 +145,8 @@ class PeerWitness:
         if not (folder / KEY_FILE).exists():
             keygen(folder, name)
         self.folder = folder
+        self.vkey = load_key(folder).vkey  # its cosigner key, sent with every answer
         self._witness: Witness | None = None
-        self._keys: list[Verifier] = []
-
-    @property
-    def vkey(self) -> str:
-        return load_key(self.folder).vkey
 
     def close(self) -> None:
         if self._witness is not None:
