@@ -469,11 +469,14 @@ def link_state(state: str, *, error: str = "", redact: bool = True) -> NewEvent:
     return _event("peer_link_state", PEER_SESSION, key, body, redact=redact)
 
 
-def witness_refused(peer: str, reason: str, evidence: str, offered: str) -> NewEvent:
+def witness_refused(
+    peer: str, reason: str, evidence: str, offered: str, *, redact: bool = True
+) -> NewEvent:
     """We refused to cosign ``peer``'s checkpoint: ``offered`` (its signed note) is not
     consistent with ``evidence``, the note of its log we cosigned before (both signed by its
-    log key: the pair proves a rollback or a rewrite). Never redacted: signatures and
-    hashes only, and masking a span would destroy the proof."""
+    log key: the pair proves a rollback or a rewrite). Masked like every peer event: notes
+    are base64 and decimal lines, which no secret shape matches, so a mask lands only on
+    text a peer slipped in (and then that note no longer verifies, as it should not)."""
     body = {
         "peer": peer,
         "reason": _text(reason, MAX_ERROR_CHARS),
@@ -481,7 +484,7 @@ def witness_refused(peer: str, reason: str, evidence: str, offered: str) -> NewE
         "offered": offered,
     }
     key = {"peer": peer, "offered": hashlib.sha256(offered.encode("utf-8")).hexdigest()}
-    return _event("peer_witness_refused", PEER_SESSION, key, body, redact=False)
+    return _event("peer_witness_refused", PEER_SESSION, key, body, redact=redact)
 
 
 def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = True) -> list[NewEvent]:

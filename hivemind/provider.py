@@ -160,6 +160,7 @@ class HivemindProvider(ArchiveProvider):
                 peers=self._peer_settings.witness_peers,
                 interval_s=self._peer_settings.witness_interval_s,
                 submit=self.core.submit_job,
+                redact=self.core.settings.redact_secrets,
             )
         except Exception as exc:
             log.error("hivemind: peer witnessing is off: %s", exc)

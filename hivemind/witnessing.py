@@ -74,12 +74,14 @@ class PeerWitnessing:
         peers: Sequence[str],
         interval_s: float,
         submit: Submit,
+        redact: bool = True,
     ) -> None:
         self._archive = archive_dir(home)
         self._witness = PeerWitness(home, witness_key_name(user_id))
         self._peers = frozenset(p for p in peers if p != user_id)
         self._interval = interval_s
         self._submit = submit
+        self._redact = redact  # the archive's redact_secrets, for what we archive of peers
         self._next_round = 0.0
         self._keys: dict[str, str] = {}  # peer -> its cosigner key (from its answers)
         self._from: dict[str, int] = {}  # peer -> the size it asked us to prove from (409)
@@ -138,7 +140,7 @@ class PeerWitnessing:
         if answer.status == "refused" and offered:
             log.warning("hivemind: refused to cosign %s: %s", message.sender, answer.reason)
             event = events.witness_refused(
-                message.sender, answer.reason, answer.checkpoint, offered
+                message.sender, answer.reason, answer.checkpoint, offered, redact=self._redact
             )
             self._submit(lambda store: [event], "peer witness refused")
         reply = {
