@@ -43,7 +43,9 @@ _EXPORTS = {
     "verify_database": "archive_provider.format.verifier",
     # domain
     "with_redactions": "archive_provider.domain.builders",
+    "format_time": "archive_provider.domain.clock",
     "now_text": "archive_provider.domain.clock",
+    "parse_time": "archive_provider.domain.clock",
     "utc_now": "archive_provider.domain.clock",
     "one_line": "archive_provider.domain.fence",
     "archivable_text": "archive_provider.domain.evidence",
@@ -55,6 +57,14 @@ _EXPORTS = {
     "archive_dir": "archive_provider.storage.store",
     "connect": "archive_provider.storage.store",
     "part_body": "archive_provider.storage.store",
+    "PeerAnswer": "archive_provider.storage.peer_witness",
+    "PeerWitness": "archive_provider.storage.peer_witness",
+    "accept_cosignature": "archive_provider.storage.peer_witness",
+    "checkpoint_request": "archive_provider.storage.peer_witness",
+    "cosigned_size": "archive_provider.storage.peer_witness",
+    "witness_added": "archive_provider.storage.remote_witnesses",
+    "witness_refused": "archive_provider.storage.remote_witnesses",
+    "witness_set": "archive_provider.storage.remote_witnesses",
     # projections
     "TableProjection": "archive_provider.projections.base",
     # host: the provider, its glue, and the CLI door hermes wires as `hermes <provider>`
@@ -92,10 +102,13 @@ __all__ = [
     "InvalidRequest",
     "NewEvent",
     "Part",
+    "PeerAnswer",
+    "PeerWitness",
     "Settings",
     "StoredEvent",
     "TableProjection",
     "UsageError",
+    "accept_cosignature",
     "archivable_text",
     "archive_command",
     "archive_dir",
@@ -103,15 +116,19 @@ __all__ = [
     "call_host_llm",
     "canonical_bytes",
     "canonical_text",
+    "checkpoint_request",
     "config_path",
     "connect",
+    "cosigned_size",
     "decode",
     "demo_home",
+    "format_time",
     "get_secret",
     "identity_digest",
     "load_tool_schema",
     "now_text",
     "one_line",
+    "parse_time",
     "part_body",
     "redact_value",
     "register",
@@ -121,6 +138,9 @@ __all__ = [
     "utc_now",
     "verify_database",
     "with_redactions",
+    "witness_added",
+    "witness_refused",
+    "witness_set",
 ]
 
 
@@ -142,7 +162,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .cli import archive_command, register_cli
     from .demo.demo import DemoRefused, demo_home
     from .domain.builders import with_redactions
-    from .domain.clock import now_text, utc_now
+    from .domain.clock import format_time, now_text, parse_time, utc_now
     from .domain.evidence import archivable_text, bindable_text
     from .domain.fence import one_line
     from .domain.redaction import redact_value
@@ -164,4 +184,12 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
+    from .storage.peer_witness import (
+        PeerAnswer,
+        PeerWitness,
+        accept_cosignature,
+        checkpoint_request,
+        cosigned_size,
+    )
+    from .storage.remote_witnesses import witness_added, witness_refused, witness_set
     from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body

@@ -50,6 +50,7 @@ class PeerCard:
     interests: tuple[str, ...] = ()
     summary: str = ""
     unread: int = 0
+    witness_alert: str = ""  # we refused to cosign its archive: when and why (our own words)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,11 @@ def peer_line(card: PeerCard) -> str:
         notes.append(f"{card.unread} unread")
     head = f"- {card.name} ({', '.join(notes)})"
     text = describe(card)
-    return f"{head}: {text}" if text else head
+    line = f"{head}: {text}" if text else head
+    if card.witness_alert:
+        warning = one_line(card.witness_alert, 300)
+        line += f" WITNESS ALERT: its archive was rolled back or rewritten ({warning})"
+    return line
 
 
 def peers_block(

@@ -15,6 +15,7 @@ decides what makes its event *that* event (its identity key), so a fact delivere
 * ``peer_invite_ignored``: the room and the inviter;
 * ``peer_input_rejected``: the Matrix event id (else the digest of the raw event);
 * ``peer_link_state``: the state (``offline``/``online``) and the clock time of the change;
+* ``peer_witness_refused``: the peer and a digest of the checkpoint it offered;
 * ``peer_sync_position``: the sync token, appended in the same transaction as the events
   of that sync, so a restart resumes from the last sync whose events are all in the log.
 
@@ -29,6 +30,7 @@ part and each body goes through :func:`_event`, which masks secret-shaped spans 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -465,6 +467,24 @@ def link_state(state: str, *, error: str = "", redact: bool = True) -> NewEvent:
         body["error"] = _text(error, MAX_ERROR_CHARS)
     key = {"state": state, "at": now_text()}
     return _event("peer_link_state", PEER_SESSION, key, body, redact=redact)
+
+
+def witness_refused(
+    peer: str, reason: str, evidence: str, offered: str, *, redact: bool = True
+) -> NewEvent:
+    """We refused to cosign ``peer``'s checkpoint: ``offered`` (its signed note) is not
+    consistent with ``evidence``, the note of its log we cosigned before (both signed by its
+    log key: the pair proves a rollback or a rewrite). Masked like every peer event: notes
+    are base64 and decimal lines, which no secret shape matches, so a mask lands only on
+    text a peer slipped in (and then that note no longer verifies, as it should not)."""
+    body = {
+        "peer": peer,
+        "reason": _text(reason, MAX_ERROR_CHARS),
+        "evidence": evidence,
+        "offered": offered,
+    }
+    key = {"peer": peer, "offered": hashlib.sha256(offered.encode("utf-8")).hexdigest()}
+    return _event("peer_witness_refused", PEER_SESSION, key, body, redact=redact)
 
 
 def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = True) -> list[NewEvent]:

@@ -40,7 +40,8 @@ from .matrix_backend import (
     SyncResult,
 )
 from .settings import HivemindSettings
-from .summarizer import SummaryWorker, host_model
+from .summarizer import Spent, SummaryWorker, host_model
+from .witnessing import PeerWitnessing
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class PeerLink:
         settings: HivemindSettings,
         submit: Submit,
         read_token: Callable[[], str | None],
+        spent: Spent,
+        witnessing: PeerWitnessing | None = None,
         redact: bool = True,
     ) -> None:
         self.user_id = user_id
@@ -96,8 +99,9 @@ class PeerLink:
         self._fatal = False
         self._resume_from_log = True
         self.error: str | None = None  # why the link is down, for tool results
+        self._witnessing = witnessing  # None: peers do not witness this archive
         self._summaries = (  # None: extractive summaries, derived inside the writer job
-            SummaryWorker(settings, submit, self._derive, host_model(settings))
+            SummaryWorker(settings, submit, self._derive, host_model(settings), spent)
             if settings.summary_llm_per_hour
             else None
         )
@@ -110,6 +114,8 @@ class PeerLink:
     def start(self) -> None:
         with _stores_lock:
             if self._crypto_dir in _stores_in_use:
+                if self._witnessing is not None:
+                    self._witnessing.close()
                 raise LinkRefused(
                     f"{self._crypto_dir} is already in use by another hivemind "
                     "provider in this process (one Matrix device per profile)"
@@ -137,6 +143,8 @@ class PeerLink:
                 log.warning("hivemind: the sync loop did not stop within %.1f s", timeout)
         if self._summaries is not None:
             self._summaries.close(timeout)
+        if self._witnessing is not None:
+            self._witnessing.close()
         with _stores_lock:
             _stores_in_use.discard(self._crypto_dir)
 
@@ -188,6 +196,7 @@ class PeerLink:
                     return
                 log.exception("hivemind: a sync could not be recorded")
                 continue
+            self._witness_round(backend, result)
             if not self._ready.is_set():
                 if done is not None:
                     try:
@@ -250,6 +259,17 @@ class PeerLink:
         self.error = None
         log.info("hivemind: connected to %s as %s", self._homeserver, self.user_id)
         return backend
+
+    def _witness_round(self, backend: MatrixBackend, result: SyncResult) -> None:
+        """Answer peers' checkpoints, take their answers, send ours when due (never raises)."""
+        if self._witnessing is None:
+            return
+        try:
+            self._witnessing.handle(backend, result.witness)
+            self._witnessing.send_due(backend)
+        except Exception as exc:
+            if not self._stop.is_set():
+                log.warning("hivemind: peer witnessing failed this round: %s", exc)
 
     def _give_up(self, error: str) -> None:
         """Retrying cannot help (refused credentials): peers stay off, the archive works."""

@@ -69,6 +69,9 @@ logger = logging.getLogger(__name__)
 
 PROFILE_EVENT_TYPE = "org.hermes_archive.hivemind.profile"
 INTRODUCTION_EVENT_TYPE = "org.hermes_archive.hivemind.introduction"
+#: peers witnessing each other: a room message of this msgtype carries the exchange in
+#: ``content[WITNESS_MSGTYPE]`` (encrypted like any message; never shown as peer text)
+WITNESS_MSGTYPE = "org.hermes_archive.witness"
 MEGOLM_ALGORITHM = "m.megolm.v1.aes-sha2"
 MAX_PROFILE_BYTES = 32 * 1024  # well under Matrix's 64 KiB event limit
 BACKFILL_PAGE = 100  # events per /messages request when a sync left a gap
@@ -137,6 +140,17 @@ class ReceivedMessage:
     encrypted: bool
     msgtype: str = "m.text"
     backfilled: bool = False  # fetched from /messages after a gap, not from the sync timeline
+
+
+@dataclass(frozen=True)
+class WitnessMessage:
+    """A witness exchange from a peer (a checkpoint to cosign, or an answer to ours)."""
+
+    event_id: str
+    room_id: str
+    sender: str
+    origin_server_ts: int
+    payload: Mapping[str, Any] = field(hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -233,6 +247,7 @@ class SyncResult:
     left_rooms: tuple[str, ...] = ()
     rejected: tuple[RejectedEvent, ...] = ()
     unfilled_rooms: tuple[str, ...] = ()
+    witness: tuple[WitnessMessage, ...] = ()
 
 
 @dataclass
@@ -249,6 +264,7 @@ class _Pending:
     left_rooms: list[str] = field(default_factory=list)
     rejected: list[RejectedEvent] = field(default_factory=list)
     unfilled_rooms: list[str] = field(default_factory=list)
+    witness: list[WitnessMessage] = field(default_factory=list)
 
     def result(self, next_batch: str) -> SyncResult:
         def unique(items: list[Any]) -> tuple[Any, ...]:
@@ -266,6 +282,7 @@ class _Pending:
             left_rooms=unique(self.left_rooms),
             rejected=unique(self.rejected),
             unfilled_rooms=unique(self.unfilled_rooms),
+            witness=unique(self.witness),
         )
 
 
@@ -358,6 +375,15 @@ def _digest(
     into.left_rooms.extend(response.rooms.leave)
 
 
+def _witness_payload(event: Any) -> Mapping[str, Any] | None:
+    """The witness exchange a room message carries, if it is one (an object, else None)."""
+    content = event.source.get("content")
+    if not isinstance(content, dict) or content.get("msgtype") != WITNESS_MSGTYPE:
+        return None
+    payload = content.get(WITNESS_MSGTYPE)
+    return payload if isinstance(payload, dict) else None
+
+
 def _digest_event(
     event: Any, room_id: str, own_user_id: str, into: _Pending, *, backfilled: bool = False
 ) -> None:
@@ -378,6 +404,16 @@ def _digest_event(
         return
     elif isinstance(event, (BadEvent, UnknownBadEvent)):
         into.rejected.append(_rejected(event, room_id, backfilled))
+    elif isinstance(event, RoomMessage) and _witness_payload(event) is not None:
+        into.witness.append(
+            WitnessMessage(
+                event.event_id,
+                room_id,
+                event.sender,
+                _timestamp(event.server_timestamp),
+                _witness_payload(event) or {},
+            )
+        )
     elif isinstance(event, (RoomMessageText, RoomMessageNotice)):
         into.messages.append(
             ReceivedMessage(
@@ -641,7 +677,19 @@ class MatrixBackend:
         """
         if not text:
             raise ValueError("refusing to send an empty message")
-        return self._call("send", self._send_text(room_id, text, txn_id), timeout, room_id)
+        content = {"msgtype": "m.text", "body": text}
+        return self._call("send", self._send(room_id, content, txn_id), timeout, room_id)
+
+    def send_witness(
+        self, room_id: str, payload: Mapping[str, Any], *, timeout: float | None = None
+    ) -> str:
+        """Send a witness exchange (:data:`WITNESS_MSGTYPE`) as an encrypted room message."""
+        content = {
+            "msgtype": WITNESS_MSGTYPE,
+            "body": "hermes-archive witness exchange",
+            WITNESS_MSGTYPE: json.loads(json.dumps(dict(payload), allow_nan=False)),
+        }
+        return self._call("send", self._send(room_id, content, None), timeout, room_id)
 
     def direct_room_for(self, user_id: str, *, timeout: float | None = None) -> str:
         """The encrypted room with just us and ``user_id``; created (and invited) if missing."""
@@ -974,13 +1022,12 @@ class MatrixBackend:
                 raise MatrixUnavailable(f"room {room_id} did not show up in sync", room_id=room_id)
             await self._sync_once(int(min(remaining, 1.0) * 1000))
 
-    async def _send_text(self, room_id: str, text: str, txn_id: str | None) -> str:
+    async def _send(self, room_id: str, content: dict[str, Any], txn_id: str | None) -> str:
         assert self._send_lock is not None
         async with self._send_lock:  # serialised: nio's group-session sharing is not reentrant
             client = self._nio
             if room_id not in client.rooms:
                 raise MatrixError(f"send: not a member of {room_id}", room_id=room_id)
-            content = {"msgtype": "m.text", "body": text}
             try:
                 sent = await client.room_send(
                     room_id, "m.room.message", content, tx_id=txn_id, ignore_unverified_devices=True
@@ -1048,7 +1095,7 @@ class MatrixBackend:
 
     async def _post_introduction(self, room_id: str, user_a: str, user_b: str, text: str) -> None:
         await self._await_room(room_id, [user_a, user_b])  # Megolm keys go to known members
-        await self._send_text(room_id, text, None)
+        await self._send(room_id, {"msgtype": "m.text", "body": text}, None)
 
     async def _joined_rooms(self) -> tuple[str, ...]:
         return tuple(sorted(self._nio.rooms))

@@ -144,7 +144,7 @@ class PeersProjection(TableProjection):
     """Peer state for hivemind (see the module docstring)."""
 
     name = "peers"
-    version = 2
+    version = 3
     ddl = (
         "CREATE TABLE IF NOT EXISTS peers (user_id TEXT PRIMARY KEY, display_name TEXT,"
         " profile TEXT NOT NULL, summary TEXT NOT NULL, summary_covers TEXT NOT NULL,"
@@ -168,6 +168,10 @@ class PeersProjection(TableProjection):
         " next_batch TEXT NOT NULL, seq INTEGER NOT NULL)",
         "CREATE TABLE IF NOT EXISTS peer_link (id INTEGER PRIMARY KEY CHECK (id = 1),"
         " state TEXT NOT NULL, since TEXT NOT NULL, error TEXT NOT NULL, seq INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS peer_witness_alerts (peer TEXT PRIMARY KEY,"
+        " reason TEXT NOT NULL, time TEXT NOT NULL, seq INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS peer_model_calls (seq INTEGER PRIMARY KEY, time TEXT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS peer_model_calls_time ON peer_model_calls(time)",
     )
     tables = {
         "peers": "user_id",
@@ -178,6 +182,8 @@ class PeersProjection(TableProjection):
         "peer_dismissals": "peer_a, peer_b",
         "peer_sync": "id",
         "peer_link": "id",
+        "peer_model_calls": "seq",
+        "peer_witness_alerts": "peer",
     }
     handles = frozenset(
         {
@@ -191,6 +197,7 @@ class PeersProjection(TableProjection):
             "peer_summary_updated",
             "peer_sync_position",
             "peer_link_state",
+            "peer_witness_refused",
         }
     )
 
@@ -208,6 +215,8 @@ class PeersProjection(TableProjection):
         elif kind == "peers_introduced":
             self._introduced(conn, event, body)
         elif kind == "peer_summary_updated":
+            if "prompt_digest" in body:  # the host's model was asked (answered or not)
+                conn.execute("INSERT INTO peer_model_calls VALUES (?, ?)", (seq, event.time))
             peer = body.get("peer")
             if is_user_id(peer):
                 covers = body.get("covers_digest")
@@ -232,6 +241,15 @@ class PeersProjection(TableProjection):
                     " SET state = excluded.state, since = excluded.since,"
                     " error = excluded.error, seq = excluded.seq",
                     (state, event.time, _text(error) or "", seq),
+                )
+        elif kind == "peer_witness_refused":
+            peer, reason = body.get("peer"), _text(body.get("reason"))
+            if is_user_id(peer):
+                conn.execute(
+                    "INSERT INTO peer_witness_alerts VALUES (?, ?, ?, ?) ON CONFLICT(peer)"
+                    " DO UPDATE SET reason = excluded.reason, time = excluded.time,"
+                    " seq = excluded.seq",
+                    (peer, bindable_text(reason or ""), event.time, seq),
                 )
         elif kind == "peer_sync_position":
             token = body.get("next_batch")
@@ -500,6 +518,15 @@ def sync_token(conn: sqlite3.Connection) -> str | None:
     return row[0] if row else None
 
 
+def model_calls_since(conn: sqlite3.Connection, since: str) -> list[str]:
+    """Envelope times of the model calls summaries made from ``since`` on (oldest first):
+    what the hourly budget has spent, read back from the log after a restart."""
+    rows = conn.execute(
+        "SELECT time FROM peer_model_calls WHERE time >= ? ORDER BY time", (since,)
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def link_offline(conn: sqlite3.Connection) -> tuple[str, str] | None:
     """(since, error) while the log says the homeserver stopped answering, else None."""
     row = conn.execute("SELECT state, since, error FROM peer_link WHERE id = 1").fetchone()
@@ -511,6 +538,9 @@ def peer_cards(conn: sqlite3.Connection) -> tuple[list[PeerCard], list[Suggestio
     known = all_peers(conn)
     names = {p.user_id: label(p.user_id, p.display_name) for p in known}
     unread = unread_counts(conn)
+    alerts = dict(
+        conn.execute("SELECT peer, time || ': ' || reason FROM peer_witness_alerts").fetchall()
+    )
     cards = []
     for peer in known:
         introducer = introducer_of(conn, peer.user_id)
@@ -526,6 +556,7 @@ def peer_cards(conn: sqlite3.Connection) -> tuple[list[PeerCard], list[Suggestio
                 else (),
                 summary=peer.summary,
                 unread=unread.get(peer.user_id, 0),
+                witness_alert=alerts.get(peer.user_id, ""),
             )
         )
     suggestions = [

@@ -49,6 +49,7 @@ from .settings import (
 if TYPE_CHECKING:  # both import matrix-nio, which waits for initialize()
     from .link import PeerLink
     from .tools import PeerTools
+    from .witnessing import PeerWitnessing
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ class HivemindProvider(ArchiveProvider):
                 settings=self._peer_settings,
                 submit=self.core.submit_job,
                 read_token=self._logged_sync_token,
+                spent=self._model_calls_since,
+                witnessing=self._witnessing(str(values["MATRIX_USER_ID"])),
                 redact=self.core.settings.redact_secrets,
             )
             link.start()
@@ -141,6 +144,27 @@ class HivemindProvider(ArchiveProvider):
         self._link = link
         if not link.wait_ready(self._peer_settings.connect_wait_s):
             log.info("hivemind: still connecting to %s in the background", link.user_id)
+
+    def _witnessing(self, user_id: str) -> PeerWitnessing | None:
+        """Peers witnessing this archive, when ``witness_peers`` names any (else None).
+
+        A witness folder that cannot be used turns witnessing off, never the peers."""
+        if not self._peer_settings.witness_peers or self.core.home is None:
+            return None
+        from .witnessing import PeerWitnessing
+
+        try:
+            return PeerWitnessing(
+                home=self.core.home,
+                user_id=user_id,
+                peers=self._peer_settings.witness_peers,
+                interval_s=self._peer_settings.witness_interval_s,
+                submit=self.core.submit_job,
+                redact=self.core.settings.redact_secrets,
+            )
+        except Exception as exc:
+            log.error("hivemind: peer witnessing is off: %s", exc)
+            return None
 
     def shutdown(self) -> None:
         link, self._link = self._link, None
@@ -227,6 +251,10 @@ class HivemindProvider(ArchiveProvider):
             return self._read(projection.sync_token)
         except sqlite3.OperationalError:
             return None
+
+    def _model_calls_since(self, since: str) -> list[str]:
+        """When the summaries' model calls logged from ``since`` on were made."""
+        return self._read(lambda conn: projection.model_calls_since(conn, since))
 
     # -- configuration -------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ class HivemindSettings:
     summary_llm_per_hour: int = 20  # at most this many model calls in any hour
     summary_input_chars: int = 4000  # peer text sent per call (newest messages first)
     summary_timeout_s: float = 30.0
+    # Peers witnessing each other's archives (FORMAT.md 16.3): off while empty
+    witness_peers: tuple[str, ...] = ()  # user ids we send checkpoints to and cosign for
+    witness_interval_s: float = 60.0  # how often our newest checkpoint is sent, at most
 
     @property
     def profile(self) -> dict[str, Any]:
@@ -61,6 +64,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "summary_llm_per_hour": (0, 3600),
     "summary_input_chars": (200, 100_000),
     "summary_timeout_s": (1, 600),
+    "witness_interval_s": (0.5, 86_400),
 }
 
 

@@ -31,7 +31,9 @@ from archive_provider import (
     HostLLMReply,
     NewEvent,
     call_host_llm,
+    format_time,
     identity_digest,
+    parse_time,
     spawn_thread,
     utc_now,
 )
@@ -54,6 +56,8 @@ SYSTEM_PROMPT = (
 )
 
 Submit = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
+#: the envelope times of the model calls logged since a given time (``peers.model_calls_since``)
+Spent = Callable[[str], Sequence[str]]
 Ask = Callable[[list[dict[str, str]]], HostLLMReply]
 
 
@@ -90,11 +94,15 @@ def prompt_messages(request: SummaryRequest, max_chars: int) -> list[dict[str, s
 
 
 class HourlyBudget:
-    """At most ``per_hour`` model calls in any sliding hour (the archive clock's hour)."""
+    """At most ``per_hour`` model calls in any sliding hour (the archive clock's hour).
 
-    def __init__(self, per_hour: int) -> None:
+    ``spent`` is when earlier calls were made (oldest first), read back from the log at
+    start, so a restart does not refill the budget.
+    """
+
+    def __init__(self, per_hour: int, spent: Sequence[datetime] = ()) -> None:
         self.per_hour = per_hour
-        self._calls: deque[datetime] = deque()
+        self._calls: deque[datetime] = deque(sorted(spent))
 
     def take(self) -> bool:
         """Spend one call if the last hour leaves room for it."""
@@ -170,11 +178,13 @@ class SummaryWorker:
         submit: Submit,
         after: Callable[[], Any],
         ask: Ask,
+        spent: Spent,
     ) -> None:
         self._settings = settings
         self._submit = submit
         self._after = after
         self._ask = ask
+        self._spent = spent
         self._budget = HourlyBudget(settings.summary_llm_per_hour)
         self._pending: dict[str, SummaryRequest] = {}
         self._asked: dict[str, tuple[str, ...]] = {}  # peer -> covers last taken up
@@ -202,7 +212,18 @@ class SummaryWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def _spent_budget(self) -> HourlyBudget:
+        """The budget with the last hour's logged model calls already spent."""
+        per_hour = self._settings.summary_llm_per_hour
+        try:
+            since = format_time(utc_now() - timedelta(hours=1))
+            return HourlyBudget(per_hour, [parse_time(t) for t in self._spent(since)])
+        except Exception as exc:  # unreadable log: spend nothing rather than overspend
+            log.warning("hivemind: model summaries paused for an hour: %s", exc)
+            return HourlyBudget(per_hour, [utc_now()] * per_hour)
+
     def _run(self) -> None:
+        self._budget = self._spent_budget()
         while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()

@@ -40,6 +40,8 @@ EVENT_TYPES = frozenset(
         "witness_accepted",
         "witness_added",
         "witness_removed",
+        "witness_refused",
+        "peer_witness_refused",
         "turns_rewound",
         "store_created",
         "migrated_from",

@@ -33,6 +33,7 @@ from ..format.signed_note import (
 from .store import DB_NAME, connect, payload_body
 from .threads import ThreadFactory
 from .witness_client import (
+    ProofSource,
     WitnessEndpoint,
     WitnessSubmitter,
     WitnessUnreachable,
@@ -63,13 +64,15 @@ def cosigner_key(vkey: str) -> Verifier:
     return verifier
 
 
-def witness_added(url: str, vkey: str, reason: str, who: dict[str, Any]) -> NewEvent:
-    """The event that adds a remote witness (FORMAT.md 18)."""
+def witness_added(url: str | None, vkey: str, reason: str, who: dict[str, Any]) -> NewEvent:
+    """The event that adds a remote witness (FORMAT.md 18); ``url`` None for a peer witness
+    reached over another channel (a hivemind peer over Matrix)."""
     verifier = cosigner_key(vkey)
-    try:
-        _connection(url, 1.0)
-    except WitnessUnreachable as exc:
-        raise BadWitness(str(exc)) from None
+    if url is not None:
+        try:
+            _connection(url, 1.0)
+        except WitnessUnreachable as exc:
+            raise BadWitness(str(exc)) from None
     body = {"name": verifier.name, "vkey": vkey, "url": url, "who": who, "reason": reason}
     return NewEvent("witness_added", "archive", {"vkey": vkey}, body)
 
@@ -80,6 +83,32 @@ def witness_removed(vkey: str, reason: str, who: dict[str, Any]) -> NewEvent:
     at = now_text()
     body = {"vkey": vkey, "who": who, "reason": reason, "accepted": True}
     return NewEvent("witness_removed", "archive", {"vkey": vkey, "at": at}, body)
+
+
+def witness_refused(vkey: str, peer: str, reason: str, evidence: str) -> NewEvent:
+    """A peer witness refused this archive's checkpoint; ``evidence`` is the note it last
+    cosigned, which ``verify --witnesses`` checks against the tree (FORMAT.md 18)."""
+    cosigner_key(vkey)
+    at = now_text()
+    body = {"vkey": vkey, "peer": peer, "reason": reason, "checkpoint": evidence, "at": at}
+    # one event per piece of evidence: a peer that keeps refusing adds nothing new
+    key = {"vkey": vkey, "checkpoint": hashlib.sha256(evidence.encode()).hexdigest()}
+    return NewEvent("witness_refused", "archive", key, body)
+
+
+def refused_checkpoint(conn: sqlite3.Connection, vkey: str) -> str | None:
+    """The evidence of the newest ``witness_refused`` of the witness ``vkey``, if any."""
+    for (payload,) in conn.execute(
+        "SELECT payload FROM events WHERE type = 'witness_refused' ORDER BY seq DESC"
+    ):
+        digest = payload.hex() if isinstance(payload, bytes) else str(payload)
+        raw = payload_body(conn, digest)
+        if raw is None:
+            continue
+        body = json.loads(raw)
+        if body.get("vkey") == vkey and isinstance(body.get("checkpoint"), str):
+            return str(body["checkpoint"])
+    return None
 
 
 def witness_set(conn: sqlite3.Connection) -> list[WitnessEndpoint]:
@@ -127,7 +156,7 @@ def lag_from_log(conn: sqlite3.Connection, head_seq: int) -> list[dict[str, Any]
         cosigned = sizes[endpoint.vkey]
         rows.append(
             {
-                "url": endpoint.url,
+                "url": endpoint.url,  # None: a peer witness
                 "name": endpoint.verifier.name,
                 "vkey": endpoint.vkey,
                 "cosigned_size": cosigned[0] if cosigned else None,
@@ -141,6 +170,7 @@ def lag_from_log(conn: sqlite3.Connection, head_seq: int) -> list[dict[str, Any]
 
 def _latest_of(endpoint: WitnessEndpoint, origin: str, timeout: float) -> bytes | None:
     """The checkpoint the witness last cosigned for ``origin`` (its monitoring endpoint)."""
+    assert endpoint.url is not None
     connection, prefix = _connection(endpoint.url, timeout)
     hashed = hashlib.sha256(origin.encode("utf-8")).hexdigest()
     try:
@@ -169,11 +199,21 @@ def check_remote(store: EventStoreV2, timeout: float = 5.0) -> list[dict[str, An
     rows = lag_from_log(store.conn, head.seq)
     for row, endpoint in zip(rows, witness_set(store.conn), strict=True):
         row.update(witness_size=None, consistent=None, error=None)
-        try:
-            note = _latest_of(endpoint, store.origin, timeout)
-        except WitnessUnreachable as exc:
-            row["error"] = f"unreachable: {exc}"
-            continue
+        if endpoint.url is None:  # a peer witness: what it said is in the log
+            evidence = refused_checkpoint(store.conn, endpoint.vkey)
+            if evidence is None:
+                row["witness_size"] = row["cosigned_size"]
+                row["consistent"] = True if row["cosigned_size"] is not None else None
+                if row["cosigned_size"] is None:
+                    row["error"] = "the peer has cosigned no checkpoint of this archive yet"
+                continue
+            note: bytes | None = evidence.encode("utf-8")
+        else:
+            try:
+                note = _latest_of(endpoint, store.origin, timeout)
+            except WitnessUnreachable as exc:
+                row["error"] = f"unreachable: {exc}"
+                continue
         if note is None:
             row["error"] = "the witness has cosigned no checkpoint of this archive"
             continue
@@ -207,18 +247,61 @@ def _contains(store: EventStoreV2, checkpoint: Checkpoint) -> bool:
         return False
 
 
+def latest_checkpoint(folder: Path) -> tuple[bytes, ProofSource] | None:
+    """The newest signed checkpoint note of the archive in ``folder`` and a source of
+    consistency proofs to it, each read on a read-only connection of its own."""
+    from .store import EventStore
+
+    reader = EventStore.open(folder, create=False, readonly=True)
+    try:
+        note = reader.checkpoint_note()  # type: ignore[attr-defined]
+    finally:
+        reader.close()
+    if note is None:
+        return None
+
+    def proofs(old: int, new: int) -> list[bytes]:
+        conn = connect(folder / DB_NAME, readonly=True)
+        try:
+
+            def read_tile(level: int, index: int) -> bytes | None:
+                row = conn.execute(
+                    "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+                ).fetchone()
+                return bytes(row[0]) if row else None
+
+            return merkle.consistency_proof(old, new, merkle.TileReader(read_tile, new))
+        finally:
+            conn.close()
+
+    return note, proofs
+
+
+def store_cosignature(folder: Path, size: int, sig: Signature) -> None:
+    """Keep a verified cosignature of the checkpoint at ``size`` (a short write of its own)."""
+    conn = connect(folder / DB_NAME)
+    try:
+        conn.execute(
+            "INSERT OR IGNORE INTO cosignatures (size, name, key_id, timestamp, signature) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (size, sig.name, sig.key_id.to_bytes(4, "big"), sig.timestamp, sig.data[8:]),
+        )
+    finally:
+        conn.close()
+
+
 def start_submitter(store: EventStoreV2, thread_factory: ThreadFactory) -> WitnessSubmitter | None:
     """Submit each new checkpoint to every witness of the set, from background threads.
 
     Each thread reads the latest note and proofs on a read-only connection of its own and
     stores each verified cosignature with a short write of its own: never the writer's
-    connection, never a turn's or a checkpoint's time (DESIGN invariant 12).
+    connection, never a turn's or a checkpoint's time (DESIGN invariant 12). Peer witnesses
+    (no URL) are asked over their own channel (:mod:`.peer_witness`), not here.
     """
-    endpoints = witness_set(store.conn)
+    endpoints = [e for e in witness_set(store.conn) if e.url is not None]
     if not endpoints:
         return None
-    path: Path = store.path
-    folder = path.parent
+    folder = store.path.parent
     known = {
         vkey: size
         for vkey, found in cosigned_sizes(store.conn, endpoints).items()
@@ -226,52 +309,15 @@ def start_submitter(store: EventStoreV2, thread_factory: ThreadFactory) -> Witne
         for size in (found[0],)
     }
 
-    def latest() -> tuple[bytes, Any] | None:
-        from .store import EventStore
-
-        reader = EventStore.open(folder, create=False, readonly=True)
-        try:
-            note = reader.checkpoint_note()  # type: ignore[attr-defined]
-        finally:
-            reader.close()
-        if note is None:
-            return None
-
-        def proofs(old: int, new: int) -> list[bytes]:
-            conn = connect(folder / DB_NAME, readonly=True)
-            try:
-
-                def read_tile(level: int, index: int) -> bytes | None:
-                    row = conn.execute(
-                        "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
-                    ).fetchone()
-                    return bytes(row[0]) if row else None
-
-                return merkle.consistency_proof(old, new, merkle.TileReader(read_tile, new))
-            finally:
-                conn.close()
-
-        return note, proofs
-
     def on_cosigned(endpoint: WitnessEndpoint, checkpoint: Checkpoint, sig: Signature) -> None:
-        conn = connect(path)
-        try:
-            conn.execute(
-                "INSERT OR IGNORE INTO cosignatures (size, name, key_id, timestamp, signature) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (
-                    checkpoint.size,
-                    sig.name,
-                    sig.key_id.to_bytes(4, "big"),
-                    sig.timestamp,
-                    sig.data[8:],
-                ),
-            )
-        finally:
-            conn.close()
+        store_cosignature(folder, checkpoint.size, sig)
 
     submitter = WitnessSubmitter(
-        endpoints, latest, on_cosigned, known_sizes=known, thread_factory=thread_factory
+        endpoints,
+        lambda: latest_checkpoint(folder),
+        on_cosigned,
+        known_sizes=known,
+        thread_factory=thread_factory,
     )
     submitter.start()
     submitter.notify()

@@ -186,7 +186,7 @@ def _cosignature(text: str, answer: bytes, verifier: Verifier) -> Signature:
 class WitnessEndpoint:
     """A witness as the log knows it: its submission URL and its cosigner verifier key."""
 
-    url: str
+    url: str | None  # None: a peer witness, asked over its own channel
     vkey: str
 
     @property
@@ -284,12 +284,14 @@ class _Worker:
     """One witness's thread and what ``status`` shows of it."""
 
     def __init__(self, owner: WitnessSubmitter, endpoint: WitnessEndpoint, known: int | None):
-        self.owner, self.endpoint = owner, endpoint
+        if endpoint.url is None:
+            raise ValueError("a peer witness has no URL to submit to")
+        self.owner, self.endpoint, self.url = owner, endpoint, endpoint.url
         self.verifier = endpoint.verifier
         self.wake = threading.Event()
         self._lock = threading.Lock()
         self._lag = WitnessLag(
-            endpoint.url, self.verifier.name, endpoint.vkey, known, None, None, None, None, None
+            self.url, self.verifier.name, endpoint.vkey, known, None, None, None, None, None
         )
         self._delay = 0.0
         self.thread: threading.Thread | None = None
@@ -325,7 +327,7 @@ class _Worker:
         with self._lock:
             since = self._lag.error_since or now_text()
             self._lag = replace(self._lag, last_error=message, error_kind=kind, error_since=since)
-        log.warning("archive: witness %s: %s", self.endpoint.url, message)
+        log.warning("archive: witness %s: %s", self.url, message)
         return False
 
     def _round(self) -> bool:
@@ -351,9 +353,7 @@ class _Worker:
                 )
             try:
                 proof = [] if old in (0, checkpoint.size) else list(proofs(old, checkpoint.size))
-                signature = submit(
-                    note, old, proof, self.endpoint.url, self.verifier, self.owner._timeout
-                )
+                signature = submit(note, old, proof, self.url, self.verifier, self.owner._timeout)
             except WitnessConflict as exc:
                 if exc.size < old:
                     log.warning(

@@ -236,6 +236,7 @@ class LogState:
     size: int
     root: bytes
     note: bytes  # the checkpoint with the log's verified signatures and this witness's
+    time: str = ""  # when it was cosigned (envelope time text)
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,26 @@ class Witness:
                 "refuse a rewritten log, so it is never guessed: restore it or move it aside "
                 "on purpose"
             ) from None
-        return LogState(origin, size, root, note)
+        return LogState(origin, size, root, note, str(record.get("time", "")))
+
+    def add_log_key(self, key: str | Verifier) -> None:
+        """Witness one more log from now on (a peer's key, pinned by the caller)."""
+        verifier = Verifier.from_vkey(key) if isinstance(key, str) else key
+        if verifier.alg != ALG_ED25519:
+            raise WitnessStateError(f"the log key {verifier.vkey} is not an Ed25519 key")
+        with self._lock:
+            known = self.keys.setdefault(verifier.name, [])
+            if all(k.vkey != verifier.vkey for k in known):
+                known.append(verifier)
+            if verifier.name not in self._states:
+                state = self._load_state(verifier.name)
+                if state is not None:
+                    self._states[verifier.name] = state
+
+    def cosigned(self, origin: str) -> LogState | None:
+        """The latest checkpoint of ``origin`` this witness cosigned, if any."""
+        with self._lock:
+            return self._states.get(origin)
 
     def latest(self, hashed_origin: str) -> Answer:
         """The monitoring endpoint: the latest cosigned checkpoint of a log, by origin hash."""
@@ -366,13 +386,14 @@ class Witness:
             timestamp = int(utc_now().timestamp())
             cosignature = self.signer.cosign(note.text, max(timestamp, 1))
             kept = format_note(note.text, [*verified, cosignature])
+            at = now_text()
             record = {
                 "format": STATE_FORMAT,
                 "origin": checkpoint.origin,
                 "size": checkpoint.size,
                 "root": base64.b64encode(checkpoint.root).decode("ascii"),
                 "checkpoint": kept.decode("utf-8"),
-                "time": now_text(),
+                "time": at,
             }
             try:
                 write_private_file(
@@ -383,7 +404,7 @@ class Witness:
                 log.error("witness: cannot persist the state of %s: %s", checkpoint.origin, exc)
                 return _text(500, "the witness cannot persist its state; nothing was cosigned")
             self._states[checkpoint.origin] = LogState(
-                checkpoint.origin, checkpoint.size, checkpoint.root, kept
+                checkpoint.origin, checkpoint.size, checkpoint.root, kept, at
             )
         return Answer(200, cosignature.line.encode("utf-8"))
 

@@ -294,6 +294,7 @@ def test_a_sync_that_keeps_failing_is_reported_by_the_tools(tmp_path: Path) -> N
         settings=HivemindSettings(),
         submit=lambda build, label: None,
         read_token=lambda: None,
+        spent=lambda since: [],
     )
 
     def connect(failures: int) -> Any:

@@ -127,6 +127,7 @@ def every_builder() -> list[NewEvent]:
         ),
         events.link_state("offline", error="cannot reach the homeserver"),
         events.link_state("online"),
+        events.witness_refused(ALICE, "rolled back", "evidence note\n", "offered note\n"),
     ]
 
 

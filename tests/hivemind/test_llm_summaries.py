@@ -206,3 +206,40 @@ def test_summary_settings_load(tmp_path: Path) -> None:
     (tmp_path / "hivemind").mkdir()
     (tmp_path / "hivemind" / "config.json").write_text('{"summary_llm_per_hour": "0"}')
     assert load_settings(tmp_path).summary_llm_per_hour == 0
+
+
+@pytest.mark.synapse
+def test_the_hourly_budget_survives_a_restart(
+    make_user: Any, make_agent: Any, host_home: Path
+) -> None:
+    """The budget is read back from the logged summaries: restarting does not refill it."""
+    alice, bob = make_user("alice"), make_user("bob")
+    with (
+        FakeLLM(lambda request: "Works on compilers.") as fake,
+        freeze_time("2026-12-01 10:00:00", tick=True, real_asyncio=True) as frozen,
+    ):
+        configure_model(host_home, fake)
+        b = make_agent(bob, summary_llm_per_hour=1)
+        home = home_of(b)
+        a = make_agent(alice, contacts=[bob.user_id])
+
+        def nth_summary(n: int) -> Any:
+            found = summaries_of(home, alice.user_id)
+            return found[n - 1] if len(found) >= n else None
+
+        assert call(a, "hivemind_send_to_peer", peer_name=bob.user_id, message="I write compilers.")
+        assert wait_for(lambda: nth_summary(1), what="summary 1").body["method"] == "llm"
+        b.shutdown()
+
+        frozen.tick(timedelta(minutes=10))
+        make_agent(bob, home=home, summary_llm_per_hour=1)
+        assert call(a, "hivemind_send_to_peer", peer_name=bob.user_id, message="Rust, mostly.")
+        second = wait_for(lambda: nth_summary(2), what="summary 2")
+        assert second.body["method"] == "extractive"
+        assert second.body["fallback"] == "over the budget of 1 model summaries per hour"
+        assert len(fake.requests) == 1
+
+        frozen.tick(timedelta(minutes=51))  # the first call is over an hour old
+        assert call(a, "hivemind_send_to_peer", peer_name=bob.user_id, message="And linkers.")
+        assert wait_for(lambda: nth_summary(3), what="summary 3").body["method"] == "llm"
+        assert len(fake.requests) == 2

@@ -375,6 +375,7 @@ def test_every_hivemind_event_type_is_redacted_on_every_path() -> None:
             source={"content": {"body": s}},
         ),
         peer.link_state("offline", error=s),
+        peer.witness_refused("@p:x", s, s, s),
     ]
     peer_types = {t for t in EVENT_TYPES if t.startswith(("peer", "spark"))}
     assert {e.type for e in made} == peer_types  # every peer event type is walked
