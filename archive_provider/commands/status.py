@@ -11,6 +11,12 @@ from archive_provider.storage.ship import read_state
 from archive_provider.storage.spill import pending
 from archive_provider.storage.store import DB_NAME, EventStore
 
+#: v2's store-level events, recorded under the session "archive" (FORMAT.md 18): no conversation
+STORE_EVENTS = (
+    "('store_created', 'migrated_from', 'erasure', 'legal_hold', 'legal_hold_released', "
+    "'retention_policy', 'witness_added', 'witness_removed')"
+)
+
 NAME = "status"
 HELP = "summarize the archive: events, sessions, checkpoints, head, size, projection health"
 
@@ -49,8 +55,9 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
                 else {}
             )
             recall = recall_check(store) if has_state else None
-            sessions = conn.execute(  # '' is no conversation (peer and witness events)
-                "SELECT count(DISTINCT session) FROM events WHERE session != ''"
+            sessions = conn.execute(  # '' is no conversation (peer and witness events), nor
+                "SELECT count(DISTINCT session) FROM events WHERE session != '' AND NOT ("
+                f"session = 'archive' AND type IN {STORE_EVENTS})"  # v2's store-level events
             ).fetchone()[0]
         finally:
             conn.execute("COMMIT")
