@@ -312,9 +312,10 @@ class ArchiveCore:
         if writer is not None and not writer.proven.wait(PROOF_WAIT_S):
             if writer.refused:
                 raise RuntimeError(f"archive recall is withheld: {writer.refused}")
+            why = f": {writer.last_error}" if writer.last_error else ""  # e.g. a lost key
             raise RuntimeError(  # FORMAT.md 20.4: nothing is served before the log is proven
                 "archive recall is withheld: integrity check pending (the open-time proof of "
-                "the archive has not passed yet)"
+                f"the archive has not passed yet){why}"
             )
         if not (archive_dir(self.home) / DB_NAME).exists():
             return [], []

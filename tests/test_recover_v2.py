@@ -1,0 +1,149 @@
+"""The recovery procedures of docs/RECOVER.md for a format-v2 archive, run as documented: the
+real CLI in a subprocess (as an operator runs it) against a profile a real provider wrote.
+
+* a lost signing key restored from its backup: the same running provider resumes;
+* a lost (or leaked) signing key replaced by a new archive: the old one is kept aside and
+  still verifies with its old verifier key, ``witness accept`` records the old store and head
+  in the new log, and the new key signs from then on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.store import archive_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGES = [
+    {"role": "user", "content": "The heron nests by the old mill"},
+    {"role": "assistant", "content": "Noted: the old mill."},
+]
+
+
+def cli(home: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
+    """``hermes-archive --home HOME --json ARGS`` as a separate process; (exit code, JSON)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "archive_provider.cli", "--home", str(home), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def written(make_provider: Callable[..., ArchiveProvider], home: Path) -> None:
+    """A profile with a turn and a cosigned checkpoint, Hermes stopped cleanly."""
+    provider = make_provider(home)
+    provider.sync_turn(*(m["content"] for m in MESSAGES), session_id="s1", messages=MESSAGES)
+    assert provider.on_pre_compress(MESSAGES, require_checkpoint=True)
+    provider.shutdown()
+
+
+def checkpoint(provider: ArchiveProvider, text: str) -> str:
+    grown = [*MESSAGES, {"role": "user", "content": text}]
+    return str(provider.on_pre_compress(grown, require_checkpoint=True))
+
+
+def test_a_lost_signing_key_restored_from_backup(
+    make_provider: Callable[..., ArchiveProvider], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    written(make_provider, home)
+    key = archive_dir(home) / "signing.key"
+    backup = tmp_path / "backup" / "signing.key"
+    backup.parent.mkdir()
+    shutil.copy2(key, backup)  # OPERATIONS.md "Keys": back the key up on its own
+    code, pinned = cli(home, "key")
+    assert code == 0
+    key.unlink()
+
+    code, status = cli(home, "status")  # says what is wrong, never a traceback
+    assert code == 0 and status["signing_key"]["ok"] is False
+    assert "is missing" in status["signing_key"]["problem"]
+    code, verified = cli(home, "verify", "--key", pinned["vkey"])  # verifying needs no secret
+    assert code == 0 and verified["ok"]
+
+    provider = make_provider(home)
+    provider.sync_turn("while the key was lost", "kept", session_id="s1")
+    with pytest.raises(Exception, match="signing key"):
+        checkpoint(provider, "a checkpoint without a key fails closed")
+    withheld = provider.prefetch("heron mill")
+    assert "recall withheld" in withheld and "signing key" in withheld
+    assert "old mill" not in withheld
+
+    shutil.copy2(backup, key)  # RECOVER.md: restore it from the backup, mode 0600
+    os.chmod(key, 0o600)
+    code, again = cli(home, "key")
+    assert code == 0 and again["vkey"] == pinned["vkey"]
+    assert "Archive checkpoint" in checkpoint(provider, "the key is back")  # no restart
+    assert "old mill" in provider.prefetch("heron mill")
+    provider.shutdown()
+    code, verified = cli(home, "verify", "--key", pinned["vkey"])
+    assert code == 0 and verified["ok"]
+    code, log = cli(home, "log", "--type", "turn")
+    assert any("while the key was lost" in e["summary"] for e in log)  # nothing was lost
+
+
+def test_a_lost_or_leaked_key_is_replaced_by_a_new_archive_that_names_the_old_one(
+    make_provider: Callable[..., ArchiveProvider], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    written(make_provider, home)
+    code, old = cli(home, "status")
+    old_store, old_head = old["store_id"], old["head"]
+    code, shown = cli(home, "witness", "show")  # the key the local witness pinned
+    old_vkey = shown["recorded"]["log_vkey"]
+    (archive_dir(home) / "signing.key").unlink()  # lost (a leaked key is moved aside with it)
+
+    kept = tmp_path / "kept" / f"store-{old_store}"  # RECOVER.md: move the archive aside
+    kept.mkdir(parents=True)
+    shutil.move(archive_dir(home), kept / "archive")
+    code, verified = cli(kept, "verify", "--key", old_vkey)
+    assert code == 0 and verified["ok"]  # the old history still proves what it always did
+
+    provider = make_provider(home)  # a new archive, a new store id and signing key
+    provider.sync_turn("the first turn after the new key", "kept", session_id="s2")
+    with pytest.raises(Exception, match="witness mismatch.*replaced"):
+        checkpoint(provider, "refused until the new store is accepted")
+    code, accepted = cli(
+        home,
+        "witness",
+        "accept",
+        "--reason",
+        f"new signing key: the key of store {old_store} was lost; that archive is kept aside",
+    )
+    assert code == 0 and accepted["ok"], accepted
+    assert accepted["previous_witness"]["store_id"] == old_store
+    assert accepted["previous_witness"]["seq"] == old_head["seq"]
+
+    assert "Archive checkpoint" in checkpoint(provider, "signed with the new key")
+    provider.shutdown()
+    code, new = cli(home, "key")
+    assert code == 0 and new["vkey"] != old_vkey
+    code, verified = cli(home, "verify", "--key", new["vkey"])
+    assert code == 0 and verified["ok"]
+    code, refused = cli(home, "verify", "--key", old_vkey)  # the old key proves nothing here
+    assert code == 1 and not refused["ok"]
+    code, shown = cli(home, "show", str(accepted["event_seq"]))  # the lineage, in the new log
+    (event,) = shown["events"]
+    assert event["type"] == "witness_accepted"
+    before = event["payload"]["previous_witness"]
+    assert (before["store_id"], before["seq"], before["chain"]) == (
+        old_store,
+        old_head["seq"],
+        old_head["chain"],
+    )
+    code, log = cli(home, "log", "--type", "turn")
+    assert any("the first turn after the new key" in e["summary"] for e in log)  # it waited
