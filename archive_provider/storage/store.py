@@ -363,23 +363,27 @@ def _open_failure(db_path: Path, exc: sqlite3.DatabaseError, busy_timeout_ms: in
 
 
 def read_key(path: Path) -> bytes:
-    """The store's payload key: a regular file of hex text, read with a bound."""
+    """The store's key: v1's payload key or v2's lookup key (``store.key``), a regular file of
+    hex text, read with a bound."""
+    lookup = path.name == STORE_KEY_NAME
+    what = "lookup key" if lookup else "payload key"
     try:
         key = bytes.fromhex(read_small(path, 4096).decode("ascii").strip())
     except UnsafeFile as exc:
-        raise StoreError(f"the payload key cannot be used: {exc.strerror}") from None
+        raise StoreError(f"the {what} cannot be used: {exc.strerror}") from None
     except FileNotFoundError:
         raise StoreError(
-            f"the payload key {path} is missing; without it payload digests cannot be "
+            f"the lookup key {path} is missing. Restore it from your backup, or make a new one "
+            "(docs/RECOVER.md, 'Missing key'): only deduplication across the loss is lost."
+            if lookup
+            else f"the payload key {path} is missing; without it payload digests cannot be "
             "checked. Restore it from your backup (it lives beside events.db, so `hermes "
             "backup` includes it; give it mode 0600 again)."
         ) from None
     except (ValueError, UnicodeDecodeError):
-        raise StoreError(
-            f"the payload key {path} is not hex text; restore it from backup"
-        ) from None
+        raise StoreError(f"the {what} {path} is not hex text; restore it from backup") from None
     if len(key) != KEY_BYTES:
-        raise StoreError(f"the payload key {path} must hold {KEY_BYTES} bytes, found {len(key)}")
+        raise StoreError(f"the {what} {path} must hold {KEY_BYTES} bytes, found {len(key)}")
     return key
 
 
