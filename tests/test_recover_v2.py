@@ -25,6 +25,7 @@ from archive_provider.host.provider import ArchiveProvider
 from archive_provider.storage.store import archive_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+VERIFIER = ROOT / "archive_provider" / "format" / "verifier.py"
 MESSAGES = [
     {"role": "user", "content": "The heron nests by the old mill"},
     {"role": "assistant", "content": "Noted: the old mill."},
@@ -120,6 +121,21 @@ def test_a_lost_or_leaked_key_is_replaced_by_a_new_archive_that_names_the_old_on
     shutil.move(kept / "archive" / "spill", archive_dir(home) / "spill")
     code, verified = cli(kept, "verify", "--key", old_vkey)
     assert code == 0 and verified["ok"]  # the old history still proves what it always did
+    code, turns = cli(kept, "log", "--type", "turn")  # and can still be shown to others
+    proof = tmp_path / "old-turn.proof"
+    code, proved = cli(kept, "prove", str(turns[0]["seq"]), "--out", str(proof))
+    assert code == 0 and proved["vkey"] == old_vkey
+    checked = subprocess.run(
+        [sys.executable, str(VERIFIER), "proof", str(proof), "--key", old_vkey],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0 and checked.stdout.startswith("ok:"), checked.stdout
+    bundle = tmp_path / "old.zip"
+    assert cli(kept, "export", str(bundle))[0] == 0
+    code, checked_bundle = cli(kept, "verify-bundle", str(bundle), "--key", old_vkey)
+    assert code == 0 and checked_bundle["bundle"]["authenticity"] == "verified"
 
     provider = make_provider(home)  # a new archive, a new store id and signing key
     provider.sync_turn("the first turn after the new key", "kept", session_id="s2")
@@ -186,3 +202,36 @@ def test_a_lost_lookup_key_is_replaced_by_a_new_one(
     provider.shutdown()
     code, verified = cli(home, "verify")
     assert code == 0 and verified["ok"]
+
+
+def test_the_signing_key_kept_outside_the_profile(
+    make_provider: Callable[..., ArchiveProvider],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OPERATIONS.md "Keys": the key moved out of the profile and named by the environment."""
+    home = tmp_path / "home"
+    written(make_provider, home)
+    code, before = cli(home, "key")
+    outside = tmp_path / "etc" / "alpha.key"
+    outside.parent.mkdir(mode=0o700)
+    shutil.move(archive_dir(home) / "signing.key", outside)  # with Hermes stopped
+    env = {"HERMES_ARCHIVE_SIGNING_KEY": str(outside)}
+    monkeypatch.setenv("HERMES_ARCHIVE_SIGNING_KEY", str(outside))  # Hermes' environment
+    code, status = cli(home, "status", env=env)
+    assert status["signing_key"] == {
+        "path": str(outside),
+        "outside_profile": True,
+        "ok": True,
+        "problem": None,
+        "vkey": before["vkey"],
+    }
+    provider = make_provider(home)
+    assert "Archive checkpoint" in checkpoint(provider, "signed by the key outside")
+    provider.shutdown()
+    assert not (archive_dir(home) / "signing.key").exists()
+    code, verified = cli(home, "verify", "--key", before["vkey"], env=env)
+    assert code == 0 and verified["ok"]
+    monkeypatch.delenv("HERMES_ARCHIVE_SIGNING_KEY")
+    code, status = cli(home, "status")  # a process without the variable cannot sign, and says so
+    assert status["signing_key"]["ok"] is False and "is missing" in status["signing_key"]["problem"]

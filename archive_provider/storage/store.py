@@ -1108,7 +1108,7 @@ class EventStoreV2(EventStore):
         if row is None:
             return None
         text = format_checkpoint(Checkpoint(self.origin, int(row[0]), bytes(row[1])))
-        log_key = Verifier.from_vkey(self.vkey)
+        log_key = Verifier.from_vkey(self.note_vkey())
         lines = [Signature(self.origin, log_key.key_id, bytes(row[2]))]
         for name, key_id, timestamp, signature in self.conn.execute(
             "SELECT name, key_id, timestamp, signature FROM cosignatures WHERE size = ?"
@@ -1118,6 +1118,19 @@ class EventStoreV2(EventStore):
             data = int(timestamp).to_bytes(8, "big") + bytes(signature)
             lines.append(Signature(str(name), int.from_bytes(bytes(key_id), "big"), data))
         return format_note(text, lines)
+
+    def note_vkey(self) -> str:
+        """The key that names the log's signature line of a note: the signing key's, or, when
+        that key is lost, the one recorded at creation (``meta.vkey``). A note only names its
+        key, so a wrong name fails wherever the note is checked with a pinned key; a lost key
+        must not make the signed history unexportable (docs/RECOVER.md)."""
+        try:
+            return self.vkey
+        except KeyFileError:
+            recorded = _meta_or_none(self.conn, "vkey")
+            if recorded is None:
+                raise
+            return recorded
 
     def close(self) -> None:
         """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
