@@ -26,6 +26,7 @@ from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
 from ..projections.recall import Hit, Prover, search
 from ..projections.registry import default_projections
+from ..storage.proof_v2 import pinned
 from ..storage.ship import BackgroundShipper, shippers
 from ..storage.spill import Encoder
 from ..storage.store import (
@@ -36,7 +37,7 @@ from ..storage.store import (
     connect,
     reader_keys,
 )
-from ..storage.witness import Witness
+from ..storage.witness import Witness, WitnessMismatch
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .settings import Settings
@@ -320,8 +321,14 @@ class ArchiveCore:
         if not (archive_dir(self.home) / DB_NAME).exists():
             return [], []
 
+        try:  # v2: the key and tree the witness pinned, outside the profile (FORMAT.md 20.5)
+            anchor = pinned(writer.witness) if writer is not None and writer.witness else None
+        except WitnessMismatch as exc:
+            raise RuntimeError(f"archive recall is withheld: {exc}") from None
+
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
-            prover = Prover(conn, self._key, self._vkey)
+            vkey, checkpoint = anchor if anchor is not None else (self._vkey, None)
+            prover = Prover(conn, self._key, vkey, checkpoint)
             return prover.proven(search(conn, query, **kwargs)), prover.withheld
 
         hits, withheld = self.read(proven)
