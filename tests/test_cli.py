@@ -110,6 +110,31 @@ def v1_copy_home(v1_home: Path, tmp_path: Path) -> Path:
     return target
 
 
+@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
+def either_home(request: pytest.FixtureRequest) -> Path:
+    """``v1_home`` and ``home`` (v2) in turn, for what every format must say alike; plain SQL
+    reads their envelopes from :func:`envelopes` (hex digests in both)."""
+    return Path(request.getfixturevalue("v1_home" if request.param == 1 else "home"))
+
+
+@pytest.fixture
+def either_copy_home(either_home: Path, tmp_path: Path) -> Path:
+    """A private copy of ``either_home``, for tests that damage it."""
+    target = tmp_path / "copy"
+    shutil.copytree(either_home, target)
+    return target
+
+
+def version_of(home: Path) -> int:
+    return int(rows(home, "SELECT value FROM meta WHERE name = 'format_version'")[0][0])
+
+
+def envelopes(home: Path) -> str:
+    """Where plain SQL reads envelopes with hex digests: v1's ``events``, v2's auditor view
+    ``events_v`` (v2 stores digests as 32-byte BLOBs)."""
+    return "events" if version_of(home) == 1 else "events_v"
+
+
 @pytest.fixture
 def copy_home(home: Path, tmp_path: Path) -> Path:
     """A private copy of the archive, for tests that damage it."""
@@ -280,11 +305,13 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_status_reports_the_head_an_auditor_writes_down(
-    v1_home: Path, capsys: pytest.CaptureFixture[str]
+    either_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = v1_home
+    home = either_home
     code, data = run_json(capsys, home, "status")
-    last_seq, last_chain = rows(home, "SELECT seq, chain FROM events ORDER BY seq DESC LIMIT 1")[0]
+    last_seq, last_chain = rows(
+        home, f"SELECT seq, chain FROM {envelopes(home)} ORDER BY seq DESC LIMIT 1"
+    )[0]
     assert code == 0 and data["exists"] is True
     assert data["head"] == {"seq": last_seq, "chain": last_chain} and data["events"] == last_seq
     assert data["events_by_type"]["memory_write"] == 3 and data["checkpoints"] == 1
@@ -304,15 +331,18 @@ def test_status_without_an_archive_says_so(
 
 
 def test_log_lists_oldest_first_with_summaries(
-    v1_home: Path, capsys: pytest.CaptureFixture[str]
+    either_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = v1_home
+    home = either_home
     code, events = run_json(capsys, home, "log", "--limit", "0")
     assert code == 0
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = [e["type"] for e in events]
-    assert types[:3] == ["session_started", "turn", "memory_write"] and "checkpoint" in types
-    turn = events[1]
+    first = version_of(home) - 1  # a v2 log begins with store_created
+    assert types[:first] == ["store_created"][:first]
+    assert types[first : first + 3] == ["session_started", "turn", "memory_write"]
+    assert "checkpoint" in types
+    turn = events[first + 1]
     assert 'user: "My cat is called Ziggy"' in turn["summary"]
     _, text, _ = run_text(capsys, home, "log")
     assert text.splitlines()[-1].split()[0] == str(events[-1]["seq"])  # the newest is the last line
@@ -351,29 +381,33 @@ def test_search_limit_must_be_positive(home: Path, capsys: pytest.CaptureFixture
 
 
 def test_show_by_seq_decodes_payload_and_parts(
-    v1_home: Path, capsys: pytest.CaptureFixture[str]
+    either_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = v1_home
-    code, data = run_json(capsys, home, "show", "2")
+    home = either_home
+    seq, chain = rows(
+        home, f"SELECT seq, chain FROM {envelopes(home)} WHERE type = 'turn' ORDER BY seq"
+    )[0]
+    code, data = run_json(capsys, home, "show", str(seq))
     (event,) = data["events"]
-    chain = rows(home, "SELECT chain FROM events WHERE seq = 2")[0][0]
     assert code == 0 and event["type"] == "turn" and event["chain"] == chain
     assert event["payload"]["messages"] == [p["digest"] for p in event["parts"]]
     assert [p["value"] for p in event["parts"]] == [
         user("My cat is called Ziggy"),
         assistant("Ziggy is a fine name for a cat."),
     ]
-    _, text, _ = run_text(capsys, home, "show", "2")
+    _, text, _ = run_text(capsys, home, "show", str(seq))
     assert '"content": "My cat is called Ziggy"' in text and f"chain     {chain}" in text
 
 
 def test_show_by_identity_and_payload_prefix(
-    v1_home: Path, capsys: pytest.CaptureFixture[str]
+    either_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = v1_home
-    seq, identity, payload = rows(home, "SELECT seq, identity, payload FROM events WHERE seq = 3")[
-        0
-    ]
+    home = either_home
+    seq, identity, payload = rows(
+        home,
+        f"SELECT seq, identity, payload FROM {envelopes(home)} WHERE type = 'memory_write' "
+        "ORDER BY seq",
+    )[0]
     for ref in (identity[:10], identity.upper()[:12], payload[:10], payload):
         code, data = run_json(capsys, home, "show", ref)
         assert code == 0 and [e["seq"] for e in data["events"]] == [seq], ref
@@ -411,18 +445,22 @@ def test_show_prefix_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_verify_passes_and_names_the_first_bad_event(
-    v1_copy_home: Path, capsys: pytest.CaptureFixture[str]
+    either_copy_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    copy_home = v1_copy_home
+    copy_home = either_copy_home
+    version = version_of(copy_home)
     code, data = run_json(capsys, copy_home, "verify")
     assert code == 0 and data["ok"] and data["log"]["events_checked"] == data["log"]["last_seq"]
     conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
-    conn.execute("DROP TRIGGER events_append_only_update")
+    conn.execute(
+        f"DROP TRIGGER {'events_append_only_update' if version == 1 else 'events_no_update'}"
+    )
     conn.execute("UPDATE events SET session = 'forged' WHERE seq = 5")
     conn.commit()
     conn.close()
     code, data = run_json(capsys, copy_home, "verify")
-    assert code == 1 and data["log"]["first_bad_seq"] == 5 and "chain" in data["log"]["problem"]
+    assert code == 1 and data["log"]["first_bad_seq"] == 5
+    assert ("chain" if version == 1 else "identity") in data["log"]["problem"]  # v2: S in identity
     code, text, _ = run_text(capsys, copy_home, "verify")
     assert code == 1 and text.startswith("FAILED at seq 5")
 
@@ -644,11 +682,12 @@ def test_export_never_replaces_what_is_not_a_regular_file(
 
 
 def test_a_damaged_archive_fails_export_with_its_own_message(
-    v1_copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    either_copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    copy_home = v1_copy_home
+    copy_home = either_copy_home
+    trigger = "payloads_immutable" if version_of(copy_home) == 1 else "payloads_erase_only"
     conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
-    conn.execute("DROP TRIGGER payloads_immutable")
+    conn.execute(f"DROP TRIGGER {trigger}")
     conn.execute(
         "UPDATE payloads SET body = CAST('{\"tampered\":1}' AS BLOB) "
         "WHERE digest = (SELECT payload FROM events WHERE seq = 1)"

@@ -27,9 +27,27 @@ from archive_provider.projections.builtin import (
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
+from .conftest import archive_format
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[EventStore]:
+    opened = EventStore.open(tmp_path / "archive", projections=default_projections())
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def before(request: pytest.FixtureRequest) -> Iterator[int]:
+    """New archives in each format; the seq before a test's first event (a v2 log begins
+    with store_created). The reducers are one for both formats."""
+    with archive_format(request.param):
+        yield 1 if request.param == 2 else 0
+
+
+@pytest.fixture
+def either(before: int, tmp_path: Path) -> Iterator[EventStore]:
+    """``store`` in each format (``before`` says where its seqs start)."""
     opened = EventStore.open(tmp_path / "archive", projections=default_projections())
     yield opened
     opened.close()
@@ -100,8 +118,10 @@ def test_lineage_follows_compressions_and_branches_not_resumes_resets_or_rewinds
     ]
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(store: EventStore) -> None:
+def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(
+    either: EventStore, before: int
+) -> None:
+    store = either
     m = [{"role": "user", "content": f"m{i}"} for i in range(6)]
     store.append([turn(store, "s1", 1, m[:2], 0), turn(store, "s1", 2, m[2:4], 2)])
     digests = [store.hasher.part(x).digest for x in m]
@@ -109,16 +129,17 @@ def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(store: Ev
     store.append([switch("s1", "", rewound=True)])
     assert transcript_digests(store.conn, "s1") == digests[:4]
     store.append([turn(store, "s1", 3, m[4:6], 1)])  # the host rewrote from position 1
+    digests = [store.hasher.part(x).digest for x in m]  # v2: a new text's salt is drawn when stored
     assert transcript_digests(store.conn, "s1") == [digests[0], digests[4], digests[5]]
     assert session_counters(store.conn, "s1") == (3, 0)
     row = store.conn.execute(
         "SELECT first_seq, last_seq, turns FROM sessions WHERE session = 's1'"
     ).fetchone()
-    assert row == (1, 4, 3)
+    assert row == (before + 1, before + 4, 3)
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_session_rows_keep_start_end_and_counters(store: EventStore) -> None:
+def test_session_rows_keep_start_end_and_counters(either: EventStore, before: int) -> None:
+    store = either
     store.append(
         [
             memory(store, 1, "add", "x"),
@@ -133,14 +154,14 @@ def test_session_rows_keep_start_end_and_counters(store: EventStore) -> None:
         "SELECT first_seq, last_seq, started_at IS NOT NULL, ended_at IS NOT NULL, memory_writes,"
         " platform, agent_context FROM sessions"
     ).fetchone()
-    assert row == (1, 4, 1, 1, 1, "telegram", None)
+    assert row == (before + 1, before + 4, 1, 1, 1, "telegram", None)
 
 
 # -- memory ----------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_memory_history_on_both_host_shapes(store: EventStore) -> None:
+def test_memory_history_on_both_host_shapes(either: EventStore, before: int) -> None:
+    store = either
     store.append(
         [
             memory(store, 1, "add", "Prefers dark mode", write_origin="tool"),
@@ -162,24 +183,32 @@ def test_memory_history_on_both_host_shapes(store: EventStore) -> None:
     assert memory_state(store.conn) == {"user": ["Lives in Oslo"]}
     changes = history(store.conn, "DARK MODE")
     assert [(c.seq, c.action, c.resolution, c.before, c.after) for c in changes] == [
-        (1, "add", "appended", None, "Prefers dark mode"),
-        (3, "replace", "substring", "Prefers dark mode", "Prefers dark mode in the evening"),
+        (before + 1, "add", "appended", None, "Prefers dark mode"),
         (
-            4,
+            before + 3,
+            "replace",
+            "substring",
+            "Prefers dark mode",
+            "Prefers dark mode in the evening",
+        ),
+        (
+            before + 4,
             "replace",
             "previous_content",
             "Prefers dark mode in the evening",
             "Prefers light mode",
         ),
-        (5, "remove", "substring", "Prefers light mode", None),
+        (before + 5, "remove", "substring", "Prefers light mode", None),
     ]
-    assert {c.entry for c in changes} == {1} and changes[0].metadata == {"write_origin": "tool"}
+    assert {c.entry for c in changes} == {before + 1} and changes[0].metadata == {
+        "write_origin": "tool"
+    }
     assert (
         changes[1].metadata == {"old_text": "dark mode"}
         and changes[0].time
         and changes[0].session == "s1"
     )
-    assert [c.seq for c in history(store.conn, "oslo")] == [2]
+    assert [c.seq for c in history(store.conn, "oslo")] == [before + 2]
     assert len(history(store.conn, "")) == 5
 
 
@@ -206,8 +235,10 @@ def test_memory_history_records_ambiguity_and_writes_it_could_not_place(store: E
     ]
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_memory_targets_are_separate_and_a_merge_is_followed(store: EventStore) -> None:
+def test_memory_targets_are_separate_and_a_merge_is_followed(
+    either: EventStore, before: int
+) -> None:
+    store = either
     store.append(
         [
             memory(store, 1, "add", "a", target="memory"),
@@ -218,7 +249,7 @@ def test_memory_targets_are_separate_and_a_merge_is_followed(store: EventStore) 
     )
     assert memory_state(store.conn) == {"memory": ["a"], "user": ["a"]}
     merged = [c for c in history(store.conn, "b") if c.merged]
-    assert [(c.seq, c.merged) for c in merged] == [(4, 2)]
+    assert [(c.seq, c.merged) for c in merged] == [(before + 4, before + 2)]
 
 
 # -- recall ----------------------------------------------------------------------------------
@@ -252,14 +283,15 @@ def test_checkpoint_evidence_adds_only_texts_its_session_did_not_index(store: Ev
     ]
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_memory_rows_follow_the_entries(store: EventStore) -> None:
+def test_memory_rows_follow_the_entries(either: EventStore, before: int) -> None:
+    store = either
     store.append([memory(store, 1, "add", "likes tea"), memory(store, 2, "add", "lives in Oslo")])
     store.append([memory(store, 3, "replace", "likes coffee", old_text="tea")])
     store.append([memory(store, 4, "remove", "", old_text="Oslo")])
-    assert recall_rows(store) == [(-3, "likes coffee", "memory", "", "user")]
+    entry = -(before + 3)  # a memory row's id is minus the seq of the write that set it
+    assert recall_rows(store) == [(entry, "likes coffee", "memory", "", "user")]
     assert store.conn.execute("SELECT rowid, target FROM recall_memory").fetchall() == [
-        (-3, "user")
+        (entry, "user")
     ]
 
 
@@ -342,8 +374,7 @@ def test_a_projection_of_another_version_is_rebuilt_on_open(tmp_path: Path) -> N
     store.close()
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_projection_state_from_before_versions_is_upgraded(tmp_path: Path) -> None:
+def test_projection_state_from_before_versions_is_upgraded(before: int, tmp_path: Path) -> None:
     folder = tmp_path / "archive"
     store = EventStore.open(folder)
     fill(store)
@@ -353,17 +384,17 @@ def test_projection_state_from_before_versions_is_upgraded(tmp_path: Path) -> No
     store.conn.execute(
         "CREATE TABLE memory_entries (target TEXT, position INTEGER, content TEXT, seq INTEGER)"
     )
-    store.conn.execute("INSERT INTO projection_state VALUES ('memory', 3)")
+    store.conn.execute("INSERT INTO projection_state VALUES ('memory', ?)", (before + 3,))
     store.close()
     store = EventStore.open(folder, projections=default_projections())
     assert memory_state(store.conn) == {"user": ["likes tea"]}
-    assert store.conn.execute("SELECT DISTINCT last_seq FROM projection_state").fetchall() == [(3,)]
+    states = store.conn.execute("SELECT DISTINCT last_seq FROM projection_state").fetchall()
+    assert states == [(before + 3,)]
     store.close()
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
 def test_a_projection_failing_in_the_catch_up_is_left_behind_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    before: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = tmp_path / "archive"
     store = EventStore.open(folder)
@@ -377,14 +408,13 @@ def test_a_projection_failing_in_the_catch_up_is_left_behind_alone(
     store = EventStore.open(folder, projections=[SessionsProjection(), MemoryProjection()])
     assert "memory" in store.broken_projections
     assert [SessionsProjection().last_seq(store.conn), MemoryProjection().last_seq(store.conn)] == [
-        3,
-        2,
+        before + 3,
+        before + 2,
     ]
     store.close()
 
 
-@pytest.mark.usefixtures("v1_format")  # seqs as a v1 log numbers them
-def test_a_plain_projection_gets_every_event_in_the_catch_up(tmp_path: Path) -> None:
+def test_a_plain_projection_gets_every_event_in_the_catch_up(before: int, tmp_path: Path) -> None:
     class Counter:
         name = "counter"
 
@@ -405,7 +435,7 @@ def test_a_plain_projection_gets_every_event_in_the_catch_up(tmp_path: Path) -> 
     store.close()
     counter = Counter()
     EventStore.open(folder, projections=[counter]).close()
-    assert counter.seen == [1, 2, 3]
+    assert counter.seen == list(range(1, before + 4))  # v2: store_created too
 
 
 def test_recall_must_come_after_memory() -> None:

@@ -40,9 +40,19 @@ from archive_provider.domain import builders
 from archive_provider.format.events import NewEvent
 from archive_provider.projections.builtin import RecallProjection, SessionsProjection
 from archive_provider.projections.registry import default_projections
-from archive_provider.storage.store import DB_NAME, EventStore, PayloadMissing, iter_events
+from archive_provider.storage.store import (
+    DB_NAME,
+    KEY_NAME,
+    STORE_KEY_NAME,
+    EventStore,
+    PayloadMissing,
+    iter_events,
+)
+
+from .conftest import archive_format
 
 ROOT = Path(__file__).resolve().parents[1]
+
 START = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 _folders = itertools.count()
 
@@ -488,20 +498,23 @@ def test_verify_projections_reports_a_projection_that_has_not_caught_up(tmp_path
 # -- streaming and memory ----------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("v1_format")  # v1 seqs and triggers
-def test_iter_events_carries_parts_and_filters_by_type(tmp_path: Path) -> None:
-    store = EventStore.open(tmp_path / "a")
+@pytest.mark.parametrize("version", [1, 2])
+def test_iter_events_carries_parts_and_filters_by_type(tmp_path: Path, version: int) -> None:
+    with archive_format(version):
+        store = EventStore.open(tmp_path / "a")
+    first = version  # the session's start; a v2 log begins with store_created
     fill(store, 3)
     turns = list(iter_events(store.conn, 0, None, {"turn"}))
-    assert [e.seq for e in turns] == [2, 3, 4]
+    assert [e.seq for e in turns] == [first + 1, first + 2, first + 3]
     assert all(set(e.parts) == set(e.body["messages"]) for e in turns)
-    assert [e.seq for e in iter_events(store.conn, 2, 3)] == [3]
+    assert [e.seq for e in iter_events(store.conn, first + 1, first + 2)] == [first + 2]
     assert list(iter_events(store.conn, 0, None, set())) == []
     store.conn.execute("DROP TRIGGER payloads_no_delete")
     store.conn.execute(
-        "DELETE FROM payloads WHERE digest = (SELECT payload FROM events WHERE seq = 3)"
+        "DELETE FROM payloads WHERE digest = (SELECT payload FROM events WHERE seq = ?)",
+        (first + 2,),
     )
-    with pytest.raises(PayloadMissing, match="event 3"):
+    with pytest.raises(PayloadMissing, match=f"event {first + 2}"):
         list(iter_events(store.conn))
     store.close()
 
@@ -527,14 +540,18 @@ def test_replay_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
     assert peak_large < peak_small * 1.5 + 512 * 1024, (peak_small, peak_large)
 
 
-@pytest.mark.usefixtures("v1_format")  # two stores share one payload.key
-def test_batched_and_single_appends_give_the_same_projections(tmp_path: Path) -> None:
-    with freeze_time(START):
+@pytest.mark.parametrize("version", [1, 2])
+def test_batched_and_single_appends_give_the_same_projections(tmp_path: Path, version: int) -> None:
+    """Two stores share one key, so a text gets one digest in both (v1: the payload key; v2:
+    the lookup key finds the part, salted once, that the events name)."""
+    with freeze_time(START), archive_format(version):
         one = EventStore.open(tmp_path / "one", projections=default_projections())
-        (tmp_path / "two").mkdir()
-        (tmp_path / "two" / "payload.key").write_bytes(
-            (tmp_path / "one" / "payload.key").read_bytes()
-        )
+        key = KEY_NAME if version == 1 else STORE_KEY_NAME
+        if version == 1:
+            (tmp_path / "two").mkdir()
+        else:  # a v2 store is made with its own keys: give it one's lookup key, then reopen
+            EventStore.open(tmp_path / "two").close()
+        (tmp_path / "two" / key).write_bytes((tmp_path / "one" / key).read_bytes())
         two = EventStore.open(tmp_path / "two", projections=default_projections())
         events = []
         for n in range(1, 40):

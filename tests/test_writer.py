@@ -6,7 +6,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -17,19 +17,43 @@ from archive_provider.format import verifier
 from archive_provider.format.canonical import CanonicalEncodingError
 from archive_provider.format.events import AppendResult, NewEvent, StoredEvent
 from archive_provider.storage.spill import read_records, segment_paths
-from archive_provider.storage.store import KEY_NAME, EventStore
+from archive_provider.storage.store import KEY_NAME, STORE_KEY_NAME, EventStore
 from archive_provider.storage.writer import Writer, WriterUnavailable, writers
 
+from .conftest import archive_format
 from .test_store import raw, turn
 
-# Written on a v1 archive (seqs from 1, payload.key, v1 triggers, key text); the writer is one
-# for both formats, and a test here that names a format runs on that one.
-pytestmark = pytest.mark.usefixtures("v1_format")
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"], autouse=True)
+def fmt(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Every test here runs on a new archive of each format: the writer is one for both."""
+    with archive_format(request.param):
+        yield request.param
 
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     return tmp_path / "home" / "archive"
+
+
+def first_seq(fmt: int) -> int:
+    """The seq of the first event a test appends (a v2 archive begins with store_created)."""
+    return 2 if fmt == 2 else 1
+
+
+def key_file(folder: Path, fmt: int) -> Path:
+    """The key the store reads at open: payload.key (v1) or store.key (v2)."""
+    return folder / (KEY_NAME if fmt == 1 else STORE_KEY_NAME)
+
+
+def turn_keys(folder: Path) -> list[str]:
+    conn = raw(folder)
+    try:
+        return [
+            r[0] for r in conn.execute("SELECT key FROM events WHERE type = 'turn' ORDER BY seq")
+        ]
+    finally:
+        conn.close()
 
 
 # -- the writer -----------------------------------------------------------------------------
@@ -71,7 +95,7 @@ class Threads:
         return thread
 
 
-def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path) -> None:
+def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path, fmt: int) -> None:
     recorder = Recorder()
     writer = Writer(folder, projections_factory=lambda: (recorder,))
     started, release = threading.Event(), threading.Event()
@@ -87,7 +111,8 @@ def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path) -> No
         futures = [writer.submit(builder(turn(n))) for n in range(1, 10001)]
         release.set()
         results = [future.result(timeout=60) for future in [first, *futures]]
-        assert [result.seq for (result,) in results] == list(range(1, 10002))
+        first = first_seq(fmt)
+        assert [result.seq for (result,) in results] == list(range(first, first + 10001))
         assert all(result.outcome == "appended" for (result,) in results)
         transactions = [s for s in recorder.statements if s.startswith("BEGIN IMMEDIATE")]
         assert len(transactions) <= 25  # batches of up to 512 jobs, not one commit per job
@@ -97,32 +122,32 @@ def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path) -> No
     store = EventStore.open(folder)
     try:
         seqs = [row[0] for row in store.conn.execute("SELECT seq FROM events ORDER BY seq")]
-        assert seqs == list(range(1, 10002))
-        assert [e.key["turn"] for e in store.events()] == list(range(10001))
+        assert seqs == list(range(1, first + 10001))
+        turns = [e.key["turn"] for e in store.events() if e.type == "turn"]
+        assert turns == list(range(10001))
         assert verifier.verify_database(store.conn, store.key).ok
     finally:
         store.close()
 
 
-def test_writer_durable_append_is_committed_on_return(folder: Path) -> None:
+def test_writer_durable_append_is_committed_on_return(folder: Path, fmt: int) -> None:
     writer = Writer(folder)
+    first = first_seq(fmt)
     try:
         ordinary = writer.submit(builder(turn(1)))
         (result,) = writer.append_durable(builder(turn(2)), timeout=10)
-        assert (result.outcome, result.seq) == ("appended", 2)
-        assert ordinary.done() and ordinary.result()[0].seq == 1  # committed with it, in order
-        conn = raw(folder)
-        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2
-        conn.close()
+        assert (result.outcome, result.seq) == ("appended", first + 1)
+        assert ordinary.done() and ordinary.result()[0].seq == first  # committed with it, in order
+        assert len(turn_keys(folder)) == 2
         (again,) = writer.append_durable(builder(turn(2)), timeout=10)
-        assert (again.outcome, again.seq) == ("already_archived", 2)
+        assert (again.outcome, again.seq) == ("already_archived", first + 1)
     finally:
         assert writer.close().complete
 
 
-def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path) -> None:
+def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path, fmt: int) -> None:
     EventStore.open(folder).close()
-    (folder / KEY_NAME).write_text("garbage, not a key\n")
+    key_file(folder, fmt).write_text("garbage, not a key\n")
     threads = Threads()
     writer = Writer(folder, thread_factory=threads)
     futures = [writer.submit(builder(turn(n)), label=f"turn {n}") for n in (1, 2, 3)]
@@ -146,33 +171,36 @@ def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path) -> No
         late.result(timeout=1)
 
 
-def test_writer_durable_fails_fast_while_the_key_is_bad_then_recovers(folder: Path) -> None:
+def test_writer_durable_fails_fast_while_the_key_is_bad_then_recovers(
+    folder: Path, fmt: int
+) -> None:
     EventStore.open(folder).close()
-    key_file = folder / KEY_NAME
-    good_key = key_file.read_text()
-    key_file.write_text("garbage\n")
+    key = key_file(folder, fmt)
+    good_key = key.read_text()
+    key.write_text("garbage\n")
     writer = Writer(folder)
     try:
         queued = writer.submit(builder(turn(1)))
         began = time.monotonic()
-        with pytest.raises(WriterUnavailable, match="payload key"):
+        with pytest.raises(WriterUnavailable, match="payload key" if fmt == 1 else "lookup key"):
             writer.append_durable(builder(turn(2)), timeout=30)
         assert time.monotonic() - began < 5
         assert not queued.done()
-        key_file.write_text(good_key)
-        assert queued.result(timeout=10)[0].seq == 1
-        assert writer.append_durable(builder(turn(3)), timeout=10)[0].seq == 2
+        key.write_text(good_key)
+        assert queued.result(timeout=10)[0].seq == first_seq(fmt)
+        assert writer.append_durable(builder(turn(3)), timeout=10)[0].seq == first_seq(fmt) + 1
     finally:
         assert writer.close().complete
-    conn = raw(folder)
-    assert [r[0] for r in conn.execute("SELECT key FROM events ORDER BY seq")] == [
+    assert turn_keys(folder) == [
         '{"session":"s1","turn":1}',
         '{"session":"s1","turn":3}',
     ]  # the failed durable event was not written behind its caller's back
-    conn.close()
 
 
-def test_writer_locked_database_durable_fails_fast_ordinary_lands_later(folder: Path) -> None:
+def test_writer_locked_database_durable_fails_fast_ordinary_lands_later(
+    folder: Path, fmt: int
+) -> None:
+    first = first_seq(fmt)
     writer = Writer(folder, busy_timeout_ms=100)
     assert writer.flush(10)  # the store is open
     locker = raw(folder)
@@ -187,17 +215,15 @@ def test_writer_locked_database_durable_fails_fast_ordinary_lands_later(folder: 
         assert not any(future.done() for future in queued)
         assert not writer.healthy
         locker.execute("COMMIT")
-        assert [future.result(timeout=10)[0].seq for future in queued] == [1, 2, 3]
-        assert writer.append_durable(builder(turn(4)), timeout=10)[0].seq == 4
+        seqs = [future.result(timeout=10)[0].seq for future in queued]
+        assert seqs == [first, first + 1, first + 2]
+        assert writer.append_durable(builder(turn(4)), timeout=10)[0].seq == first + 3
     finally:
         if locker.in_transaction:
             locker.execute("COMMIT")
         locker.close()
         assert writer.close().complete
-    conn = raw(folder)
-    turns = [json.loads(r[0])["turn"] for r in conn.execute("SELECT key FROM events ORDER BY seq")]
-    assert turns == [1, 2, 3, 4]
-    conn.close()
+    assert [json.loads(key)["turn"] for key in turn_keys(folder)] == [1, 2, 3, 4]
 
 
 def test_writer_close_under_a_lock_never_writes_what_it_reported(folder: Path) -> None:
@@ -214,61 +240,64 @@ def test_writer_close_under_a_lock_never_writes_what_it_reported(folder: Path) -
     locker.execute("COMMIT")
     threads.made[0].join(5)
     assert not threads.made[0].is_alive()
-    assert locker.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert locker.execute("SELECT count(*) FROM events WHERE type = 'turn'").fetchone()[0] == 0
     locker.close()
     with pytest.raises(WriterUnavailable):
         future.result(timeout=1)
 
 
-def test_writer_an_unencodable_event_does_not_wedge_the_queue(folder: Path) -> None:
+def test_writer_an_unencodable_event_does_not_wedge_the_queue(folder: Path, fmt: int) -> None:
     writer = Writer(folder)
+    first = first_seq(fmt)
     try:
         before = writer.submit(builder(turn(1)))
         bad = writer.submit(builder(turn(2), NewEvent("turn", "s1", {"t": 3}, {"x": float("nan")})))
         bad_session = writer.submit(builder(NewEvent("turn", "\ud800", {"t": 4}, {})))
         after = writer.submit(builder(turn(5)))
-        assert before.result(timeout=10)[0].seq == 1
-        assert after.result(timeout=10)[0].seq == 2
+        assert before.result(timeout=10)[0].seq == first
+        assert after.result(timeout=10)[0].seq == first + 1
         with pytest.raises(CanonicalEncodingError, match="not a finite number"):
             bad.result(timeout=1)
         with pytest.raises(ValueError):
             bad_session.result(timeout=1)
         (durable,) = writer.append_durable(builder(turn(6)), timeout=10)
-        assert durable.seq == 3
+        assert durable.seq == first + 2
     finally:
         assert writer.close().complete
     store = EventStore.open(folder)
     try:  # the job that failed after inserting its payload (SQLite refused its session) left none
         named = {e.envelope.payload for e in store.events()}
-        stored = {row[0] for row in store.conn.execute("SELECT digest FROM payloads")}
-        assert stored == named and len(named) == 3
+        rows = store.conn.execute("SELECT digest FROM payloads")
+        stored = {row[0] if fmt == 1 else bytes(row[0]).hex() for row in rows}
+        assert stored == named and len(named) == first + 2  # v2: store_created's body too
     finally:
         store.close()
 
 
-def test_writer_refuses_to_build_on_a_damaged_log(folder: Path) -> None:
+def test_writer_refuses_to_build_on_a_damaged_log(folder: Path, fmt: int) -> None:
     store = EventStore.open(folder)
     store.append([turn(1), turn(2)])
     store.close()
+    seq = first_seq(fmt) + 1
     conn = raw(folder)
-    conn.execute("DROP TRIGGER events_append_only_update")
-    conn.execute("UPDATE events SET time = 'x' WHERE seq = 2")
+    conn.execute(f"DROP TRIGGER {'events_append_only_update' if fmt == 1 else 'events_no_update'}")
+    conn.execute("UPDATE events SET time = 'x' WHERE seq = ?", (seq,))
     conn.close()
     writer = Writer(folder)
-    with pytest.raises(WriterUnavailable, match="failed verification at seq 2"):
+    with pytest.raises(WriterUnavailable, match=f"failed verification at seq {seq}"):
         writer.append_durable(builder(turn(3)), timeout=10)
     assert writer.refused and not writer.healthy
     writer.close(timeout=1)
 
 
-def test_registry_shares_one_writer_per_folder(folder: Path) -> None:
+def test_registry_shares_one_writer_per_folder(folder: Path, fmt: int) -> None:
     one = writers.acquire(folder)
     two = writers.acquire(folder / ".." / "archive")
     try:
         assert one is two
         assert writers.release(one) is None  # still held by the other provider
         future: Future[list[AppendResult]] = two.submit(builder(turn(1)))
-        assert future.result(timeout=10)[0].seq == 1
+        assert future.result(timeout=10)[0].seq == first_seq(fmt)
     finally:
         report = writers.release(two)
     assert report is not None and report.complete
@@ -303,10 +332,9 @@ def test_a_durable_append_waits_for_the_open_time_proof_instead_of_failing(
     assert result.outcome == "appended"
 
 
-@pytest.mark.parametrize("format_version", [1, 2])
-def test_an_edited_part_makes_the_writer_refuse_in_either_format(
-    folder: Path, format_version: int
-) -> None:
+def test_an_edited_part_makes_the_writer_refuse_in_either_format(folder: Path, fmt: int) -> None:
+    format_version = fmt
+
     # v1's TamperedPayload and v2's TamperedPart are one refusal (TamperedPart is the base)
     def said(text: str) -> Callable[[EventStore], list[NewEvent]]:
         def build(store: EventStore) -> list[NewEvent]:

@@ -70,5 +70,5 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> b
             ).encode()
         )
     data = b"".join(documents)
-    tlog_proof.verify_proof_file(data, Verifier.from_vkey(store.vkey))
+    tlog_proof.verify_proof_file(data, Verifier.from_vkey(store.note_vkey()))
     return data

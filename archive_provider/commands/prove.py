@@ -12,6 +12,7 @@ import argparse
 import os
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
+from archive_provider.storage.store import EventStoreV2
 
 NAME = "prove"
 HELP = "write a proof file disclosing events (format v2) that anyone can check with the key"
@@ -45,7 +46,7 @@ def run(ctx: CommandContext) -> int:
             data = prove(store, ctx.args.seqs, ctx.args.only)
         except ProveError as exc:
             raise CommandError(str(exc)) from None
-        vkey = getattr(store, "vkey", "")  # prove() refused a v1 archive
+        vkey = store.note_vkey() if isinstance(store, EventStoreV2) else ""  # v1 was refused
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # disclosed text: private
     try:

@@ -12,7 +12,7 @@ from archive_provider.commands._render import record
 from archive_provider.domain.authors import author_label
 from archive_provider.format.events import StoredEvent
 from archive_provider.format.verifier import printable
-from archive_provider.storage.store import EventStore
+from archive_provider.storage.store import EventStore, EventStoreV2
 
 NAME = "show"
 HELP = (
@@ -47,20 +47,22 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
         raise UsageError(
             f"{ref!r} is neither a sequence number nor a hex digest prefix (4 to 64 digits)"
         )
-    upper = prefix + "g"  # every hex digest starting with prefix sorts between the two
+    bounds: tuple[str | bytes, str | bytes]
+    if isinstance(store, EventStoreV2):  # 32-byte BLOBs: every digest with the prefix lies within
+        bounds = (bytes.fromhex(prefix.ljust(64, "0")), bytes.fromhex(prefix.ljust(64, "f")))
+    else:  # hex text: every digest starting with prefix sorts between the two
+        bounds = (prefix, prefix + "g")
     conn = store.conn
-    by_identity = conn.execute(
-        "SELECT identity, seq FROM events WHERE identity >= ? AND identity < ? ORDER BY seq",
-        (prefix, upper),
-    ).fetchall()
-    by_payload = conn.execute(
-        "SELECT payload, seq FROM events WHERE payload >= ? AND payload < ? ORDER BY seq",
-        (prefix, upper),
-    ).fetchall()
     digests: dict[tuple[str, str], list[int]] = {}
-    for kind, rows in (("identity", by_identity), ("payload", by_payload)):
+    for kind in ("identity", "payload"):
+        rows = conn.execute(
+            f"SELECT {kind}, seq FROM events WHERE {kind} >= ? AND {kind} <= ? ORDER BY seq",
+            bounds,
+        ).fetchall()
         for digest, seq in rows:
-            digests.setdefault((kind, digest), []).append(seq)
+            text = digest.hex() if isinstance(digest, bytes) else str(digest)
+            if text.startswith(prefix):
+                digests.setdefault((kind, text), []).append(seq)
     if len(digests) > 1:
         shown = "; ".join(
             f"{kind} {digest[:16]}… (seq {', '.join(map(str, seqs[:5]))})"

@@ -9,7 +9,13 @@ from archive_provider.commands import CommandContext
 from archive_provider.format.verifier import printable
 from archive_provider.storage.ship import read_state
 from archive_provider.storage.spill import pending
-from archive_provider.storage.store import DB_NAME, EventStore
+from archive_provider.storage.store import DB_NAME, EventStore, EventStoreV2
+
+#: v2's store-level events, recorded under the session "archive" (FORMAT.md 18): no conversation
+STORE_EVENTS = (
+    "('store_created', 'migrated_from', 'erasure', 'legal_hold', 'legal_hold_released', "
+    "'retention_policy', 'witness_added', 'witness_removed')"
+)
 
 NAME = "status"
 HELP = "summarize the archive: events, sessions, checkpoints, head, size, projection health"
@@ -49,8 +55,9 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
                 else {}
             )
             recall = recall_check(store) if has_state else None
-            sessions = conn.execute(  # '' is no conversation (peer and witness events)
-                "SELECT count(DISTINCT session) FROM events WHERE session != ''"
+            sessions = conn.execute(  # '' is no conversation (peer and witness events), nor
+                "SELECT count(DISTINCT session) FROM events WHERE session != '' AND NOT ("
+                f"session = 'archive' AND type IN {STORE_EVENTS})"  # v2's store-level events
             ).fetchone()[0]
             drain = last_drain(store) if counts.get("shutdown_drain") else None
         finally:
@@ -120,7 +127,6 @@ def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0)
     """v2: the local witness (cosigned size, the background walk) and each remote witness's
     lag: what it last cosigned (asked over the network) against the head, and why it lags."""
     from archive_provider.storage.remote_witnesses import check_remote
-    from archive_provider.storage.store import EventStoreV2
     from archive_provider.storage.witness import Witness, WitnessMismatch
 
     if not isinstance(store, EventStoreV2):
@@ -136,8 +142,31 @@ def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0)
     if record is not None and record.checkpoint is not None:
         local["cosigned_size"] = int(record.checkpoint.split("\n")[1])
         local["walked"] = record.walked
-    remote = check_remote(store, timeout or STATUS_WITNESS_TIMEOUT_S)
-    return {"local_witness": local, "remote_witnesses": remote}
+    signing = signing_key_status(store)
+    pinned = record.log_vkey if record is not None else None
+    remote = (
+        check_remote(store, timeout or STATUS_WITNESS_TIMEOUT_S, pinned)
+        if signing["ok"] or pinned
+        else []
+    )
+    return {"local_witness": local, "remote_witnesses": remote, "signing_key": signing}
+
+
+def signing_key_status(store: EventStoreV2) -> dict[str, Any]:
+    """Where the v2 signing key is read from, whether it is outside the profile, and whether
+    it can be used (a lost key stops every checkpoint: docs/RECOVER.md)."""
+    from archive_provider.storage.store_v2 import KeyFileError, read_signer, signing_key_path
+
+    path = signing_key_path(store.path.parent)
+    data: dict[str, Any] = {
+        "path": str(path),
+        "outside_profile": not path.absolute().is_relative_to(store.path.parent.parent.absolute()),
+    }
+    try:
+        data.update(ok=True, problem=None, vkey=read_signer(path, store.origin).vkey)
+    except KeyFileError as exc:
+        data.update(ok=False, problem=str(exc), vkey=None)
+    return data
 
 
 #: index rows of each kind (messages, memory) re-proved by status: the newest ones
@@ -212,7 +241,10 @@ def _human(data: dict[str, Any]) -> str:
             f"(session {printable(last['session'])})"
         )
     recall = data.get("recall")
-    if recall and recall["withheld"]:
+    signing = data.get("signing_key")
+    if recall and signing is not None and not signing["ok"]:
+        lines.append("Recall: withheld (the signed tree cannot be checked without the key)")
+    elif recall and recall["withheld"]:
         lines.append(
             f"Recall: {recall['withheld']} of the newest {recall['checked']} index rows do not "
             f"match the log ({recall['first_problem']}); prefetch and archive_search withhold "
@@ -240,8 +272,18 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def witness_lines(data: dict[str, Any]) -> list[str]:
-    """One line for the local witness and one per remote witness (lag and last error)."""
+    """One line for the signing key, one for the local witness and one per remote witness
+    (lag and last error)."""
     lines = []
+    signing = data.get("signing_key")
+    if signing is not None and not signing["ok"]:
+        lines.append(
+            f"Signing key: UNUSABLE: {signing['problem']} Until it is back no checkpoint is "
+            "signed and recall is withheld (docs/RECOVER.md, 'Lost or leaked signing key')"
+        )
+    elif signing is not None:
+        where = "outside the profile" if signing["outside_profile"] else "inside the profile"
+        lines.append(f"Signing key: {signing['path']} ({where})")
     local = data.get("local_witness")
     if local is not None:
         if not local["ok"]:

@@ -25,6 +25,7 @@ from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
 from ..projections.recall import Hit, Prover, search
 from ..projections.registry import default_projections
+from ..storage.proof_v2 import pinned
 from ..storage.ship import BackgroundShipper, shippers
 from ..storage.spill import Encoder
 from ..storage.store import (
@@ -35,7 +36,7 @@ from ..storage.store import (
     connect,
     reader_keys,
 )
-from ..storage.witness import Witness
+from ..storage.witness import Witness, WitnessMismatch
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .settings import Settings
@@ -301,15 +302,22 @@ class ArchiveCore:
         if writer is not None and not writer.proven.wait(PROOF_WAIT_S):
             if writer.refused:
                 raise RuntimeError(f"archive recall is withheld: {writer.refused}")
+            why = f": {writer.last_error}" if writer.last_error else ""  # e.g. a lost key
             raise RuntimeError(  # FORMAT.md 20.4: nothing is served before the log is proven
                 "archive recall is withheld: integrity check pending (the open-time proof of "
-                "the archive has not passed yet)"
+                f"the archive has not passed yet){why}"
             )
         if not (archive_dir(self.home) / DB_NAME).exists():
             return [], []
 
+        try:  # v2: the key and tree the witness pinned, outside the profile (FORMAT.md 20.5)
+            anchor = pinned(writer.witness) if writer is not None and writer.witness else None
+        except WitnessMismatch as exc:
+            raise RuntimeError(f"archive recall is withheld: {exc}") from None
+
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
-            prover = Prover(conn, self._key, self._vkey)
+            vkey, checkpoint = anchor if anchor is not None else (self._vkey, None)
+            prover = Prover(conn, self._key, vkey, checkpoint)
             return prover.proven(search(conn, query, **kwargs)), prover.withheld
 
         hits, withheld = self.read(proven)

@@ -298,10 +298,18 @@ class Prover:
     serve.
     """
 
-    def __init__(self, conn: sqlite3.Connection, key: bytes, vkey: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        key: bytes,
+        vkey: str | None = None,
+        anchor: Checkpoint | None = None,
+    ) -> None:
         self.conn = conn
         self.key = key
         self.vkey = vkey
+        #: v2: the checkpoint the local witness cosigned; the tree served from must extend it
+        self.anchor = anchor
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
         row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
@@ -431,6 +439,8 @@ class Prover:
         head = self.conn.execute("SELECT seq, root FROM head WHERE id = 1").fetchone()
         head_size = int(head[0]) if head else 0
         reader = merkle.TileReader(read_tile, max(size, head_size))
+        if self.anchor is not None and self.anchor.size:
+            self._extends_anchor(size, root, reader)
         if head_size > size:
             head_root = bytes(head[1])
             try:
@@ -448,6 +458,24 @@ class Prover:
             size, root = head_size, head_root
         self._tree = (size, root, reader)
         return self._tree
+
+    def _extends_anchor(self, size: int, root: bytes, reader: merkle.TileReader) -> None:
+        """The signed tree must extend the one the witness cosigned (outside the folder):
+        whoever can write the folder may hold its signing key and sign a rewrite."""
+        anchor = self.anchor
+        assert anchor is not None
+        try:
+            if size < anchor.size:
+                raise merkle.ProofError(f"it is smaller than size {anchor.size}")
+            proof = (
+                merkle.consistency_proof(anchor.size, size, reader) if size > anchor.size else []
+            )
+            merkle.verify_consistency(anchor.size, size, anchor.root, root, proof)
+        except merkle.ProofError as exc:
+            raise Unproven(
+                f"the signed tree (size {size}) does not extend the checkpoint the witness "
+                f"cosigned (size {anchor.size}): {exc}"
+            ) from None
 
     def _payload(self, seq: int, digest: str) -> bytes:
         raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest

@@ -135,6 +135,19 @@ def _witnessed(record: Any) -> tuple[Verifier, Checkpoint]:
         ) from None
 
 
+def pinned(witness: Witness) -> tuple[str, Checkpoint] | None:
+    """The log key and the checkpoint the local witness pinned and cosigned (outside the
+    profile), or None before it cosigned one: what served excerpts are proven from
+    (FORMAT.md 20.5). Read it before the log: the witness advances only after a commit, so
+    the log read next holds that tree. Raises WitnessMismatch when it cannot be read."""
+    record = witness.read()
+    if record is not None:
+        record = witness.read_for(record.store_id) or record
+    if record is None or record.checkpoint is None or record.log_vkey is None:
+        return None
+    return record.log_vkey, _witnessed(record)[1]
+
+
 def _newest(store: EventStoreV2, log_key: Verifier) -> Checkpoint | None:
     note = store.checkpoint_note()
     if note is None:

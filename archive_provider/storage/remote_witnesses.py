@@ -188,14 +188,17 @@ def _latest_of(endpoint: WitnessEndpoint, origin: str, timeout: float) -> bytes 
     return answer
 
 
-def check_remote(store: EventStoreV2, timeout: float = 5.0) -> list[dict[str, Any]]:
+def check_remote(
+    store: EventStoreV2, timeout: float = 5.0, vkey: str | None = None
+) -> list[dict[str, Any]]:
     """Ask each witness of the set what it last cosigned and check that against the tree.
 
     ``consistent`` is False when the witness cosigned a checkpoint this archive's tree does
-    not contain (the archive was rolled back below it or rewritten after it).
+    not contain (the archive was rolled back below it or rewritten after it). ``vkey`` is the
+    log key pinned outside the archive (the local witness's); default: the signing key's.
     """
     head = store.head()
-    log_key = Verifier.from_vkey(store.vkey)
+    log_key = Verifier.from_vkey(vkey or store.vkey)
     rows = lag_from_log(store.conn, head.seq)
     for row, endpoint in zip(rows, witness_set(store.conn), strict=True):
         row.update(witness_size=None, consistent=None, error=None)

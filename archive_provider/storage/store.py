@@ -323,23 +323,27 @@ def _open_failure(db_path: Path, exc: sqlite3.DatabaseError, busy_timeout_ms: in
 
 
 def read_key(path: Path) -> bytes:
-    """The store's payload key: a regular file of hex text, read with a bound."""
+    """The store's key: v1's payload key or v2's lookup key (``store.key``), a regular file of
+    hex text, read with a bound."""
+    lookup = path.name == STORE_KEY_NAME
+    what = "lookup key" if lookup else "payload key"
     try:
         key = bytes.fromhex(read_small(path, 4096).decode("ascii").strip())
     except UnsafeFile as exc:
-        raise StoreError(f"the payload key cannot be used: {exc.strerror}") from None
+        raise StoreError(f"the {what} cannot be used: {exc.strerror}") from None
     except FileNotFoundError:
         raise StoreError(
-            f"the payload key {path} is missing; without it payload digests cannot be "
+            f"the lookup key {path} is missing. Restore it from your backup, or make a new one "
+            "(docs/RECOVER.md, 'Missing key'): only deduplication across the loss is lost."
+            if lookup
+            else f"the payload key {path} is missing; without it payload digests cannot be "
             "checked. Restore it from your backup (it lives beside events.db, so `hermes "
             "backup` includes it; give it mode 0600 again)."
         ) from None
     except (ValueError, UnicodeDecodeError):
-        raise StoreError(
-            f"the payload key {path} is not hex text; restore it from backup"
-        ) from None
+        raise StoreError(f"the {what} {path} is not hex text; restore it from backup") from None
     if len(key) != KEY_BYTES:
-        raise StoreError(f"the payload key {path} must hold {KEY_BYTES} bytes, found {len(key)}")
+        raise StoreError(f"the {what} {path} must hold {KEY_BYTES} bytes, found {len(key)}")
     return key
 
 
@@ -1068,7 +1072,7 @@ class EventStoreV2(EventStore):
         if row is None:
             return None
         text = format_checkpoint(Checkpoint(self.origin, int(row[0]), bytes(row[1])))
-        log_key = Verifier.from_vkey(self.vkey)
+        log_key = Verifier.from_vkey(self.note_vkey())
         lines = [Signature(self.origin, log_key.key_id, bytes(row[2]))]
         for name, key_id, timestamp, signature in self.conn.execute(
             "SELECT name, key_id, timestamp, signature FROM cosignatures WHERE size = ?"
@@ -1078,6 +1082,19 @@ class EventStoreV2(EventStore):
             data = int(timestamp).to_bytes(8, "big") + bytes(signature)
             lines.append(Signature(str(name), int.from_bytes(bytes(key_id), "big"), data))
         return format_note(text, lines)
+
+    def note_vkey(self) -> str:
+        """The key that names the log's signature line of a note: the signing key's, or, when
+        that key is lost, the one recorded at creation (``meta.vkey``). A note only names its
+        key, so a wrong name fails wherever the note is checked with a pinned key; a lost key
+        must not make the signed history unexportable (docs/RECOVER.md)."""
+        try:
+            return self.vkey
+        except KeyFileError:
+            recorded = _meta_or_none(self.conn, "vkey")
+            if recorded is None:
+                raise
+            return recorded
 
     def close(self) -> None:
         """Close; a writer first signs a checkpoint at the head when it is not signed yet."""

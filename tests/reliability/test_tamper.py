@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,20 +24,11 @@ from archive_provider.host.provider import ArchiveProvider
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 
+from ..conftest import archive_format
 from .conftest import events, raw, v2_agent, verify_home
 from .test_faults import EVIDENCE, blocked
 
-# The damage is made with v1's triggers, JSON parts and text digests: these run on a v1
-# archive; the same classes on v2 are in tests/test_tamper_v2.py and tests/test_witness_v2.py.
-pytestmark = pytest.mark.usefixtures("v1_format")
-
 ROOT = Path(__file__).resolve().parents[2]
-TRIGGERS = (
-    "events_append_only_update",
-    "events_append_only_delete",
-    "payloads_immutable",
-    "payloads_no_delete",
-)
 ROW = "seq, time, type, session, key, identity, payload, parts, chain"
 
 
@@ -56,10 +47,18 @@ def build(provider: ArchiveProvider, tag: str = "t") -> None:
 
 
 def attacker(home: Path) -> sqlite3.Connection:
+    """The database as an attacker opens it: every trigger dropped."""
     conn = raw(home)
-    for trigger in TRIGGERS:
-        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    for (trigger,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+        conn.execute(f"DROP TRIGGER {trigger}")
     return conn
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def fmt(request: pytest.FixtureRequest) -> Iterator[int]:
+    """New archives in each format, for what the witness must catch in both."""
+    with archive_format(request.param):
+        yield request.param
 
 
 def head_of(home: Path) -> int:
@@ -178,6 +177,9 @@ CLASSES: dict[str, Callable[[Path, Path], int]] = {
 }
 
 
+# The classes are made with v1's JSON parts and text digests: they run on a v1 archive; the
+# same classes on v2 are in tests/test_tamper_v2.py and tests/test_witness_v2.py.
+@pytest.mark.usefixtures("v1_format")
 @pytest.mark.parametrize("name", list(CLASSES))
 def test_tamper_is_caught_by_verify_and_refused_at_open(
     name: str, tmp_path: Path, providers: Callable[..., ArchiveProvider]
@@ -211,6 +213,7 @@ def test_tamper_is_caught_by_verify_and_refused_at_open(
     print(f"\n{name}: verify names seq {bad_seq}; refused at open")
 
 
+@pytest.mark.usefixtures("v1_format")  # v1's full verify on open (v2 proves from checkpoints)
 def test_refusal_is_not_re_verified_until_the_files_change(
     home: Path, providers: Callable[..., ArchiveProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,7 +255,7 @@ def restore(backup: Path, folder: Path) -> None:
 
 
 def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately(
-    tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     first = providers()
     build(first, "early")
@@ -264,6 +267,11 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
     second.shutdown()
     witnessed = Witness.for_home(home).read()
     assert witnessed is not None and witnessed.seq == head_of(home)
+    conn = raw(home)
+    assert conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone() == (
+        str(fmt),
+    )
+    conn.close()
 
     restore(backup, archive_dir(home))  # the whole store, as it was
     assert verify_home(home).ok  # the log alone cannot tell
@@ -306,7 +314,7 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
 
 
 def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
-    tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     first = providers()
     build(first)
@@ -316,7 +324,8 @@ def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
     build(second, "other")
     second.shutdown()
     restore(archive_dir(other), archive_dir(home))
-    shutil.copy2(archive_dir(other) / "payload.key", archive_dir(home) / "payload.key")
+    for key in ("payload.key",) if fmt == 1 else ("store.key", "signing.key"):
+        shutil.copy2(archive_dir(other) / key, archive_dir(home) / key)
     provider = providers()
     message = str(blocked(v2_agent(provider), EVIDENCE))
     assert "witness mismatch" in message and "replaced" in message, message
@@ -326,7 +335,7 @@ def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
 
 
 def test_the_witness_costs_sync_turn_nothing(
-    home: Path, providers: Callable[..., ArchiveProvider]
+    fmt: int, home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     provider = providers()
     assert provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
@@ -343,6 +352,8 @@ def test_the_witness_costs_sync_turn_nothing(
     assert record is not None and record.seq == head_of(home)  # a FULL commit moved it
 
 
+@pytest.mark.usefixtures("v1_format")  # v2 keeps tiles and signed checkpoints: its rollback is
+# the whole-store one above (and tests/test_witness_v2.py's consistent-looking rewrite)
 def test_a_consistent_truncation_passes_verify_but_not_the_witness(
     home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
