@@ -23,7 +23,7 @@ from archive_provider.audit.replay import verify_projections
 from archive_provider.domain import builders
 from archive_provider.format.events import NewEvent
 from archive_provider.projections import recall
-from archive_provider.projections.builtin import RecallProjection
+from archive_provider.projections.builtin import RecallProjection, transcript_rows
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
@@ -132,13 +132,17 @@ def test_memory_rewind_and_erasure_leave_no_token_behind(store: EventStore) -> N
 
 
 def test_an_archive_with_the_old_recall_index_is_rebuilt_on_open(tmp_path: Path) -> None:
-    """The committed v1 fixture was written by recall version 3 (the text in the index)."""
+    """The committed v1 fixture was written by recall version 3 (the text in the index) and
+    sessions version 2 (hex digests in the transcript)."""
     folder = tmp_path / "archive"
     shutil.copytree(FIXTURE, folder)
     old = sqlite3.connect(folder / "events.db")
     names = {r[0] for r in old.execute("SELECT name FROM sqlite_master")}
     assert {"recall_fts_content", "recall_memory"} <= names
     indexed = old.execute("SELECT rowid, text, kind, session, seq, role FROM recall_fts").fetchall()
+    sessions = [r[0] for r in old.execute("SELECT DISTINCT session FROM transcript")]
+    transcripts = {s: transcript_rows(old, s) for s in sessions}
+    assert {type(d) for rows in transcripts.values() for d, _ in rows} == {str}  # hex text
     old.close()
     store = EventStore.open(folder, create=False, projections=default_projections)
     try:
@@ -153,6 +157,11 @@ def test_an_archive_with_the_old_recall_index_is_rebuilt_on_open(tmp_path: Path)
         ).fetchall()
         assert rows == indexed  # the same rows, now read from the payloads
         assert_index_matches_content(store.conn)
+        # the transcript's digests are 32 bytes now, read back as the same hex
+        assert store.conn.execute(
+            "SELECT DISTINCT typeof(digest), length(digest) FROM transcript"
+        ).fetchall() == [("blob", 32)]
+        assert {s: transcript_rows(store.conn, s) for s in sessions} == transcripts
     finally:
         store.close()
     assert verify_projections(folder, scratch_dir=tmp_path).ok

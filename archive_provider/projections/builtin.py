@@ -37,14 +37,29 @@ def _digests(value: Any) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
+def digest_key(digest: str) -> bytes | str:
+    """A hex digest as projections store it: 32 bytes, half the hex (kept as text if odd)."""
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        return digest
+    return raw if len(raw) == 32 and raw.hex() == digest else digest
+
+
+def digest_hex(value: bytes | str) -> str:
+    """A digest read back from a projection, as hex (what the API and the log's bodies use)."""
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
 #: The one FTS5 tokenizer: recall_fts indexes with it and search tokenizes queries with it.
 TOKENIZER = "unicode61 remove_diacritics 2"
 
 #: The recall index's content (FTS5 external content, docs/FORMAT.md 17): the text of a
 #: message row is read from its payload, so the archive holds it once; ``recall_docs.text``
 #: holds only what the payload cannot give by ``json_extract`` (memory entries, content made
-#: of parts, text with NUL or lone surrogates). The digest is 32 bytes in either format (v1
-#: keys payloads by its hex). Once a body is erased its text reads as NULL, so an erasure
+#: of parts, text with NUL or lone surrogates). ``part`` is the message's position in its
+#: event's part list (v2: 32 bytes each; v1: a JSON list of hex digests), so a row names
+#: its payload in a byte or two. Once a body is erased its text reads as NULL, so an erasure
 #: takes the rows out of the index before it clears the bodies (:func:`forget_recall`).
 RECALL_TEXT_VIEW = (
     "CREATE VIEW IF NOT EXISTS recall_text AS SELECT d.rowid AS rowid,"
@@ -53,7 +68,9 @@ RECALL_TEXT_VIEW = (
     " CASE WHEN d.rowid < 0 THEN '' ELSE e.session END AS session, d.seq AS seq,"
     " coalesce(d.role, json_extract(CAST(p.body AS TEXT), '$.role')) AS role"
     " FROM recall_docs d LEFT JOIN events e ON e.seq = d.seq"
-    " LEFT JOIN payloads p ON p.digest IN (d.digest, lower(hex(d.digest)))"
+    " LEFT JOIN payloads p ON p.digest = CASE WHEN typeof(e.parts) = 'blob'"
+    " THEN substr(e.parts, 32 * d.part + 1, 32) ELSE json_extract(e.parts, '$[' || d.part || ']')"
+    " END"
 )
 
 
@@ -81,11 +98,12 @@ class SessionsProjection(TableProjection):
     ``transcript`` is the transcript as last archived, kept so the next turn's delta can be
     computed. A rewind (``/undo``) leaves it as it is until the next hand-off shows which
     messages the user rewound; ``turns_rewound`` then moves those rows to
-    ``transcript_rewound`` (still in the log, no longer the current conversation).
+    ``transcript_rewound`` (still in the log, no longer the current conversation). Digests
+    are stored as 32 bytes (:func:`digest_key`), read back as hex.
     """
 
     name = "sessions"
-    version = 3
+    version = 4
     ddl = (
         "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY,"
         " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT,"
@@ -96,10 +114,10 @@ class SessionsProjection(TableProjection):
         " rewound INTEGER NOT NULL)",
         "CREATE INDEX IF NOT EXISTS session_links_session ON session_links(session, seq)",
         "CREATE TABLE IF NOT EXISTS transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
-        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
+        " digest BLOB NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
         " WITHOUT ROWID",
         "CREATE TABLE IF NOT EXISTS transcript_rewound (rewound_seq INTEGER NOT NULL,"
-        " position INTEGER NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,"
+        " position INTEGER NOT NULL, session TEXT NOT NULL, digest BLOB NOT NULL,"
         " seq INTEGER NOT NULL, PRIMARY KEY (rewound_seq, position)) WITHOUT ROWID",
         "CREATE INDEX IF NOT EXISTS transcript_rewound_seq ON transcript_rewound(seq)",
     )
@@ -128,7 +146,7 @@ class SessionsProjection(TableProjection):
     def __init__(self) -> None:
         # buffered until flush: session -> [first_seq, last_seq, turns, memory_writes, checkpoints]
         self._counts: dict[str, list[int]] = {}
-        self._transcript: list[tuple[str, int, str, int]] = []
+        self._transcript: list[tuple[str, int, bytes | str, int]] = []
         self._lengths: dict[str, int] = {}  # transcript length per session, once read or written
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
@@ -212,7 +230,8 @@ class SessionsProjection(TableProjection):
                 "DELETE FROM transcript WHERE session = ? AND position >= ?", (session, start)
             )
         self._transcript.extend(
-            (session, start + offset, digest, seq) for offset, digest in enumerate(digests)
+            (session, start + offset, digest_key(digest), seq)
+            for offset, digest in enumerate(digests)
         )
         self._lengths[session] = start + len(digests) if digests else min(start, length)
 
@@ -254,6 +273,7 @@ class SessionsProjection(TableProjection):
             self._lengths.clear()
 
     def discard(self) -> None:
+        super().discard()
         self._counts.clear()
         self._transcript.clear()
         self._lengths.clear()
@@ -268,7 +288,7 @@ def _text_or_none(value: Any) -> str | None:
 def transcript_rows(conn: sqlite3.Connection, session: str) -> list[tuple[str, int]]:
     """(message digest, seq of the turn that archived it) of the current conversation."""
     return [
-        (str(row[0]), int(row[1]))
+        (digest_hex(row[0]), int(row[1]))
         for row in conn.execute(
             "SELECT digest, seq FROM transcript WHERE session = ? ORDER BY position", (session,)
         )
@@ -536,7 +556,7 @@ class RecallProjection(TableProjection):
     version = 5
     ddl = (
         "CREATE TABLE IF NOT EXISTS recall_docs (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
-        " digest BLOB, role TEXT, text TEXT)",
+        " part INTEGER, role TEXT, text TEXT)",
         "CREATE INDEX IF NOT EXISTS recall_docs_seq ON recall_docs(seq)",
         RECALL_TEXT_VIEW,
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED,"
@@ -571,10 +591,10 @@ class RecallProjection(TableProjection):
     automerge, bulk_automerge = 4, 16
 
     def __init__(self) -> None:
-        self._rows: list[tuple[int, int, bytes | None, str | None, str | None]] = []
+        self._rows: list[tuple[int, int, int | None, str | None, str | None]] = []
         self._texts: list[tuple[int, str]] = []  # (rowid, text) for the index
         self._next_rowid: int | None = None
-        self._since: int | None = None  # last_seq before this transaction's buffered events
+        self._settled: int | None = None  # rows written up to this seq (None: as stored)
 
     def drop(self, conn: sqlite3.Connection) -> None:
         # recall_vocab and the index go before the tables they read; recall_indexed and
@@ -692,10 +712,11 @@ class RecallProjection(TableProjection):
         )
 
     def discard(self) -> None:
+        super().discard()
         self._rows.clear()
         self._texts.clear()
         self._next_rowid = None  # read again: outside a replay another writer may have added rows
-        self._since = None
+        self._settled = None
 
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         """Inside the append transaction, messages are buffered until :meth:`finish`.
@@ -709,8 +730,8 @@ class RecallProjection(TableProjection):
         if not self.defers(event.type):
             super().apply(conn, event)
             return
-        if self._since is None:
-            self._since = self.last_seq(conn)
+        if not self._rows:
+            self._settled = self._moved
         if event.type in self.handles:
             rows, rowid = len(self._rows), self._next_rowid
             try:
@@ -720,36 +741,37 @@ class RecallProjection(TableProjection):
                 del self._texts[rows:]
                 self._next_rowid = rowid
                 raise
-        self.set_last_seq(conn, event.seq)
+        self._moved = event.seq
 
     @staticmethod
     def defers(event_type: str) -> bool:
         """Whether :meth:`apply` only buffers this event's rows (until :meth:`finish`) and
-        writes nothing but ``last_seq``: all but a memory write."""
+        writes nothing else: all but a memory write."""
         return event_type != "memory_write"
 
     def finish(self, conn: sqlite3.Connection) -> None:
-        """Before the commit: insert what :meth:`apply` buffered, in one statement.
+        """Before the commit: insert what :meth:`apply` buffered, in one statement, then
+        ``last_seq``.
 
-        If that fails, nothing of it stays and ``last_seq`` goes back to where it stood
-        before the transaction (the projection is behind; a replay rebuilds it).
+        If the insert fails, nothing of it stays and ``last_seq`` is written only as far
+        as the rows are (the projection is behind; a replay rebuilds it).
         """
-        since = self._since
         try:
-            if not self._rows:
-                return
-            conn.execute("SAVEPOINT recall_finish")
-            try:
-                self.flush(conn)
-            except sqlite3.OperationalError:
-                raise  # the environment, not the rows: the whole transaction fails
-            except Exception:
-                conn.execute("ROLLBACK TO recall_finish")
+            if self._rows:
+                conn.execute("SAVEPOINT recall_finish")
+                try:
+                    self.flush(conn)
+                except sqlite3.OperationalError:
+                    raise  # the environment, not the rows: the whole transaction fails
+                except Exception:
+                    conn.execute("ROLLBACK TO recall_finish")
+                    conn.execute("RELEASE recall_finish")
+                    if self._settled is not None:
+                        self.set_last_seq(conn, self._settled)
+                    raise
                 conn.execute("RELEASE recall_finish")
-                if since is not None:
-                    self.set_last_seq(conn, since)
-                raise
-            conn.execute("RELEASE recall_finish")
+            if self._moved is not None:
+                self.set_last_seq(conn, self._moved)
         finally:
             self.discard()
 
@@ -821,22 +843,20 @@ class Said:
 
     role: str
     text: str
-    digest: str
+    part: int | None  # its position in the event's part list (None: not listed there)
     content: Any  # the message's "content" as stored
 
-    def doc(self) -> tuple[bytes | None, str | None, str | None]:
-        """(digest, role, text) of its recall_docs row: NULL where the view reads the payload.
+    def doc(self) -> tuple[int | None, str | None, str | None]:
+        """(part, role, text) of its recall_docs row: NULL where the view reads the payload.
 
         ``json_extract`` gives back a string content as stored unless it holds NUL (SQLite
         ends text there); anything else (parts, lone surrogates replaced) is stored.
         """
-        try:
-            digest = bytes.fromhex(self.digest)
-        except ValueError:
+        if self.part is None:
             return None, self.role, self.text
-        if self.content == self.text and "\x00" not in self.text and len(digest) == 32:
-            return digest, None, None
-        return digest, None, self.text
+        if self.content == self.text and "\x00" not in self.text:
+            return self.part, None, None
+        return self.part, None, self.text
 
 
 def _messages(
@@ -846,6 +866,7 @@ def _messages(
     carried = event.parts if isinstance(event, LoadedEvent) else {}
     if digests is None:
         digests = _digests(_mapping(event.body).get(field_name))
+    positions: dict[str, int] | None = None
     for digest in digests:
         body = carried.get(digest)
         message = _read_json(body.decode()) if body is not None else event_part(conn, event, digest)
@@ -855,7 +876,11 @@ def _messages(
         if role == "user" or role == "assistant":
             text = bindable_text(message_text(message))
             if text and not text.isspace():
-                yield Said(role, text, digest, message.get("content"))
+                if positions is None:
+                    positions = {}
+                    for index, listed in enumerate(event.part_digests):
+                        positions.setdefault(listed, index)
+                yield Said(role, text, positions.get(digest), message.get("content"))
 
 
 def _prose(
