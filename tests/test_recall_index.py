@@ -165,3 +165,18 @@ def test_an_archive_with_the_old_recall_index_is_rebuilt_on_open(tmp_path: Path)
     finally:
         store.close()
     assert verify_projections(folder, scratch_dir=tmp_path).ok
+
+
+def test_search_on_an_archive_not_yet_rebuilt_says_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from archive_provider.cli import main
+
+    home = tmp_path / "home"
+    shutil.copytree(FIXTURE, home / "archive")
+    assert main(["--home", str(home), "search", "Ziggy"]) != 0  # read-only: nothing rebuilt
+    assert "hermes-archive replay" in capsys.readouterr().err
+    assert main(["--home", str(home), "replay"]) == 0
+    capsys.readouterr()
+    assert main(["--home", str(home), "search", "Ziggy"]) == 0
+    assert "Ziggy" in capsys.readouterr().out
