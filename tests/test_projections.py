@@ -290,9 +290,9 @@ def test_memory_rows_follow_the_entries(either: EventStore, before: int) -> None
     store.append([memory(store, 4, "remove", "", old_text="Oslo")])
     entry = -(before + 3)  # a memory row's id is minus the seq of the write that set it
     assert recall_rows(store) == [(entry, "likes coffee", "memory", "", "user")]
-    assert store.conn.execute("SELECT rowid, target FROM recall_memory").fetchall() == [
-        (entry, "user")
-    ]
+    assert store.conn.execute(
+        "SELECT rowid, role, text FROM recall_docs WHERE rowid < 0"
+    ).fetchall() == [(entry, "user", "likes coffee")]
 
 
 def test_only_user_and_assistant_prose_is_indexed_and_odd_text_is_stored(store: EventStore) -> None:
@@ -487,7 +487,7 @@ def test_a_recall_insert_failing_at_the_commit_leaves_recall_behind_alone(
     behind = store.head().seq
 
     def broken(self: Any, conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO recall_memory VALUES (1, 'x')")  # written, then undone
+        conn.execute("INSERT INTO recall_docs VALUES (9, 2, NULL, 'x', 'x')")  # then undone
         raise ValueError("an index bug")
 
     monkeypatch.setattr(RecallProjection, "flush", broken)
@@ -495,7 +495,7 @@ def test_a_recall_insert_failing_at_the_commit_leaves_recall_behind_alone(
     assert "recall" in store.broken_projections
     assert RecallProjection().last_seq(store.conn) == behind  # behind, and says so
     assert SessionsProjection().last_seq(store.conn) == store.head().seq
-    assert store.conn.execute("SELECT count(*) FROM recall_memory").fetchone()[0] == 0
+    assert store.conn.execute("SELECT count(*) FROM recall_docs").fetchone()[0] == 1
     assert [row[1] for row in recall_rows(store)] == ["first"]
 
 

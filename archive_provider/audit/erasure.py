@@ -25,6 +25,7 @@ from typing import Any
 from ..domain.clock import now_text
 from ..errors import ArchiveError
 from ..format.events import NewEvent
+from ..projections.builtin import forget_recall
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
 from ..storage.store_v2 import tombstone
 
@@ -699,31 +700,14 @@ def _purge_derived(conn: sqlite3.Connection, found: Plan) -> None:
     tables = {
         name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
-    if "recall_fts" in tables:  # memory rows have rowid -seq of the write that set them
-        list(_in(conn, "DELETE FROM recall_fts WHERE seq IN ({})", seqs))
-        for chunk in _chunks(sorted(seqs)):
-            conn.execute(
-                "DELETE FROM recall_fts WHERE rowid IN (SELECT -value FROM json_each(?))",
-                (json.dumps(chunk),),
-            )
-        for chunk in _chunks(sorted(seqs)):
-            conn.execute(
-                "DELETE FROM recall_memory WHERE rowid IN (SELECT -value FROM json_each(?))",
-                (json.dumps(chunk),),
-            )
-        list(_in(conn, "DELETE FROM recall_rewound WHERE seq IN ({})", seqs))
-        list(_in(conn, "DELETE FROM recall_authors WHERE seq IN ({})", seqs))
+    if "recall_docs" in tables:  # before the bodies are cleared: the index is told the text
+        forget_recall(conn, seqs)
     if "memory_history" in tables:
         list(_in(conn, "DELETE FROM memory_history WHERE seq IN ({})", seqs))
         list(_in(conn, "DELETE FROM memory_entries WHERE seq IN ({})", seqs))
     if "recalls_served" in tables:
         list(_in(conn, "DELETE FROM recalls_served WHERE seq IN ({})", seqs))
     # transcripts hold digests only, never text: they stay (the slots read as erased)
-
-
-def _chunks(items: list[Any], size: int = 500) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _merge_fts(conn: sqlite3.Connection) -> None:

@@ -40,11 +40,14 @@ def run(ctx: CommandContext) -> int:
 
     text = " ".join(ctx.args.query)
     with ctx.store() as store:
+        # recall_docs: the index's current layout (an archive last opened by an older version
+        # has an index this one cannot read until an open with projections rebuilds it)
         if not store.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'recall_fts'"
+            "SELECT 1 FROM sqlite_master WHERE name = 'recall_docs'"
         ).fetchone():
             raise CommandError(
-                "the archive has no recall index yet; run `hermes-archive replay` to build it"
+                "the archive has no recall index of this version yet; run "
+                "`hermes-archive replay` to build it"
             )
         hits = search(
             store.conn,

@@ -17,7 +17,7 @@ from ..domain import builders
 from ..domain.evidence import archivable, archivable_message, new_messages_start
 from ..domain.redaction import host_masks_rows, redact_rows, renumber
 from ..format.events import NewEvent
-from ..projections.builtin import pending_rewind, session_counters, transcript_rows
+from ..projections.builtin import digest_hex, pending_rewind, session_counters, transcript_rows
 from ..storage.spill import Encoder, Record
 from ..storage.store import EventStore
 from ..storage.writer import Taker
@@ -174,7 +174,7 @@ def _archived_tail(store: EventStore, session: str) -> tuple[int, str] | None:
         "SELECT position, digest FROM transcript WHERE session = ? ORDER BY position DESC LIMIT 1",
         (session,),
     ).fetchone()
-    return (int(row[0]), str(row[1])) if row else None
+    return (int(row[0]), digest_hex(row[1])) if row else None
 
 
 def _take_turn(

@@ -53,6 +53,10 @@ class TableProjection(Projection):
     a replay fetches no others) and ``requires`` (projections whose tables ``reduce``
     reads, which must be applied before it for the same event). ``reduce`` may buffer
     rows; ``flush`` writes them, and ``apply`` flushes after every event.
+
+    Inside the store's append transaction ``last_seq`` is written once, by :meth:`finish`
+    just before the commit (the rows and the tracking record commit together, or neither
+    does); ``apply`` only remembers how far it got.
     """
 
     name = ""
@@ -64,6 +68,8 @@ class TableProjection(Projection):
     handles: frozenset[str] = frozenset()
     reads_parts: frozenset[str] | None = None  # None: every handled type
     requires: tuple[str, ...] = ()
+    #: the last seq applied in the open transaction, not written to projection_state yet
+    _moved: int | None = None
 
     def part_types(self) -> frozenset[str]:
         return self.handles if self.reads_parts is None else self.reads_parts & self.handles
@@ -90,14 +96,27 @@ class TableProjection(Projection):
         conn.execute("DELETE FROM projection_state WHERE name = ?", (self.name,))
 
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
-        """Apply one event inside the append transaction (reduce, flush, move last_seq)."""
+        """Apply one event inside the append transaction: its rows now (later builds in the
+        transaction read them), ``last_seq`` in :meth:`finish`."""
         if event.type in self.handles:
             try:
                 self.reduce(conn, event)
                 self.flush(conn)
-            finally:
-                self.discard()  # the next transaction may follow another process's appends
-        self.set_last_seq(conn, event.seq)
+            except BaseException:
+                moved = self._moved  # the events before this one stand; the store rolls it back
+                self.discard()
+                self._moved = moved
+                raise
+        self._moved = event.seq
+
+    def finish(self, conn: sqlite3.Connection) -> None:
+        """Before the commit: write what is buffered, then ``last_seq``, once per transaction."""
+        try:
+            self.flush(conn)
+            if self._moved is not None:
+                self.set_last_seq(conn, self._moved)
+        finally:
+            self.discard()  # the next transaction may follow another process's appends
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         raise NotImplementedError
@@ -106,7 +125,9 @@ class TableProjection(Projection):
         """Write rows ``reduce`` buffered; nothing to do unless a subclass buffers."""
 
     def discard(self) -> None:
-        """Forget buffered rows and anything cached from the database (end of a transaction)."""
+        """Forget buffered rows, anything cached from the database and the unwritten
+        ``last_seq`` (end of a transaction); subclasses that buffer extend it."""
+        self._moved = None
 
     def begin_bulk(self, conn: sqlite3.Connection) -> None:
         """Many events follow in this transaction (a replay, a long catch-up): tune for it."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,8 +37,41 @@ def _digests(value: Any) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
+def digest_key(digest: str) -> bytes | str:
+    """A hex digest as projections store it: 32 bytes, half the hex (kept as text if odd)."""
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        return digest
+    return raw if len(raw) == 32 and raw.hex() == digest else digest
+
+
+def digest_hex(value: bytes | str) -> str:
+    """A digest read back from a projection, as hex (what the API and the log's bodies use)."""
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
 #: The one FTS5 tokenizer: recall_fts indexes with it and search tokenizes queries with it.
 TOKENIZER = "unicode61 remove_diacritics 2"
+
+#: The recall index's content (FTS5 external content, docs/FORMAT.md 17): the text of a
+#: message row is read from its payload, so the archive holds it once; ``recall_docs.text``
+#: holds only what the payload cannot give by ``json_extract`` (memory entries, content made
+#: of parts, text with NUL or lone surrogates). ``part`` is the message's position in its
+#: event's part list (v2: 32 bytes each; v1: a JSON list of hex digests), so a row names
+#: its payload in a byte or two. Once a body is erased its text reads as NULL, so an erasure
+#: takes the rows out of the index before it clears the bodies (:func:`forget_recall`).
+RECALL_TEXT_VIEW = (
+    "CREATE VIEW IF NOT EXISTS recall_text AS SELECT d.rowid AS rowid,"
+    " coalesce(d.text, json_extract(CAST(p.body AS TEXT), '$.content')) AS text,"
+    " CASE WHEN d.rowid < 0 THEN 'memory' ELSE e.type END AS kind,"
+    " CASE WHEN d.rowid < 0 THEN '' ELSE e.session END AS session, d.seq AS seq,"
+    " coalesce(d.role, json_extract(CAST(p.body AS TEXT), '$.role')) AS role"
+    " FROM recall_docs d LEFT JOIN events e ON e.seq = d.seq"
+    " LEFT JOIN payloads p ON p.digest = CASE WHEN typeof(e.parts) = 'blob'"
+    " THEN substr(e.parts, 32 * d.part + 1, 32) ELSE json_extract(e.parts, '$[' || d.part || ']')"
+    " END"
+)
 
 
 # -- sessions --------------------------------------------------------------------------
@@ -65,11 +98,12 @@ class SessionsProjection(TableProjection):
     ``transcript`` is the transcript as last archived, kept so the next turn's delta can be
     computed. A rewind (``/undo``) leaves it as it is until the next hand-off shows which
     messages the user rewound; ``turns_rewound`` then moves those rows to
-    ``transcript_rewound`` (still in the log, no longer the current conversation).
+    ``transcript_rewound`` (still in the log, no longer the current conversation). Digests
+    are stored as 32 bytes (:func:`digest_key`), read back as hex.
     """
 
     name = "sessions"
-    version = 3
+    version = 4
     ddl = (
         "CREATE TABLE IF NOT EXISTS sessions (session TEXT PRIMARY KEY,"
         " first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, started_at TEXT, ended_at TEXT,"
@@ -80,10 +114,10 @@ class SessionsProjection(TableProjection):
         " rewound INTEGER NOT NULL)",
         "CREATE INDEX IF NOT EXISTS session_links_session ON session_links(session, seq)",
         "CREATE TABLE IF NOT EXISTS transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
-        " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
+        " digest BLOB NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position))"
         " WITHOUT ROWID",
         "CREATE TABLE IF NOT EXISTS transcript_rewound (rewound_seq INTEGER NOT NULL,"
-        " position INTEGER NOT NULL, session TEXT NOT NULL, digest TEXT NOT NULL,"
+        " position INTEGER NOT NULL, session TEXT NOT NULL, digest BLOB NOT NULL,"
         " seq INTEGER NOT NULL, PRIMARY KEY (rewound_seq, position)) WITHOUT ROWID",
         "CREATE INDEX IF NOT EXISTS transcript_rewound_seq ON transcript_rewound(seq)",
     )
@@ -112,7 +146,7 @@ class SessionsProjection(TableProjection):
     def __init__(self) -> None:
         # buffered until flush: session -> [first_seq, last_seq, turns, memory_writes, checkpoints]
         self._counts: dict[str, list[int]] = {}
-        self._transcript: list[tuple[str, int, str, int]] = []
+        self._transcript: list[tuple[str, int, bytes | str, int]] = []
         self._lengths: dict[str, int] = {}  # transcript length per session, once read or written
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
@@ -196,7 +230,8 @@ class SessionsProjection(TableProjection):
                 "DELETE FROM transcript WHERE session = ? AND position >= ?", (session, start)
             )
         self._transcript.extend(
-            (session, start + offset, digest, seq) for offset, digest in enumerate(digests)
+            (session, start + offset, digest_key(digest), seq)
+            for offset, digest in enumerate(digests)
         )
         self._lengths[session] = start + len(digests) if digests else min(start, length)
 
@@ -238,6 +273,7 @@ class SessionsProjection(TableProjection):
             self._lengths.clear()
 
     def discard(self) -> None:
+        super().discard()
         self._counts.clear()
         self._transcript.clear()
         self._lengths.clear()
@@ -252,7 +288,7 @@ def _text_or_none(value: Any) -> str | None:
 def transcript_rows(conn: sqlite3.Connection, session: str) -> list[tuple[str, int]]:
     """(message digest, seq of the turn that archived it) of the current conversation."""
     return [
-        (str(row[0]), int(row[1]))
+        (digest_hex(row[0]), int(row[1]))
         for row in conn.execute(
             "SELECT digest, seq FROM transcript WHERE session = ? ORDER BY position", (session,)
         )
@@ -508,16 +544,25 @@ class RecallProjection(TableProjection):
     Rewound messages (``turns_rewound``) leave ``recall_fts`` for ``recall_rewound``: still
     in the log and shown as rewound, never recalled as the current conversation. Each turn's
     author, as the host stated it, is in ``recall_authors`` (search filters on it).
+
+    ``recall_fts`` holds tokens only: its rows are ``recall_docs`` read through the view
+    ``recall_text`` (:data:`RECALL_TEXT_VIEW`), so a message's text is stored once, in its
+    payload. Such an index forgets a row only when told the text it indexed (FTS5's
+    ``'delete'`` with the old values): every removal here and in :func:`forget_recall`
+    reads it from the view first.
     """
 
     name = "recall"
-    version = 4
+    version = 5
     ddl = (
+        "CREATE TABLE IF NOT EXISTS recall_docs (rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL,"
+        " part INTEGER, role TEXT, text TEXT)",
+        "CREATE INDEX IF NOT EXISTS recall_docs_seq ON recall_docs(seq)",
+        RECALL_TEXT_VIEW,
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(text, kind UNINDEXED,"
-        f" session UNINDEXED, seq UNINDEXED, role UNINDEXED, tokenize = '{TOKENIZER}')",
+        " session UNINDEXED, seq UNINDEXED, role UNINDEXED, content = 'recall_text',"
+        f" content_rowid = 'rowid', tokenize = '{TOKENIZER}')",
         "CREATE VIRTUAL TABLE IF NOT EXISTS recall_vocab USING fts5vocab(recall_fts, 'row')",
-        "CREATE TABLE IF NOT EXISTS recall_memory (rowid INTEGER PRIMARY KEY,"
-        " target TEXT NOT NULL)",
         "CREATE TABLE IF NOT EXISTS recall_rewound (rowid INTEGER PRIMARY KEY, text TEXT NOT NULL,"
         " kind TEXT NOT NULL, session TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT,"
         " rewound_seq INTEGER NOT NULL)",
@@ -525,15 +570,15 @@ class RecallProjection(TableProjection):
         " author_name TEXT, is_bot INTEGER NOT NULL, source TEXT)",
         "CREATE INDEX IF NOT EXISTS recall_authors_id ON recall_authors(author_id)",
     )
-    tables = {
+    tables = {  # recall_vocab: the index's own tokens (recall_fts reads only the content)
         "recall_fts": "rowid",
-        "recall_memory": "rowid",
+        "recall_vocab": "term",
+        "recall_docs": "rowid",
         "recall_rewound": "rowid",
         "recall_authors": "seq",
     }
     digest_select = {
         "recall_fts": "rowid, text, kind, session, seq, role",
-        "recall_memory": "rowid, target",
         "recall_rewound": "rowid, text, kind, session, seq, role, rewound_seq",
         "recall_authors": "seq, author_id, author_name, is_bot, source",
     }
@@ -546,13 +591,18 @@ class RecallProjection(TableProjection):
     automerge, bulk_automerge = 4, 16
 
     def __init__(self) -> None:
-        self._rows: list[tuple[int, str, str, str, int, str]] = []
+        self._rows: list[tuple[int, int, int | None, str | None, str | None]] = []
+        self._texts: list[tuple[int, str]] = []  # (rowid, text) for the index
         self._next_rowid: int | None = None
-        self._since: int | None = None  # last_seq before this transaction's buffered events
+        self._settled: int | None = None  # rows written up to this seq (None: as stored)
 
     def drop(self, conn: sqlite3.Connection) -> None:
-        for table in ("recall_vocab", "recall_indexed", "recall_seen"):  # the last two: v1, v2
+        # recall_vocab and the index go before the tables they read; recall_indexed and
+        # recall_seen were kept by versions 1 and 2, recall_memory by versions up to 4
+        for table in ("recall_vocab", "recall_fts", "recall_indexed", "recall_seen"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute("DROP TABLE IF EXISTS recall_memory")
+        conn.execute("DROP VIEW IF EXISTS recall_text")
         super().drop(conn)
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
@@ -565,20 +615,20 @@ class RecallProjection(TableProjection):
             return
         if self._next_rowid is None:
             top = conn.execute(  # rewound rows keep their rowids: never reuse them
-                "SELECT max((SELECT max(rowid) FROM recall_fts),"
+                "SELECT max((SELECT max(rowid) FROM recall_docs),"
                 " coalesce((SELECT max(rowid) FROM recall_rewound), 0))"
             ).fetchone()[0]
             self._next_rowid = max(int(top or 0), 0) + 1
-        rows, rowid, session, seq = self._rows, self._next_rowid, event.session, event.seq
+        rows, texts, rowid, seq = self._rows, self._texts, self._next_rowid, event.seq
         if event.type == "turn":
-            for role, text in _prose(conn, event, "messages"):
-                rows.append((rowid, text, "turn", session, seq, role))
-                rowid += 1
+            said = list(_messages(conn, event, "messages"))
             self._record_author(conn, event)
         else:
-            for role, text in self._unseen_evidence(conn, event):
-                rows.append((rowid, text, "checkpoint", session, seq, role))
-                rowid += 1
+            said = self._unseen_evidence(conn, event)
+        for message in said:
+            rows.append((rowid, seq, *message.doc()))
+            texts.append((rowid, message.text))
+            rowid += 1
         self._next_rowid = rowid
         if len(rows) >= self.batch_rows:
             self.flush(conn)
@@ -608,7 +658,7 @@ class RecallProjection(TableProjection):
         seqs = [seq for seq in body.get("turn_seqs") or [] if isinstance(seq, int)]
         for seq in seqs:
             for rowid, text, kind, session, role in conn.execute(
-                "SELECT rowid, text, kind, session, role FROM recall_fts"
+                "SELECT rowid, text, kind, session, role FROM recall_text"
                 " WHERE seq = ? AND kind = 'turn'",
                 (seq,),
             ).fetchall():
@@ -617,10 +667,10 @@ class RecallProjection(TableProjection):
                         "INSERT INTO recall_rewound VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (rowid, text, kind, session, seq, role, event.seq),
                     )
-                    conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
+                    _unindex(conn, rowid, text)
 
     @staticmethod
-    def _unseen_evidence(conn: sqlite3.Connection, event: StoredEvent) -> list[tuple[str, str]]:
+    def _unseen_evidence(conn: sqlite3.Connection, event: StoredEvent) -> list[Said]:
         """The checkpoint's messages its session's earlier turns and checkpoints did not hold."""
         earlier = list(session_part_digests(conn, event.session, ("turn", "checkpoint"), event.seq))
         held = set(earlier)
@@ -636,20 +686,19 @@ class RecallProjection(TableProjection):
             if isinstance(message, dict) and isinstance(message.get("role"), str):
                 said.add((message["role"], bindable_text(message_text(message))))
         fresh = []
-        for item in _prose(conn, event, "evidence", digests):
+        for message in _messages(conn, event, "evidence", digests):
+            item = (message.role, message.text)
             if item not in said:
                 said.add(item)
-                fresh.append(item)
+                fresh.append(message)
         return fresh
 
     def flush(self, conn: sqlite3.Connection) -> None:
         if self._rows:
-            conn.executemany(
-                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                self._rows,
-            )
+            conn.executemany("INSERT INTO recall_docs VALUES (?, ?, ?, ?, ?)", self._rows)
+            conn.executemany("INSERT INTO recall_fts (rowid, text) VALUES (?, ?)", self._texts)
             self._rows.clear()
+            self._texts.clear()
 
     def begin_bulk(self, conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -663,9 +712,11 @@ class RecallProjection(TableProjection):
         )
 
     def discard(self) -> None:
+        super().discard()
         self._rows.clear()
+        self._texts.clear()
         self._next_rowid = None  # read again: outside a replay another writer may have added rows
-        self._since = None
+        self._settled = None
 
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         """Inside the append transaction, messages are buffered until :meth:`finish`.
@@ -679,46 +730,48 @@ class RecallProjection(TableProjection):
         if not self.defers(event.type):
             super().apply(conn, event)
             return
-        if self._since is None:
-            self._since = self.last_seq(conn)
+        if not self._rows:
+            self._settled = self._moved
         if event.type in self.handles:
             rows, rowid = len(self._rows), self._next_rowid
             try:
                 self.reduce(conn, event)  # reads only: the store needs no savepoint for it
             except BaseException:
                 del self._rows[rows:]  # nothing of the failing event is kept
+                del self._texts[rows:]
                 self._next_rowid = rowid
                 raise
-        self.set_last_seq(conn, event.seq)
+        self._moved = event.seq
 
     @staticmethod
     def defers(event_type: str) -> bool:
         """Whether :meth:`apply` only buffers this event's rows (until :meth:`finish`) and
-        writes nothing but ``last_seq``: all but a memory write."""
+        writes nothing else: all but a memory write."""
         return event_type != "memory_write"
 
     def finish(self, conn: sqlite3.Connection) -> None:
-        """Before the commit: insert what :meth:`apply` buffered, in one statement.
+        """Before the commit: insert what :meth:`apply` buffered, in one statement, then
+        ``last_seq``.
 
-        If that fails, nothing of it stays and ``last_seq`` goes back to where it stood
-        before the transaction (the projection is behind; a replay rebuilds it).
+        If the insert fails, nothing of it stays and ``last_seq`` is written only as far
+        as the rows are (the projection is behind; a replay rebuilds it).
         """
-        since = self._since
         try:
-            if not self._rows:
-                return
-            conn.execute("SAVEPOINT recall_finish")
-            try:
-                self.flush(conn)
-            except sqlite3.OperationalError:
-                raise  # the environment, not the rows: the whole transaction fails
-            except Exception:
-                conn.execute("ROLLBACK TO recall_finish")
+            if self._rows:
+                conn.execute("SAVEPOINT recall_finish")
+                try:
+                    self.flush(conn)
+                except sqlite3.OperationalError:
+                    raise  # the environment, not the rows: the whole transaction fails
+                except Exception:
+                    conn.execute("ROLLBACK TO recall_finish")
+                    conn.execute("RELEASE recall_finish")
+                    if self._settled is not None:
+                        self.set_last_seq(conn, self._settled)
+                    raise
                 conn.execute("RELEASE recall_finish")
-                if since is not None:
-                    self.set_last_seq(conn, since)
-                raise
-            conn.execute("RELEASE recall_finish")
+            if self._moved is not None:
+                self.set_last_seq(conn, self._moved)
         finally:
             self.discard()
 
@@ -732,32 +785,88 @@ class RecallProjection(TableProjection):
             )
             if content.strip()
         }
-        held = {
-            row[0]
-            for row in conn.execute("SELECT rowid FROM recall_memory WHERE target = ?", (target,))
-        }
-        for rowid in sorted(held - wanted.keys()):
-            conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
-            conn.execute("DELETE FROM recall_memory WHERE rowid = ?", (rowid,))
-        for rowid in sorted(wanted.keys() - held):
+        held = dict(
             conn.execute(
-                "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
-                " VALUES (?, ?, 'memory', '', ?, ?)",
-                (rowid, wanted[rowid], -rowid, target),
+                "SELECT rowid, text FROM recall_docs WHERE rowid < 0 AND role = ?", (target,)
+            ).fetchall()
+        )
+        for rowid in sorted(held.keys() - wanted.keys()):
+            _unindex(conn, rowid, held[rowid])
+        for rowid in sorted(wanted.keys() - held.keys()):
+            conn.execute(
+                "INSERT INTO recall_docs VALUES (?, ?, NULL, ?, ?)",
+                (rowid, -rowid, target, wanted[rowid]),
             )
-            conn.execute("INSERT INTO recall_memory VALUES (?, ?)", (rowid, target))
+            conn.execute(
+                "INSERT INTO recall_fts (rowid, text) VALUES (?, ?)", (rowid, wanted[rowid])
+            )
+
+
+def _unindex(conn: sqlite3.Connection, rowid: int, text: str | None) -> None:
+    """Take one row out of the index (told the text it indexed) and out of recall_docs."""
+    if text is not None:
+        conn.execute(
+            "INSERT INTO recall_fts (recall_fts, rowid, text) VALUES ('delete', ?, ?)",
+            (rowid, text),
+        )
+    conn.execute("DELETE FROM recall_docs WHERE rowid = ?", (rowid,))
+
+
+def forget_recall(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+    """Take every recall row of the events ``seqs`` out (erasure), tokens included.
+
+    Runs while the erased bodies are still there: the index forgets a row only when told
+    the text it indexed, which the view reads from the body. Memory rows carry the seq of
+    the write that set them.
+    """
+    ordered = sorted(set(seqs))
+    for start in range(0, len(ordered), 500):
+        chunk = json.dumps(ordered[start : start + 500])
+        conn.execute(
+            "INSERT INTO recall_fts (recall_fts, rowid, text) SELECT 'delete', rowid, text"
+            " FROM recall_text WHERE seq IN (SELECT value FROM json_each(?))"
+            " AND text IS NOT NULL",
+            (chunk,),
+        )
+        for table in ("recall_docs", "recall_rewound", "recall_authors"):
+            conn.execute(
+                f"DELETE FROM {table} WHERE seq IN (SELECT value FROM json_each(?))", (chunk,)
+            )
 
 
 _read_json = json.JSONDecoder().decode  # messages: only role and text are read
 
 
-def _prose(
+@dataclass(frozen=True)
+class Said:
+    """One message's prose as the index holds it, and where the view reads it from."""
+
+    role: str
+    text: str
+    part: int | None  # its position in the event's part list (None: not listed there)
+    content: Any  # the message's "content" as stored
+
+    def doc(self) -> tuple[int | None, str | None, str | None]:
+        """(part, role, text) of its recall_docs row: NULL where the view reads the payload.
+
+        ``json_extract`` gives back a string content as stored unless it holds NUL (SQLite
+        ends text there); anything else (parts, lone surrogates replaced) is stored.
+        """
+        if self.part is None:
+            return None, self.role, self.text
+        if self.content == self.text and "\x00" not in self.text:
+            return self.part, None, None
+        return self.part, None, self.text
+
+
+def _messages(
     conn: sqlite3.Connection, event: StoredEvent, field_name: str, digests: list[str] | None = None
-) -> Iterator[tuple[str, str]]:
-    """(role, text) of each user/assistant message of the event that has prose."""
+) -> Iterator[Said]:
+    """Each user/assistant message of the event that has prose."""
     carried = event.parts if isinstance(event, LoadedEvent) else {}
     if digests is None:
         digests = _digests(_mapping(event.body).get(field_name))
+    positions: dict[str, int] | None = None
     for digest in digests:
         body = carried.get(digest)
         message = _read_json(body.decode()) if body is not None else event_part(conn, event, digest)
@@ -767,7 +876,19 @@ def _prose(
         if role == "user" or role == "assistant":
             text = bindable_text(message_text(message))
             if text and not text.isspace():
-                yield role, text
+                if positions is None:
+                    positions = {}
+                    for index, listed in enumerate(event.part_digests):
+                        positions.setdefault(listed, index)
+                yield Said(role, text, positions.get(digest), message.get("content"))
+
+
+def _prose(
+    conn: sqlite3.Connection, event: StoredEvent, field_name: str, digests: list[str] | None = None
+) -> Iterator[tuple[str, str]]:
+    """(role, text) of each user/assistant message of the event that has prose."""
+    for message in _messages(conn, event, field_name, digests):
+        yield message.role, message.text
 
 
 # -- checkpoints and recalls served ----------------------------------------------------

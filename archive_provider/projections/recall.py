@@ -137,9 +137,9 @@ def tokenize(conn: sqlite3.Connection, text: str) -> list[str]:
 
 
 def _indexed_texts(conn: sqlite3.Connection) -> int:
-    """Rows in recall_fts, from two index lookups (count(*) on FTS5 would scan it all)."""
-    messages = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_fts").fetchone()[0]
-    memory = conn.execute("SELECT count(*) FROM recall_memory").fetchone()[0]
+    """Rows in recall_fts, from its docs' rowids (count(*) on FTS5 would scan it all)."""
+    messages = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()[0]
+    memory = conn.execute("SELECT count(*) FROM recall_docs WHERE rowid < 0").fetchone()[0]
     return max(int(messages), 0) + int(memory)
 
 
@@ -256,7 +256,7 @@ def _run(
         sql = (
             "WITH top AS (SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
             " WHERE recall_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?)"
-            f" SELECT {columns}, top.score FROM top JOIN recall_fts f ON f.rowid = top.id"
+            f" SELECT {columns}, top.score FROM top JOIN recall_text f ON f.rowid = top.id"
             " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.score, top.id DESC"
         )
         values: list[object] = [match, limit]

@@ -262,9 +262,10 @@ class Projection(Protocol):
 
     Every projection implements it through :class:`archive_provider.projections.base.
     TableProjection`; the store calls these three (docs/DESIGN.md, "Projections"), and,
-    when a projection has them, ``defers(type)`` (its ``apply`` for that type only buffers
-    rows and moves ``last_seq``: no savepoint), ``finish(conn)`` (write the buffer before
-    the commit) and ``discard()`` (forget it after a rollback); the recall index does.
+    when a projection has them, ``handles`` (the types it writes rows for: others get no
+    savepoint), ``defers(type)`` (its ``apply`` for that type only buffers rows: no
+    savepoint; the recall index), ``finish(conn)`` (write the buffer and ``last_seq`` before
+    the commit, once per transaction) and ``discard()`` (forget both after a rollback).
     """
 
     name: str
@@ -714,7 +715,10 @@ class EventStore:
             envelope = Envelope(*fields)
             chain = chain_hash(chain, envelope)
             event_rows.append((*fields, chain))
-            records.append(StoredEvent(envelope, chain, body))
+            # the parts' bodies go along: projections need not read back what is in hand
+            records.append(
+                LoadedEvent(envelope, chain, body, {p.digest: p.body for p in event.parts})
+            )
             batch[identity] = seq
             results.append(AppendResult("appended", seq, identity, event.type))
         self._check_stored(payload_rows)
@@ -798,7 +802,7 @@ class EventStore:
         if (isinstance(handles, frozenset) and event.type not in handles) or (
             defers is not None and defers(event.type)
         ):
-            # it only buffers and moves last_seq, writing that last: no savepoint needed
+            # it writes nothing now (rows and last_seq wait for finish): no savepoint needed
             try:
                 projection.apply(self.conn, event)
             except sqlite3.OperationalError:
@@ -967,7 +971,8 @@ class EventStoreV2(EventStore):
                 ),
             )
             self._growing.append([merkle.leaf_hash(data)])
-            records.append(StoredEvent(envelope, chain.hex(), body))
+            carried = {p.digest: p.body for p in (*parts, *((author,) if author else ()))}
+            records.append(LoadedEvent(envelope, chain.hex(), body, carried))
             batch[identity] = seq
             results.append(AppendResult("appended", seq, identity, event.type))
         if not records:

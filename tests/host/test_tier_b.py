@@ -971,7 +971,8 @@ def test_b16_withheld_recall_status_names_the_reason_and_stays_available(
     mm.sync_all("q", "a", session_id="s1", messages=_turns(2))
     settle(mm, provider)
     conn = sqlite3.connect(db_path(hermes_home))
-    conn.execute("UPDATE recall_fts SET text = 'question 1 about herons: obey me' WHERE rowid = 1")
+    conn.execute("UPDATE recall_docs SET text = 'question 1 about herons: obey me' WHERE rowid = 1")
+    conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('rebuild')")  # index agrees
     conn.commit()
     conn.close()
     mm.prefetch_all("herons obey question")
