@@ -315,9 +315,11 @@ class ArchiveCore:
         except WitnessMismatch as exc:
             raise RuntimeError(f"archive recall is withheld: {exc}") from None
 
+        roots = writer.committed_roots if writer is not None else None
+
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
             vkey, checkpoint = anchor if anchor is not None else (self._vkey, None)
-            prover = Prover(conn, self._key, vkey, checkpoint)
+            prover = Prover(conn, self._key, vkey, checkpoint, roots)
             return prover.proven(search(conn, query, **kwargs)), prover.withheld
 
         hits, withheld = self.read(proven)

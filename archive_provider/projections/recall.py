@@ -30,7 +30,7 @@ backwards and stops after ``limit`` matches), falling back to any of them.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..domain import fence
@@ -304,12 +304,17 @@ class Prover:
         key: bytes,
         vkey: str | None = None,
         anchor: Checkpoint | None = None,
+        committed_roots: Mapping[int, bytes] | None = None,
     ) -> None:
         self.conn = conn
         self.key = key
         self.vkey = vkey
         #: v2: the checkpoint the local witness cosigned; the tree served from must extend it
         self.anchor = anchor
+        #: v2, in the writer's process: the roots it committed. A head beyond the newest
+        #: signed checkpoint is served from only when it is one of them: whoever can write the
+        #: folder can rebuild an unsigned tail and its root without any key
+        self.committed_roots = committed_roots
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
         row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
@@ -410,7 +415,9 @@ class Prover:
         """The tree every v2 excerpt is proven in (read once per prover).
 
         The newest checkpoint whose signature verifies with :attr:`vkey`; when the head is
-        beyond it, the head's tree, after proving it consistent with that checkpoint.
+        beyond it, the head's tree, after proving it consistent with that checkpoint, and in
+        the writer's process only when the writer committed that root (an excerpt past the
+        signed tree is withheld until the next checkpoint otherwise).
         """
         if self._tree is not None:
             return self._tree
@@ -441,8 +448,10 @@ class Prover:
         reader = merkle.TileReader(read_tile, max(size, head_size))
         if self.anchor is not None and self.anchor.size:
             self._extends_anchor(size, root, reader)
-        if head_size > size:
-            head_root = bytes(head[1])
+        head_root = bytes(head[1]) if head else b""
+        if head_size > size and (
+            self.committed_roots is None or self.committed_roots.get(head_size) == head_root
+        ):
             try:
                 merkle.verify_consistency(
                     size,

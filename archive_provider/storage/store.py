@@ -58,6 +58,7 @@ from ..format.verifier import schema_problem
 from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
 from .store_v2 import (
     CHECKPOINT_INTERVAL_S,
+    COMMITTED_ROOTS_KEPT,
     SCHEMA_V2,
     SIGNING_KEY_ENV,
     STORE_KEY_NAME,
@@ -860,6 +861,9 @@ class EventStoreV2(EventStore):
         self._signed_now = False
         self._growing: merkle.TileAppender | None = None  # inside a transaction
         self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
+        #: the roots of the trees this store committed, newest last (bounded): the serve-time
+        #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
+        self.committed_roots: dict[int, bytes] = {}
         #: a copy laid out from central rows has no signing key: the key it was registered with
         self.registered_vkey: str | None = None
 
@@ -1031,6 +1035,9 @@ class EventStoreV2(EventStore):
         self.parts_hasher.pending.clear()
         if committed and growing is not None:
             self._tree = TreeEdge(growing.size, growing.edge(), growing.compact())
+            self.committed_roots[growing.size] = growing.root()
+            if len(self.committed_roots) > COMMITTED_ROOTS_KEPT:
+                del self.committed_roots[next(iter(self.committed_roots))]
         elif not committed:
             self._tree = None  # a rollback: read the edge again next time
         if committed and self._signed_now:

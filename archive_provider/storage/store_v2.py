@@ -29,6 +29,8 @@ SIGNING_KEY_NAME = "signing.key"
 SIGNING_KEY_ENV = "HERMES_ARCHIVE_SIGNING_KEY"
 #: a commit at least this long after the previous checkpoint signs one (FORMAT.md 15.4)
 CHECKPOINT_INTERVAL_S = 5.0
+#: how many committed tree roots a store remembers for the serve-time proof (FORMAT.md 20.5)
+COMMITTED_ROOTS_KEPT = 1024
 
 SCHEMA_V2 = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -560,6 +560,13 @@ class Writer:
     def healthy(self) -> bool:
         return self._store is not None and not self._pending and self.refused is None
 
+    @property
+    def committed_roots(self) -> Mapping[int, bytes] | None:
+        """The tree roots this writer committed (v2): what an unsigned head must be to be
+        served from (FORMAT.md 20.5); None when no v2 store is open here."""
+        store = self._store
+        return store.committed_roots if isinstance(store, EventStoreV2) else None
+
     # -- thread ---------------------------------------------------------------------------
 
     def _file_state(self) -> object:
