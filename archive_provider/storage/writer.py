@@ -53,6 +53,7 @@ from .spill import (
     Record,
     Spill,
     SpillDamaged,
+    in_use,
     open_segment,
     read_records,
     remove,
@@ -875,7 +876,15 @@ class Writer:
 
     def _next_segment(self, store: EventStore) -> _Reading | None:
         """The first segment after those taken; where a crash left its take-in, from meta."""
-        path = next((p for p in segment_paths(self.folder) if segment_number(p) > self._done), None)
+        active = self.spill.active
+        path = next(
+            (
+                p
+                for p in segment_paths(self.folder)
+                if segment_number(p) > self._done and (p == active or not in_use(p))
+            ),
+            None,
+        )  # a segment another live process appends to is its own to take in
         if path is None:
             return None
         skip = 0
