@@ -88,7 +88,7 @@ def migrate(
     """Migrate the v1 archive in ``folder`` (``<home>/archive``) to format v2.
 
     With the profile's ``witness`` (the command passes it) the v1 head must be the one it
-    witnessed (a rolled-back v1 log is not migrated), and the new store is recorded with it
+    witnessed, if it has a record here (a rolled-back v1 log is not migrated), and the new store is recorded with it
     once its last checkpoint is signed (FORMAT.md 19 step 4): without that record the
     witness would still name the v1 store at this path and refuse the v2 archive as a
     replacement.
@@ -116,8 +116,11 @@ def migrate(
                 f"{report.problem}); it is not migrated. Restore it from backup first "
                 "(docs/RECOVER.md)."
             )
-        if witness is not None:
-            witness.check(old.conn, old.store_id)  # raises WitnessMismatch: not migrated
+        if witness is not None and witness.read() is not None:
+            # the head this machine witnessed must be there: a rolled-back or replaced v1
+            # log is not migrated (raises WitnessMismatch). A copy with no witness record
+            # here (moved from another machine) is migrated, as FORMAT.md 19 describes
+            witness.check(old.conn, old.store_id)
         head = old.head()
         v1_store_id = old.store_id
         v1_payloads = old.conn.execute("SELECT count(*) FROM payloads").fetchone()[0]
