@@ -251,7 +251,8 @@ class Writer:
         # what it takes, so neither writes the other's counter
         self._submitted_events = self._submitted_bytes = 0
         self._taken_events = self._taken_bytes = 0
-        self._spill_open = bool(segment_paths(folder))  # records wait there: spill what follows
+        # records an earlier process left wait there: spill what follows (a live one's are its own)
+        self._spill_open = self.spill.position() != (0, 0)
         self._woken = False  # a _WAKE is in the queue
         self._held: Job | None = None  # the next job from the queue, waiting for the spill
         self._late: list[Job] = []  # taken from the queue after close() gave up: it spills them
