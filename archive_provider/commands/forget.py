@@ -138,10 +138,51 @@ def render(receipt: Receipt) -> str:
     return "\n".join(lines)
 
 
+def take_in_spill_first(ctx: CommandContext) -> dict[str, Any]:
+    """Take the pending spill into the log before erasing, so the erasure reaches it.
+
+    Taken in, the spill's events are erased with the log's (nothing accepted is dropped on
+    the way, and no segment keeps the text: each is removed once committed); a dry run
+    only counts the segments. Runs before the command opens its own connection, so neither
+    waits on the other. A damaged segment kept aside is never read or deleted: it is listed
+    for the operator to inspect, since it may hold what is being erased.
+    """
+    from archive_provider.audit.erasure import require_v2
+    from archive_provider.host.spill_kinds import take_in_spill
+    from archive_provider.storage.spill import damaged_paths, segment_paths
+
+    with ctx.store() as store:  # a v1 archive is refused before anything is written
+        require_v2(store)
+    if ctx.args.dry_run:
+        taken, pending = 0, len(segment_paths(ctx.archive))
+    else:
+        taken, pending = take_in_spill(ctx.home), 0
+    damaged = [p.name for p in damaged_paths(ctx.archive)]
+    return {"spill_taken_in": taken, "spill_pending": pending, "spill_damaged": damaged}
+
+
+def spill_lines(spill: dict[str, Any]) -> list[str]:
+    lines = []
+    if spill.get("spill_taken_in"):
+        lines.append(f"took in {spill['spill_taken_in']} pending spill segment(s) first")
+    if spill.get("spill_pending"):
+        lines.append(
+            f"{spill['spill_pending']} pending spill segment(s) are taken in before the "
+            "erasure (not counted above)"
+        )
+    if spill.get("spill_damaged"):
+        lines.append(
+            "damaged spill segments kept aside in spill/damaged may hold this data and are "
+            f"not erased: {', '.join(spill['spill_damaged'])} (docs/RECOVER.md, 'Damaged spill')"
+        )
+    return lines
+
+
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.erasure import forget
 
     scope = scope_of(ctx.args)
+    spill = take_in_spill_first(ctx)
     store = open_writer(ctx)
     try:
         if not ctx.args.dry_run:
@@ -168,6 +209,6 @@ def run(ctx: CommandContext) -> int:
         )
     finally:
         store.close()
-    data: dict[str, Any] = {"ok": True, **receipt.as_dict()}
-    ctx.emit(data, render(receipt))
+    data: dict[str, Any] = {"ok": True, **receipt.as_dict(), **spill}
+    ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill)]))
     return 0

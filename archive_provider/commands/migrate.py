@@ -2,7 +2,8 @@
 
 Run it with Hermes stopped. The v1 archive is verified first (one that does not verify is
 not migrated), renamed ``events.v1.db`` / ``payload.v1.key``, and a new v2 archive with a
-new store id and signing key records the v1 head it came from in its first event.
+new store id and signing key records the v1 head it came from in its first event. A pending
+spill is taken into the v1 log first, so it is migrated with the rest (and verified with it).
 """
 
 from __future__ import annotations
@@ -20,13 +21,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.host.spill_kinds import take_in_spill
     from archive_provider.projections.registry import default_projections
-    from archive_provider.storage.migrate import migrate
+    from archive_provider.storage.migrate import MigrationRefused, migrate
+    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.witness import Witness
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
+    with ctx.store() as store:  # a v2 archive is refused before its spill is touched
+        if isinstance(store, EventStoreV2):
+            raise MigrationRefused(f"the archive at {ctx.archive} is already format version 2")
+    take_in_spill(ctx.home)
     with ctx.progress("migrate", 0) as progress:
-        done = migrate(ctx.archive, projections=default_projections, progress=progress)
+        done = migrate(
+            ctx.archive,
+            projections=default_projections,
+            progress=progress,
+            witness=Witness.for_home(ctx.home),
+        )
     data = {
         "ok": True,
         "v1_store_id": done.v1_store_id,

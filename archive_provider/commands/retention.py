@@ -28,9 +28,17 @@ def run(ctx: CommandContext) -> int:
         retention_policy,
         set_retention,
     )
-    from archive_provider.commands.forget import confirm, open_writer, render, who
+    from archive_provider.commands.forget import (
+        confirm,
+        open_writer,
+        render,
+        spill_lines,
+        take_in_spill_first,
+        who,
+    )
 
     args = ctx.args
+    spill = take_in_spill_first(ctx) if args.action == "apply" else None
     if args.action == "show":
         with ctx.store() as store:
             policy = retention_policy(store)
@@ -70,7 +78,12 @@ def run(ctx: CommandContext) -> int:
     finally:
         store.close()
     ctx.emit(
-        {"ok": True, "erasures": [r.as_dict() for r in done]},
-        "\n\n".join(render(r) for r in done) or "nothing has expired",
+        {"ok": True, "erasures": [r.as_dict() for r in done], **(spill or {})},
+        "\n".join(
+            [
+                "\n\n".join(render(r) for r in done) or "nothing has expired",
+                *spill_lines(spill or {}),
+            ]
+        ),
     )
     return 0

@@ -206,17 +206,13 @@ class ArchiveCore:
         if writer is None:
             log.warning("archive: %s not archived: the archive is not initialized", label)
             return
-        future = writer.submit(build, label=label, entry=entry, size=size)
 
-        def report(done: Future[Any]) -> None:
-            error = None if done.cancelled() else done.exception()
-            if error is None:
-                return
+        def report(error: BaseException) -> None:
             log.error("archive: %s could not be archived: %s", label, error)
             if not isinstance(error, WriterUnavailable):  # this input, not the store, failed
                 self.record_write_failure(label, error)
 
-        future.add_done_callback(report)
+        writer.post(build, label=label, on_error=report, entry=entry, size=size)
 
     def submit_record(self, kind: str, *, size: int = 512, **args: Any) -> None:
         """Hand the writer one simple hook's record (a kind of :data:`RECORD_BUILDERS`).

@@ -9,18 +9,23 @@ core.ArchiveCore` hand every job its record encoder (:func:`spill_entry`, :func:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..domain import builders
 from ..domain.evidence import archivable, archivable_message, new_messages_start
 from ..domain.redaction import host_masks_rows, redact_rows, renumber
+from ..errors import ArchiveUnavailable
 from ..format.events import NewEvent
 from ..projections.builtin import digest_hex, pending_rewind, session_counters, transcript_rows
-from ..storage.spill import Encoder, Record
-from ..storage.store import EventStore
-from ..storage.writer import Taker
+from ..projections.registry import default_projections
+from ..storage.spill import Encoder, Record, in_use, segment_paths
+from ..storage.store import EventStore, archive_dir
+from ..storage.witness import Witness
+from ..storage.writer import Taker, Writer
 
 
 def text_size(value: Any) -> int:
@@ -318,3 +323,56 @@ SPILL_KINDS: dict[str, Taker] = {
 def spill_entry(kind: str, **args: Any) -> Encoder:
     """A record whose arguments are taken as they are now (made encodable, nothing lost)."""
     return lambda state: (kind, archivable(args))
+
+
+class SpillNotTakenIn(ArchiveUnavailable):
+    """The pending spill could not be taken in (a live process holds it, or the log refused)."""
+
+
+def take_in_spill(home: Path, *, timeout: float = 900.0) -> int:
+    """Take the profile's pending spill into its log, as the provider's next open would, and
+    return how many segments were waiting (0: nothing to do, no writer started).
+
+    ``forget`` and ``migrate`` run this first, so the spill's events are in the log they
+    erase from or migrate, and no segment keeps erased text or outlives its format. A
+    segment a running Hermes process still appends to is refused (:func:`in_use`): that
+    process takes it in, possibly after the command ran. The writer proves the log first
+    (with the profile's witness) and is closed before this returns, so the command's own
+    connection never waits on it.
+    """
+    folder = archive_dir(home)
+    waiting = segment_paths(folder)
+    if not waiting:
+        return 0
+    live = [p.name for p in waiting if in_use(p)]
+    if live:
+        raise SpillNotTakenIn(
+            f"a running Hermes process is still writing the spill ({', '.join(live)}) of "
+            f"{folder}: stop Hermes (its shutdown writes the spill and lets go of it) and run "
+            "this again"
+        )
+    writer = Writer(
+        folder,
+        projections_factory=default_projections,
+        witness=Witness.for_home(home),
+        kinds=SPILL_KINDS,
+    )
+    try:
+        marker = writer.submit(lambda store: (), label="take in the spill")
+        deadline = time.monotonic() + timeout
+        while writer.refused is None:
+            try:
+                marker.result(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+                break
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    break
+    finally:
+        writer.close()
+    left = [p.name for p in segment_paths(folder) if p in waiting]
+    if writer.refused is not None or left:
+        raise SpillNotTakenIn(
+            f"the spill of {folder} was not taken in ({', '.join(left) or 'none left'}): "
+            f"{writer.refused or writer.last_error or 'it took longer than ' + str(timeout) + 's'}"
+        )
+    return len(waiting)

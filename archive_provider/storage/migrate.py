@@ -7,6 +7,11 @@ just verified and the v1 file's BLAKE3. v1 event ``s`` becomes v2 event ``s + 1`
 same time, type and session; each part is stored again under a fresh salt, and in the key
 and body every text equal to a v1 digest of one of the event's parts is that part's v2
 digest (the writer's renaming, :meth:`EventStoreV2.append_in_transaction`).
+
+The spill (FORMAT.md, "Spill file") is carried over: the ``migrate`` command takes it in
+first, and whatever still waits (a segment whose removal failed after its commit) is taken
+in by the v2 writer, exactly once, because the ``spill_taken:*`` rows that say how far
+each segment is in are copied into the v2 ``meta``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from blake3 import blake3
 from ..format.canonical import decode
 from ..format.events import LoadedEvent, NewEvent, Part
 from ..format.verifier import verify_database
+from .proof_v2 import advance
+from .spill import META_TAKEN, in_use, segment_paths
 from .store import (
     DB_NAME,
     KEY_NAME,
@@ -31,6 +38,7 @@ from .store import (
     StoreError,
     iter_events,
 )
+from .witness import Witness
 
 V1_DB_NAME = "events.v1.db"
 V1_KEY_NAME = "payload.v1.key"
@@ -75,13 +83,27 @@ def migrate(
     *,
     projections: Callable[[sqlite3.Connection], Sequence[Projection]] | None = None,
     progress: Callable[[int], None] | None = None,
+    witness: Witness | None = None,
 ) -> Migrated:
-    """Migrate the v1 archive in ``folder`` (``<home>/archive``) to format v2."""
+    """Migrate the v1 archive in ``folder`` (``<home>/archive``) to format v2.
+
+    With the profile's ``witness`` (the command passes it) the v1 head must be the one it
+    witnessed, if it has a record here (a rolled-back v1 log is not migrated), and the new store is recorded with it
+    once its last checkpoint is signed (FORMAT.md 19 step 4): without that record the
+    witness would still name the v1 store at this path and refuse the v2 archive as a
+    replacement.
+    """
     folder = Path(folder)
     if (folder / V1_DB_NAME).exists():
         raise MigrationRefused(
             f"{folder / V1_DB_NAME} exists: this archive was migrated before (or a migration "
             "stopped half-way); move that file aside before migrating again"
+        )
+    live = [p.name for p in segment_paths(folder) if in_use(p)]
+    if live:
+        raise MigrationRefused(
+            f"a running Hermes process is writing the spill of {folder} ({', '.join(live)}): "
+            "stop Hermes and migrate again"
         )
     old = EventStore.open(folder, create=False, readonly=True)  # verifying writes nothing
     try:
@@ -94,9 +116,18 @@ def migrate(
                 f"{report.problem}); it is not migrated. Restore it from backup first "
                 "(docs/RECOVER.md)."
             )
+        if witness is not None and witness.read() is not None:
+            # the head this machine witnessed must be there: a rolled-back or replaced v1
+            # log is not migrated (raises WitnessMismatch). A copy with no witness record
+            # here (moved from another machine) is migrated, as FORMAT.md 19 describes
+            witness.check(old.conn, old.store_id)
         head = old.head()
         v1_store_id = old.store_id
         v1_payloads = old.conn.execute("SELECT count(*) FROM payloads").fetchone()[0]
+        taken = old.conn.execute(
+            "SELECT name, value FROM meta WHERE substr(name, 1, ?) = ?",
+            (len(META_TAKEN), META_TAKEN),
+        ).fetchall()
     finally:
         old.close()
     conn = sqlite3.connect(folder / DB_NAME, isolation_level=None)
@@ -146,6 +177,8 @@ def migrate(
     assert isinstance(new, EventStoreV2)
     try:
         new.conn.execute("INSERT INTO meta VALUES ('migrated_from', ?)", (v1_store_id,))
+        # how far each waiting spill segment is in: its committed records are migrated
+        new.conn.executemany("INSERT INTO meta VALUES (?, ?)", taken)
         source = sqlite3.connect(
             (folder / V1_DB_NAME).absolute().as_uri() + "?mode=ro", uri=True, isolation_level=None
         )
@@ -167,6 +200,8 @@ def migrate(
         finally:
             source.close()
         new.checkpoint()
+        if witness is not None:
+            advance(witness, new)
         return Migrated(v1_store_id, head.seq, head.chain, new.store_id, new.vkey, head.seq + 1)
     finally:
         new.close()

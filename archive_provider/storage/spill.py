@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -128,6 +129,33 @@ def segment_paths(folder: Path) -> list[Path]:
             continue
         found.append(path)
     return sorted(found, key=segment_number)
+
+
+def in_use(path: Path) -> bool:
+    """Whether a live process appends to this segment: it holds the segment's lock.
+
+    Such a segment is that process's to take in; another process (a second gateway,
+    ``forget`` or ``migrate`` from the CLI) taking it would commit its records twice and
+    remove the file under its writer. The lock goes with the process, so a crash leaves an
+    unlocked segment for the next open. Anything that cannot be probed is not in use:
+    reading it reports what is wrong.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also lets go of the probe's shared lock
 
 
 def damaged_paths(folder: Path) -> list[Path]:
@@ -256,13 +284,23 @@ class _Segment:
         self.path = path
         self.number = segment_number(path)
         self.id = os.urandom(ID_BYTES)
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        # made under a name no reader lists, locked, then linked into place: another process
+        # never finds a segment of ours without its header or without our lock (in_use)
+        making = path.with_name(path.name + ".new")
+        with contextlib.suppress(FileNotFoundError):
+            making.unlink()  # left by a crash between the link and the unlink below
+        self.fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd is closed
             os.write(self.fd, MAGIC + self.id)
             os.fsync(self.fd)
+            os.link(making, path)  # fails if the name is taken: a segment is never overwritten
+            making.unlink()
             _sync_dir(path.parent)
         except BaseException:
             os.close(self.fd)
+            with contextlib.suppress(OSError):
+                making.unlink()
             raise
         self.size = HEADER_BYTES  # bytes on file
         self.records = 0  # records accepted into it
@@ -308,7 +346,8 @@ class Spill:
         self._active: _Segment | None = None
         self._state: dict[Any, Any] = {}  # encoders' per-segment state (transcript deltas)
         self._synced_at = time.monotonic()
-        inherited = segment_paths(folder)  # left by an earlier process: taken in first
+        # left by an earlier process: taken in first (a live process's are its own)
+        inherited = [p for p in segment_paths(folder) if not in_use(p)]
         self._floor = (segment_number(inherited[-1]), END) if inherited else (0, 0)
         self._last_number = self._floor[0]  # ours only grow, so positions compare
 

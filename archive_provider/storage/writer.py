@@ -53,6 +53,7 @@ from .spill import (
     Record,
     Spill,
     SpillDamaged,
+    in_use,
     open_segment,
     read_records,
     remove,
@@ -103,12 +104,37 @@ RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 LATE_JOIN_S = 1.0  # how long close() waits for the thread to put down what it was taking
 
 
+class Told:
+    """The outcome of a job nobody waits for (:meth:`Writer.post`): a failure is passed on,
+    once, on the thread that finds it. It stands in for a Future, whose making (a Condition
+    and its lock) was a fifth of a hook's time on the host's thread."""
+
+    __slots__ = ("_done", "_on_error")
+
+    def __init__(self, on_error: Callable[[BaseException], None]) -> None:
+        self._on_error, self._done = on_error, False
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, result: object) -> None:
+        self._done = True
+
+    def set_exception(self, exc: BaseException) -> None:
+        if not self._done:
+            self._done = True
+            self._on_error(exc)
+
+
 @dataclass(slots=True)
 class Job:
     build: Build
     durable: bool = False
     label: str = ""
-    future: Future[list[AppendResult]] = field(default_factory=Future)
+    future: Future[list[AppendResult]] | Told = field(default_factory=Future)
     events: Sequence[NewEvent] | None = None
     failed: bool = False  # its own input could not be archived; its future holds why
     entry: Encoder | None = None  # how to write it to the spill; None: it cannot be spilled
@@ -284,7 +310,8 @@ class Writer:
         # what it takes, so neither writes the other's counter
         self._submitted_events = self._submitted_bytes = 0
         self._taken_events = self._taken_bytes = 0
-        self._spill_open = bool(segment_paths(folder))  # records wait there: spill what follows
+        # records an earlier process left wait there: spill what follows (a live one's are its own)
+        self._spill_open = self.spill.position() != (0, 0)
         self._woken = False  # a _WAKE is in the queue
         self._held: Job | None = None  # the next job from the queue, waiting for the spill
         self._late: list[Job] = []  # taken from the queue after close() gave up: it spills them
@@ -358,13 +385,32 @@ class Writer:
         future then resolves at once with no results: it is accepted, on disk, and the
         writer takes it in later. Durable jobs always wait in memory (their caller waits).
         """
-        accepted = utc_now() if entry is not None else None
-        job = Job(build, durable, label, entry=entry, size=size, accepted=accepted)
+        future: Future[list[AppendResult]] = Future()
+        self._enqueue(Job(build, durable, label, future, entry=entry, size=size))
+        return future
+
+    def post(
+        self,
+        build: Build,
+        *,
+        label: str,
+        on_error: Callable[[BaseException], None],
+        entry: Encoder | None = None,
+        size: int = 0,
+    ) -> None:
+        """Queue a job nobody waits for (a hook's): as :meth:`submit`, without a future;
+        ``on_error`` is told if it fails (on the thread that finds out, as a future's
+        callback would be)."""
+        self._enqueue(Job(build, False, label, Told(on_error), entry=entry, size=size))
+
+    def _enqueue(self, job: Job) -> None:
+        entry, durable, size = job.entry, job.durable, job.size
+        accepted = job.accepted = utc_now() if entry is not None else None
         if self._closing:
             job.future.set_exception(
                 WriterUnavailable("the archive writer is closed; this write was rejected")
             )
-            return job.future
+            return
         with self._gate:
             if (
                 accepted is not None
@@ -392,7 +438,7 @@ class Writer:
                         self._queue.put(_WAKE)
                     job.future.set_result([])
                     self._ensure_thread()
-                    return job.future
+                    return
             if self._spill_open:
                 job.after = self.spill.position()
             self._submitted_events += 1
@@ -401,7 +447,6 @@ class Writer:
         # thread stay in order; calls racing from two threads have no order to keep
         self._queue.put(job)
         self._ensure_thread()
-        return job.future
 
     @property
     def queued_events(self) -> int:
@@ -959,7 +1004,15 @@ class Writer:
 
     def _next_segment(self, store: EventStore) -> _Reading | None:
         """The first segment after those taken; where a crash left its take-in, from meta."""
-        path = next((p for p in segment_paths(self.folder) if segment_number(p) > self._done), None)
+        active = self.spill.active
+        path = next(
+            (
+                p
+                for p in segment_paths(self.folder)
+                if segment_number(p) > self._done and (p == active or not in_use(p))
+            ),
+            None,
+        )  # a segment another live process appends to is its own to take in
         if path is None:
             return None
         skip = 0
