@@ -470,6 +470,10 @@ class Writer:
                 try:
                     return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
                 except TimeoutError:
+                    refused = self.refused
+                    if refused is not None:  # held behind a spill a refused log never takes in
+                        future.cancel()
+                        raise WriterUnavailable(refused) from None
                     now = time.monotonic()
                     if now >= deadline:
                         if not (self.proving and now < proof_deadline):

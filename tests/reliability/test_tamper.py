@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from archive_provider.host.provider import ArchiveProvider
+from archive_provider.host.settings import save_settings
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 
@@ -370,3 +371,25 @@ def test_a_consistent_truncation_passes_verify_but_not_the_witness(
     provider = providers()
     message = str(blocked(v2_agent(provider), EVIDENCE))
     assert "witness mismatch" in message and "rolled back by 3 events" in message, message
+
+
+def test_a_required_checkpoint_behind_a_journal_fails_at_once_with_the_refusal(
+    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+) -> None:
+    """With ``journal_every_event``, a turn waits in the spill before the checkpoint; on a
+    refused log it can never be taken in, so the checkpoint must fail with the refusal, not
+    wait out the proof budget and say only that nothing committed in time."""
+    first = providers()
+    build(first, "early")
+    first.shutdown()
+    backup = tmp_path / "backup"
+    shutil.copytree(archive_dir(home), backup)
+    second = providers()
+    build(second, "late")
+    second.shutdown()
+    restore(backup, archive_dir(home))
+    save_settings(home, {"journal_every_event": True})
+    provider = providers()
+    provider.sync_turn("after the restore", "journaled first", session_id="s1")
+    message = str(blocked(v2_agent(provider), EVIDENCE))
+    assert "witness mismatch" in message and "did not commit within" not in message, message
