@@ -99,3 +99,26 @@ def apply_events(
     if progress is not None:
         progress(until_seq)
     return count
+
+
+def forget_erased(
+    conn: sqlite3.Connection, projections: Sequence[Any], seqs: frozenset[int], head: int
+) -> list[str]:
+    """Have every projection forget what an erasure removed (inside its transaction).
+
+    Each forgets in place (:meth:`TableProjection.forget`); one that cannot is dropped and
+    replayed from the log on the spot, before the projections after it (which may read its
+    tables) forget; ``head`` is the erasure event's seq (the transaction's head). Returns the
+    names of those rebuilt.
+    """
+    check_order(projections)
+    rebuilt = []
+    for index, projection in enumerate(projections):
+        forget = getattr(projection, "forget", None)
+        if forget is not None and forget(conn, seqs):
+            continue
+        projection.drop(conn)
+        projection.create(conn)
+        apply_events(conn, projections[: index + 1], until_seq=head)
+        rebuilt.append(projection.name)
+    return rebuilt
