@@ -266,6 +266,36 @@ def test_a_short_text_a_later_checkpoint_repeats_is_indexed_as_a_replay_would(
     matches_replay(store, home.parent)
 
 
+@pytest.mark.parametrize("scope", ["event", "session"])
+def test_a_rewound_message_is_forgotten_where_the_rewind_moved_it(
+    home: Path, store: EventStoreV2, scope: str
+) -> None:
+    from archive_provider.storage.store import iter_events
+
+    store.append([turn(store, "s1", 1, ["the first words of the session"])])
+    said = store.append([turn(store, "s1", 2, [SECRET], start=1)])[0].seq
+    (event,) = iter_events(store.conn, said - 1, said)
+    digest = event.body["messages"][0]
+    store.append(
+        [
+            builders.turns_rewound(
+                "s1", switch_seq=said, start=1, rewound=[(said, digest)], detected_by="test"
+            )
+        ]
+    )
+    store.append([turn(store, "s2", 1, [OTHER])])
+    assert store.conn.execute("SELECT count(*) FROM recall_rewound").fetchone() == (1,)
+    kept = rows_of(store.conn, "s2")
+    chosen = (
+        Scope("event", {"seq": said}) if scope == "event" else Scope("session", {"session": "s1"})
+    )
+    erasure.forget(store, chosen, reason="r")
+    assert store.conn.execute("SELECT count(*) FROM recall_rewound").fetchone() == (0,)
+    assert rows_of(store.conn, "s2") == kept
+    assert raw_hits(home, SECRET) == []
+    matches_replay(store, home.parent)
+
+
 class Words(TableProjection):
     """A projection another package could register: it keeps turn texts and no forget."""
 
