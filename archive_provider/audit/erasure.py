@@ -3,12 +3,12 @@
 docs/FORMAT.md 12.4 and 18, docs/AUDIT.md, docs/OPERATIONS.md. One erasure is one write
 transaction: an ``erasure`` event naming the digests it erases (never their content), the
 payloads tombstoned, every payload that quotes them tombstoned too (found through the
-sources each event records, and by the erased text itself), the derived rows that held
-their text deleted and the full-text index merged so no segment keeps their tokens. After
-the commit the projections are re-derived from the log (so they equal a replay) and the WAL
-is checkpointed with truncate, so no file of the folder keeps the bytes. A crash before the
-commit leaves the archive as it was; after it, re-running the same ``forget`` finds nothing
-left to erase and redoes the re-derivation and the physical clean-up.
+sources each event records, and by the erased text itself), each projection made to forget
+in place what a replay would no longer hold (``TableProjection.forget``: the cost follows
+what is erased, not the archive) and the full-text index merged so no segment keeps their
+tokens. After the commit the WAL is checkpointed with truncate, so no file of the folder
+keeps the bytes. A crash before the commit leaves the archive as it was; after it, re-running
+the same ``forget`` finds nothing left to erase and redoes the physical clean-up.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 from ..domain.clock import now_text
 from ..errors import ArchiveError
 from ..format.events import NewEvent
-from ..projections.builtin import forget_recall
+from ..projections.registry import default_projections
+from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
 from ..storage.store_v2 import tombstone
 
@@ -489,15 +490,11 @@ def apply_retention(
             who=who,
             dry_run=dry_run,
             skip_held=True,
-            rebuild=False,
         )
         done.append(receipt)
         if dry_run or receipt.payloads == 0 or not between():
             break
         after = seqs[-1]
-    if any(r.seq for r in done):
-        rederive(v2)
-        scrub(v2)
     return done
 
 
@@ -579,14 +576,11 @@ def forget(
     who: str = "operator",
     dry_run: bool = False,
     skip_held: bool = False,
-    rebuild: bool = True,
 ) -> Receipt:
     """Erase what ``scope`` covers in one transaction; see the module docstring.
 
-    The erasure transaction deletes every derived row that held the text (so no text
-    survives a crash after it); ``rebuild`` then re-derives the projections from the log in
-    a second transaction, so they equal what a replay gives (row numbering, counters of
-    events whose body went). Retention batches pass False and rebuild once per pass.
+    The same transaction has every projection forget the erased texts in place, so the
+    projections equal a replay (``verify --projections``) the moment it commits.
     """
     v2 = require_v2(store)
     conn = v2.conn
@@ -628,24 +622,28 @@ def forget(
             }
             event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
             seq = v2.append_in_transaction([event])[0].seq
-            _purge_derived(conn, found)
+            projections, touched = _projections(v2), frozenset(found.touched)
+            prepare_forgetting(conn, projections, touched)
             tombstone(conn, sorted(found.digests), seq)
+            forget_erased(conn, projections, touched, seq)
             _merge_fts(conn)
             receipt = _receipt(seq, None, at, scope_record, reason, legal_basis, who, found, False)
-    if rebuild:  # also on a re-run that found nothing: it completes an interrupted one
-        rederive(v2)
     scrub(v2)
     if receipt is None:
         return _receipt(None, None, None, scope_record, reason, legal_basis, who, Plan(), False)
     return erasure_receipt(v2, receipt.seq or 0)
 
 
-def rederive(store: EventStore) -> None:
-    """Rebuild the projections from the log (one transaction; a crash keeps the old ones,
-    which already hold no erased text)."""
-    from .replay import rebuild
-
-    rebuild(store)
+def _projections(store: EventStoreV2) -> list[Any]:
+    """The store's projections, or the built-in ones the archive keeps (a store opened
+    without any still has their tables, which hold the text)."""
+    if store.projections:
+        return list(store.projections)
+    try:
+        kept = {str(n) for (n,) in store.conn.execute("SELECT name FROM projection_state")}
+    except sqlite3.OperationalError:  # no projection was ever created here
+        return []
+    return [p for p in default_projections(store.conn) if p.name in kept]
 
 
 def _recorded(conn: sqlite3.Connection, scope: Scope, found: Plan) -> dict[str, Any]:
@@ -692,22 +690,6 @@ def _receipt(
         [{"hold": h["hold"], "reason": h.get("reason"), "events": len(s)} for h, s in found.held],
         found.kept_shared,
     )
-
-
-def _purge_derived(conn: sqlite3.Connection, found: Plan) -> None:
-    """Delete every derived row that held the erased text (same transaction)."""
-    seqs = found.touched
-    tables = {
-        name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-    }
-    if "recall_docs" in tables:  # before the bodies are cleared: the index is told the text
-        forget_recall(conn, seqs)
-    if "memory_history" in tables:
-        list(_in(conn, "DELETE FROM memory_history WHERE seq IN ({})", seqs))
-        list(_in(conn, "DELETE FROM memory_entries WHERE seq IN ({})", seqs))
-    if "recalls_served" in tables:
-        list(_in(conn, "DELETE FROM recalls_served WHERE seq IN ({})", seqs))
-    # transcripts hold digests only, never text: they stay (the slots read as erased)
 
 
 def _merge_fts(conn: sqlite3.Connection) -> None:

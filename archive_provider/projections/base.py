@@ -10,7 +10,7 @@ transaction of the events it reflects, records its last applied sequence number 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from blake3 import blake3
@@ -18,7 +18,7 @@ from blake3 import blake3
 from ..domain.evidence import bindable_text
 from ..format.canonical import canonical_bytes, canonical_text, decode
 from ..format.events import StoredEvent
-from ..storage.store import Projection, part_body
+from ..storage.store import Projection, iter_events, part_body
 
 STATE_DDL = (
     "CREATE TABLE IF NOT EXISTS projection_state (name TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,"
@@ -135,6 +135,35 @@ class TableProjection(Projection):
     def end_bulk(self, conn: sqlite3.Connection) -> None:
         """Undo :meth:`begin_bulk` before the transaction ends."""
 
+    def prepare_forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> None:
+        """Before an erasure's tombstones: take what :meth:`forget` will need of the bodies
+        about to go (an index forgets a row only when told the text it indexed)."""
+
+    def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
+        """Make the tables what a replay gives now that payloads of ``seqs`` are erased.
+
+        Called in the erasure transaction, after the tombstones (docs/AUDIT.md): the log
+        then reads as a replay would read it (erased parts absent, events whose body went
+        skipped). ``seqs`` are every event that named an erased payload. Done in place, at a
+        cost that follows what was erased, it returns True; False (this default) asks the
+        caller to rebuild the projection from the log, which is always right but costs the
+        events it handles.
+        """
+        return False
+
+    def reduce_again(self, conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+        """For tables keyed by their event's ``seq``: drop the rows of ``seqs`` and reduce
+        those events again as the log now reads (an erased body: no row, like a replay)."""
+        mine = sorted(seqs)
+        for table in self.tables:
+            for chunk in chunks(mine):
+                conn.execute(
+                    f"DELETE FROM {table} WHERE seq IN ({', '.join('?' * len(chunk))})", chunk
+                )
+        for event in events_at(conn, mine, self.handles, self.part_types()):
+            self.reduce(conn, event)
+        self.flush(conn)
+
     def set_last_seq(self, conn: sqlite3.Connection, seq: int) -> None:
         conn.execute("UPDATE projection_state SET last_seq = ? WHERE name = ?", (seq, self.name))
 
@@ -154,6 +183,30 @@ class TableProjection(Projection):
                 values = [bytes(v).hex() if isinstance(v, (bytes, memoryview)) else v for v in row]
                 hasher.update(canonical_bytes(values) + b"\n")
         return hasher.hexdigest()
+
+
+def chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    """``items`` in slices small enough to bind as one statement's parameters."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def events_at(
+    conn: sqlite3.Connection,
+    seqs: Iterable[int],
+    types: Iterable[str] | None = None,
+    part_types: Iterable[str] | None = None,
+) -> Iterator[StoredEvent]:
+    """The events at ``seqs`` (of ``types``), read as a replay reads them: one range read per
+    run of consecutive seqs, erased parts absent, an event whose body was erased skipped."""
+    ordered = sorted(set(seqs))
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        yield from iter_events(conn, ordered[start] - 1, ordered[end], types, part_types)
+        start = end + 1
 
 
 def ensure_state_table(conn: sqlite3.Connection) -> None:

@@ -26,7 +26,7 @@ from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
 from ..format.events import LoadedEvent, StoredEvent
 from ..storage.store import payload_body, session_part_digests
-from .base import TableProjection, event_part, event_text
+from .base import TableProjection, chunks, event_part, event_text, events_at
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -278,6 +278,61 @@ class SessionsProjection(TableProjection):
         self._transcript.clear()
         self._lengths.clear()
 
+    def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
+        """Transcripts hold digests and stay; an event whose body went is gone from a replay:
+        its link, and its session's counters and start details, are derived again."""
+        gone: dict[int, str] = {}
+        for chunk in chunks(sorted(seqs)):
+            gone.update(
+                conn.execute(
+                    "SELECT e.seq, e.session FROM events e JOIN erased x ON x.digest = e.payload"
+                    f" WHERE e.seq IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+        for chunk in chunks(sorted(gone)):
+            marks = ", ".join("?" * len(chunk))
+            conn.execute(f"DELETE FROM session_links WHERE seq IN ({marks})", chunk)
+        for session in sorted(set(gone.values())):
+            self._recount(conn, session)
+        return True
+
+    def _recount(self, conn: sqlite3.Connection, session: str) -> None:
+        """The session's row from its events that a replay reads (the session's only)."""
+        kinds = sorted(self.handles)
+        first, last, turns, writes, checkpoints = conn.execute(
+            "SELECT min(e.seq), max(e.seq), sum(e.type = 'turn'), sum(e.type = 'memory_write'),"
+            " sum(e.type = 'checkpoint') FROM events e WHERE e.session = ?"
+            f" AND e.type IN ({', '.join('?' * len(kinds))})"
+            " AND NOT EXISTS (SELECT 1 FROM erased x WHERE x.digest = e.payload)",
+            (session, *kinds),
+        ).fetchone()
+        if first is None:
+            conn.execute("DELETE FROM sessions WHERE session = ?", (session,))
+            return
+        starts = conn.execute(
+            "SELECT e.time, p.body FROM events e JOIN payloads p ON p.digest = e.payload"
+            " WHERE e.session = ? AND e.type = 'session_started' AND p.body IS NOT NULL"
+            " ORDER BY e.seq",
+            (session,),
+        ).fetchall()
+        body = _mapping(decode(bytes(starts[-1][1]))) if starts else {}
+        conn.execute(
+            "UPDATE sessions SET first_seq = ?, last_seq = ?, turns = ?, memory_writes = ?,"
+            " checkpoints = ?, started_at = ?, platform = ?, agent_context = ? WHERE session = ?",
+            (
+                first,
+                last,
+                turns,
+                writes,
+                checkpoints,
+                starts[0][0] if starts else None,
+                _text_or_none(body.get("platform")),
+                _text_or_none(body.get("agent_context")),
+                session,
+            ),
+        )
+
 
 def _text_or_none(value: Any) -> str | None:
     if value is None:
@@ -441,6 +496,34 @@ class MemoryProjection(TableProjection):
             ),
         )
 
+    def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
+        """Each target an erased write touched is replayed from its own writes alone (a
+        target's entries depend on nothing else), so the cost is that target's writes."""
+        targets: set[str] = set()
+        for chunk in chunks(sorted(seqs)):
+            targets.update(
+                t
+                for (t,) in conn.execute(
+                    "SELECT DISTINCT target FROM memory_history"
+                    f" WHERE seq IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
+        if not targets:
+            return True
+        marks = ", ".join("?" * len(targets))
+        writes = [
+            int(seq)
+            for (seq,) in conn.execute(
+                f"SELECT seq FROM memory_history WHERE target IN ({marks})", sorted(targets)
+            )
+        ]
+        conn.execute(f"DELETE FROM memory_entries WHERE target IN ({marks})", sorted(targets))
+        conn.execute(f"DELETE FROM memory_history WHERE target IN ({marks})", sorted(targets))
+        for event in events_at(conn, writes, self.handles):
+            self.reduce(conn, event)
+        return True
+
 
 def _bindable_or_none(text: str | None) -> str | None:
     return None if text is None else bindable_text(text)
@@ -577,9 +660,12 @@ class RecallProjection(TableProjection):
         "recall_rewound": "rowid",
         "recall_authors": "seq",
     }
+    #: rows in rowid order but not their rowid values: an erasure in place leaves gaps
+    #: where a replay numbers on (memory rows' rowids are -seq, a function of the log)
     digest_select = {
-        "recall_fts": "rowid, text, kind, session, seq, role",
-        "recall_rewound": "rowid, text, kind, session, seq, role, rewound_seq",
+        "recall_fts": "text, kind, session, seq, role",
+        "recall_docs": "seq, part, role, text",
+        "recall_rewound": "text, kind, session, seq, role, rewound_seq",
         "recall_authors": "seq, author_id, author_name, is_bot, source",
     }
     handles = frozenset({"turn", "checkpoint", "memory_write", "turns_rewound"})
@@ -775,6 +861,126 @@ class RecallProjection(TableProjection):
         finally:
             self.discard()
 
+    def prepare_forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> None:
+        """Take the message rows of the erased events out of the index while their bodies
+        still say what it indexed; :meth:`forget` puts back those that stay."""
+        for chunk in chunks(sorted(seqs)):
+            conn.execute(
+                "INSERT INTO recall_fts (recall_fts, rowid, text) SELECT 'delete', rowid, text"
+                " FROM recall_text WHERE rowid > 0 AND text IS NOT NULL"
+                f" AND seq IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+
+    def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
+        """Delete the rows of erased texts, touching only the erased events' rows.
+
+        A turn keeps the rows of its messages still readable; a checkpoint (of a session
+        that lost turn or checkpoint texts, from the first of them on) keeps what
+        :meth:`_unseen_evidence` now finds, which can be more than it had (a message its
+        session said, now erased, was not indexed again for it): then False, and the
+        caller rebuilds the index. The kept rows of erased events go back into the index
+        (:meth:`prepare_forget` took them out) under their own rowids. Memory rows follow
+        ``memory_entries`` (forgotten first).
+        """
+        touched = sorted(seqs)
+        first: dict[str, int] = {}
+        read: set[int] = set()
+        for chunk in chunks(touched):
+            marks = ", ".join("?" * len(chunk))
+            for seq, session in conn.execute(
+                f"SELECT seq, session FROM events WHERE type IN ('turn', 'checkpoint') AND seq IN ({marks})",
+                chunk,
+            ):
+                first[session] = min(seq, first.get(session, seq))
+            conn.execute(
+                f"DELETE FROM recall_authors WHERE seq IN ({marks})"
+                " AND EXISTS (SELECT 1 FROM events e JOIN erased x ON x.digest = e.author"
+                " WHERE e.seq = recall_authors.seq)",
+                chunk,
+            )
+        kept: list[int] = []
+        for event in events_at(conn, touched, {"turn", "turns_rewound"}):
+            read.add(event.seq)
+            said = list(_prose(conn, event, "messages"))
+            if event.type == "turns_rewound":
+                moved = conn.execute(
+                    "SELECT role, text FROM recall_rewound WHERE rewound_seq = ?", (event.seq,)
+                ).fetchall()
+                if not {(r or "", t) for r, t in moved} <= set(said):
+                    return False  # a replay would leave those rows in the index
+            elif not self._keep_only(conn, event.seq, "turn", said, seqs, kept):
+                return False
+        later: set[int] = set()
+        for session, seq in first.items():
+            later.update(
+                s
+                for (s,) in conn.execute(
+                    "SELECT seq FROM events WHERE session = ? AND type = 'checkpoint' AND seq >= ?",
+                    (session, seq),
+                )
+            )
+        for event in events_at(conn, later, {"checkpoint"}):
+            read.add(event.seq)
+            wanted = [(m.role, m.text) for m in self._unseen_evidence(conn, event)]
+            if not self._keep_only(conn, event.seq, "checkpoint", wanted, seqs, kept):
+                return False
+        for seq in sorted(set(touched) - read):  # its body is erased: a replay skips it
+            conn.execute("DELETE FROM recall_docs WHERE seq = ? AND rowid > 0", (seq,))
+            conn.execute("DELETE FROM recall_rewound WHERE seq = ?", (seq,))
+        for chunk in chunks(sorted(kept)):
+            conn.execute(
+                "INSERT INTO recall_fts (rowid, text) SELECT rowid, text FROM recall_text"
+                f" WHERE rowid IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+        targets = conn.execute(
+            "SELECT role FROM recall_docs WHERE rowid < 0 UNION SELECT target FROM memory_entries"
+        ).fetchall()
+        for (target,) in targets:
+            self._index_memory(conn, target)
+        return True
+
+    @staticmethod
+    def _keep_only(
+        conn: sqlite3.Connection,
+        seq: int,
+        kind: str,
+        wanted: list[tuple[str, str]],
+        erased: frozenset[int],
+        kept: list[int],
+    ) -> bool:
+        """Delete the event's rows that ``wanted`` (its texts in order) no longer holds;
+        False when ``wanted`` holds a text the rows do not (only a rebuild can add it).
+
+        The rows of an erased event are out of the index already: those that stay are
+        added to ``kept``, to go back in; another event's rows leave it as usual.
+        """
+        rows = conn.execute(
+            "SELECT rowid, role, text, 'recall_docs' FROM recall_text"
+            " WHERE seq = ? AND kind = ? AND rowid > 0",
+            (seq, kind),
+        ).fetchall()
+        rows += conn.execute(
+            "SELECT rowid, role, text, 'recall_rewound' FROM recall_rewound"
+            " WHERE seq = ? AND kind = ?",
+            (seq, kind),
+        ).fetchall()
+        indexed = seq not in erased
+        at = 0
+        for rowid, role, text, table in sorted(rows):
+            if at < len(wanted) and wanted[at] == (role or "", text):
+                at += 1
+                if table == "recall_docs" and not indexed:
+                    kept.append(rowid)
+            elif table == "recall_rewound":
+                conn.execute("DELETE FROM recall_rewound WHERE rowid = ?", (rowid,))
+            elif indexed:
+                _unindex(conn, rowid, text)
+            else:
+                conn.execute("DELETE FROM recall_docs WHERE rowid = ?", (rowid,))
+        return at == len(wanted)
+
     @staticmethod
     def _index_memory(conn: sqlite3.Connection, target: str) -> None:
         """Make the target's memory rows equal its entries as they stand, touching only changes."""
@@ -909,6 +1115,10 @@ class CheckpointsProjection(TableProjection):
     handles = frozenset({"checkpoint", "checkpoint_failed"})
     reads_parts: frozenset[str] = frozenset()
 
+    def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
+        self.reduce_again(conn, seqs)  # a failure whose body (its error text) went has no row
+        return True
+
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         body = _mapping(event.body)
         required = int(bool(body.get("require_checkpoint")))
@@ -950,6 +1160,10 @@ class RecallsServedProjection(TableProjection):
     )
     tables = {"recalls_served": "seq"}
     handles = frozenset({"recall_served"})
+
+    def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
+        self.reduce_again(conn, seqs)  # an erased query or result reads as ''
+        return True
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         body = _mapping(event.body)

@@ -99,3 +99,37 @@ def apply_events(
     if progress is not None:
         progress(until_seq)
     return count
+
+
+def prepare_forgetting(
+    conn: sqlite3.Connection, projections: Sequence[Any], seqs: frozenset[int]
+) -> None:
+    """Before an erasure's tombstones, in its transaction: each projection takes what its
+    in-place forget needs of the bodies about to go (:meth:`TableProjection.prepare_forget`)."""
+    for projection in projections:
+        prepare = getattr(projection, "prepare_forget", None)
+        if prepare is not None:
+            prepare(conn, seqs)
+
+
+def forget_erased(
+    conn: sqlite3.Connection, projections: Sequence[Any], seqs: frozenset[int], head: int
+) -> list[str]:
+    """Have every projection forget what an erasure removed (inside its transaction).
+
+    Each forgets in place (:meth:`TableProjection.forget`); one that cannot is dropped and
+    replayed from the log on the spot, before the projections after it (which may read its
+    tables) forget; ``head`` is the erasure event's seq (the transaction's head). Returns the
+    names of those rebuilt.
+    """
+    check_order(projections)
+    rebuilt = []
+    for index, projection in enumerate(projections):
+        forget = getattr(projection, "forget", None)
+        if forget is not None and forget(conn, seqs):
+            continue
+        projection.drop(conn)
+        projection.create(conn)
+        apply_events(conn, projections[: index + 1], until_seq=head)
+        rebuilt.append(projection.name)
+    return rebuilt
