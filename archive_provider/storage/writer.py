@@ -471,8 +471,8 @@ class Writer:
                     return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
                 except TimeoutError:
                     refused = self.refused
-                    if refused is not None:  # held behind a spill a refused log never takes in
-                        future.cancel()
+                    if refused is not None and self._file_state() == self._refused_state:
+                        future.cancel()  # the refusal stands: nothing changed to re-check
                         raise WriterUnavailable(refused) from None
                     now = time.monotonic()
                     if now >= deadline:
