@@ -1,5 +1,8 @@
 """``python -m bench [--smoke|--quick|--full] [--json OUT]``: every benchmark row, one table.
 
+``python -m bench --huge [--events N] --workdir DIR`` builds (or resumes) one 10M-event log
+and measures the whole-archive paths on it (bench/huge.py; not part of the modes).
+
 Each row holds the project's figure, a baseline measured in the same run, their ratio and
 the target; see docs/PERFORMANCE.md for what each number means. Big logs are built with
 bulk appends in 5,000-event transactions and without projections (setup
@@ -302,12 +305,28 @@ def main(argv: list[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     for name in MODES:
         size.add_argument(f"--{name}", dest="mode", action="store_const", const=name)
+    size.add_argument(
+        "--huge",
+        action="store_true",
+        help="build (or resume) a 10M-event log under --workdir and measure it (bench/huge.py)",
+    )
+    parser.add_argument("--events", type=int, default=10_000_000, help="--huge: log size")
+    parser.add_argument(
+        "--export-cap-mib",
+        type=int,
+        default=2048,
+        help="--huge: address-space cap of the export child",
+    )
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument(
         "--workdir", type=Path, help="scratch folder (default: the system temp folder)"
     )
     parser.add_argument("--only", help="comma-separated row numbers to run (e.g. 2,6)")
     args = parser.parse_args(argv)
+    if args.huge:
+        from . import huge
+
+        return huge.main(args.events, args.workdir, args.export_cap_mib)
     config = MODES[args.mode or "quick"]
     only = set(args.only.split(",")) if args.only else None
     meta = machine()
