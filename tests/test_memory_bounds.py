@@ -49,7 +49,7 @@ class Pair:
         assert self.large.peak_mib <= CEILING_MIB, f"peak RSS {self.large.peak_mib:.1f} MiB"
 
 
-def _build(home: Path, turns: int, version: int | None = None) -> Path:
+def build_archive(home: Path, turns: int, version: int | None = None) -> Path:
     store = EventStore.open(archive_dir(home), format_version=version)
     try:
         build(store, turns, batch=5000, near_misses=0)
@@ -75,8 +75,8 @@ def archives(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Archives]:
     """Both archives in the default format, with their projections built by ``replay``
     (whose runs are the replay test's measurement)."""
     root = tmp_path_factory.mktemp("memory")
-    small = _build(root / "small", SMALL_TURNS)
-    large = _build(root / "large", LARGE_TURNS)
+    small = build_archive(root / "small", SMALL_TURNS)
+    large = build_archive(root / "large", LARGE_TURNS)
     replay = Pair(cli_child(small, "replay"), cli_child(large, "replay"))
     yield Archives(small, large, replay)
     shutil.rmtree(root, ignore_errors=True)
@@ -135,6 +135,6 @@ def test_forget_runs_in_bounded_memory(archives: Archives, tmp_path: Path) -> No
 
 def test_migrate_runs_in_bounded_memory(tmp_path: Path) -> None:
     """v1 archives of the same sizes, migrated to v2 (verify of v1, copy, v2 projections)."""
-    small = _build(tmp_path / "small", SMALL_TURNS, version=1)
-    large = _build(tmp_path / "large", LARGE_TURNS, version=1)
+    small = build_archive(tmp_path / "small", SMALL_TURNS, version=1)
+    large = build_archive(tmp_path / "large", LARGE_TURNS, version=1)
     Pair(cli_child(small, "migrate"), cli_child(large, "migrate")).check()
