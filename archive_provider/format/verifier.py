@@ -495,7 +495,7 @@ class _Seen:
     4 bytes per event; rebuilt larger if more come).
     """
 
-    RECENT = 1 << 15
+    RECENT = 1 << 14
     _BITS_PER_ENTRY = 10
 
     def __init__(self, expected: int = 0) -> None:
@@ -557,7 +557,7 @@ class _TreeCheck:
     """The tree of the leaves as they come (FORMAT.md 20.2 steps 4 and 5), each completed tile
     compared with its stored row as soon as it is full, so only the tree's right edge is kept."""
 
-    CHUNK = 1 << 16  # leaves between comparisons
+    CHUNK = 1 << 13  # leaves between comparisons
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
