@@ -157,9 +157,9 @@ def measure(root: Path, events: int, export_cap_mib: int, say: Report) -> list[R
         ordinary = [text.query() for _ in range(200)]
         common = [text.common_query() for _ in range(200)]
         recall, _ = s6_recall.run(provider, db, label, ordinary, common, say)
-        for row in recall:  # issue 18: at 10M, <= 2x the 1M targets
+        for row in recall:  # issue 18: the 1M targets, and <= 2x them beyond 1M events
             row.section = "huge"
-            if row.absolute_value is not None:
+            if row.absolute_value is not None and events > 1_500_000:
                 row.absolute_value *= 2
                 row.target_text = f"p95 <= {row.absolute_value:g} ms (2x the 1M target)"
         rows += recall
