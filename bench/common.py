@@ -14,6 +14,8 @@ import resource
 import shutil
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -155,6 +157,59 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+#: a child that runs one ``hermes-archive`` command in-process, then reports its own peak RSS
+_CLI_CHILD = """
+import resource, sys
+cap = int(sys.argv[1])
+if cap:
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+from archive_provider.cli import main
+try:
+    code = main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+except MemoryError:
+    code = 99
+sys.stdout.flush()
+with open("/proc/self/status") as status:
+    peak = [line.split()[1] for line in status if line.startswith("VmHWM:")]
+sys.stderr.write("\\nbench-peak-kib " + peak[0] + "\\n")
+sys.exit(code or 0)
+"""
+
+
+@dataclass
+class ChildRun:
+    """One command run in a child: exit code, peak RSS (MiB), wall seconds, output."""
+
+    returncode: int
+    peak_mib: float
+    seconds: float
+    stdout: str
+    stderr: str
+
+
+def cli_child(home: Path, *args: str, address_cap_mib: int = 0) -> ChildRun:
+    """Run ``hermes-archive --home HOME ARGS`` in a fresh interpreter and read its peak RSS.
+
+    The child reports ``VmHWM`` of its own image (a fork's ``ru_maxrss`` starts at the
+    parent's peak on Linux, so the parent's size would leak into it). ``address_cap_mib``
+    caps the child's address space (``RLIMIT_AS``), so a path that grows with the archive
+    fails with MemoryError (exit 99) instead of pressing a shared machine into swap.
+    """
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI_CHILD, str(address_cap_mib << 20), "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    marks = [line for line in done.stderr.splitlines() if line.startswith("bench-peak-kib ")]
+    peak = int(marks[-1].split()[1]) / 1024 if marks else float("nan")
+    return ChildRun(done.returncode, peak, seconds, done.stdout, done.stderr)
 
 
 def folder_bytes(folder: Path) -> int:

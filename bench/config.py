@@ -36,6 +36,10 @@ class Config:
     #: row 10: leaves of the tree whose consistency proofs are verified, and cosign requests
     witness_leaves: int = 1_000_000
     witness_cosigns: int = 200
+    #: row 12: crashes per big log (open after a crash), signed commits, proof verifications
+    crash_repeats: int = 3
+    commit_repeats: int = 41
+    proof_repeats: int = 21
 
 
 SMOKE = Config(
@@ -56,6 +60,9 @@ SMOKE = Config(
     startup_repeats=3,
     witness_leaves=4096,
     witness_cosigns=10,
+    crash_repeats=1,
+    commit_repeats=5,
+    proof_repeats=3,
 )
 
 QUICK = Config(
@@ -94,6 +101,7 @@ FULL = Config(
     holo_adds=1000,
     verify_repeats=2,
     verify_es=20000,
+    crash_repeats=5,
 )
 
 MODES = {"smoke": SMOKE, "quick": QUICK, "full": FULL}

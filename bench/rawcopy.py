@@ -2,7 +2,9 @@
 
 After the project has written a run into database A, :func:`extract` reads back every row
 it produced and groups them by the event they belong to (``seq`` columns; payloads and
-other content-addressed rows by the first event that names them). :func:`RawCopy.insert`
+other content-addressed rows by the first event that names them; a v2 archive's signed
+checkpoints and cosignatures by the tree size they sign, and its tiles by the transactions
+whose leaves change them). :func:`RawCopy.insert`
 then writes exactly those rows into an empty database B with the same schema, the same
 pragmas and the same transaction boundaries, digests precomputed: no hashing, no
 encoding, no reads. That is the floor SQLite itself sets for the work.
@@ -31,6 +33,7 @@ class TableRows:
     by_seq: dict[int, list[tuple[Any, ...]]] = field(default_factory=lambda: defaultdict(list))
     state: bool = False  # rows upserted once per transaction (head, projection_state, sessions)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
+    tiles: bool = False  # v2 tiles: the rows a transaction's leaves change (their final bytes)
 
 
 def _tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
@@ -53,14 +56,36 @@ def _tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return out
 
 
-def _first_use(conn: sqlite3.Connection) -> dict[str, int]:
-    """Digest -> seq of the first event that names it (as payload or part)."""
-    first: dict[str, int] = {}
-    for seq, payload, parts in conn.execute("SELECT seq, payload, parts FROM events ORDER BY seq"):
+def _named(parts: str | bytes) -> list[Any]:
+    """The digests a ``parts`` column lists: v1 JSON text, v2 32-byte digests end to end."""
+    if isinstance(parts, bytes):
+        return [parts[i : i + 32] for i in range(0, len(parts), 32)]
+    return list(decode(parts))
+
+
+def _first_use(conn: sqlite3.Connection) -> dict[Any, int]:
+    """Digest -> seq of the first event that names it (as payload, part or v2 author)."""
+    v2 = "author" in [r[1] for r in conn.execute("PRAGMA table_info(events)")]
+    sql = f"SELECT seq, payload, parts{', author' if v2 else ''} FROM events ORDER BY seq"
+    first: dict[Any, int] = {}
+    for seq, payload, parts, *author in conn.execute(sql):
         first.setdefault(payload, seq)
-        for digest in decode(parts):
+        for digest in _named(parts):
             first.setdefault(digest, seq)
+        if author and author[0] is not None:
+            first.setdefault(author[0], seq)
     return first
+
+
+def touched_tiles(first: int, last: int, width: int = 256) -> set[tuple[int, int]]:
+    """(level, index) of every v2 tile that appending leaves ``first..last`` (seqs) changes."""
+    touched: set[tuple[int, int]] = set()
+    span, level = 1, 0
+    while last // span > (first - 1) // span:  # level-``level`` nodes completed by the range
+        lo, hi = (first - 1) // span, last // span - 1
+        touched.update((level, index) for index in range(lo // width, hi // width + 1))
+        span, level = span * width, level + 1
+    return touched
 
 
 def extract(path: Path) -> list[TableRows]:
@@ -81,6 +106,13 @@ def extract(path: Path) -> list[TableRows]:
                 at = columns.index("seq")
                 for row in rows:
                     table.by_seq[int(row[at])].append(row)
+            elif "size" in columns:  # v2 signed checkpoints, cosignatures: at the size signed
+                at = columns.index("size")
+                for row in rows:
+                    table.by_seq[int(row[at])].append(row)
+            elif name == "tiles":
+                table.tiles = True
+                table.rows = rows
             elif "digest" in columns:
                 at = columns.index("digest")
                 for row in rows:
@@ -128,6 +160,12 @@ class RawCopy:
         for first, last in ranges:
             steps: list[tuple[str, list[tuple[Any, ...]]]] = []
             for table in self.tables:
+                if table.tiles:
+                    touched = touched_tiles(first, last)
+                    rows = [r for r in table.rows if (r[0], r[1]) in touched]
+                    if rows:
+                        steps.append((table.insert, rows))
+                    continue
                 if table.state:
                     rows = table.rows
                     if "first_seq" in table.columns:  # sessions: only those this batch touched

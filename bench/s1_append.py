@@ -31,9 +31,9 @@ Report = Callable[[str], None]
 
 
 def _events(folder: Path, text: Text, size: int, count: int) -> list[NewEvent]:
-    """``count`` turn events of about ``size`` bytes, hashed with the store's key. The store is
-    v1: the raw-copy baseline copies v1 rows (v2's append cost against v1 is bench/v2_format)."""
-    store = EventStore.open(folder, format_version=1)
+    """``count`` turn events of about ``size`` bytes, hashed with the store's keys (the store is
+    made in the default format, as a new archive is)."""
+    store = EventStore.open(folder)
     try:
         return [
             e for e in turn_events(store, f"a{size}", text, size, count * 2) if e.type == "turn"

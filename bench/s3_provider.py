@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from archive_provider import ArchiveProvider
-from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.store import archive_dir
 
 from .common import Row, Workdir, median, percentile
 from .peers import eventsourcing_rows
@@ -37,13 +37,8 @@ from .workload import Session, Text, sessions
 Report = Callable[[str], None]
 
 
-def open_provider(
-    home: Path, session: str = "bench-0", *, format_version: int | None = None
-) -> ArchiveProvider:
-    """A provider on ``home``; ``format_version`` makes its archive first in that format (the
-    raw-copy baseline of bench/rawcopy.py copies v1 rows)."""
-    if format_version is not None and not (archive_dir(home) / "events.db").exists():
-        EventStore.open(archive_dir(home), format_version=format_version).close()
+def open_provider(home: Path, session: str = "bench-0") -> ArchiveProvider:
+    """A provider on ``home`` (a new archive is made in the default format, as in use)."""
     provider = ArchiveProvider()
     provider.initialize(session, hermes_home=str(home), platform="cli", agent_context="primary")
     if provider.core.writer is None or not provider.core.writer.flush(3600):
@@ -198,7 +193,7 @@ def _ingest(
     home: Path, text: Text, size: int, turns: int
 ) -> tuple[float, list[int], list[tuple[str, list[dict[str, Any]]]]]:
     """Seconds for ``turns`` back-to-back sync_turns to be committed; batches; the new messages."""
-    provider = open_provider(home, f"ingest-open-{size}", format_version=1)
+    provider = open_provider(home, f"ingest-open-{size}")
     try:
         return _ingest_with(provider, text, size, turns, f"ingest-{size}")
     finally:

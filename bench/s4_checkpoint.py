@@ -6,7 +6,8 @@
   wrote (payloads, envelope, head, projections and FTS5 rows), precomputed.
 * identical retry (the host calls again with the same transcript): nothing is written;
   baseline: the least work that can recognise the evidence, i.e. serialise each message
-  with the C JSON encoder and BLAKE3 it with the store's key.
+  with the C JSON encoder and BLAKE3 it with the store's key (v2: the keyed lookup digest,
+  FORMAT.md 12.3; v1: the keyed payload digest).
 * the transcript grown by 10 messages: only 10 payloads and one record are new; baseline:
   an identical retry of the old transcript plus a fresh checkpoint of just the 10 new
   messages, i.e. what "cost in proportion to the new messages" allows.
@@ -24,7 +25,9 @@ from typing import Any
 from blake3 import blake3
 
 from archive_provider.format.digests import DOMAIN_PAYLOAD
-from archive_provider.storage.store import archive_dir
+from archive_provider.format.digests_v2 import lookup
+from archive_provider.storage.store import KEY_NAME, archive_dir
+from archive_provider.storage.store_v2 import STORE_KEY_NAME
 
 from .common import Row, Workdir, median
 from .rawcopy import RawCopy, empty_like, extract
@@ -62,22 +65,26 @@ def _raw_full_commit(db: Path, work: Workdir, seq: int) -> float:
         conn.close()
 
 
-def _hash_floor(messages: list[dict[str, Any]], key: bytes) -> float:
+def _hash_floor(messages: list[dict[str, Any]], key: bytes, v2: bool) -> float:
     start = time.perf_counter()
     dumps = json.dumps
     for message in messages:
-        blake3(
-            DOMAIN_PAYLOAD
-            + dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(),
-            key=key,
-        ).hexdigest()
+        body = dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+        if v2:
+            lookup(key, body)
+        else:
+            blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest()
     return time.perf_counter() - start
 
 
-def _last_seq(db: Path) -> int:
+def _checkpoint_seq(db: Path) -> int:
+    """The seq of the newest checkpoint event (a v2 archive's first durable commit is also
+    followed by its ``witness_accepted``)."""
     conn = sqlite3.connect(db)
     try:
-        return int(conn.execute("SELECT max(seq) FROM events").fetchone()[0])
+        return int(
+            conn.execute("SELECT max(seq) FROM events WHERE type = 'checkpoint'").fetchone()[0]
+        )
     finally:
         conn.close()
 
@@ -90,20 +97,26 @@ def run(work: Workdir, text: Text, sizes: tuple[int, ...], repeats: int, say: Re
             home = work.fresh(f"cp-{count}")
             messages = evidence(text, count)
             extra = evidence(text, 10)
-            provider = open_provider(home, f"cp-{count}-{rep}", format_version=1)
+            provider = open_provider(home, f"cp-{count}-{rep}")
+            writer = provider.core.writer
+            assert writer is not None  # the first durable commit starts the witness: not timed
+            writer.append_durable(lambda store: [], timeout=60)
             db = archive_dir(home) / "events.db"
-            key = bytes.fromhex((archive_dir(home) / "payload.key").read_text().strip())
+            v1_key = archive_dir(home) / KEY_NAME
+            v2 = not v1_key.exists()
+            key_file = archive_dir(home) / STORE_KEY_NAME if v2 else v1_key
             try:
                 start = time.perf_counter()
                 receipt = provider.on_pre_compress(messages, require_checkpoint=True)
                 ours.append(time.perf_counter() - start)
                 assert "archived" in receipt, receipt
-                seq = _last_seq(db)
+                seq = _checkpoint_seq(db)
                 start = time.perf_counter()
                 again = provider.on_pre_compress(messages, require_checkpoint=True)
                 retries.append(time.perf_counter() - start)
                 assert "already archived" in again, again
-                floors.append(_hash_floor(messages, key))
+                key = bytes.fromhex(key_file.read_text().strip())
+                floors.append(_hash_floor(messages, key, v2))
                 start = time.perf_counter()
                 provider.on_pre_compress(messages + extra, require_checkpoint=True)
                 grown.append(time.perf_counter() - start)

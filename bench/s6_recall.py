@@ -26,6 +26,10 @@ WORDS = re.compile(r"\w+")
 RAW_COMMON = 30
 
 
+#: issue 18: p95 at 1M events (and <= 2x that at 10M, `--huge`)
+P95_TARGET_MS = {"ordinary": 10.0, "common-word": 5.0}
+
+
 def raw_match(query: str) -> str | None:
     words = [w for w in dict.fromkeys(WORDS.findall(query.lower())) if w not in STOPWORDS]
     if not words:
@@ -115,8 +119,8 @@ def run(
                     percentile(raw, 95),
                     "raw FTS5 OR bm25",
                     absolute_kind="max",
-                    absolute_value=5.0,
-                    target_text="p95 <= 5 ms",
+                    absolute_value=P95_TARGET_MS[kind],
+                    target_text=f"p95 <= {P95_TARGET_MS[kind]:g} ms",
                     extra={"queries": len(queries), "max": max(samples)},
                 )
             )

@@ -67,6 +67,46 @@ def text_bytes(db: Path) -> tuple[int, int]:
         conn.close()
 
 
+#: which dbstat names make up each part of an archive (issue 18's split of bytes per turn)
+_LOG = {"events", "payloads", "head", "meta", "erased"}
+_TREE = {"tiles", "signed_checkpoints", "cosignatures"}
+
+
+def components(db: Path) -> dict[str, int]:
+    """Bytes of the log, the tree, the salts (v2 salt and lookup columns and the lookup
+    index, estimated from their counts), the envelope indexes, the full-text index and the
+    other projections."""
+    tables = table_bytes(db)
+    conn = sqlite3.connect(db)
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(payloads)")]
+        salted = 0
+        if "salt" in columns:
+            salted = conn.execute(
+                "SELECT coalesce(sum(length(salt)), 0) + coalesce(sum(length(lookup)), 0)"
+                " FROM payloads"
+            ).fetchone()[0]
+    finally:
+        conn.close()
+    out = dict.fromkeys(("log", "tree", "salts", "indexes", "full-text", "projections"), 0)
+    for name, size in tables.items():
+        if name == "payloads_lookup":
+            out["salts"] += size
+        elif name in _LOG:
+            out["log"] += size
+        elif name in _TREE:
+            out["tree"] += size
+        elif name.startswith("recall_fts"):
+            out["full-text"] += size
+        elif name.startswith("events_") or name.startswith("sqlite_autoindex_events"):
+            out["indexes"] += size
+        else:
+            out["projections"] += size
+    out["salts"] += int(salted)
+    out["log"] -= int(salted)
+    return out
+
+
 def per_turn(db: Path, label: str, say: Report) -> list[Row]:
     turns, raw = text_bytes(db)
     used = file_bytes(db)
@@ -85,6 +125,9 @@ def per_turn(db: Path, label: str, say: Report) -> list[Row]:
                 "file_bytes": used,
                 "per_turn_by_table": {
                     k: round(v / turns, 1) for k, v in tables.items() if v / turns >= 0.05
+                },
+                "per_turn_by_component": {
+                    k: round(v / turns, 1) for k, v in components(db).items()
                 },
             },
         )

@@ -43,13 +43,8 @@ def _crash(folder: Path, seed: int) -> None:
     store.conn.close()
 
 
-def open_after_crash(work: Workdir, events: int, repeats: int) -> dict[str, Any]:
-    home = work.fresh(f"v2-open-{events}")
-    folder = home / "archive"
-    store = EventStore.open(folder, format_version=2)
-    built = build_log(folder, round(events * 40 / 43), store=store, projections=False)
-    store.close()
-    witness = Witness(home.parent / f"{home.name}.witness", folder)
+def crash_and_open(folder: Path, witness: Witness, repeats: int) -> list[float]:
+    """Seconds to the open-time proof after each of ``repeats`` crashes (first open proven)."""
     first = Writer(folder, witness=witness)
     first.proven.wait()
     if first.walk is not None:
@@ -68,6 +63,15 @@ def open_after_crash(work: Workdir, events: int, repeats: int) -> dict[str, Any]
         if walk is not None:
             walk.stop()
         writer.close()
+    return samples
+
+
+def open_after_crash(work: Workdir, events: int, repeats: int) -> dict[str, Any]:
+    home = work.fresh(f"v2-open-{events}")
+    folder = home / "archive"
+    built = build_log(folder, round(events * 40 / 43), projections=False)
+    witness = Witness(home.parent / f"{home.name}.witness", folder)
+    samples = crash_and_open(folder, witness, repeats)
     return {
         "events": built.events,
         "open_after_crash_s": round(median(samples), 4),
@@ -78,7 +82,7 @@ def open_after_crash(work: Workdir, events: int, repeats: int) -> dict[str, Any]
 def full_verify(work: Workdir, events: int) -> float:
     home = work.fresh(f"v2-verify-{events}")
     folder = home / "archive"
-    store = EventStore.open(folder, format_version=2)
+    store = EventStore.open(folder)
     build_log(folder, round(events * 40 / 43), store=store, projections=False)
     started = time.perf_counter()
     assert verify_database(store.conn, store.key).ok

@@ -132,14 +132,13 @@ def build_log(
     store: EventStore | None = None,
 ) -> BuiltLog:
     """Append ``turns`` turns (and their session events) to the store in ``folder``; a new
-    store is v1, the format the rows built on this log were measured in (v2: v2_format, v2_open)."""
+    store is made in the default format, as a new archive is."""
     start = time.perf_counter()
     own = store is None
     if store is None:
         store = EventStore.open(
             folder,
             projections=default_projections() if projections else (),
-            format_version=1,
         )
     store.conn.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache for the build
     try:

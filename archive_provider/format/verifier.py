@@ -470,13 +470,132 @@ _V2_ROWS = (
 )
 
 
+class _Seen:
+    """The digests a pass has met, exactly, in memory that does not grow with the archive.
+
+    A set of every digest costs about 100 bytes each (a gigabyte at 10M events), so only the
+    newest RECENT stay in a set; older ones move to a private temporary database on disk and
+    are asked for only when a Bloom filter of them says "maybe" (a repeat from long ago, or
+    about 1 in 60 new digests). The filter holds 10 bits per digest ``expected`` (about
+    4 bytes per event; rebuilt larger if more come).
+    """
+
+    RECENT = 1 << 14
+    _BITS_PER_ENTRY = 10
+
+    def __init__(self, expected: int = 0) -> None:
+        self.expected = expected
+        self.recent: set[bytes] = set()
+        self.older: sqlite3.Connection | None = None
+        self.bloom = bytearray()
+        self.bits = self.entries = 0
+
+    def __contains__(self, digest: bytes) -> bool:
+        if digest in self.recent:
+            return True
+        if self.older is None:
+            return False
+        bloom, bits = self.bloom, self.bits
+        for start in (0, 8, 16):  # digests are uniform: three slices are three hashes
+            at = int.from_bytes(digest[start : start + 8], "little") % bits
+            if not bloom[at >> 3] >> (at & 7) & 1:
+                return False
+        found = self.older.execute("SELECT 1 FROM seen WHERE d = ?", (digest,)).fetchone()
+        return found is not None
+
+    def add(self, digest: bytes) -> None:
+        self.recent.add(digest)
+        if len(self.recent) >= self.RECENT:
+            self._spill()
+
+    def clear(self) -> None:
+        self.recent.clear()
+        if self.older is not None:
+            self.older.close()
+        self.older, self.bloom, self.bits, self.entries = None, bytearray(), 0, 0
+
+    def _mark(self, digests: Iterable[bytes]) -> None:
+        bloom, bits = self.bloom, self.bits
+        for digest in digests:
+            for start in (0, 8, 16):
+                at = int.from_bytes(digest[start : start + 8], "little") % bits
+                bloom[at >> 3] |= 1 << (at & 7)
+
+    def _spill(self) -> None:
+        if self.older is None:
+            self.older = sqlite3.connect("")  # "": a private temporary database on disk
+            self.older.execute("CREATE TABLE seen (d BLOB PRIMARY KEY) WITHOUT ROWID")
+        batch = sorted(self.recent)
+        self.older.executemany("INSERT OR IGNORE INTO seen VALUES (?)", ((d,) for d in batch))
+        self.recent.clear()
+        self.entries += len(batch)
+        if self.entries * self._BITS_PER_ENTRY > self.bits:
+            wanted = max(self.entries * 2, self.expected) * self._BITS_PER_ENTRY
+            self.bits = max(wanted // 8 * 8, 1 << 16)
+            self.bloom = bytearray(self.bits // 8)
+            self._mark(digest for (digest,) in self.older.execute("SELECT d FROM seen"))
+        else:
+            self._mark(batch)
+
+
+class _TreeCheck:
+    """The tree of the leaves as they come (FORMAT.md 20.2 steps 4 and 5), each completed tile
+    compared with its stored row as soon as it is full, so only the tree's right edge is kept."""
+
+    CHUNK = 1 << 13  # leaves between comparisons
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.tree = merkle.TileAppender()
+        self.pending: list[bytes] = []
+        self.bad: list[tuple[int, int]] = []  # (level, index) of tiles unlike their stored row
+
+    def append(self, leaf: bytes) -> None:
+        self.pending.append(leaf)
+        if len(self.pending) >= self.CHUNK:
+            self._compare(final=False)
+
+    def stored(self, level: int, index: int) -> Any:
+        row = self.conn.execute(
+            "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def _compare(self, final: bool) -> None:
+        self.tree.append(self.pending)
+        self.pending.clear()
+        built = self.tree.changed()
+        if final:  # every partial tile of the right edge, touched lately or not
+            widths = merkle.tile_widths(self.tree.size)
+            built.update({(lv, widths[lv][0]): data for lv, data in self.tree.edge().items()})
+        for (level, index), hashes in built.items():
+            if (final or len(hashes) == merkle.FULL_TILE_BYTES) and self.stored(
+                level, index
+            ) != hashes:
+                self.bad.append((level, index))
+        if not final:
+            self.tree = merkle.TileAppender(self.tree.size, self.tree.edge(), self.tree.compact())
+
+    def finish(self) -> tuple[int, bytes, tuple[int, int] | None]:
+        """(tree size, root, the first tile unlike the events in (level, index) order)."""
+        self._compare(final=True)
+        size = self.tree.size
+        for level, index in self.conn.execute("SELECT level, idx FROM tiles"):
+            entries = size >> (merkle.TILE_HEIGHT * level) if isinstance(level, int) else 0
+            if not (isinstance(index, int) and 0 <= index < -(-entries // merkle.TILE_WIDTH)):
+                self.bad.append((level, index))  # a row for no tile of this tree
+        return size, self.tree.root(), min(self.bad, default=None)
+
+
 class _V2Pass:
     """One full verification of a v2 database (FORMAT.md 20.2), state kept between steps."""
 
     def __init__(self, conn: sqlite3.Connection, report: ReportV2) -> None:
         self.conn, self.report = conn, report
         self.cursor = conn.cursor()
-        self.checked: set[bytes] = set()  # digests whose body was checked (or found erased)
+        head = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+        #: digests whose body was checked (or found erased); most events name about three
+        self.checked = _Seen(expected=3 * head if isinstance(head, int) else 0)
         self.covered: dict[bytes, int] = {}  # erased digest -> erasure seq
         self.erasure_counts: dict[int, int] = {}
 
@@ -553,7 +672,7 @@ class _V2Pass:
     def events(
         self,
         genesis_value: bytes,
-        leaves: list[bytes],
+        leaf: Callable[[bytes], object],
         after: int = 0,
         until: int = 2**63 - 1,
     ) -> tuple[int, bytes]:
@@ -616,7 +735,7 @@ class _V2Pass:
                     f"seq {seq}: the chain hash does not match (an envelope field, or an "
                     "earlier event, was changed)",
                 )
-            leaves.append(merkle.leaf_hash(data))
+            leaf(merkle.leaf_hash(data))
             prev_seq, prev_chain = seq, chain
             self.report.events_checked += 1
             self.report.last_seq = seq
@@ -643,7 +762,7 @@ def verify_range_v2(
         report.store_id = _v2_meta(conn, report)["store_id"]
         check = _V2Pass(conn, report)
         check.erasures()
-        _, last_chain = check.events(chain, leaves, after, until)
+        _, last_chain = check.events(chain, leaves.append, after, until)
     except _Failed as failure:
         report.fail(failure.seq, failure.problem, failure.code)
     except (sqlite3.Error, ValueError, TypeError) as exc:
@@ -701,8 +820,9 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
     report.head_seq = head[0]
     check = _V2Pass(conn, report)
     check.erasures()
-    leaves: list[bytes] = []
-    last_seq, last_chain = check.events(genesis_value, leaves)
+    tree = _TreeCheck(conn)
+    last_seq, last_chain = check.events(genesis_value, tree.append)
+    check.checked.clear()
     report.erasures = [{"seq": e, "payloads": n} for e, n in sorted(check.erasure_counts.items())]
     if head[0] > last_seq:
         raise _Failed(
@@ -720,35 +840,27 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
         raise _Failed(
             last_seq or None, "head_chain", "the head's chain does not match the last event"
         )
-    tree = merkle.TileAppender()
-    tree.append(leaves)
-    root = tree.root()
-    report.tree_size, report.root = len(leaves), root.hex()
+    size, root, bad_tile = tree.finish()
+    report.tree_size, report.root = size, root.hex()
     if head[2] != root:
         raise _Failed(
             last_seq or None, "head_root", "the head's Merkle root is not the root of the events"
         )
-    built = tree.changed()
-    stored = {
-        (level, index): hashes
-        for level, index, hashes in conn.execute("SELECT level, idx, hashes FROM tiles")
-    }
-    for place in sorted(set(built) | set(stored)):
-        if built.get(place) != stored.get(place):
-            level, index = place
-            first = index * merkle.TILE_WIDTH ** (level + 1) + 1
-            raise _Failed(
-                first if first <= last_seq else None,
-                "tiles",
-                f"tile {merkle.tile_path(level, index)} is not the tile of the events",
-            )
-    _check_checkpoints(conn, report, built, store_id, vkey)
+    if bad_tile is not None:
+        level, index = bad_tile
+        first = index * merkle.TILE_WIDTH ** (level + 1) + 1
+        raise _Failed(
+            first if first <= last_seq else None,
+            "tiles",
+            f"tile {merkle.tile_path(level, index)} is not the tile of the events",
+        )
+    _check_checkpoints(conn, report, tree.stored, store_id, vkey)  # every row is as built
 
 
 def _check_checkpoints(
     conn: sqlite3.Connection,
     report: ReportV2,
-    tiles: Mapping[tuple[int, int], bytes],
+    read_tile: Callable[[int, int], bytes | None],
     store_id: str,
     vkey: str | None,
 ) -> None:
@@ -778,7 +890,7 @@ def _check_checkpoints(
         raise _Failed(
             None, "checkpoint_signature", f"the verifier key is for {log_key.name}, not {origin}"
         )
-    reader = merkle.TileReader(lambda level, index: tiles.get((level, index)), report.tree_size)
+    reader = merkle.TileReader(read_tile, report.tree_size)
     for size, root, signature in rows:
         if size > report.tree_size:
             report.authenticity = "failed"
