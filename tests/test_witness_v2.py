@@ -267,3 +267,35 @@ def test_an_unusable_witness_key_weakens_the_witness_but_never_stops_archiving(
     assert writer.refused is None and writer.proven.is_set()
     assert "could not cosign" in (witness.last_error or "")
     writer.close()
+
+
+def test_an_identical_checkpoint_retried_is_not_cosigned_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry that appends nothing commits nothing new: the witness has cosigned this head
+    already, so it is not proven, cosigned and recorded again on every retry (that was most
+    of an identical retry's cost). A new event is cosigned as before."""
+    cosigned: list[int] = []
+    real_cosign = proof_v2._cosign
+
+    def counted(witness: Witness, store: EventStoreV2, newest: Any, *args: Any) -> bool:
+        cosigned.append(newest.size)
+        return real_cosign(witness, store, newest, *args)
+
+    monkeypatch.setattr(proof_v2, "_cosign", counted)
+    folder, witness = _archive(tmp_path)
+    writer = Writer(folder, witness=witness)
+    try:
+        build = _build(1, "the evidence")
+        assert writer.append_durable(build, timeout=30)[0].outcome == "appended"
+        first = list(cosigned)
+        record = witness.read()
+        for _ in range(3):
+            assert writer.append_durable(build, timeout=30)[0].outcome != "appended"
+        assert cosigned == first and witness.read() == record
+        assert writer.append_durable(_build(2, "new evidence"), timeout=30)[0].outcome == "appended"
+        advanced = witness.read()
+        assert advanced is not None and record is not None and advanced.seq > record.seq
+        assert len(cosigned) == len(first) + 1
+    finally:
+        writer.close()
