@@ -255,9 +255,10 @@ def restore(backup: Path, folder: Path) -> None:
     shutil.copy2(backup / "events.db", folder / "events.db")
 
 
-def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately(
-    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
-) -> None:
+def backed_up_then_grown(
+    tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+) -> Path:
+    """A backup of the archive taken between two sessions of the provider (its folder)."""
     first = providers()
     build(first, "early")
     first.shutdown()
@@ -266,6 +267,13 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
     second = providers()
     build(second, "late")
     second.shutdown()
+    return backup
+
+
+def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately(
+    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+) -> None:
+    backup = backed_up_then_grown(tmp_path, home, providers)
     witnessed = Witness.for_home(home).read()
     assert witnessed is not None and witnessed.seq == head_of(home)
     conn = raw(home)
@@ -379,14 +387,7 @@ def test_a_required_checkpoint_behind_a_journal_fails_at_once_with_the_refusal(
     """With ``journal_every_event``, a turn waits in the spill before the checkpoint; on a
     refused log it can never be taken in, so the checkpoint must fail with the refusal, not
     wait out the proof budget and say only that nothing committed in time."""
-    first = providers()
-    build(first, "early")
-    first.shutdown()
-    backup = tmp_path / "backup"
-    shutil.copytree(archive_dir(home), backup)
-    second = providers()
-    build(second, "late")
-    second.shutdown()
+    backup = backed_up_then_grown(tmp_path, home, providers)
     restore(backup, archive_dir(home))
     save_settings(home, {"journal_every_event": True})
     provider = providers()
