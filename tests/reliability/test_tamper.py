@@ -338,6 +338,7 @@ def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
     provider = providers()
     message = str(blocked(v2_agent(provider), EVIDENCE))
     assert "witness mismatch" in message and "replaced" in message, message
+    provider.shutdown()  # the damage below is done to the files alone (no live writer retrying)
     deletion(home, home)
     result = cli(home, "witness", "accept", "--reason", "try to anchor damage")
     assert result.returncode == 1 and "fails verification" in result.stdout + result.stderr
