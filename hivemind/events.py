@@ -30,6 +30,8 @@ part and each body goes through :func:`_event`, which masks secret-shaped spans 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -474,17 +476,55 @@ def witness_refused(
 ) -> NewEvent:
     """We refused to cosign ``peer``'s checkpoint: ``offered`` (its signed note) is not
     consistent with ``evidence``, the note of its log we cosigned before (both signed by its
-    log key: the pair proves a rollback or a rewrite). Masked like every peer event: notes
-    are base64 and decimal lines, which no secret shape matches, so a mask lands only on
-    text a peer slipped in (and then that note no longer verifies, as it should not)."""
-    body = {
-        "peer": peer,
-        "reason": _text(reason, MAX_ERROR_CHARS),
-        "evidence": evidence,
-        "offered": offered,
-    }
+    log key: the pair proves a rollback or a rewrite). Masked like every peer event, the
+    notes' base64 excepted (:func:`_masked_note`)."""
+    body = {"peer": peer, "reason": _text(reason, MAX_ERROR_CHARS)}
+    found: list[dict[str, Any]] = []
+    if redact:
+        body, found = redact_value(body)
+    notes = {"evidence": evidence, "offered": offered}
+    for name, note in notes.items():
+        masked, more = _masked_note(note, f"/{name}") if redact else (note, [])
+        body = {**body, name: masked}
+        found.extend(more)
     key = {"peer": peer, "offered": hashlib.sha256(offered.encode("utf-8")).hexdigest()}
-    return _event("peer_witness_refused", PEER_SESSION, key, body, redact=redact)
+    return NewEvent("peer_witness_refused", PEER_SESSION, key, with_redactions(body, found))
+
+
+#: what a signed note's base64 decodes to: a root hash (32 bytes), a signature (key id and
+#: 64 bytes) or a cosignature (key id, timestamp and 64 bytes)
+_NOTE_HASH_BYTES, _NOTE_SIGNATURE_BYTES = 32, (68, 76)
+
+
+def _decoded_length(text: str) -> int | None:
+    try:
+        return len(base64.b64decode(text.encode("ascii"), validate=True))
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return None
+
+
+def _masked_note(note: str, path: str) -> tuple[str, list[dict[str, Any]]]:
+    """A signed note masked like any peer text, except its root hash and signatures: a mask
+    that lands inside their base64 by chance (a vendor-token shape) made an honest note
+    unverifiable. Text a peer slipped in (the origin, a key name, any other line) is still
+    masked, and then the note no longer verifies, as it should not."""
+    lines: list[str] = []
+    found: list[dict[str, Any]] = []
+    at = 0
+    for line in note.split("\n"):
+        head, space, tail = line.rpartition(" ")
+        more: list[dict[str, Any]] = []
+        if _decoded_length(line) == _NOTE_HASH_BYTES:
+            masked = line
+        elif line.startswith("— ") and space and _decoded_length(tail) in _NOTE_SIGNATURE_BYTES:
+            masked_head, more = redact_value(head, path)
+            masked = f"{masked_head} {tail}"
+        else:
+            masked, more = redact_value(line, path)
+        found.extend({**r, "at": r["at"] + at} for r in more)
+        lines.append(masked)
+        at += len(masked) + 1
+    return "\n".join(lines), found
 
 
 def from_sync(hasher: Hasher, result: SyncResult, *, redact: bool = True) -> list[NewEvent]:

@@ -263,3 +263,23 @@ def test_a_message_that_is_not_text_records_its_msgtype() -> None:
         e for e in events.from_sync(HASHER, sample_sync()) if e.type == "peer_message_received"
     ]
     assert [e.body.get("msgtype") for e in built] == [None, "m.emote"]
+
+
+def test_a_refusal_keeps_the_notes_base64_whole_and_masks_their_text() -> None:
+    """A signature's base64 can hold a secret's shape by chance (this happened in CI with a
+    vendor-token shape): masking it made the peer's evidence unverifiable. The root hash and
+    signatures stay whole; text in a note (a peer could put a key in its origin) is masked."""
+    import base64
+
+    root = base64.b64encode(bytes(range(32))).decode()
+    signature = ("Gs1l+AKIAABCDEFGHIJKLMNOP+").ljust(100, "A") + "AA=="
+    assert len(base64.b64decode(signature)) == 76
+    note = f"hermes-archive.invalid/abc\n7\n{root}\n\n— hivemind.peer-witness/@b:x {signature}\n"
+    secret = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"
+    planted = f"origin {secret} of a peer\n7\n{root}\n\n— {secret} {signature}\n"
+    event = events.witness_refused("@p:x", "not consistent", note, planted)
+    assert event.body["evidence"] == note  # nothing masked: it still verifies
+    offered = event.body["offered"]
+    assert secret not in offered and offered.count(signature) == 1 and root in offered
+    paths = {r["path"] for r in event.body["redactions"]}
+    assert paths == {"/offered"}
