@@ -57,6 +57,22 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             description="A PostgreSQL URL or service name to ship the archive to in the background (keep the password in PGPASSFILE).",
         ),
         ProviderField(
+            key="ship_required",
+            label="Shipping required",
+            kind=KIND_BOOL,
+            default="false",
+            description="The provider is unavailable without a central store or the fleet "
+            "extra, and lag beyond the bound below shows in status (it never blocks a turn).",
+        ),
+        ProviderField(
+            key="ship_max_lag_s",
+            label="Most shipping lag (s)",
+            kind=KIND_NUMBER,
+            default="300",
+            description="Seconds the oldest unshipped event may wait before required shipping "
+            "counts as behind.",
+        ),
+        ProviderField(
             key="journal_every_event",
             label="Journal every event",
             kind=KIND_BOOL,

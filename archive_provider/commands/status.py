@@ -85,10 +85,20 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             for name, seq in sorted(projections.items())
         },
         "shipping": read_state(ctx.archive),
+        "shipping_required": _shipping_required(ctx),
         "recall": recall,
         "last_unfinished_drain": drain,
         **witnesses,
     }
+
+
+def _shipping_required(ctx: CommandContext) -> dict[str, Any] | None:
+    """Required shipping (the ``ship_required`` setting): met, or why not in one line."""
+    from archive_provider.host.settings import settings_and_problems
+    from archive_provider.host.shipping import requirement
+
+    found = requirement(settings_and_problems(ctx.home)[0], ctx.archive)
+    return None if found is None else {"met": found[1], "line": found[0]}
 
 
 def last_drain(store: EventStore) -> dict[str, Any] | None:
@@ -268,6 +278,11 @@ def _human(data: dict[str, Any]) -> str:
         from archive_provider.storage.ship import describe_state
 
         lines.append("Shipping " + describe_state(shipping))
+    required = data.get("shipping_required")
+    if required:
+        lines.append(
+            f"Shipping required: {required['line']}" if required["met"] else required["line"]
+        )
     return "\n".join(lines)
 
 
@@ -316,6 +331,13 @@ def witness_lines(data: dict[str, Any]) -> list[str]:
 
 
 def run(ctx: CommandContext) -> int:
+    """0; 1 without an archive (nothing found, as for every command); 3 when shipping is
+    required by setting and is behind its bound or cannot run (docs/AUDIT.md)."""
+    from archive_provider.host.shipping import EXIT_SHIPPING_BEHIND
+
     data = collect(ctx)
     ctx.emit(data, _human)
-    return 0 if data["exists"] else 1  # no archive: nothing found, as for every command
+    if not data["exists"]:
+        return 1
+    required = data.get("shipping_required")
+    return EXIT_SHIPPING_BEHIND if required and not required["met"] else 0

@@ -52,7 +52,8 @@ from .hermes import (
     recall_status,
 )
 from .schemas import load_tool_schema
-from .settings import Settings, load_settings, save_settings
+from .settings import Settings, load_settings, save_settings, settings_and_problems
+from .shipping import requirement, shipping_alarm, unshippable
 from .spill_kinds import text_size, turn_entry, turn_event
 
 log = logging.getLogger(__name__)
@@ -109,17 +110,41 @@ class ArchiveProvider(MemoryProviderBase):
         return self.provider_name
 
     def is_available(self) -> bool:
-        """Local only: no network, no disk."""
-        return True
+        """False only when shipping is required and cannot work by configuration
+        (``host/shipping.py``). Settings only: no database, no thread, no network."""
+        return not unshippable(self._profile_settings()[0])
 
     def unavailable_reason(self) -> str:
-        """Why ``is_available()`` is False: never, so always ``""`` (docs/HOST.md §3).
+        """Why ``is_available()`` is False; else, with shipping required and behind its
+        bound, the lag line (docs/HOST.md §3); else ``""``.
 
-        Unavailability stops all archiving, so what only the disk can tell (a damaged log,
-        a witness mismatch, a held lock) is said by ``recall_status`` and
-        ``hermes archive status``, never here.
+        Hosts show this text only next to an unavailable provider, so the lag line is also
+        in the recall label, ``hermes memory status`` and ``hermes-archive status``.
+        Runtime problems never make the provider unavailable (that would stop all
+        archiving): a damaged log, a witness mismatch or a held lock are said by
+        ``recall_status`` and ``status``, and a central store that is down only grows lag.
         """
-        return ""
+        settings, home = self._profile_settings()
+        reason = unshippable(settings)
+        if reason or home is None:
+            return reason
+        alarm = shipping_alarm(settings, archive_dir(home))
+        return alarm[0] if alarm else ""
+
+    def _profile_settings(self) -> tuple[Settings, Path | None]:
+        """The settings bound at ``initialize``, or before it those of the current profile
+        (its config file and environment; bad values are logged when it initializes)."""
+        if self.core.home is not None:
+            return self.core.settings, self.core.home
+        home = current_hermes_home()
+        if home is None:
+            return Settings(), None
+        folder = Path(home).expanduser()
+        try:
+            return settings_and_problems(folder)[0], folder
+        except OSError as exc:  # an unreadable config file: initialize logs it
+            log.debug("archive: settings unreadable: %s", exc)
+            return Settings(), folder
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -552,6 +577,29 @@ class ArchiveProvider(MemoryProviderBase):
                 return ""
             reason = one_line(str(exc).split("withheld: ", 1)[1], 300)
             return "\n".join([FENCE_OPEN, f"(archive: recall withheld: {reason})", FENCE_CLOSE])
+        finally:
+            self._label_shipping_lag()
+
+    def _label_shipping_lag(self) -> None:
+        """Add required shipping's lag to the recall label the host shows this turn.
+
+        Only to a label this prefetch set (served or withheld): a status of its own would
+        render as "recalled relevant memory" on a turn that recalled nothing.
+        """
+        status, home = self.core.recall_status, self.core.home
+        if status is None or home is None or not self.core.settings.ship_required:
+            return
+        try:
+            alarm = shipping_alarm(self.core.settings, archive_dir(home))
+        except Exception as exc:  # the label is informational; recall is not
+            log.debug("archive: shipping state unreadable: %s", exc)
+            return
+        if alarm is None:
+            return
+        lag = f"shipping behind: {alarm[1]:,} events"
+        label = status.provider_label
+        label = f"{label[:-1]}; {lag})" if label.endswith(")") else f"{label} ({lag})"
+        self.core.recall_status = recall_status(label, status.count)
 
     def prefetch_text(self, query: str, session_id: str) -> str:
         """The recall block for ``query`` (raises; ``prefetch`` is the hook that never does)."""
@@ -672,11 +720,16 @@ class ArchiveProvider(MemoryProviderBase):
         home = self.core.home or current_hermes_home()
         if home is None:
             return shown
-        state = read_state(archive_dir(Path(home).expanduser()))
+        folder = Path(home).expanduser()
+        settings = self._profile_settings()[0]
+        state = read_state(archive_dir(folder))
         if state is not None:
             shown["shipping"] = describe_state(state)
-        elif load_settings(Path(home).expanduser()).ship_to:
+        elif settings.ship_to:
             shown["shipping"] = "configured; nothing shipped yet"
+        required = requirement(settings, archive_dir(folder))
+        if required is not None:
+            shown["shipping_required"] = required[0]
         return shown
 
     def save_config(self, values: dict[str, Any], hermes_home: str) -> None:

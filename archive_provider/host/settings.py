@@ -49,6 +49,10 @@ class Settings:
     #: central PostgreSQL store to ship to in the background (libpq URL or service name)
     ship_to: str = ""
     ship_interval_s: float = 2.0
+    #: shipping is required: the provider is unavailable when it cannot ship by
+    #: configuration, and lag beyond ``ship_max_lag_s`` is raised where people look
+    ship_required: bool = False
+    ship_max_lag_s: float = 300.0
     queue_max_events: int = 2_000
     queue_max_bytes: int = 64 << 20
     spill_fsync_s: float = 1.0
@@ -86,6 +90,20 @@ class Settings:
                 "default": Settings.ship_to,
             },
             {
+                "key": "ship_required",
+                "description": "Shipping to the central store is required: the provider is "
+                "unavailable without ship_to or the fleet extra, and lag beyond ship_max_lag_s "
+                "is shown in status (it never blocks a turn or a checkpoint)",
+                "default": Settings.ship_required,
+                "choices": [True, False],
+            },
+            {
+                "key": "ship_max_lag_s",
+                "description": "Seconds the oldest unshipped event may wait before required "
+                "shipping counts as behind",
+                "default": Settings.ship_max_lag_s,
+            },
+            {
                 "key": "journal_every_event",
                 "description": "Write every accepted event to the spill journal before the hook "
                 "returns (a SIGKILL then loses nothing accepted; costs a write per turn)",
@@ -104,6 +122,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "busy_timeout_s": (0.0, 600.0, False),
     "drain_timeout_s": (0.0, 600.0, False),
     "ship_interval_s": (0.0, 3600.0, True),
+    "ship_max_lag_s": (0.0, 7 * 86400.0, True),  # up to a week
     "queue_max_events": (1, 10_000_000, False),
     "queue_max_bytes": (1 << 16, 1 << 36, False),  # 64 KiB to 64 GiB
     "spill_fsync_s": (0.0, 60.0, False),

@@ -22,6 +22,7 @@ psycopg 3 and its pool come with the ``fleet`` extra; they are imported only her
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sqlite3
@@ -62,6 +63,24 @@ class CentralError(ArchiveUnavailable):
 
 def missing_extra() -> CentralError:
     return CentralError("the central store needs psycopg 3: pip install 'hermes-archive[fleet]'")
+
+
+#: the modules the ``fleet`` extra installs
+FLEET_MODULES = ("psycopg", "psycopg_pool")
+
+
+def fleet_missing() -> list[str]:
+    """The ``fleet`` extra's modules this interpreter cannot import, found without importing
+    them (cheap enough for ``is_available``)."""
+    missing = []
+    for name in FLEET_MODULES:
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a parent that fails, a module without a spec
+            found = None
+        if found is None:
+            missing.append(name)
+    return missing
 
 
 def conninfo(target: str) -> str:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..domain.clock import format_time, parse_time, utc_now
+from ..domain.fence import one_line
 from ..errors import ArchiveDamaged
 from ..format import digests_v2, signed_note
 from ..format.verifier import genesis, verify_range_v2, verify_rows
@@ -81,6 +82,9 @@ class ShipState:
     central_seq: int = 0
     lag_events: int = 0
     lag_seconds: float = 0.0
+    #: time of the oldest event not shipped yet: readers age the lag by the clock, so a
+    #: shipper that stopped writing this file (a hung server, a dead process) still ages
+    oldest_unshipped_time: str | None = None
     last_error: str | None = None
     last_error_time: str | None = None
     last_success_time: str | None = None
@@ -99,13 +103,52 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def lag_seconds(state: dict[str, Any]) -> float:
+    """Seconds the oldest unshipped event has waited, by the clock now (the recorded value
+    when the state predates ``oldest_unshipped_time``); 0 when nothing waits."""
+    if not state.get("lag_events"):
+        return 0.0
+    oldest = state.get("oldest_unshipped_time")
+    if isinstance(oldest, str):
+        with contextlib.suppress(ValueError):
+            return max(0.0, round((utc_now() - parse_time(oldest)).total_seconds(), 3))
+    return float(state.get("lag_seconds") or 0)
+
+
 def describe_state(state: dict[str, Any]) -> str:
     """The one line ``status`` and ``hermes memory status`` show about shipping."""
     return (
         f"to {state.get('target')}: central seq {state.get('central_seq')}, lag "
-        f"{state.get('lag_events')} events / {float(state.get('lag_seconds') or 0):.1f} s"
+        f"{state.get('lag_events')} events / {lag_seconds(state):.1f} s"
         + (f"; last shipped {state['last_success_time']}" if state.get("last_success_time") else "")
         + (f"; last error: {state['last_error']}" if state.get("last_error") else "")
+    )
+
+
+#: how the lag alarm begins wherever it is shown
+BEHIND = "shipping required but behind"
+
+
+def behind(state: dict[str, Any] | None, max_lag_s: float) -> str | None:
+    """The alarm line when events wait to be shipped and the oldest has waited longer than
+    ``max_lag_s`` (aged by the clock, so a shipper that stopped reporting still ages); else
+    None. A failed pass alone is not behind: every outage starts with one, and a blip of
+    one pass is what the bound is for; the line then names the last error.
+
+    Read from the state file only (no database, no network): the provider's
+    ``unavailable_reason``, its recall label, ``hermes memory status`` and ``status`` all
+    show this same line.
+    """
+    if not state or not state.get("lag_events"):
+        return None
+    events, seconds, error = int(state["lag_events"]), lag_seconds(state), state.get("last_error")
+    if seconds <= max_lag_s:
+        return None
+    return (
+        f"{BEHIND}: {events:,} events, {seconds:,.1f} s, last error: "
+        f"{one_line(str(error), 300) if error else 'none'} (bound {max_lag_s:g} s, to "
+        f"{state.get('target')}); bring the central store back or fix ship_to, then "
+        "hermes-archive status"
     )
 
 
@@ -546,9 +589,8 @@ class Shipper:
         row = store.conn.execute(
             "SELECT time FROM events WHERE seq = ?", (central_seq + 1,)
         ).fetchone()
-        state.lag_seconds = (
-            max(0.0, round((utc_now() - parse_time(row[0])).total_seconds(), 3)) if row else 0.0
-        )
+        state.oldest_unshipped_time = str(row[0]) if row and state.lag_events else None
+        state.lag_seconds = lag_seconds(state.as_dict())
 
     def _failed(self, exc: BaseException) -> None:
         message = scrub(f"{type(exc).__name__}: {exc}".strip(), self.target)

@@ -33,7 +33,15 @@ def test_ship_to_is_read_as_text_from_the_file_and_the_environment(
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("ship_to", 5432), ("ship_to", ["archive"]), ("ship_interval_s", 0), ("ship_interval_s", "x")],
+    [
+        ("ship_to", 5432),
+        ("ship_to", ["archive"]),
+        ("ship_interval_s", 0),
+        ("ship_interval_s", "x"),
+        ("ship_required", "sometimes"),
+        ("ship_max_lag_s", 0),
+        ("ship_max_lag_s", 30 * 86400),
+    ],
 )
 def test_a_bad_shipping_setting_keeps_its_default_with_a_line_naming_it(
     key: str, value: object, tmp_path: Path

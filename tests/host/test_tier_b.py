@@ -981,6 +981,27 @@ def test_b16_withheld_recall_status_names_the_reason_and_stays_available(
     assert provider.unavailable_reason() == "" and provider.is_available()
 
 
+def test_b16_required_shipping_without_a_target_keeps_the_archive_out_and_blocks_compression(
+    hermes_home: Path, offline_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: ``ship_required`` with no ``ship_to`` fails closed at configuration: the
+    real agent never adds the unavailable provider, so the armed gate blocks compression."""
+    monkeypatch.setenv("ARCHIVE_SHIP_REQUIRED", "true")
+    install_archive(hermes_home)
+    agent = h.install_v2_host(offline_agent(), checkpoint_required=True)
+    assert hostkit.external_provider(agent) is None
+    compressed_calls: list[Any] = []
+    agent.context_compressor.compress = lambda *args, **kwargs: compressed_calls.append(args)
+    messages = copy.deepcopy(RAW[2:])
+    with pytest.raises(h.CompressionCheckpointUnavailable, match="^BLOCKED_MISSING_PREREQUISITE"):
+        h.compress_context_v2(agent, messages, "sys", approx_tokens=100_000, force=True,
+                              checkpoint_required=True)  # fmt: skip
+    assert compressed_calls == [] and messages == RAW[2:]
+    assert not db_path(hermes_home).exists()  # nothing archived: a setting to fix, not an outage
+    monkeypatch.delenv("ARCHIVE_SHIP_REQUIRED")
+    assert isinstance(hostkit.external_provider(offline_agent()), ArchiveProvider)
+
+
 def test_b16_backup_paths_list_the_store_and_key_never_the_witness(
     main_host: tuple[Any, ArchiveProvider], hermes_home: Path
 ) -> None:

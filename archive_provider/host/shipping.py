@@ -1,0 +1,74 @@
+"""Shipping required by setting (``ship_required``): when it makes the provider
+unavailable, and the lag line shown where people look.
+
+Two different failures, two different answers (DESIGN invariant 12, docs/HOST.md §3):
+
+* Shipping **cannot work by configuration** (``ship_to`` empty, or the ``fleet`` extra not
+  importable): the provider says it is unavailable. That fails closed at configuration: a
+  host with ``compression.checkpoint_required`` then blocks compression instead of
+  compressing with an archive that can never reach the system of record, and nothing is
+  archived until someone fixes the setting (a wrong setting, not an outage).
+* Shipping is **behind at run time** (a central store down, slow or refusing): the
+  provider stays available, because the local log is the commit point and central may
+  never block a turn or a checkpoint. The lag is said instead, in one line, by
+  ``unavailable_reason``, the recall label, ``hermes memory status`` and ``status`` (which
+  then exits 3).
+
+Both read only the settings and ``archive/shipping.json``: no database, no thread, no
+network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..storage.central import fleet_missing
+from ..storage.ship import behind, read_state
+from .settings import Settings
+
+#: ``hermes-archive status`` exit code when shipping is required and is behind or cannot run
+EXIT_SHIPPING_BEHIND = 3
+
+
+def unshippable(settings: Settings) -> str:
+    """Why required shipping cannot work by configuration, in one line with what to do;
+    ``""`` when it can or is not required. Settings and an import lookup only."""
+    if not settings.ship_required:
+        return ""
+    if not settings.ship_to:
+        return (
+            "shipping is required (ship_required) but ship_to is empty: set ship_to to the "
+            "central PostgreSQL store, or set ship_required to false"
+        )
+    missing = fleet_missing()
+    if missing:
+        return (
+            f"shipping is required (ship_required) but {' and '.join(missing)} cannot be "
+            "imported: pip install 'hermes-archive[fleet]' where Hermes runs, or set "
+            "ship_required to false"
+        )
+    return ""
+
+
+def shipping_alarm(settings: Settings, folder: Path) -> tuple[str, int] | None:
+    """(the lag line, events waiting) when shipping is required and behind its bound."""
+    if not settings.ship_required:
+        return None
+    state = read_state(folder)
+    line = behind(state, settings.ship_max_lag_s)
+    return None if line is None or state is None else (line, int(state["lag_events"]))
+
+
+def requirement(settings: Settings, folder: Path) -> tuple[str, bool] | None:
+    """What ``status`` and ``hermes memory status`` say about required shipping, and whether
+    it is met: why it cannot run, the lag line, or that no lag beyond the bound is recorded;
+    None when shipping is not required."""
+    if not settings.ship_required:
+        return None
+    problem = unshippable(settings)
+    if problem:
+        return problem, False
+    alarm = shipping_alarm(settings, folder)
+    if alarm:
+        return alarm[0], False
+    return f"met (no lag beyond {settings.ship_max_lag_s:g} s recorded)", True
