@@ -478,3 +478,41 @@ def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
     line = next(line for line in out.splitlines() if "shipping:" in line)
     assert "central seq 6" in line and "lag 3 events" in line and "last error" in line
     assert "user=ship_login" in line and PASSWORDS["ship_login"] not in before + out
+
+
+def test_a_checkpoint_not_signed_by_the_archives_key_is_not_shipped(
+    tmp_path: Path, central_db: Central
+) -> None:
+    """Issue 19 point 2: the shipper checks each signed checkpoint's Ed25519 signature with
+    the archive's own key before it sends it (the server has no Ed25519)."""
+    home = tmp_path / "home"
+    store = _v2(home)
+    for n in range(8):
+        append_turns(store, 1, text=f"tulip{n}")
+        store.checkpoint()
+    store_id, origin = store.store_id, store.origin
+    store.close()
+    conn = sqlite3.connect(archive_dir(home) / "events.db")
+    (root,) = conn.execute("SELECT root FROM signed_checkpoints WHERE size = 6").fetchone()
+    intruder = Signer.generate(origin)  # the archive's name, another key
+    text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, 6, bytes(root)))
+    conn.execute("DROP TRIGGER signed_checkpoints_no_update")
+    conn.execute(
+        "UPDATE signed_checkpoints SET signature = ? WHERE size = 6", (intruder.sign(text).data,)
+    )
+    conn.commit()
+    conn.close()
+    shipper = Shipper(archive_dir(home), central_db.url(), batch=4)
+    try:
+        with pytest.raises(ShipError, match="checkpoint at size 6 is not signed by this archive"):
+            shipper.ship_once()
+    finally:
+        shipper.close()
+    # the events it covers went (each was verified); the forged checkpoint and all after it not
+    assert [row[0] for row in central_rows(central_db, store_id)] == [1, 2, 3, 4, 5, 6]
+    sizes = central_db.query(
+        "SELECT size FROM hermes_archive.checkpoints WHERE store_id = %s ORDER BY size", [store_id]
+    )
+    assert [size for (size,) in sizes] == [1, 2, 3, 4, 5]
+    state = read_state(archive_dir(home))
+    assert state is not None and "size 6 is not signed" in state["last_error"]
