@@ -520,14 +520,11 @@ def lay_out_v2(
     return None
 
 
-def _check_cosignatures(
-    db: sqlite3.Connection, report: ReportV2, store_id: str, given: Sequence[str]
-) -> None:
-    """Each cosignature from a known witness key must verify (FORMAT.md 20.2 step 6).
-
-    Known keys: those given, and every key a ``witness_added`` event of the log names. A
-    cosignature from another key is counted and left unchecked (a warning says how many).
-    """
+def witness_keys(
+    db: sqlite3.Connection, given: Sequence[str] = ()
+) -> dict[tuple[str, int], signed_note.Verifier]:
+    """Cosigner keys by (name, key id): those given, and every key a ``witness_added``
+    event of the v2 log in ``db`` names (erased bodies and bad keys are skipped)."""
     keys: dict[tuple[str, int], signed_note.Verifier] = {}
     named = [
         json.loads(body).get("vkey")
@@ -542,22 +539,51 @@ def _check_cosignatures(
         except signed_note.NoteError:
             continue
         keys[(verifier.name, verifier.key_id)] = verifier
+    return keys
+
+
+#: the cosignatures of a v2 log, each with the root of the checkpoint it cosigns
+COSIGNATURES_SQL = (
+    "SELECT c.size, c.name, c.key_id, c.timestamp, c.signature, s.root FROM cosignatures c "
+    "JOIN signed_checkpoints s ON s.size = c.size"
+)
+
+
+def cosignature_verifies(
+    keys: dict[tuple[str, int], signed_note.Verifier], origin: str, row: Sequence[Any]
+) -> bool | None:
+    """Whether a :data:`COSIGNATURES_SQL` row verifies with its witness's key; None when
+    that key is not among ``keys``."""
+    size, name, key_id, timestamp, signature, root = row
+    known = keys.get((name, int.from_bytes(key_id, "big")))
+    if known is None:
+        return None
+    text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, size, bytes(root)))
+    line = signed_note.Signature(
+        name, known.key_id, int(timestamp).to_bytes(8, "big") + bytes(signature)
+    )
+    return bool(known.verify(text, line))
+
+
+def _check_cosignatures(
+    db: sqlite3.Connection, report: ReportV2, store_id: str, given: Sequence[str]
+) -> None:
+    """Each cosignature from a known witness key must verify (FORMAT.md 20.2 step 6).
+
+    Known keys: those given, and every key a ``witness_added`` event of the log names. A
+    cosignature from another key is counted and left unchecked (a warning says how many).
+    """
+    keys = witness_keys(db, given)
     origin = digests_v2.origin(store_id)
     newest = (report.checkpoint or {}).get("size")
     unchecked = 0
-    for size, name, key_id, timestamp, signature, root in db.execute(
-        "SELECT c.size, c.name, c.key_id, c.timestamp, c.signature, s.root FROM cosignatures c "
-        "JOIN signed_checkpoints s ON s.size = c.size ORDER BY c.size"
-    ):
-        known = keys.get((name, int.from_bytes(key_id, "big")))
-        if known is None:
+    for row in db.execute(COSIGNATURES_SQL + " ORDER BY c.size"):
+        size, name = row[0], row[1]
+        verified = cosignature_verifies(keys, origin, row)
+        if verified is None:
             unchecked += 1
             continue
-        text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, size, bytes(root)))
-        line = signed_note.Signature(
-            name, known.key_id, int(timestamp).to_bytes(8, "big") + bytes(signature)
-        )
-        if not known.verify(text, line):
+        if not verified:
             report.fail(
                 None,
                 f"the cosignature of {name} on the checkpoint at size {size} does not verify",

@@ -16,7 +16,9 @@ the network. Each pass
    a tombstone, with its erasure event in the same batch), envelopes and, right after the
    events each covers, the signed checkpoints, in one transaction; then the cosignatures
    the server lacks. The server refuses a gap, a fork, or a checkpoint whose root is not
-   the one it computed; a shipped erasure event blanks what it lists centrally.
+   the one it computed; a shipped erasure event blanks what it lists centrally. A
+   cosignature from a witness the log names (``witness_added``) is checked with that
+   witness's key first; one that does not verify stays local and the pass reports it.
 
 Re-shipping adds nothing (it starts after the central head), a crash or an outage resumes
 from the central head, and a concurrent shipper of the same store only costs a retry.
@@ -43,7 +45,16 @@ from ..domain.fence import one_line
 from ..errors import ArchiveDamaged
 from ..format import digests_v2, signed_note
 from ..format.verifier import genesis, verify_range_v2, verify_rows
-from .central import SCHEMA, CentralError, pool, redacted, scrub
+from .central import (
+    COSIGNATURES_SQL,
+    SCHEMA,
+    CentralError,
+    cosignature_verifies,
+    pool,
+    redacted,
+    scrub,
+    witness_keys,
+)
 from .store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
 
 if TYPE_CHECKING:
@@ -552,12 +563,17 @@ class Shipper:
         self, conn: psycopg.Connection[Any], store: EventStoreV2, checkpoint: int
     ) -> None:
         """Ship the cosignatures of shipped checkpoints the server does not hold yet
-        (witnesses cosign in the background, after the checkpoint was shipped)."""
+        (witnesses cosign in the background, after the checkpoint was shipped).
+
+        One from a witness the log names (``witness_added``) is checked with that key first
+        and, when it does not verify, kept back and reported; one from another key (the
+        local witness, whose key lives outside the profile) goes unchecked, as central
+        ``verify`` then says.
+        """
         import psycopg
 
         local = store.conn.execute(
-            "SELECT size, name, key_id, timestamp, signature FROM cosignatures WHERE size <= ?",
-            (checkpoint,),
+            COSIGNATURES_SQL + " WHERE c.size <= ?", (checkpoint,)
         ).fetchall()
         if not local:
             return
@@ -566,8 +582,17 @@ class Shipper:
             for r in conn.execute(f"SELECT * FROM {SCHEMA}.cosigned(%s)", [store.store_id])
         }
         conn.commit()
-        for size, name, key_id, timestamp, signature in local:
+        keys, refused = witness_keys(store.conn), None
+        for row in local:
+            size, name, key_id, timestamp, signature, _ = row
             if (size, name, bytes(key_id)) in have:
+                continue
+            if cosignature_verifies(keys, store.origin, row) is False:
+                refused = refused or (
+                    f"the cosignature of {name} on the checkpoint at size {size} does not verify "
+                    "with the key the log names for that witness; it is not shipped "
+                    "(hermes-archive verify)"
+                )
                 continue
             try:
                 with conn.transaction():
@@ -579,6 +604,8 @@ class Shipper:
                     )
             except psycopg.errors.ForeignKeyViolation:
                 continue  # its checkpoint was never shipped (signed below the central head)
+        if refused:
+            raise ShipError(refused)
 
     # -- state ----------------------------------------------------------------------------
 

@@ -516,3 +516,46 @@ def test_a_checkpoint_not_signed_by_the_archives_key_is_not_shipped(
     assert [size for (size,) in sizes] == [1, 2, 3, 4, 5]
     state = read_state(archive_dir(home))
     assert state is not None and "size 6 is not signed" in state["last_error"]
+
+
+def test_a_cosignature_that_does_not_verify_with_its_witness_key_is_not_shipped(
+    tmp_path: Path, central_db: Central
+) -> None:
+    """Issue 19 point 2 for cosignatures: the key is the one the log's `witness_added`
+    names; a cosignature that does not verify with it stays local and the pass says so."""
+    from archive_provider.storage.remote_witnesses import witness_added
+
+    home = tmp_path / "home"
+    store = _v2(home)
+    witness = Signer.generate("witness.example/w1", signed_note.ALG_COSIGNATURE_V1)
+    store.append([witness_added(None, witness.vkey, "the team's witness", {"id": "ops"})])
+    for n in range(3):
+        append_turns(store, 1, text=f"tulip{n}")
+        store.checkpoint()
+    store_id, origin = store.store_id, store.origin
+    store.close()
+    conn = sqlite3.connect(archive_dir(home) / "events.db")
+    (new_size, new_root), (old_size, old_root) = conn.execute(
+        "SELECT size, root FROM signed_checkpoints ORDER BY size DESC LIMIT 2"
+    ).fetchall()
+    for size, root, forged in ((new_size, new_root, 0), (old_size, old_root, 1)):
+        text = signed_note.format_checkpoint(signed_note.Checkpoint(origin, size, bytes(root)))
+        cosig = witness.cosign(text, 1_767_000_000)
+        conn.execute(  # the older one claims a time the witness never signed
+            "INSERT INTO cosignatures VALUES (?, ?, ?, ?, ?)",
+            (size, witness.name, cosig.key_id.to_bytes(4, "big"), 1_767_000_000 + forged,
+             cosig.data[8:]),
+        )  # fmt: skip
+    conn.commit()
+    conn.close()
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        with pytest.raises(ShipError, match=f"size {old_size} does not verify with the key"):
+            shipper.ship_once()
+    finally:
+        shipper.close()
+    assert len(central_rows(central_db, store_id)) == new_size  # every event went
+    assert central_db.query(
+        "SELECT size, name FROM hermes_archive.cosignatures WHERE store_id = %s", [store_id]
+    ) == [(new_size, witness.name)]
+    assert _verify(central_db, store_id).ok  # what was shipped verifies centrally
