@@ -32,7 +32,15 @@ CHECKPOINT_INTERVAL_S = 5.0
 #: how many committed tree roots a store remembers for the serve-time proof (FORMAT.md 20.5)
 COMMITTED_ROOTS_KEPT = 1024
 
-SCHEMA_V2 = """
+#: which events name a part an earlier event stored (FORMAT.md 17): an erasure finds every
+#: event naming a payload from here, never by reading every event's parts
+PART_REUSE_SCHEMA = """CREATE TABLE IF NOT EXISTS part_reuse (
+    digest BLOB    NOT NULL,
+    seq    INTEGER NOT NULL,
+    PRIMARY KEY (digest, seq)
+) WITHOUT ROWID"""
+
+SCHEMA_V2 = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,6 +69,7 @@ CREATE TABLE IF NOT EXISTS erased (
     digest      BLOB PRIMARY KEY,
     erasure_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
+{PART_REUSE_SCHEMA};
 CREATE TABLE IF NOT EXISTS tiles (
     level  INTEGER NOT NULL,
     idx    INTEGER NOT NULL,
@@ -264,6 +273,42 @@ class TreeEdge:
 
     def appender(self) -> merkle.TileAppender:
         return merkle.TileAppender(self.size, self.edge, self.compact)
+
+
+#: the ``meta`` row naming the last seq whose parts ``part_reuse`` does not index yet: events
+#: appended before the table existed (FORMAT.md 17); absent means every event so far
+PART_REUSE_FROM = "part_reuse_from"
+
+
+def split_parts(blob: bytes | None) -> list[bytes]:
+    """The 32-byte digests of a ``parts`` column, in order."""
+    data = bytes(blob or b"")
+    return [data[i : i + 32] for i in range(0, len(data), 32)]
+
+
+def index_part_reuse(conn: sqlite3.Connection, head: int) -> int:
+    """Index the reuses of the events ``part_reuse`` does not cover yet; returns how many
+    events were read (0 once it is complete). Inside the caller's write transaction.
+
+    ``part_reuse`` holds a row per event naming a part an earlier event stored (the first
+    namer, which stored it, has none); the append writes them, so only an archive made
+    before the table existed, or a copy laid out from central rows, needs this one pass.
+    """
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (PART_REUSE_FROM,)).fetchone()
+    upto = head if row is None else int(row[0])
+    if upto > 0:
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS part_seen (digest BLOB PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.part_seen")
+        for seq, parts in conn.execute(
+            "SELECT seq, parts FROM events WHERE seq <= ? ORDER BY seq", (upto,)
+        ):
+            for digest in dict.fromkeys(split_parts(parts)):
+                seen = conn.execute("INSERT OR IGNORE INTO temp.part_seen VALUES (?)", (digest,))
+                if seen.rowcount == 0:
+                    conn.execute("INSERT OR IGNORE INTO part_reuse VALUES (?, ?)", (digest, seq))
+        conn.execute("DROP TABLE temp.part_seen")
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (PART_REUSE_FROM,))
+    return max(upto, 0)
 
 
 def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) -> int:
