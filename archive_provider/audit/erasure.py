@@ -532,16 +532,16 @@ def apply_retention(
     Held data is skipped, not refused: retention is a policy, a hold an exception to it.
     ``between`` runs after each batch (the background worker pauses there, so a running
     writer waits for at most one batch); False stops early, the rest is left for next time.
+    A pass that ends merges the full-text index once (:func:`merge_index`), also when it
+    finds a merge owed by an earlier pass cut short.
     """
     v2 = require_v2(store)
     now = now_text()
     cutoff = retention_cutoff(v2, now)
-    if cutoff is None:
-        return []
     done: list[Receipt] = []
     after = 0
     stopped = False
-    while True:
+    while cutoff is not None:
         expired = v2.conn.execute(
             "SELECT seq FROM events WHERE seq > ? AND time < ? ORDER BY seq", (after, cutoff)
         )
