@@ -12,11 +12,13 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from freezegun import freeze_time
 
 from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.domain import builders
+from archive_provider.storage import store_v2
 from archive_provider.storage.store_v2 import PART_REUSE_FROM
 from tests.conftest import open_v2
 from tests.test_erasure import OTHER, SECRET, SECRET_TERM, assert_gone, fts_terms, raw_hits, turn
@@ -144,7 +146,10 @@ def test_the_append_lists_each_reuse_but_not_the_event_that_stored_the_text(
     assert rows[0][0] == parts[:32]
 
 
-def test_an_archive_made_before_part_reuse_is_indexed_by_its_first_erasure(home: Path) -> None:
+def test_an_archive_made_before_part_reuse_is_indexed_by_its_first_erasure(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_v2, "PART_REUSE_STEP", 1)  # one event per transaction
     folder = home / "archive"
     store = open_v2(folder)
     store.append([turn(store, "a", 1, [SECRET, SHARED])])

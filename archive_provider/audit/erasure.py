@@ -31,7 +31,7 @@ from ..format.events import NewEvent
 from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
-from ..storage.store_v2 import PART_REUSE_FROM, index_part_reuse, tombstone
+from ..storage.store_v2 import index_part_reuse, part_reuse_owed, tombstone
 
 log = logging.getLogger(__name__)
 
@@ -683,9 +683,7 @@ def forget(
     v2 = require_v2(store)
     conn = v2.conn
     conn.execute("PRAGMA secure_delete = ON")  # before any row of the erased text goes
-    if _reuse_unindexed(conn):
-        with v2.transaction():  # once, for an archive made before ``part_reuse``
-            index_part_reuse(conn, v2.head().seq)
+    _index_reuse(v2)
     scope_record = scope.record()
     if dry_run:
         found = plan(v2, scope)
@@ -810,9 +808,14 @@ def _merge_fts(conn: sqlite3.Connection, through: int) -> None:
     conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (FTS_MERGED, str(through)))
 
 
-def _reuse_unindexed(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT value FROM meta WHERE name = ?", (PART_REUSE_FROM,)).fetchone()
-    return row is None or row[0] != "0"
+def _index_reuse(store: EventStoreV2) -> None:
+    """Index what ``part_reuse`` is owed (once, for an archive made before it), in steps of
+    their own transactions, so a running writer waits for one step at most."""
+    upto = part_reuse_owed(store.conn, store.head().seq)
+    done = 0
+    while done < upto:
+        with store.transaction():
+            done = index_part_reuse(store.conn, done, upto)
 
 
 def scrub(store: EventStore) -> None:

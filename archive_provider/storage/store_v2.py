@@ -286,29 +286,49 @@ def split_parts(blob: bytes | None) -> list[bytes]:
     return [data[i : i + 32] for i in range(0, len(data), 32)]
 
 
-def index_part_reuse(conn: sqlite3.Connection, head: int) -> int:
-    """Index the reuses of the events ``part_reuse`` does not cover yet; returns how many
-    events were read (0 once it is complete). Inside the caller's write transaction.
+#: events a step of :func:`index_part_reuse` reads in one write transaction
+PART_REUSE_STEP = 20000
 
-    ``part_reuse`` holds a row per event naming a part an earlier event stored (the first
-    namer, which stored it, has none); the append writes them, so only an archive made
-    before the table existed, or a copy laid out from central rows, needs this one pass.
+
+def part_reuse_owed(conn: sqlite3.Connection, head: int) -> int:
+    """The last seq whose reuses ``part_reuse`` does not list yet (0: it is complete).
+
+    ``part_reuse`` holds a row per event naming a part an earlier event stored (the event
+    that stored it has none); the append writes them, so only an archive made before the
+    table existed, or a copy laid out from central rows (no ``meta`` row), is owed any.
     """
     row = conn.execute("SELECT value FROM meta WHERE name = ?", (PART_REUSE_FROM,)).fetchone()
-    upto = head if row is None else int(row[0])
-    if upto > 0:
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS part_seen (digest BLOB PRIMARY KEY)")
+    return head if row is None else int(row[0])
+
+
+def index_part_reuse(conn: sqlite3.Connection, after: int, upto: int) -> int:
+    """One step of indexing the owed events: those after ``after`` (0: the first step) up
+    to ``upto``, at most :data:`PART_REUSE_STEP`; returns the last seq read. Inside the
+    caller's write transaction; the step reaching ``upto`` marks the table complete.
+
+    The digests seen so far are kept in a temporary table of this connection between steps
+    (rolled back with a step that fails); a new pass starts from the first event again.
+    Every row a step writes is true whatever happens later, so a pass cut short only costs
+    the next one its time.
+    """
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS part_seen (digest BLOB PRIMARY KEY)")
+    if after == 0:
         conn.execute("DELETE FROM temp.part_seen")
-        for seq, parts in conn.execute(
-            "SELECT seq, parts FROM events WHERE seq <= ? ORDER BY seq", (upto,)
-        ):
-            for digest in dict.fromkeys(split_parts(parts)):
-                seen = conn.execute("INSERT OR IGNORE INTO temp.part_seen VALUES (?)", (digest,))
-                if seen.rowcount == 0:
-                    conn.execute("INSERT OR IGNORE INTO part_reuse VALUES (?, ?)", (digest, seq))
-        conn.execute("DROP TABLE temp.part_seen")
-    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (PART_REUSE_FROM,))
-    return max(upto, 0)
+    last = after
+    for seq, parts in conn.execute(
+        "SELECT seq, parts FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+        (after, upto, PART_REUSE_STEP),
+    ).fetchall():
+        for digest in dict.fromkeys(split_parts(parts)):
+            seen = conn.execute("INSERT OR IGNORE INTO temp.part_seen VALUES (?)", (digest,))
+            if seen.rowcount == 0:
+                conn.execute("INSERT OR IGNORE INTO part_reuse VALUES (?, ?)", (digest, seq))
+        last = int(seq)
+    if last >= upto or last == after:
+        conn.execute("DELETE FROM temp.part_seen")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (PART_REUSE_FROM,))
+        return upto
+    return last
 
 
 def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) -> int:
