@@ -211,3 +211,42 @@ def test_a_pass_cut_short_leaves_the_index_merge_owed_and_the_next_pass_makes_it
         assert raw_hits(home, term) == []
         erasure.apply_retention(store, batch=1)
     assert_gone(home, store, "and then something else was said", "something")
+
+
+def test_what_the_appends_list_equals_the_one_time_pass_over_the_log(
+    store: erasure.EventStoreV2,
+) -> None:
+    """Reuses across transactions, inside one transaction, within one event, by checkpoints,
+    memory writes and recalls: the append's rows are exactly what reading the log gives."""
+    words = ["yes", SHARED, "no", OTHER]
+    store.append([turn(store, "a", 1, [words[0], words[1]]), turn(store, "b", 1, [words[1]])])
+    store.append([turn(store, "c", 1, [words[0], words[0], words[2]])])
+    evidence = [store.hasher.part({"role": "user", "content": w}) for w in words]
+    store.append(
+        [
+            builders.checkpoint(
+                store.hasher,
+                "a",
+                evidence,
+                parent_session="",
+                host_api_version=2,
+                require_checkpoint=False,
+                received=4,
+            ),
+            builders.memory_write(store.hasher, "a", 1, "add", "user", SHARED, {}),
+            builders.memory_write(store.hasher, "b", 1, "add", "user", SHARED, {}),
+            builders.recall_served(
+                store.hasher, "b", turn=2, query="yes", result=SHARED, sources=[2], at="t"
+            ),
+        ]
+    )
+    store.append([turn(store, "d", 1, [words[3], words[2]])])
+    appended = set(store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall())
+    assert len(appended) >= 8
+    with store.transaction():
+        store.conn.execute("DELETE FROM part_reuse")
+        store.conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (PART_REUSE_FROM, store.head().seq)
+        )
+    erasure.forget(store, Scope("event", {"seq": 1}), reason="index")  # store_created: none
+    assert set(store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall()) == appended
