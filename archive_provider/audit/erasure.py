@@ -7,10 +7,12 @@ sources each event records, and by the erased text itself), each projection made
 in place what a replay would no longer hold (``TableProjection.forget``: the cost follows
 what is erased, not the archive) and the full-text index merged so no segment keeps their
 tokens (retention merges once at the end of its pass, :func:`merge_index`). The events
-naming an erased payload are found through ``part_reuse``, never by reading every event, so
-a batch costs what it erases, not the archive's size. After the commit the WAL is checkpointed with truncate, so no file of the folder
-keeps the bytes. A crash before the commit leaves the archive as it was; after it, re-running
-the same ``forget`` finds nothing left to erase and redoes the physical clean-up.
+naming an erased payload are found through ``part_reuse``, never by reading every event's
+parts, so a batch costs what it erases, not the archive's size (the sweep for quoting
+payloads still reads every event of those types). After the commit the WAL is checkpointed
+with truncate, so no file of the folder keeps the bytes. A crash before the commit leaves
+the archive as it was; after it, re-running the same ``forget`` finds nothing left to erase
+and redoes the physical clean-up.
 """
 
 from __future__ import annotations
