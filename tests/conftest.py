@@ -13,7 +13,8 @@ import pytest
 from hypothesis import settings
 
 from archive_provider import ArchiveProvider
-from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from archive_provider.storage.witness import FIRST_WITNESS_REASON
 
 # The suite is a gate: the same examples every run, and no wall-clock deadlines on a slow CI
@@ -54,6 +55,27 @@ def make_provider(tmp_path: Path) -> Iterator[Callable[..., ArchiveProvider]]:
     yield _make
     for provider in made:
         provider.shutdown()
+
+
+def open_v2(folder: Path, projections: Any = default_projections) -> EventStoreV2:
+    """A format-v2 store in ``folder`` (made if new) with the default projections."""
+    opened = EventStore.open(folder, format_version=2, projections=projections)
+    assert isinstance(opened, EventStoreV2)
+    return opened
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A profile folder (not made yet): ``home / "archive"`` is where its archive goes."""
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def store(home: Path) -> Iterator[EventStoreV2]:
+    """A v2 archive in ``home`` with the default projections, closed after the test."""
+    opened = open_v2(home / "archive")
+    yield opened
+    opened.close()
 
 
 def open_log(home: Path) -> EventStore:

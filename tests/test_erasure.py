@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +25,11 @@ from archive_provider.format.events import NewEvent
 from archive_provider.format.verifier import verify_database
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore, EventStoreV2
+from tests.conftest import open_v2
 
 SECRET = "Zorblax Quimby lives at 42 Wallaby Way"
 SECRET_TERM = "zorblax"
 OTHER = "the weather in Lisbon is mild today"
-
-
-def _open(folder: Path) -> EventStoreV2:
-    store = EventStore.open(folder, format_version=2, projections=default_projections)
-    assert isinstance(store, EventStoreV2)
-    return store
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[EventStoreV2]:
-    opened = _open(home / "archive")
-    yield opened
-    opened.close()
 
 
 def turn(
@@ -323,7 +305,7 @@ def test_sigkill_during_erasure_leaves_before_or_after_and_a_rerun_completes(
         [sys.executable, "-c", CHILD, str(folder), where], capture_output=True, timeout=120
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
-    again = _open(folder)
+    again = open_v2(folder)
     try:
         erased = again.conn.execute("SELECT count(*) FROM erased").fetchone()[0]
         assert erased == (0 if where == "tombstone" else 4)  # before, or after: nothing between
@@ -452,7 +434,7 @@ def test_show_log_and_verify_name_the_erased_slot_never_the_text(
     code, data, _ = cli(capsys, home, "replay")
     assert code == 0
     assert raw_hits(home, SECRET) == []  # a rebuild from the log does not bring it back
-    reopened = _open(home / "archive")
+    reopened = open_v2(home / "archive")
     try:
         assert SECRET_TERM not in fts_terms(reopened)
     finally:
@@ -505,7 +487,7 @@ def test_the_background_worker_applies_retention_in_batches_on_its_own_thread(
             assert worker.passed.wait(60)
         finally:
             worker.close()
-    reopened = _open(home / "archive")
+    reopened = open_v2(home / "archive")
     try:
         assert_gone(home, reopened, SECRET, SECRET_TERM)
         assert_gone(home, reopened, "another expired sentence here", "expired")
@@ -620,7 +602,7 @@ def test_the_provider_applies_the_recorded_retention_policy_when_it_opens(
         retention = provider.core.retention
         assert retention is not None and retention.passed.wait(60)
         provider.shutdown()
-    reopened = _open(home / "archive")
+    reopened = open_v2(home / "archive")
     try:
         assert_gone(home, reopened, SECRET, SECRET_TERM)
         assert [r.scope["kind"] for r in erasure.receipts(reopened)] == ["time"]

@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +27,12 @@ from archive_provider.format.verifier import verify_bundle
 from archive_provider.projections.base import TableProjection
 from archive_provider.projections.registry import default_projections
 from archive_provider.projections.runner import ProjectionSet
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStoreV2
+from tests.conftest import open_v2
 from tests.test_erasure import OTHER, SECRET, SECRET_TERM, fill, fts_terms, raw_hits, turn
 from tests.test_export import export, members
 
 SECRET_PLATFORM = "telegram-of-zorblax"
-
-
-def _open(folder: Path, projections: Any = default_projections) -> EventStoreV2:
-    opened = EventStore.open(folder, format_version=2, projections=projections)
-    assert isinstance(opened, EventStoreV2)
-    return opened
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[EventStoreV2]:
-    opened = _open(home / "archive")
-    yield opened
-    opened.close()
 
 
 def rows_of(conn: sqlite3.Connection, session: str) -> list[tuple[Any, ...]]:
@@ -322,7 +304,7 @@ def with_words(conn: sqlite3.Connection) -> ProjectionSet:
 def test_a_projection_without_an_in_place_forget_is_rebuilt_from_the_log(
     tmp_path: Path,
 ) -> None:
-    words = _open(tmp_path / "words" / "archive", with_words)
+    words = open_v2(tmp_path / "words" / "archive", with_words)
     try:
         fill(words)
         erasure.forget(words, Scope("session", {"session": "s-secret"}), reason="r")

@@ -6,9 +6,13 @@ payloads tombstoned, every payload that quotes them tombstoned too (found throug
 sources each event records, and by the erased text itself), each projection made to forget
 in place what a replay would no longer hold (``TableProjection.forget``: the cost follows
 what is erased, not the archive) and the full-text index merged so no segment keeps their
-tokens. After the commit the WAL is checkpointed with truncate, so no file of the folder
-keeps the bytes. A crash before the commit leaves the archive as it was; after it, re-running
-the same ``forget`` finds nothing left to erase and redoes the physical clean-up.
+tokens (retention merges once at the end of its pass, :func:`merge_index`). The events
+naming an erased payload are found through ``part_reuse``, never by reading every event's
+parts, so a batch costs what it erases, not the archive's size (the sweep for quoting
+payloads still reads every event of those types). After the commit the WAL is checkpointed
+with truncate, so no file of the folder keeps the bytes. A crash before the commit leaves
+the archive as it was; after it, re-running the same ``forget`` finds nothing left to erase
+and redoes the physical clean-up.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +33,7 @@ from ..format.events import NewEvent
 from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
-from ..storage.store_v2 import tombstone
+from ..storage.store_v2 import index_part_reuse, part_reuse_owed, tombstone
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,8 @@ QUOTING_TYPES = frozenset(
 QUOTE_MIN_CHARS = 12
 #: events erased per transaction by retention, so a running provider waits at most one batch
 RETENTION_BATCH = 500
+#: the ``meta`` row naming the newest erasure whose rows' tokens the full-text merge dropped
+FTS_MERGED = "fts_merged_through"
 
 
 class ErasureError(ArchiveError):
@@ -291,10 +298,12 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     covered |= _quoting(conn, covered, sessions)
     author_scope = scope.kind == "author"
     bodies: set[bytes] = set()
-    for _, kind, payload, parts, author in _in(
+    read: dict[int, set[bytes]] = {}  # the parts of the events read so far, by seq
+    for seq, kind, payload, parts, author in _in(
         conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
-        result.digests.update(_digests(parts))
+        read[int(seq)] = set(_digests(parts))
+        result.digests.update(read[int(seq)])
         if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
             bodies.add(bytes(payload))
         if author is not None and author_scope:
@@ -306,9 +315,10 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     swept: set[bytes] = set()
     if quoted:  # a quoting event's part holding an erased text verbatim goes with it
         marks = ", ".join("?" * len(QUOTING_TYPES))
-        for (parts,) in conn.execute(
-            f"SELECT parts FROM events WHERE type IN ({marks})", sorted(QUOTING_TYPES)
+        for seq, parts in conn.execute(
+            f"SELECT seq, parts FROM events WHERE type IN ({marks})", sorted(QUOTING_TYPES)
         ):
+            read.setdefault(int(seq), set(_digests(parts)))
             for digest in _digests(parts):
                 if digest in result.digests or digest in swept:
                     continue
@@ -319,17 +329,19 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
                 if data and any(n in data for n in needles):
                     swept.add(digest)
     result.digests = {d for d in result.digests | swept | bodies if _body(conn, d) is not None}
-    naming: dict[int, set[bytes]] = {}
-    for seq, parts, author in conn.execute("SELECT seq, parts, author FROM events"):
-        named = result.digests.intersection(_digests(parts))
-        if author is not None and bytes(author) in result.digests:
-            named.add(bytes(author))
-        if named:
-            naming[int(seq)] = named
-    covered |= {seq for seq, named in naming.items() if named & swept}
+    everything = bool(scope.value.get("shared"))  # every namer of an erased payload is needed
+    naming, outside = _naming(conn, swept, read, covered, every=True)
+    if outside:  # the namers of a swept text go with it, and one is not indexed
+        naming = _merged(naming, _scan_naming(conn, swept))
+    covered |= set(naming)  # an event naming a swept text goes with it
+    more, outside = _naming(conn, result.digests - bodies - swept, read, covered, every=everything)
+    naming = _merged(naming, more)
+    if outside and everything:  # erased though shared: every namer is touched
+        naming, outside = _merged(naming, _scan_naming(conn, outside)), set()
     # a payload an event outside the scope still names (the same text said elsewhere) is
     # that event's too: kept, unless the scope says to erase it anyway ("shared")
     shared = {d for seq, named in naming.items() if seq not in covered for d in named}
+    shared |= outside  # stored by an event outside the scope
     if scope.value.get("shared"):
         result.dangling = shared
     else:
@@ -340,6 +352,67 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         (hold, hit) for hold in holds(store) if (hit := _held_by(conn, hold, result.touched))
     ]
     return result
+
+
+def _naming(
+    conn: sqlite3.Connection,
+    digests: set[bytes],
+    read: dict[int, set[bytes]],
+    covered: set[int],
+    *,
+    every: bool,
+) -> tuple[dict[int, set[bytes]], set[bytes]]:
+    """Which events name ``digests`` (in their parts or as author), found through indexes,
+    and the digests also named by an event the indexes cannot name.
+
+    ``read`` holds the parts of the events already read. ``part_reuse`` lists every event
+    naming a part that an earlier event stored; the one that stored it is not listed, so a
+    digest no read event names unlisted was stored by an event not read: outside ``covered``
+    (returned, for the caller to keep it, or to read every event). Unless ``every``, a
+    digest's list stops at its first namer outside ``covered``, which is enough to keep it:
+    a text said in every session costs one row, not one per session.
+    """
+    naming: dict[int, set[bytes]] = {}
+    holders: dict[bytes, set[int]] = {}
+    for seq, named in read.items():
+        for digest in named & digests:
+            naming.setdefault(seq, set()).add(digest)
+            holders.setdefault(digest, set()).add(seq)
+    outside: set[bytes] = set()
+    for digest in digests:
+        authored = [int(s) for (s,) in conn.execute(_AUTHORED, (digest,))]
+        for seq in authored:
+            naming.setdefault(seq, set()).add(digest)
+        reusers = set()
+        for (seq,) in conn.execute(_REUSED, (digest,)):
+            reusers.add(int(seq))
+            naming.setdefault(int(seq), set()).add(digest)
+            if not every and seq not in covered:
+                break
+        if not authored and not holders.get(digest, set()) - reusers:
+            outside.add(digest)
+    return naming, outside
+
+
+_AUTHORED = "SELECT seq FROM events WHERE author = ?"
+_REUSED = "SELECT seq FROM part_reuse WHERE digest = ? ORDER BY seq"
+
+
+def _merged(naming: dict[int, set[bytes]], more: dict[int, set[bytes]]) -> dict[int, set[bytes]]:
+    for seq, named in more.items():
+        naming.setdefault(seq, set()).update(named)
+    return naming
+
+
+def _scan_naming(conn: sqlite3.Connection, digests: set[bytes]) -> dict[int, set[bytes]]:
+    """Every event naming one of ``digests`` in its parts, read from the whole log (only
+    when one was stored by an event outside the scope and all its namers are wanted)."""
+    naming: dict[int, set[bytes]] = {}
+    for seq, parts in conn.execute("SELECT seq, parts FROM events"):
+        named = digests.intersection(_digests(parts))
+        if named:
+            naming[int(seq)] = named
+    return naming
 
 
 def _in(conn: sqlite3.Connection, sql: str, values: Iterable[int]) -> Iterator[Any]:
@@ -461,22 +534,21 @@ def apply_retention(
     Held data is skipped, not refused: retention is a policy, a hold an exception to it.
     ``between`` runs after each batch (the background worker pauses there, so a running
     writer waits for at most one batch); False stops early, the rest is left for next time.
+    A pass that ends merges the full-text index once (:func:`merge_index`), also when it
+    finds a merge owed by an earlier pass cut short.
     """
     v2 = require_v2(store)
     now = now_text()
     cutoff = retention_cutoff(v2, now)
-    if cutoff is None:
-        return []
     done: list[Receipt] = []
     after = 0
-    while True:
-        seqs = [
-            int(seq)
-            for (seq,) in v2.conn.execute(
-                "SELECT seq FROM events WHERE seq > ? AND time < ? ORDER BY seq", (after, cutoff)
-            )
-            if _erasable(v2.conn, int(seq))
-        ][:batch]
+    stopped = False
+    while cutoff is not None:
+        expired = v2.conn.execute(
+            "SELECT seq FROM events WHERE seq > ? AND time < ? ORDER BY seq", (after, cutoff)
+        )
+        seqs = list(islice((int(s) for (s,) in expired if _erasable(v2.conn, int(s))), batch))
+        expired.close()  # read no further: an open statement would hold the WAL checkpoint
         if not seqs:
             break
         scope = Scope(
@@ -490,12 +562,37 @@ def apply_retention(
             who=who,
             dry_run=dry_run,
             skip_held=True,
+            merge=False,
         )
         done.append(receipt)
-        if dry_run or receipt.payloads == 0 or not between():
+        if dry_run:
             break
-        after = seqs[-1]
+        if not between():
+            stopped = True
+            break
+        after = seqs[-1]  # a batch all held erases nothing: the next one goes on after it
+    if not dry_run and not stopped:
+        merge_index(v2)
     return done
+
+
+def merge_index(store: EventStoreV2) -> bool:
+    """Merge the full-text indexes when an erasure has not had them merged since (a
+    retention pass merges once at its end, not per batch); True when it did.
+
+    Until then an erased row's tokens are out of every search and of ``fts5vocab`` but
+    still in an older segment's bytes. A pass cut short (the worker stopping, a crash)
+    leaves the merge to the next pass, which finds it owed here.
+    """
+    conn = store.conn
+    last = conn.execute("SELECT max(seq) FROM events WHERE type = 'erasure'").fetchone()[0]
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (FTS_MERGED,)).fetchone()
+    if last is None or (row is not None and int(row[0]) >= int(last)):
+        return False
+    with store.transaction(durable=True):
+        _merge_fts(conn, int(last))
+    scrub(store)
+    return True
 
 
 class RetentionWorker:
@@ -576,14 +673,19 @@ def forget(
     who: str = "operator",
     dry_run: bool = False,
     skip_held: bool = False,
+    merge: bool = True,
 ) -> Receipt:
     """Erase what ``scope`` covers in one transaction; see the module docstring.
 
     The same transaction has every projection forget the erased texts in place, so the
     projections equal a replay (``verify --projections``) the moment it commits.
+    ``merge`` False leaves the full-text merge to :func:`merge_index` (retention batches:
+    the merge costs the whole index, a batch only what it erases).
     """
     v2 = require_v2(store)
     conn = v2.conn
+    conn.execute("PRAGMA secure_delete = ON")  # before any row of the erased text goes
+    _index_reuse(v2)
     scope_record = scope.record()
     if dry_run:
         found = plan(v2, scope)
@@ -626,7 +728,8 @@ def forget(
             prepare_forgetting(conn, projections, touched)
             tombstone(conn, sorted(found.digests), seq)
             forget_erased(conn, projections, touched, seq)
-            _merge_fts(conn)
+            if merge:
+                _merge_fts(conn, seq)
             receipt = _receipt(seq, None, at, scope_record, reason, legal_basis, who, found, False)
     scrub(v2)
     if receipt is None:
@@ -692,8 +795,9 @@ def _receipt(
     )
 
 
-def _merge_fts(conn: sqlite3.Connection) -> None:
-    """Merge every full-text index into one segment, dropping deleted rows' tokens.
+def _merge_fts(conn: sqlite3.Connection, through: int) -> None:
+    """Merge every full-text index into one segment, dropping deleted rows' tokens, and
+    record that the erasures up to seq ``through`` are merged.
 
     SQLite 3.40 has no FTS5 ``secure-delete``: a DELETE only adds a tombstone to a newer
     segment, and the tokens stay in the old one until the segments are merged. 'optimize'
@@ -703,6 +807,17 @@ def _merge_fts(conn: sqlite3.Connection) -> None:
         "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%USING fts5(%'"
     ).fetchall():
         conn.execute(f'INSERT INTO "{name}"("{name}") VALUES (\'optimize\')')
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (FTS_MERGED, str(through)))
+
+
+def _index_reuse(store: EventStoreV2) -> None:
+    """Index what ``part_reuse`` is owed (once, for an archive made before it), in steps of
+    their own transactions, so a running writer waits for one step at most."""
+    upto = part_reuse_owed(store.conn, store.head().seq)
+    done = 0
+    while done < upto:
+        with store.transaction():
+            done = index_part_reuse(store.conn, done, upto)
 
 
 def scrub(store: EventStore) -> None:

@@ -312,7 +312,7 @@ class SessionsProjection(TableProjection):
             return
         starts = conn.execute(
             "SELECT e.time, p.body FROM events e JOIN payloads p ON p.digest = e.payload"
-            " WHERE e.session = ? AND e.type = 'session_started' AND p.body IS NOT NULL"
+            " WHERE e.session = ? AND +e.type = 'session_started' AND p.body IS NOT NULL"
             " ORDER BY e.seq",
             (session,),
         ).fetchall()
@@ -916,7 +916,7 @@ class RecallProjection(TableProjection):
             later.update(
                 s
                 for (s,) in conn.execute(
-                    "SELECT seq FROM events WHERE session = ? AND type = 'checkpoint' AND seq >= ?",
+                    "SELECT seq FROM events WHERE session = ? AND +type = 'checkpoint' AND seq >= ?",
                     (session, seq),
                 )
             )

@@ -59,6 +59,8 @@ from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_pro
 from .store_v2 import (
     CHECKPOINT_INTERVAL_S,
     COMMITTED_ROOTS_KEPT,
+    PART_REUSE_FROM,
+    PART_REUSE_SCHEMA,
     SCHEMA_V2,
     SIGNING_KEY_ENV,
     STORE_KEY_NAME,
@@ -449,6 +451,8 @@ class EventStore:
                 cls._initialise(conn)
             elif not readonly and not _has_view(conn, "audit_events"):
                 _add_audit_views_v2(conn)
+            if new_store is None and not readonly and _lacks_part_reuse(conn):
+                _add_part_reuse(conn)
             problem = schema_problem(conn)  # before reading anything a view could compute
             if problem:
                 conn.close()
@@ -945,6 +949,13 @@ class EventStoreV2(EventStore):
                 self.parts_hasher.pending.pop(found, None)  # stored now: found by its lookup
             _insert(conn, "INSERT INTO payloads (digest, salt, lookup, body) VALUES ", rows)
             seq += 1
+            reused = {p.digest for p in parts if p.salt is None}  # stored by an earlier event
+            if reused:
+                _insert(
+                    conn,
+                    "INSERT OR IGNORE INTO part_reuse (digest, seq) VALUES ",
+                    [(bytes.fromhex(d), seq) for d in sorted(reused)],
+                )
             envelope = Envelope(
                 seq,
                 time,
@@ -1185,6 +1196,7 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
                 ("origin", digests_v2.origin(store_id)),
                 ("vkey", signer.vkey),
                 ("created", now_text()),
+                (PART_REUSE_FROM, "0"),
             ],
         )
         conn.execute("COMMIT")
@@ -1221,6 +1233,30 @@ def _add_audit_views_v2(conn: sqlite3.Connection) -> None:
         for statement in AUDIT_VIEWS_V2.split(";\n"):
             if statement.strip():
                 conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
+    """A v2 archive made before ``part_reuse`` existed (a v1 file has no use for it)."""
+    if _meta_or_none(conn, "format_version") != str(FORMAT_V2):
+        return False
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'part_reuse'"
+    return conn.execute(found).fetchone() is None
+
+
+def _add_part_reuse(conn: sqlite3.Connection) -> None:
+    """Give an older v2 archive ``part_reuse``: the appends from now on write it; the events
+    already there are indexed by the first erasure (:func:`store_v2.index_part_reuse`)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _lacks_part_reuse(conn):  # another process may have added it meanwhile
+            conn.execute(PART_REUSE_SCHEMA)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (PART_REUSE_FROM, str(head_seq(conn)))
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -32,7 +32,15 @@ CHECKPOINT_INTERVAL_S = 5.0
 #: how many committed tree roots a store remembers for the serve-time proof (FORMAT.md 20.5)
 COMMITTED_ROOTS_KEPT = 1024
 
-SCHEMA_V2 = """
+#: which events name a part an earlier event stored (FORMAT.md 17): an erasure finds every
+#: event naming a payload from here, never by reading every event's parts
+PART_REUSE_SCHEMA = """CREATE TABLE IF NOT EXISTS part_reuse (
+    digest BLOB    NOT NULL,
+    seq    INTEGER NOT NULL,
+    PRIMARY KEY (digest, seq)
+) WITHOUT ROWID"""
+
+SCHEMA_V2 = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,6 +69,7 @@ CREATE TABLE IF NOT EXISTS erased (
     digest      BLOB PRIMARY KEY,
     erasure_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
+{PART_REUSE_SCHEMA};
 CREATE TABLE IF NOT EXISTS tiles (
     level  INTEGER NOT NULL,
     idx    INTEGER NOT NULL,
@@ -264,6 +273,62 @@ class TreeEdge:
 
     def appender(self) -> merkle.TileAppender:
         return merkle.TileAppender(self.size, self.edge, self.compact)
+
+
+#: the ``meta`` row naming the last seq whose parts ``part_reuse`` does not index yet: events
+#: appended before the table existed (FORMAT.md 17); absent means every event so far
+PART_REUSE_FROM = "part_reuse_from"
+
+
+def split_parts(blob: bytes | None) -> list[bytes]:
+    """The 32-byte digests of a ``parts`` column, in order."""
+    data = bytes(blob or b"")
+    return [data[i : i + 32] for i in range(0, len(data), 32)]
+
+
+#: events a step of :func:`index_part_reuse` reads in one write transaction
+PART_REUSE_STEP = 20000
+
+
+def part_reuse_owed(conn: sqlite3.Connection, head: int) -> int:
+    """The last seq whose reuses ``part_reuse`` does not list yet (0: it is complete).
+
+    ``part_reuse`` holds a row per event naming a part an earlier event stored (the event
+    that stored it has none); the append writes them, so only an archive made before the
+    table existed, or a copy laid out from central rows (no ``meta`` row), is owed any.
+    """
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (PART_REUSE_FROM,)).fetchone()
+    return head if row is None else int(row[0])
+
+
+def index_part_reuse(conn: sqlite3.Connection, after: int, upto: int) -> int:
+    """One step of indexing the owed events: those after ``after`` (0: the first step) up
+    to ``upto``, at most :data:`PART_REUSE_STEP`; returns the last seq read. Inside the
+    caller's write transaction; the step reaching ``upto`` marks the table complete.
+
+    The digests seen so far are kept in a temporary table of this connection between steps
+    (rolled back with a step that fails); a new pass starts from the first event again.
+    Every row a step writes is true whatever happens later, so a pass cut short only costs
+    the next one its time.
+    """
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS part_seen (digest BLOB PRIMARY KEY)")
+    if after == 0:
+        conn.execute("DELETE FROM temp.part_seen")
+    last = after
+    for seq, parts in conn.execute(
+        "SELECT seq, parts FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+        (after, upto, PART_REUSE_STEP),
+    ).fetchall():
+        for digest in dict.fromkeys(split_parts(parts)):
+            seen = conn.execute("INSERT OR IGNORE INTO temp.part_seen VALUES (?)", (digest,))
+            if seen.rowcount == 0:
+                conn.execute("INSERT OR IGNORE INTO part_reuse VALUES (?, ?)", (digest, seq))
+        last = int(seq)
+    if last >= upto or last == after:
+        conn.execute("DELETE FROM temp.part_seen")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (PART_REUSE_FROM,))
+        return upto
+    return last
 
 
 def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) -> int:

@@ -1,0 +1,252 @@
+"""Retention and erasure whose cost follows the batch, not the archive (issue 16).
+
+What makes a batch cheap must not cost a guarantee: the events naming an erased payload are
+found through ``part_reuse`` (kept by the append, built once for an older archive), a text
+another event still names is kept, held data is skipped without stopping the pass, and the
+full-text merge a pass leaves to its end is owed until it is done.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+
+from archive_provider.audit import erasure
+from archive_provider.audit.erasure import Scope
+from archive_provider.domain import builders
+from archive_provider.storage import store_v2
+from archive_provider.storage.store_v2 import PART_REUSE_FROM
+from tests.conftest import open_v2
+from tests.test_erasure import OTHER, SECRET, SECRET_TERM, assert_gone, fts_terms, raw_hits, turn
+
+SHARED = "the shared sentence both sessions hold"
+
+
+def steps(conn: sqlite3.Connection, work: Callable[[], object]) -> int:
+    """SQLite virtual-machine steps (in tens) ``work`` runs: they grow with every row it
+    reads, whatever the machine's speed."""
+    done = 0
+
+    def count() -> int:
+        nonlocal done
+        done += 1
+        return 0
+
+    conn.set_progress_handler(count, 10)
+    try:
+        work()
+    finally:
+        conn.set_progress_handler(None, 0)
+    return done
+
+
+def plan_steps(store: erasure.EventStoreV2, session: str) -> int:
+    return steps(store.conn, lambda: erasure.plan(store, Scope("session", {"session": session})))
+
+
+def forget_steps(store: erasure.EventStoreV2, session: str) -> int:
+    """The steps of the projections forgetting an erased session again (rolled back)."""
+    seqs = frozenset(
+        s for (s,) in store.conn.execute("SELECT seq FROM events WHERE session = ?", (session,))
+    )
+
+    def forget() -> None:
+        for projection in store.projections:
+            projection.forget(store.conn, seqs)  # type: ignore[attr-defined]
+
+    store.conn.execute("BEGIN")
+    try:
+        return steps(store.conn, forget)
+    finally:
+        store.conn.execute("ROLLBACK")
+
+
+def sessions(
+    store: erasure.EventStoreV2, first: int, count: int, *, checkpoints: bool = False
+) -> None:
+    """Sessions s<first>.. of a start and three turns (each turn also says SHARED), and with
+    ``checkpoints`` a checkpoint each (an event the plan still sweeps archive-wide)."""
+    for n in range(first, first + count):
+        name = f"s{n}"
+        store.append(
+            [
+                builders.session_started(name, at="t0", details={"platform": "cli"}),
+                *(
+                    turn(store, name, k, [f"{name} said sentence {k} of many", SHARED], 2 * k)
+                    for k in range(1, 4)
+                ),
+            ]
+        )
+        if not checkpoints:
+            continue
+        evidence = [store.hasher.part({"role": "user", "content": f"{name} said sentence 1"})]
+        store.append(
+            [
+                builders.checkpoint(
+                    store.hasher,
+                    name,
+                    evidence,
+                    parent_session="",
+                    host_api_version=2,
+                    require_checkpoint=False,
+                    received=1,
+                )
+            ]
+        )
+
+
+def test_the_plan_reads_no_more_when_the_archive_is_ten_times_larger(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    sessions(store, 0, 20)
+    small = plan_steps(store, "s0")
+    sessions(store, 20, 180)
+    large = plan_steps(store, "s0")
+    assert large < small * 1.5, (small, large)  # reading every event's parts: about 10x
+    found = erasure.plan(store, Scope("session", {"session": "s0"}))
+    assert found.kept_shared == 1 and len(found.digests) == 3 + 1  # its sentences, its start
+
+
+def test_the_projections_forget_a_session_reading_no_more_in_a_larger_archive(
+    store: erasure.EventStoreV2,
+) -> None:
+    sessions(store, 0, 20, checkpoints=True)
+    erasure.forget(store, Scope("session", {"session": "s0"}), reason="r")
+    small = forget_steps(store, "s0")
+    sessions(store, 20, 180, checkpoints=True)
+    large = forget_steps(store, "s0")
+    # the sessions projection read every session's start, recall every later checkpoint
+    assert large < small * 1.25, (small, large)
+
+
+def test_a_text_said_in_many_sessions_is_kept_unless_the_scope_says_shared(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    sessions(store, 0, 3)
+    kept = erasure.forget(store, Scope("session", {"session": "s2"}), reason="r")
+    assert kept.kept_shared == 1 and raw_hits(home, SHARED)
+    # s0's first turn stored the text: no index lists it, and a shared erasure touches it too
+    gone = erasure.forget(store, Scope("session", {"session": "s2", "shared": True}), reason="r")
+    assert gone.payloads == 1 and gone.events == 1 + 9  # s2's start, every session's turns
+    assert_gone(home, store, SHARED, "shared")
+
+
+def test_the_append_lists_each_reuse_but_not_the_event_that_stored_the_text(
+    store: erasure.EventStoreV2,
+) -> None:
+    first = store.append([turn(store, "a", 1, [SHARED, SECRET])])[0].seq
+    again = store.append([turn(store, "b", 1, [SHARED, SHARED])])[0].seq
+    rows = store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall()
+    assert [seq for _, seq in rows] == [again]  # once, though b names it twice
+    parts = store.conn.execute("SELECT parts FROM events WHERE seq = ?", (first,)).fetchone()[0]
+    assert rows[0][0] == parts[:32]
+
+
+def test_an_archive_made_before_part_reuse_is_indexed_by_its_first_erasure(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_v2, "PART_REUSE_STEP", 1)  # one event per transaction
+    folder = home / "archive"
+    store = open_v2(folder)
+    store.append([turn(store, "a", 1, [SECRET, SHARED])])
+    store.append([turn(store, "b", 1, [SHARED])])
+    store.close()
+    conn = sqlite3.connect(folder / "events.db")  # as an archive of 0.1 left it
+    conn.execute("DROP TABLE part_reuse")
+    conn.execute("DELETE FROM meta WHERE name = ?", (PART_REUSE_FROM,))
+    conn.commit()
+    conn.close()
+    store = open_v2(folder)
+    try:
+        store.append([turn(store, "c", 1, [SHARED])])  # appended after: listed by the append
+        assert store.conn.execute("SELECT count(*) FROM part_reuse").fetchone()[0] == 1
+        receipt = erasure.forget(store, Scope("session", {"session": "a"}), reason="r")
+        assert receipt.kept_shared == 1  # b's reuse was found by the one-time pass
+        assert store.conn.execute("SELECT count(*) FROM part_reuse").fetchone()[0] == 2
+        assert raw_hits(home, SECRET) == [] and raw_hits(home, SHARED)
+        gone = erasure.forget(store, Scope("session", {"session": "c", "shared": True}), reason="r")
+        assert gone.events == 3  # a stored it (found by the one-time pass), b and c reused it
+        assert_gone(home, store, SHARED, "shared")
+    finally:
+        store.close()
+
+
+def test_a_first_batch_all_under_a_hold_does_not_end_the_retention_pass(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append(
+            [turn(store, "held", k, [f"held text number {k} for counsel"]) for k in (1, 2)]
+        )
+        store.append([turn(store, "old", 1, [SECRET])])
+    with freeze_time("2026-09-01T00:00:00Z"):
+        store.append([turn(store, "new", 1, [OTHER])])
+        erasure.set_retention(store, 180, "policy", "ops", confirmed=True)
+        erasure.add_hold(store, {"session": "held"}, "audit", "counsel")
+        done = erasure.apply_retention(store, batch=2)
+    assert [r.payloads for r in done] == [0, 1]  # the held batch, then the old turn's
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    data = (home / "archive" / "events.db").read_bytes()
+    assert b"held text number 2" in data and OTHER.encode() in data
+
+
+def test_a_pass_cut_short_leaves_the_index_merge_owed_and_the_next_pass_makes_it(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    term = "quuxblatherskite"  # one token: what an unmerged segment would still hold
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "old", 1, [f"{term} was said once"])])
+        store.append([turn(store, "old", 2, ["and then something else was said"], 2)])
+    with freeze_time("2026-09-01T00:00:00Z"):
+        erasure.set_retention(store, 180, "policy", "ops", confirmed=True)
+        cut = erasure.apply_retention(store, batch=1, between=lambda: False)
+        assert len(cut) == 1 and cut[0].payloads == 1
+        assert term not in fts_terms(store)  # out of every search at once
+        assert erasure.merge_index(store)  # owed: the pass stopped before its merge
+        assert not erasure.merge_index(store)  # made: nothing owed
+        assert raw_hits(home, term) == []
+        erasure.apply_retention(store, batch=1)
+    assert_gone(home, store, "and then something else was said", "something")
+
+
+def test_what_the_appends_list_equals_the_one_time_pass_over_the_log(
+    store: erasure.EventStoreV2,
+) -> None:
+    """Reuses across transactions, inside one transaction, within one event, by checkpoints,
+    memory writes and recalls: the append's rows are exactly what reading the log gives."""
+    words = ["yes", SHARED, "no", OTHER]
+    store.append([turn(store, "a", 1, [words[0], words[1]]), turn(store, "b", 1, [words[1]])])
+    store.append([turn(store, "c", 1, [words[0], words[0], words[2]])])
+    evidence = [store.hasher.part({"role": "user", "content": w}) for w in words]
+    store.append(
+        [
+            builders.checkpoint(
+                store.hasher,
+                "a",
+                evidence,
+                parent_session="",
+                host_api_version=2,
+                require_checkpoint=False,
+                received=4,
+            ),
+            builders.memory_write(store.hasher, "a", 1, "add", "user", SHARED, {}),
+            builders.memory_write(store.hasher, "b", 1, "add", "user", SHARED, {}),
+            builders.recall_served(
+                store.hasher, "b", turn=2, query="yes", result=SHARED, sources=[2], at="t"
+            ),
+        ]
+    )
+    store.append([turn(store, "d", 1, [words[3], words[2]])])
+    appended = set(store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall())
+    assert len(appended) >= 8
+    with store.transaction():
+        store.conn.execute("DELETE FROM part_reuse")
+        store.conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", (PART_REUSE_FROM, store.head().seq)
+        )
+    erasure.forget(store, Scope("event", {"seq": 1}), reason="index")  # store_created: none
+    assert set(store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall()) == appended
