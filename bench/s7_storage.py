@@ -74,8 +74,8 @@ _TREE = {"tiles", "signed_checkpoints", "cosignatures"}
 
 def components(db: Path) -> dict[str, int]:
     """Bytes of the log, the tree, the salts (v2 salt and lookup columns and the lookup
-    index, estimated from their counts), the envelope indexes, the full-text index and the
-    other projections."""
+    index, estimated from their counts), the log's indexes (envelopes; payload digests once
+    payloads are a rowid table), the full-text index and the other projections."""
     tables = table_bytes(db)
     conn = sqlite3.connect(db)
     try:
@@ -98,7 +98,7 @@ def components(db: Path) -> dict[str, int]:
             out["tree"] += size
         elif name.startswith("recall_fts"):
             out["full-text"] += size
-        elif name.startswith("events_") or name.startswith("sqlite_autoindex_events"):
+        elif name.startswith(("events_", "sqlite_autoindex_events", "sqlite_autoindex_payloads")):
             out["indexes"] += size
         else:
             out["projections"] += size

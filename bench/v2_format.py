@@ -3,11 +3,13 @@
 * Bytes per turn of the log alone, then with the default projections, in v1 and v2, on
   the same generated turns (session_started, then turns of two new ~500-byte messages),
   split by table with ``dbstat``, beside the raw UTF-8 bytes of the messages.
+* Bytes per turn of a v2 archive with its projections by message size (``--sizes``): most
+  of the overhead is per turn, so the ratio to the text falls as turns grow (issue 18).
 * Commit cost, interleaved: a durable one-turn append to a v2 archive (tiles grown, head
   root, an Ed25519-signed checkpoint in the same ``synchronous=FULL`` transaction), the same
   append to a v1 archive, and a raw ``synchronous=FULL`` commit of one small row (the floor).
 
-    python -m bench.v2_format [--turns 5000] [--repeats 41]
+    python -m bench.v2_format [--turns 5000] [--repeats 41] [--sizes 250,500,1000,2000]
 """
 
 from __future__ import annotations
@@ -24,25 +26,26 @@ from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
 from .common import Workdir, interleaved, quiet_logging
-from .s7_storage import file_bytes, table_bytes
+from .s7_storage import components, file_bytes, table_bytes
 from .workload import corpus, turn_events
 
 
 def bytes_per_turn(
-    work: Workdir, version: int, turns: int, *, projections: bool = False
+    work: Workdir, version: int, turns: int, *, projections: bool = False, size: int = 500
 ) -> dict[str, Any]:
-    folder = work.fresh(f"v{version}") / "archive"
+    folder = work.fresh(f"v{version}-{size}") / "archive"
     text, _ = corpus()
     store = EventStore.open(
         folder, format_version=version, projections=default_projections if projections else ()
     )
-    raw = 0
+    raw = text_bytes = 0
     try:
         chunk = []
-        for event in turn_events(store, f"v{version}", text, 500, turns):
+        for event in turn_events(store, f"v{version}", text, size, turns):
             chunk.append(event)
             if event.type == "turn":
                 raw += sum(len(p.body) for p in event.parts)
+                text_bytes += sum(len(json.loads(p.body)["content"].encode()) for p in event.parts)
             if len(chunk) >= 50:  # commits of ~50 events, as a busy writer groups them
                 store.append(chunk)
                 chunk = []
@@ -56,8 +59,12 @@ def bytes_per_turn(
         "format_version": version,
         "projections": projections,
         "turns": turns,
+        "message_size": size,
         "bytes_per_turn": round(used / turns, 1),
-        "message_bytes_per_turn": round(raw / turns, 1),
+        "message_bytes_per_turn": round(raw / turns, 1),  # their canonical JSON
+        "text_bytes_per_turn": round(text_bytes / turns, 1),  # the texts alone, as row 7
+        "ratio_to_text": round(used / text_bytes, 2),
+        "per_turn_by_component": {k: round(v / turns, 1) for k, v in components(db).items()},
         "per_turn_by_table": {k: round(v / turns, 1) for k, v in table_bytes(db).items()},
     }
 
@@ -115,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--root", type=Path, default=None)
+    parser.add_argument("--sizes", default="", help="message sizes for the v2 by-size split")
     args = parser.parse_args(argv)
     work = Workdir(args.root)
     try:
@@ -126,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                     for v in (1, 2)
                 ],
                 "commit": commit_cost(work, args.repeats),
+                "by_size": [
+                    bytes_per_turn(work, 2, args.turns, projections=True, size=int(size))
+                    for size in args.sizes.split(",")
+                    if size
+                ],
             }
     finally:
         work.cleanup()

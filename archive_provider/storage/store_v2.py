@@ -58,12 +58,13 @@ CREATE INDEX IF NOT EXISTS events_session ON events(session, seq);
 CREATE INDEX IF NOT EXISTS events_type ON events(type, seq);
 CREATE INDEX IF NOT EXISTS events_time ON events(time);
 CREATE INDEX IF NOT EXISTS events_author ON events(author, seq) WHERE author IS NOT NULL;
+-- a rowid table: rows in append order keep their pages full (FORMAT.md 17)
 CREATE TABLE IF NOT EXISTS payloads (
     digest BLOB PRIMARY KEY,
     salt   BLOB,
     lookup BLOB,
     body   BLOB
-) WITHOUT ROWID;
+);
 CREATE UNIQUE INDEX IF NOT EXISTS payloads_lookup ON payloads(lookup) WHERE lookup IS NOT NULL;
 CREATE TABLE IF NOT EXISTS erased (
     digest      BLOB PRIMARY KEY,
