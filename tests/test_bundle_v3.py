@@ -265,3 +265,17 @@ def test_every_byte_of_the_payloads_member_is_covered(home: Path, tmp_path: Path
         report = verify_bundle(damaged)
         assert not report.ok, f"flipping bit {bit} (byte {bit // 8}) went unnoticed"
         assert not (report.problem or "").startswith("cannot read the bundle"), report.problem
+
+
+def test_an_envelope_line_naming_a_field_twice_is_refused(bundle: Path, vkey: str) -> None:
+    """JSON's last-one-wins would let a forger show one value and hash another."""
+
+    def twice(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        lines = content["envelopes.jsonl"].splitlines(keepends=True)
+        lines[1] = lines[1].replace(b'{"author"', b'{"type":"turn","author"', 1)
+        content["envelopes.jsonl"] = b"".join(lines)
+
+    reseal(bundle, twice)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert (report.ok, report.first_bad_seq) == (False, 2)
+    assert report.problem == 'envelopes.jsonl line 2 has the member "type" twice'

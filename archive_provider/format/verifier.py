@@ -1364,14 +1364,35 @@ def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
     return dict(manifest)
 
 
+class _Twice(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _once(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(items)
+    if len(value) != len(items):
+        names = [name for name, _ in items]
+        raise _Twice(next(name for name in names if names.count(name) > 1))
+    return value
+
+
+#: :func:`strict_json`'s rule with one decoder for every line (a decoder per line costs as
+#: much as the parse)
+_ONCE = json.JSONDecoder(object_pairs_hook=_once)
+
+
 def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
     """Parse a v2 ``envelopes.jsonl`` strictly: exact fields and types, duplicates refused."""
     with archive.open(ENVELOPES) as member:
         for number, raw in enumerate(iter(lambda: member.readline(_MAX_ENVELOPE_LINE), b""), 1):
             try:
-                value = strict_json(raw.decode("ascii"), f"{ENVELOPES} line {number}")
-            except _Failed as failure:
-                raise BundleError(failure.problem, number) from None
+                value = _ONCE.decode(raw.decode("ascii"))
+            except _Twice as twice:
+                raise BundleError(
+                    f'{ENVELOPES} line {number} has the member "{twice.name}" twice', number
+                ) from None
             except (UnicodeDecodeError, ValueError) as exc:
                 raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
             if (
@@ -1459,23 +1480,48 @@ def _check_body(
 class _CarriedV3:
     """A version-3 bundle's ``payloads.bin`` (FORMAT.md 21.3), read as one stream beside the
     envelopes: a digest met for the first time must be the next record. Memory: the digests
-    already met (:class:`_Seen`, bounded) and the tombstones (they grow with erasures only)."""
+    already met (:class:`_Seen`, bounded), a read buffer, and the tombstones (they grow with
+    erasures only)."""
+
+    CHUNK = 1 << 20
+    #: the filter is sized for the manifest's count, but never larger than 5 MB up front
+    MOST_EXPECTED = 1 << 22
 
     def __init__(
-        self, member: BinaryIO, report: ReportV2, fail: Callable[..., _BundleErrorV2]
+        self,
+        member: BinaryIO,
+        claimed: int,
+        report: ReportV2,
+        fail: Callable[..., _BundleErrorV2],
     ) -> None:
         self.member, self.report, self.fail = member, report, fail
-        self.seen = _Seen()
+        self.seen = _Seen(min(claimed, self.MOST_EXPECTED))  # the manifest's count: a hint
         self.erased: dict[bytes, int] = {}
         self.records = 0
+        self.buffer, self.at = b"", 0
 
-    def _read(self, size: int, seq: int) -> bytes:
-        data = self.member.read(size)
-        if len(data) != size:
+    def _fill(self, size: int) -> bool:
+        """Whether ``size`` more bytes are buffered (reading the member in large chunks)."""
+        if self.at + size <= len(self.buffer):
+            return True
+        chunks, have = [self.buffer[self.at :]], len(self.buffer) - self.at
+        while have < size:
+            chunk = self.member.read(max(size - have, self.CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            have += len(chunk)
+        self.buffer, self.at = b"".join(chunks), 0
+        return have >= size
+
+    def _take(self, size: int, seq: int) -> bytes:
+        if not self._fill(size):
             raise self.fail(
                 f"{PAYLOADS} ends inside record {self.records + 1}", seq, "missing_payload"
             )
-        return data
+        start = self.at
+        self.at += size
+        return self.buffer[start : self.at]
 
     def check(self, digest: bytes, seq: int) -> None:
         """One digest a selected event names: its body carried and matching, or erased later."""
@@ -1483,15 +1529,15 @@ class _CarriedV3:
         if at is None and digest in self.seen:
             return
         if at is None:
-            kind = self.member.read(1)
-            if not kind:
+            if not self._fill(1):
                 raise self.fail(
                     f"seq {seq}: payload {digest.hex()} is missing from the bundle",
                     seq,
                     "missing_payload",
                 )
-            named = self._read(32, seq)
-            if kind[0] not in (CARRIED, TOMBSTONE):
+            head = self._take(33, seq)
+            kind, named = head[0], head[1:]
+            if kind not in (CARRIED, TOMBSTONE):
                 raise self.fail(f"{PAYLOADS} record {self.records + 1} is of no known kind", seq)
             self.records += 1
             if named != digest:
@@ -1501,19 +1547,19 @@ class _CarriedV3:
                     seq,
                     "missing_payload",
                 )
-            if kind[0] == TOMBSTONE:
-                at = int.from_bytes(self._read(8, seq), "big")
+            if kind == TOMBSTONE:
+                at = int.from_bytes(self._take(8, seq), "big")
                 self.erased[digest] = at
                 self.report.payloads_erased += 1
             else:
-                salt = self._read(SALT_BYTES, seq)
-                length = int.from_bytes(self._read(8, seq), "big")
+                rest = self._take(SALT_BYTES + 8, seq)
+                length = int.from_bytes(rest[SALT_BYTES:], "big")
                 if length > _MAX_PAYLOAD:
                     raise self.fail(
                         f"{PAYLOADS} record {self.records} is larger than any archive can hold",
                         seq,
                     )
-                _check_body(digest, salt, self._read(length, seq), seq, self.fail)
+                _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
                 self.seen.add(digest)
                 self.report.payloads_checked += 1
                 return
@@ -1528,10 +1574,10 @@ class _CarriedV3:
         return self.report.payloads_checked
 
     def unreferenced(self) -> str | None:
-        kind = self.member.read(1)
-        if not kind:
+        if not self._fill(1):
             return None
-        named = self.member.read(32)
+        self._fill(33)
+        named = self.buffer[self.at + 1 : self.at + 33]
         return f"record {self.records + 1} of {PAYLOADS} ({named.hex()})"
 
 
@@ -1566,7 +1612,7 @@ def _verify_bundle_v2(
     members = manifest["members"]
     v3 = manifest["bundle_version"] == BUNDLE_VERSION_V3
     carried = (
-        _CarriedV3(archive.open(PAYLOADS), report, fail)
+        _CarriedV3(archive.open(PAYLOADS), manifest["payloads"], report, fail)
         if v3
         else _CarriedV2(archive, members, manifest["erased"], report, fail)
     )
