@@ -1483,7 +1483,7 @@ class _CarriedV3:
     already met (:class:`_Seen`, bounded), a read buffer, and the tombstones (they grow with
     erasures only)."""
 
-    CHUNK = 1 << 20
+    CHUNK = 1 << 16
     #: the filter is sized for the manifest's count, but never larger than 5 MB up front
     MOST_EXPECTED = 1 << 22
 
