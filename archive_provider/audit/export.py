@@ -25,7 +25,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from blake3 import blake3
 
@@ -115,6 +115,27 @@ class _Member:
 
     def entry(self) -> dict[str, object]:
         return {"size": self.size, "blake3": self.hasher.hexdigest()}
+
+
+class _Stream(_Member):
+    """A streamed member written in 64 KiB pieces: ``zipfile`` deflates every ``write`` on its
+    own, and a call per record (two per body) cost more than the deflating itself."""
+
+    PIECE = 1 << 16
+
+    def __init__(self, member: IO[bytes]) -> None:
+        super().__init__()
+        self.member, self.pending, self.waiting = member, list[bytes](), 0
+
+    def write(self, *data: bytes) -> None:
+        self.pending.extend(data)
+        self.waiting += sum(map(len, data))
+        if self.waiting >= self.PIECE:
+            self.flush()
+
+    def flush(self) -> None:
+        self.member.write(self.feed(b"".join(self.pending)))
+        self.pending, self.waiting = [], 0
 
 
 def _start(
@@ -446,24 +467,25 @@ def _write_v2(
     members: dict[str, dict[str, object]] = {}
     envelopes = chosen = carried = erased = 0
     with zipfile.ZipFile(handle, "w") as archive:
-        lines = _Member()
         with archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member:
+            lines = _Stream(member)
             for row in store.conn.execute(_ROWS_SQL_V2, (head.seq,)):
-                member.write(lines.feed(_envelope_line_v2(row)))
+                lines.write(_envelope_line_v2(row))
                 envelopes += 1
                 chosen += selection.matches(row[3], row[1])
                 if progress and envelopes % 1000 == 0:
                     progress(envelopes)
+            lines.flush()
         members[ENVELOPES] = lines.entry()
-        bodies = _Member()
         with archive.open(_info(PAYLOADS, when), "w", force_zip64=True) as member:
+            bodies = _Stream(member)
             for digest in _named(store, selection, head):
                 found = salted_payload(store.conn, digest.hex())
                 if found is not None:
                     salt, body = found
-                    record = bytes([CARRIED]) + digest + salt + len(body).to_bytes(8, "big")
-                    member.write(bodies.feed(record))
-                    member.write(bodies.feed(body))
+                    bodies.write(
+                        bytes([CARRIED]) + digest + salt + len(body).to_bytes(8, "big"), body
+                    )
                     carried += 1
                     continue
                 tombstone = store.conn.execute(
@@ -475,8 +497,9 @@ def _write_v2(
                         "`hermes-archive verify` names the event"
                     )
                 at = int(tombstone[0]).to_bytes(8, "big")
-                member.write(bodies.feed(bytes([TOMBSTONE]) + digest + at))
+                bodies.write(bytes([TOMBSTONE]) + digest + at)
                 erased += 1
+            bodies.flush()
         members[PAYLOADS] = bodies.entry()
         note = store.checkpoint_note(head.seq)
         assert note is not None  # _signed_head read it in this snapshot

@@ -35,7 +35,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 try:
     from blake3 import blake3
@@ -1489,7 +1489,7 @@ class _CarriedV3:
 
     def __init__(
         self,
-        member: BinaryIO,
+        member: IO[bytes],
         claimed: int,
         report: ReportV2,
         fail: Callable[..., _BundleErrorV2],
