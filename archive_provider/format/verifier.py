@@ -17,7 +17,9 @@ An export bundle (docs/AUDIT.md) is a zip holding ``manifest.json``, ``payload.k
 ``envelopes.jsonl`` (every envelope from the proof's start to the head) and
 ``payloads/<digest>`` (the payloads and parts of the selected events only), sealed by its
 zip comment: the manifest's BLAKE3 and a BLAKE3 over every byte of the file before the seal
-digest itself, so a change to any single bit anywhere is caught and named.
+digest itself, so a change to any single bit anywhere is caught and named. A format-2
+archive's bundle has no key and, from version 3 (FORMAT.md 21.3), its bodies in one
+streamed ``payloads.bin``.
 """
 
 from __future__ import annotations
@@ -1352,10 +1354,12 @@ def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
             raise BundleError(f"{where}: member entry {name!r} is not an object")
         _field(entry, "size", int, f"{where} member {name}")
         _digest_field(entry, "blake3", f"{where} member {name}")
-        if v3 and name not in (ENVELOPES, PAYLOADS):
-            raise BundleError(f"{where}: unexpected member name {printable(name)}")
-        if name != ENVELOPES and not (
-            v3 or name.startswith(PAYLOAD_PREFIX) and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
+        if not (
+            name in (ENVELOPES, PAYLOADS)
+            if v3
+            else name == ENVELOPES
+            or name.startswith(PAYLOAD_PREFIX)
+            and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
         ):
             raise BundleError(f"{where}: unexpected member name {printable(name)}")
     for name in (ENVELOPES, PAYLOADS) if v3 else (ENVELOPES,):
