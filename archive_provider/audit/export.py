@@ -59,7 +59,7 @@ from ..storage.store import (
     EventStore,
     EventStoreV2,
     Head,
-    salted_payload,
+    salted_payloads,
 )
 from ..storage.store_v2 import KeyFileError
 
@@ -450,6 +450,18 @@ def _named(store: EventStoreV2, selection: Selection, head: Head) -> Iterator[by
                 yield digest
 
 
+def _batches(digests: Iterator[bytes], size: int = 500) -> Iterator[list[bytes]]:
+    """``digests`` in lists of ``size`` (under SQLite's limit of bound parameters)."""
+    batch: list[bytes] = []
+    for digest in digests:
+        batch.append(digest)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def _write_v2(
     handle: BinaryIO,
     store: EventStoreV2,
@@ -479,26 +491,27 @@ def _write_v2(
         members[ENVELOPES] = lines.entry()
         with archive.open(_info(PAYLOADS, when), "w", force_zip64=True) as member:
             bodies = _Stream(member)
-            for digest in _named(store, selection, head):
-                found = salted_payload(store.conn, digest.hex())
-                if found is not None:
-                    salt, body = found
-                    bodies.write(
-                        bytes([CARRIED]) + digest + salt + len(body).to_bytes(8, "big"), body
-                    )
-                    carried += 1
-                    continue
-                tombstone = store.conn.execute(
-                    "SELECT erasure_seq FROM erased WHERE digest = ?", (digest,)
-                ).fetchone()
-                if tombstone is None:
-                    raise ExportError(
-                        f"payload {digest.hex()} is missing from the archive; "
-                        "`hermes-archive verify` names the event"
-                    )
-                at = int(tombstone[0]).to_bytes(8, "big")
-                bodies.write(bytes([TOMBSTONE]) + digest + at)
-                erased += 1
+            for batch in _batches(_named(store, selection, head)):
+                found = salted_payloads(store.conn, batch)
+                for digest in batch:
+                    if digest in found:
+                        salt, body = found[digest]
+                        bodies.write(
+                            bytes([CARRIED]) + digest + salt + len(body).to_bytes(8, "big"), body
+                        )
+                        carried += 1
+                        continue
+                    tombstone = store.conn.execute(
+                        "SELECT erasure_seq FROM erased WHERE digest = ?", (digest,)
+                    ).fetchone()
+                    if tombstone is None:
+                        raise ExportError(
+                            f"payload {digest.hex()} is missing from the archive; "
+                            "`hermes-archive verify` names the event"
+                        )
+                    at = int(tombstone[0]).to_bytes(8, "big")
+                    bodies.write(bytes([TOMBSTONE]) + digest + at)
+                    erased += 1
             bodies.flush()
         members[PAYLOADS] = bodies.entry()
         note = store.checkpoint_note(head.seq)
