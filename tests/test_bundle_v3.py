@@ -10,13 +10,15 @@ knows the format and reseals every change: each must still be caught, and named.
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 from blake3 import blake3
 
-from archive_provider.audit.export import Selection
+from archive_provider.audit.export import ExportError, Selection
 from archive_provider.format.verifier import V2_PAYLOAD, verify_bundle
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from tests.conftest import archive_format
@@ -279,3 +281,18 @@ def test_an_envelope_line_naming_a_field_twice_is_refused(bundle: Path, vkey: st
     report = verify_bundle(bundle, vkey=vkey)
     assert (report.ok, report.first_bad_seq) == (False, 2)
     assert report.problem == 'envelopes.jsonl line 2 has the member "type" twice'
+
+
+def test_a_body_gone_without_a_tombstone_stops_the_export(home: Path, tmp_path: Path) -> None:
+    """Neither a body nor a tombstone: the export refuses, and leaves no bundle."""
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    conn = sqlite3.connect(archive_dir(copy) / "events.db")
+    conn.execute("DROP TRIGGER payloads_no_delete")
+    digest = conn.execute("SELECT payload FROM events WHERE seq = 2").fetchone()[0]
+    conn.execute("DELETE FROM payloads WHERE digest = ?", (digest,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(ExportError, match=f"payload {bytes(digest).hex()} is missing"):
+        export(copy, tmp_path / "out.zip")
+    assert not (tmp_path / "out.zip").exists()
