@@ -4,6 +4,8 @@ A bundle holds the envelopes of every event from its proof start (the genesis by
 to the head at export time, the payloads and parts of the *selected* events only, the
 payload key and a manifest with a BLAKE3 digest of every member; the zip comment seals it
 (the layout and every check are in :mod:`archive_provider.format.verifier`, which also reads it).
+A format-2 archive's bundle (version 3, FORMAT.md 21.3) has no key and carries its bodies in
+one streamed ``payloads.bin``, so writing it keeps nothing per event or payload.
 
 Why a zip: every platform opens one (``unzip -l``, Explorer, Python's ``zipfile``), members
 can be read one at a time with ``unzip -p``, deflate shrinks the hex-heavy envelopes by
