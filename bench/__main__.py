@@ -34,6 +34,7 @@ from . import (
     s9_startup,
     s10_witness,
     s12_v2,
+    s13_bundle,
 )
 from .common import Row, Workdir, machine, quiet_logging, table
 from .config import MODES, Config
@@ -152,7 +153,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                 section("7 storage: re-sent transcripts")
                 rows += s7_storage.resend(work, text, config.resend_turns, _say)
 
-            uses_logs = {"2", "3", "5", "6", "7", "8", "12"}
+            uses_logs = {"2", "3", "5", "6", "7", "8", "12", "13"}
             big = uses_logs & (only or uses_logs)
             homes: dict[int, Path] = {}
             if big:
@@ -290,6 +291,9 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     rows += s12_v2.open_rows(
                         {n: archive_dir(h) for n, h in homes.items()}, config.crash_repeats, _say
                     )
+                if want("13"):
+                    section(f"13 export and verify-bundle @ {label}")
+                    rows += s13_bundle.run(work, home, folder, label, config.verify_repeats, _say)
             if want("9"):
                 section("9 CLI start-up")
                 rows += s9_startup.run(work, config.startup_repeats, _say)

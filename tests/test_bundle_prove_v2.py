@@ -1,4 +1,4 @@
-"""Export bundles of version 2, verify-bundle --key, and proof files (FORMAT.md 21).
+"""Export bundles of a v2 archive (bundle version 3 since 0.2.0), verify-bundle --key, and proof files (FORMAT.md 21).
 
 A v2 bundle carries no key: salts travel with bodies, the signed checkpoint and the
 consistency proof from the bundle's head travel in the manifest. Its seal is a plain BLAKE3
@@ -24,6 +24,7 @@ from archive_provider.format.signed_note import Checkpoint, Signer, format_check
 from archive_provider.format.verifier import verify_bundle, verify_proof
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from tests.conftest import archive_format
+from tests.test_bundle_v3 import records
 from tests.test_cli import build_archive, run_json, via_main
 from tests.test_export import export, members, reseal
 
@@ -62,12 +63,11 @@ def test_a_v2_bundle_has_no_key_and_carries_the_signed_checkpoint(home: Path, vk
     bundle = export(home, home.parent / "all.zip")
     content = members(bundle)
     manifest = json.loads(content["manifest.json"])
-    assert "payload.key" not in content and manifest["bundle_version"] == 2
+    assert "payload.key" not in content and manifest["bundle_version"] == 3
     assert manifest["checkpoint"].startswith(f"hermes-archive.invalid/{manifest['store_id']}\n")
-    assert manifest["consistency"] == [] and manifest["erased"] == []
-    name = next(n for n in content if n.startswith("payloads/"))
-    digest, stored = bytes.fromhex(name.split("/")[1]), content[name]
-    assert tlog_proof.payload_digest(stored[:32], stored[32:]) == digest  # salt ‖ body
+    assert manifest["consistency"] == [] and manifest["erased"] == 0
+    _, digest, salt, body = records(content["payloads.bin"])[0]
+    assert isinstance(salt, bytes) and tlog_proof.payload_digest(salt, body) == digest
     pinned = verify_bundle(bundle, vkey=vkey)
     assert pinned.ok and pinned.authenticity == "verified", pinned.problem
     assert pinned.events_checked == manifest["envelopes"] == manifest["head"]["seq"]

@@ -1,7 +1,10 @@
-"""Bundle-v2 and proof-v2 vectors (tests/vectors/bundle_v2/, proof_v2/; FORMAT.md 22).
+"""Bundle and proof vectors of format-2 archives (tests/vectors/bundle_v2/, bundle_v3/,
+proof_v2/; FORMAT.md 22).
 
-``tiny.zip`` is a v2 export of one session of a real archive; ``tampered.zip`` the same with
+``tiny.zip`` is an export of one session of a real archive; ``tampered.zip`` the same with
 one body changed and resealed by a forger who knows the format, caught by its salted digest.
+``bundle_v2/`` holds bundles of version 2 (0.1's exporter): still verified as they were;
+``bundle_v3/`` the version the exporter writes now (21.3).
 Each is checked with and without the log key; ``turn.proof`` is a ``prove`` file of one turn.
 The package and the four standalone files, run as a separate process, give the same reports.
 """
@@ -12,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +24,18 @@ import pytest
 from archive_provider.format import verifier
 
 VECTORS = Path(__file__).parent / "vectors"
-BUNDLES, PROOFS = VECTORS / "bundle_v2", VECTORS / "proof_v2"
-VKEY = json.loads((BUNDLES / "keys.json").read_text())["log_vkey"]
-CASES = [(name, keyed) for name in ("tiny", "tampered") for keyed in (True, False)]
+PROOFS = VECTORS / "proof_v2"
+VERSIONS = {2: VECTORS / "bundle_v2", 3: VECTORS / "bundle_v3"}
+CASES = [
+    (version, name, keyed)
+    for version in VERSIONS
+    for name in ("tiny", "tampered")
+    for keyed in (True, False)
+]
+
+
+def vkey(folder: Path) -> str:
+    return str(json.loads((folder / "keys.json").read_text())["log_vkey"])
 
 
 def expected(folder: Path, name: str) -> dict[str, Any]:
@@ -44,27 +57,37 @@ def standalone(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
-def test_the_vectors_say_what_they_are_for() -> None:
-    assert expected(BUNDLES, "tiny")["authenticity"] == "verified"
-    assert expected(BUNDLES, "tiny.unkeyed")["authenticity"] == "not checked"
-    tampered = expected(BUNDLES, "tampered")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_vectors_say_what_they_are_for(version: int) -> None:
+    bundles = VERSIONS[version]
+    with zipfile.ZipFile(bundles / "tiny.zip") as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        assert manifest["bundle_version"] == version
+        assert ("payloads.bin" in archive.namelist()) == (version == 3)
+    assert expected(bundles, "tiny")["authenticity"] == "verified"
+    assert expected(bundles, "tiny.unkeyed")["authenticity"] == "not checked"
+    tampered = expected(bundles, "tampered")
     assert (tampered["ok"], tampered["code"]) == (False, "payload_mismatch")
     assert expected(PROOFS, "turn")["ok"] is True
 
 
-@pytest.mark.parametrize(("name", "keyed"), CASES)
-def test_bundles_report_what_the_vector_expects(name: str, keyed: bool, tmp_path: Path) -> None:
-    want = expected(BUNDLES, name + ("" if keyed else ".unkeyed"))
-    key = VKEY if keyed else None
-    assert verifier.verify_bundle(BUNDLES / f"{name}.zip", vkey=key).as_dict() == want
+@pytest.mark.parametrize(("version", "name", "keyed"), CASES)
+def test_bundles_report_what_the_vector_expects(
+    version: int, name: str, keyed: bool, tmp_path: Path
+) -> None:
+    bundles = VERSIONS[version]
+    want = expected(bundles, name + ("" if keyed else ".unkeyed"))
+    key = vkey(bundles) if keyed else None
+    assert verifier.verify_bundle(bundles / f"{name}.zip", vkey=key).as_dict() == want
     code, report = standalone(
-        tmp_path, "bundle", str(BUNDLES / f"{name}.zip"), *(("--key", VKEY) if keyed else ())
+        tmp_path, "bundle", str(bundles / f"{name}.zip"), *(("--key", key) if key else ())
     )
     assert report == want and code == (0 if want["ok"] else 1)
 
 
 def test_the_proof_reports_what_the_vector_expects(tmp_path: Path) -> None:
     want = expected(PROOFS, "turn")
-    assert verifier.verify_proof(PROOFS / "turn.proof", VKEY).as_dict() == want
-    code, report = standalone(tmp_path, "proof", str(PROOFS / "turn.proof"), "--key", VKEY)
+    key = vkey(PROOFS)
+    assert verifier.verify_proof(PROOFS / "turn.proof", key).as_dict() == want
+    code, report = standalone(tmp_path, "proof", str(PROOFS / "turn.proof"), "--key", key)
     assert code == 0 and report == want

@@ -29,8 +29,9 @@ from archive_provider.projections.registry import default_projections
 from archive_provider.projections.runner import ProjectionSet
 from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2
+from tests.test_bundle_v3 import pack, records
 from tests.test_erasure import OTHER, SECRET, SECRET_TERM, fill, fts_terms, raw_hits, turn
-from tests.test_export import export, members
+from tests.test_export import export, members, reseal
 
 SECRET_PLATFORM = "telegram-of-zorblax"
 
@@ -363,9 +364,11 @@ def test_a_bundle_exported_after_an_erasure_carries_erased_slots_that_verify(
     whole = export(home, alone / "whole.zip")
     content = members(whole)
     manifest = json.loads(content["manifest.json"])
-    assert {e["digest"]: e["seq"] for e in manifest["erased"]} == erased
+    tombstones = {r[1].hex(): r[2] for r in records(content["payloads.bin"]) if r[0] == 0}
+    assert tombstones == erased and manifest["erased"] == len(erased)
     assert all(s == receipt.seq for s in erased.values())
-    assert not [n for n in content if n.split("/")[-1] in erased]  # no member for a tombstone
+    carried = [r for r in records(content["payloads.bin"]) if r[0] == 1]
+    assert not [r for r in carried if r[1].hex() in erased]  # no body for a tombstone
     for name, data in content.items():
         for text in (SECRET, json.dumps(SECRET)[1:-1]):
             assert text.encode() not in data, name
@@ -381,6 +384,17 @@ def test_a_bundle_exported_after_an_erasure_carries_erased_slots_that_verify(
     assert verify_bundle(only, vkey=vkey).ok
     code, _ = standalone(alone, "erased-session.zip", "--key", vkey)
     assert code == 0
+
+    # a tombstone dated at or before the event that names it hides a body: refused there
+    def backdate(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        items = records(content["payloads.bin"])
+        items[0] = (0, items[0][1], secret_seq, b"")
+        content["payloads.bin"] = pack(items)
+
+    reseal(only, backdate)
+    report = verify_bundle(only, vkey=vkey)
+    assert (report.ok, report.code) == (False, "missing_payload"), report.problem
+    assert report.first_bad_seq is not None and report.first_bad_seq <= secret_seq
     # a proof of a kept event, and of the erased turn (its envelope, no body), check offline
     for seq, name in ((keep_seq, "keep.proof"), (secret_seq, "erased.proof")):
         assert (

@@ -99,20 +99,12 @@ def bundles(archives: Archives) -> Pair:
     )
 
 
-#: the bundle format (FORMAT.md 21.2) has one zip member per payload and a manifest entry
-#: per member: zipfile keeps every member's ZipInfo, the manifest is built and parsed whole
-#: (about 2 KB per payload today). Bounded needs a format change; see docs/PERFORMANCE.md.
-BUNDLE_PER_PAYLOAD = pytest.mark.xfail(
-    strict=True, reason="issue 18: the v2 bundle holds per-payload state (about 2 KB each)"
-)
-
-
-@BUNDLE_PER_PAYLOAD
 def test_export_runs_in_bounded_memory(bundles: Pair) -> None:
+    """Bundle version 3 (FORMAT.md 21.3): three members, a manifest of fixed size, the
+    digests already written in bounded memory; the export's own check included."""
     bundles.check()
 
 
-@BUNDLE_PER_PAYLOAD
 def test_verify_bundle_runs_in_bounded_memory(archives: Archives, bundles: Pair) -> None:
     assert bundles.small.returncode == 0 and bundles.large.returncode == 0
     Pair(

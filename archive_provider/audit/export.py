@@ -4,6 +4,8 @@ A bundle holds the envelopes of every event from its proof start (the genesis by
 to the head at export time, the payloads and parts of the *selected* events only, the
 payload key and a manifest with a BLAKE3 digest of every member; the zip comment seals it
 (the layout and every check are in :mod:`archive_provider.format.verifier`, which also reads it).
+A format-2 archive's bundle (version 3, FORMAT.md 21.3) has no key and carries its bodies in
+one streamed ``payloads.bin``, so writing it keeps nothing per event or payload.
 
 Why a zip: every platform opens one (``unzip -l``, Explorer, Python's ``zipfile``), members
 can be read one at a time with ``unzip -p``, deflate shrinks the hex-heavy envelopes by
@@ -25,7 +27,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from blake3 import blake3
 
@@ -37,12 +39,16 @@ from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
 from ..format.verifier import (
     BUNDLE_NAME,
     BUNDLE_VERSION,
-    BUNDLE_VERSION_V2,
+    BUNDLE_VERSION_V3,
+    CARRIED,
     ENVELOPES,
     KEY_MEMBER,
     MANIFEST,
     PAYLOAD_PREFIX,
+    PAYLOADS,
+    TOMBSTONE,
     Report,
+    _Seen,
     envelope_line,
     seal_comment,
     seal_digest,
@@ -55,7 +61,7 @@ from ..storage.store import (
     EventStore,
     EventStoreV2,
     Head,
-    salted_payload,
+    salted_payloads,
 )
 from ..storage.store_v2 import KeyFileError
 
@@ -111,6 +117,27 @@ class _Member:
 
     def entry(self) -> dict[str, object]:
         return {"size": self.size, "blake3": self.hasher.hexdigest()}
+
+
+class _Stream(_Member):
+    """A streamed member written in 64 KiB pieces: ``zipfile`` deflates every ``write`` on its
+    own, and a call per record (two per body) cost more than the deflating itself."""
+
+    PIECE = 1 << 16
+
+    def __init__(self, member: IO[bytes]) -> None:
+        super().__init__()
+        self.member, self.pending, self.waiting = member, list[bytes](), 0
+
+    def write(self, *data: bytes) -> None:
+        self.pending.extend(data)
+        self.waiting += sum(map(len, data))
+        if self.waiting >= self.PIECE:
+            self.flush()
+
+    def flush(self) -> None:
+        self.member.write(self.feed(b"".join(self.pending)))
+        self.pending, self.waiting = [], 0
 
 
 def _start(
@@ -385,12 +412,14 @@ def _signed_head(store: EventStoreV2) -> Head:
 
 
 _ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq <= ? ORDER BY seq"
+_NAMED_SQL_V2 = (
+    "SELECT time, session, payload, parts, author FROM events WHERE seq <= ? ORDER BY seq"
+)
 
 
-def _envelope_line_v2(row: Sequence[Any]) -> tuple[bytes, list[str]]:
-    """A v2 ``envelopes.jsonl`` line (FORMAT.md 21.2) and the digests the event names."""
+def _envelope_line_v2(row: Sequence[Any]) -> bytes:
+    """A v2 ``envelopes.jsonl`` line (FORMAT.md 21.2)."""
     seq, time, type_, session, key, identity, payload, parts, author, chain = row
-    part_list = [bytes(parts[i : i + 32]).hex() for i in range(0, len(parts), 32)]
     value = {
         "seq": seq,
         "time": time,
@@ -399,13 +428,40 @@ def _envelope_line_v2(row: Sequence[Any]) -> tuple[bytes, list[str]]:
         "key": key,
         "identity": bytes(identity).hex(),
         "payload": bytes(payload).hex(),
-        "parts": part_list,
+        "parts": [bytes(parts[i : i + 32]).hex() for i in range(0, len(parts), 32)],
         "author": None if author is None else bytes(author).hex(),
         "chain": bytes(chain).hex(),
     }
-    line = json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
-    named = [value["payload"], *part_list, *([value["author"]] if author is not None else [])]
-    return line.encode("ascii"), named
+    return (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def _named(store: EventStoreV2, selection: Selection, head: Head) -> Iterator[bytes]:
+    """The digests the selected events name, in envelope order (payload, parts, author),
+    each once: the order of ``payloads.bin`` (FORMAT.md 21.3). Bounded memory (_Seen)."""
+    seen = _Seen()
+    for time, session, payload, parts, author in store.conn.execute(_NAMED_SQL_V2, (head.seq,)):
+        if not selection.matches(session, time):
+            continue
+        parts = bytes(parts)
+        named = [bytes(payload), *(parts[i : i + 32] for i in range(0, len(parts), 32))]
+        if author is not None:
+            named.append(bytes(author))
+        for digest in named:
+            if digest not in seen:
+                seen.add(digest)
+                yield digest
+
+
+def _batches(digests: Iterator[bytes], size: int = 500) -> Iterator[list[bytes]]:
+    """``digests`` in lists of ``size`` (under SQLite's limit of bound parameters)."""
+    batch: list[bytes] = []
+    for digest in digests:
+        batch.append(digest)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _write_v2(
@@ -416,48 +472,55 @@ def _write_v2(
     created_by: str,
     progress: Callable[[int], None] | None,
 ) -> tuple[int, int, int]:
-    """Write a version-2 bundle (FORMAT.md 21.2): no key; salt and body per payload member;
-    the signed checkpoint at the bundle's head; tombstones listed, never carried."""
+    """Write a version-3 bundle of a format-2 archive (FORMAT.md 21.3): the envelopes, then
+    every body the selection names (salt and body) or its tombstone in one streamed member,
+    then the signed checkpoint at the bundle's head in the manifest. Nothing is kept per
+    event or payload: a zip directory of three members and a manifest of fixed size."""
     created = utc_now()
     when = created.timetuple()[:6]
     members: dict[str, dict[str, object]] = {}
-    needed: dict[str, None] = {}
-    envelopes = chosen = 0
+    envelopes = chosen = carried = erased = 0
     with zipfile.ZipFile(handle, "w") as archive:
-        lines = _Member()
         with archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member:
+            lines = _Stream(member)
             for row in store.conn.execute(_ROWS_SQL_V2, (head.seq,)):
-                line, named = _envelope_line_v2(row)
-                member.write(lines.feed(line))
+                lines.write(_envelope_line_v2(row))
                 envelopes += 1
-                if selection.matches(row[3], row[1]):
-                    chosen += 1
-                    needed.update(dict.fromkeys(named))
+                chosen += selection.matches(row[3], row[1])
                 if progress and envelopes % 1000 == 0:
                     progress(envelopes)
+            lines.flush()
         members[ENVELOPES] = lines.entry()
-        erased: list[dict[str, object]] = []
-        for digest in sorted(needed):
-            found = salted_payload(store.conn, digest)
-            if found is None:
-                tombstone = store.conn.execute(
-                    "SELECT erasure_seq FROM erased WHERE digest = ?", (bytes.fromhex(digest),)
-                ).fetchone()
-                if tombstone is None:
-                    raise ExportError(
-                        f"payload {digest} is missing from the archive; "
-                        "`hermes-archive verify` names the event"
-                    )
-                erased.append({"digest": digest, "seq": int(tombstone[0])})
-                continue
-            part = _Member()
-            archive.writestr(_info(PAYLOAD_PREFIX + digest, when), part.feed(found[0] + found[1]))
-            members[PAYLOAD_PREFIX + digest] = part.entry()
+        with archive.open(_info(PAYLOADS, when), "w", force_zip64=True) as member:
+            bodies = _Stream(member)
+            for batch in _batches(_named(store, selection, head)):
+                found = salted_payloads(store.conn, batch)
+                for digest in batch:
+                    if digest in found:
+                        salt, body = found[digest]
+                        bodies.write(
+                            bytes([CARRIED]) + digest + salt + len(body).to_bytes(8, "big"), body
+                        )
+                        carried += 1
+                        continue
+                    tombstone = store.conn.execute(
+                        "SELECT erasure_seq FROM erased WHERE digest = ?", (digest,)
+                    ).fetchone()
+                    if tombstone is None:
+                        raise ExportError(
+                            f"payload {digest.hex()} is missing from the archive; "
+                            "`hermes-archive verify` names the event"
+                        )
+                    at = int(tombstone[0]).to_bytes(8, "big")
+                    bodies.write(bytes([TOMBSTONE]) + digest + at)
+                    erased += 1
+            bodies.flush()
+        members[PAYLOADS] = bodies.entry()
         note = store.checkpoint_note(head.seq)
         assert note is not None  # _signed_head read it in this snapshot
         manifest: dict[str, object] = {
             "bundle": BUNDLE_NAME,
-            "bundle_version": BUNDLE_VERSION_V2,
+            "bundle_version": BUNDLE_VERSION_V3,
             "format_version": FORMAT_V2,
             "store_id": store.store_id,
             "created": format_time(created),
@@ -466,7 +529,7 @@ def _write_v2(
             "selection": selection.as_dict(),
             "envelopes": envelopes,
             "selected_events": chosen,
-            "payloads": len(needed) - len(erased),
+            "payloads": carried,
             "erased": erased,
             "checkpoint": note.decode("utf-8"),
             "consistency": [],  # the bundle's head is the checkpoint's size
@@ -476,7 +539,7 @@ def _write_v2(
     if progress:
         progress(envelopes)
     _seal(handle)
-    return envelopes, chosen, len(needed) - len(erased)
+    return envelopes, chosen, carried
 
 
 def _write_manifest(

@@ -17,7 +17,9 @@ An export bundle (docs/AUDIT.md) is a zip holding ``manifest.json``, ``payload.k
 ``envelopes.jsonl`` (every envelope from the proof's start to the head) and
 ``payloads/<digest>`` (the payloads and parts of the selected events only), sealed by its
 zip comment: the manifest's BLAKE3 and a BLAKE3 over every byte of the file before the seal
-digest itself, so a change to any single bit anywhere is caught and named.
+digest itself, so a change to any single bit anywhere is caught and named. A format-2
+archive's bundle has no key and, from version 3 (FORMAT.md 21.3), its bodies in one
+streamed ``payloads.bin``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 try:
     from blake3 import blake3
@@ -1154,7 +1156,10 @@ def _verify_open_bundle(
             manifest = json.loads(member.read(manifest_size).decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise BundleError(f"{MANIFEST} is not valid JSON: {exc}") from None
-    v2 = isinstance(manifest, dict) and manifest.get("bundle_version") == BUNDLE_VERSION_V2
+    v2 = isinstance(manifest, dict) and manifest.get("bundle_version") in (
+        BUNDLE_VERSION_V2,
+        BUNDLE_VERSION_V3,
+    )
     manifest = _check_manifest_v2(manifest) if v2 else _check_manifest(manifest)
     members: dict[str, dict[str, Any]] = manifest["members"]
     present = set(names) - {MANIFEST}
@@ -1291,6 +1296,11 @@ ENVELOPE_FIELDS_V2 = (
     "chain",
 )
 SALT_BYTES = 32
+#: version 3 (FORMAT.md 21.3): the carried bodies and tombstones in one streamed member, so
+#: neither the zip directory nor the manifest grows with the archive
+BUNDLE_VERSION_V3 = 3
+PAYLOADS = "payloads.bin"
+CARRIED, TOMBSTONE = 1, 0  # the first byte of a payloads.bin record
 
 
 class _BundleErrorV2(BundleError):
@@ -1302,8 +1312,9 @@ class _BundleErrorV2(BundleError):
 
 
 def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
-    """Validate a version-2 manifest's shape (FORMAT.md 21.2); return it."""
+    """Validate a version-2 or -3 manifest's shape (FORMAT.md 21.2, 21.3); return it."""
     where = MANIFEST
+    v3 = manifest.get("bundle_version") == BUNDLE_VERSION_V3
     if manifest.get("bundle") != BUNDLE_NAME or manifest.get("format_version") != 2:
         raise BundleError(f"{where}: not a {BUNDLE_NAME} version 2 of a format-2 archive")
     if V2_UNAVAILABLE:
@@ -1328,24 +1339,52 @@ def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
     consistency = _field(manifest, "consistency", list, where)
     if not all(isinstance(line, str) for line in consistency):
         raise BundleError(f"{where}: consistency is a list of base64 lines")
-    for entry in _field(manifest, "erased", list, where):
-        if not isinstance(entry, dict) or set(entry) != {"digest", "seq"}:
-            raise BundleError(f"{where}: an erased entry is not a digest and its erasure seq")
-        _digest_field(entry, "digest", f"{where} erased")
-        _field(entry, "seq", int, f"{where} erased")
+    if v3:  # tombstones travel in payloads.bin; the manifest counts them
+        if _field(manifest, "erased", int, where) < 0:
+            raise BundleError(f"{where}: erased is negative")
+    else:
+        for entry in _field(manifest, "erased", list, where):
+            if not isinstance(entry, dict) or set(entry) != {"digest", "seq"}:
+                raise BundleError(f"{where}: an erased entry is not a digest and its erasure seq")
+            _digest_field(entry, "digest", f"{where} erased")
+            _field(entry, "seq", int, f"{where} erased")
     members = _field(manifest, "members", dict, where)
     for name, entry in members.items():
         if not isinstance(entry, dict):
             raise BundleError(f"{where}: member entry {name!r} is not an object")
         _field(entry, "size", int, f"{where} member {name}")
         _digest_field(entry, "blake3", f"{where} member {name}")
-        if name != ENVELOPES and not (
-            name.startswith(PAYLOAD_PREFIX) and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
+        if not (
+            name in (ENVELOPES, PAYLOADS)
+            if v3
+            else name == ENVELOPES
+            or name.startswith(PAYLOAD_PREFIX)
+            and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
         ):
             raise BundleError(f"{where}: unexpected member name {printable(name)}")
-    if ENVELOPES not in members:
-        raise BundleError(f"{where}: member {ENVELOPES} is not listed")
+    for name in (ENVELOPES, PAYLOADS) if v3 else (ENVELOPES,):
+        if name not in members:
+            raise BundleError(f"{where}: member {name} is not listed")
     return dict(manifest)
+
+
+class _Twice(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _once(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(items)
+    if len(value) != len(items):
+        names = [name for name, _ in items]
+        raise _Twice(next(name for name in names if names.count(name) > 1))
+    return value
+
+
+#: :func:`strict_json`'s rule with one decoder for every line (a decoder per line costs as
+#: much as the parse)
+_ONCE = json.JSONDecoder(object_pairs_hook=_once)
 
 
 def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
@@ -1353,9 +1392,11 @@ def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
     with archive.open(ENVELOPES) as member:
         for number, raw in enumerate(iter(lambda: member.readline(_MAX_ENVELOPE_LINE), b""), 1):
             try:
-                value = strict_json(raw.decode("ascii"), f"{ENVELOPES} line {number}")
-            except _Failed as failure:
-                raise BundleError(failure.problem, number) from None
+                value = _ONCE.decode(raw.decode("ascii"))
+            except _Twice as twice:
+                raise BundleError(
+                    f'{ENVELOPES} line {number} has the member "{twice.name}" twice', number
+                ) from None
             except (UnicodeDecodeError, ValueError) as exc:
                 raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
             if (
@@ -1378,6 +1419,170 @@ def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
             ):
                 raise BundleError(f"{ENVELOPES} line {number} is not a v2 envelope record", number)
             yield value
+
+
+class _CarriedV2:
+    """A version-2 bundle's bodies: a ``payloads/<digest>`` member each, tombstones listed in
+    the manifest (both held whole: the directory and the manifest grow with the bundle)."""
+
+    def __init__(
+        self,
+        archive: zipfile.ZipFile,
+        members: dict[str, Any],
+        erased: list[dict[str, Any]],
+        report: ReportV2,
+        fail: Callable[..., _BundleErrorV2],
+    ) -> None:
+        self.archive, self.members, self.report, self.fail = archive, members, report, fail
+        self.erased = {bytes.fromhex(e["digest"]): e["seq"] for e in erased}
+        self.referenced: set[str] = set()
+
+    def check(self, digest: bytes, seq: int) -> None:
+        """One digest a selected event names: its body carried and matching, or erased later."""
+        name = PAYLOAD_PREFIX + digest.hex()
+        if name not in self.members:
+            at = self.erased.get(digest)
+            if at is None or at <= seq:
+                raise self.fail(
+                    f"seq {seq}: payload {digest.hex()} is missing from the bundle",
+                    seq,
+                    "missing_payload",
+                )
+            self.report.payloads_erased += name not in self.referenced
+            self.referenced.add(name)
+            return
+        if name in self.referenced:
+            return
+        if self.members[name]["size"] > _MAX_PAYLOAD + SALT_BYTES:
+            raise self.fail(f"member {printable(name)} is larger than any archive can hold", seq)
+        stored = self.archive.read(name)
+        _check_body(digest, stored[:SALT_BYTES], stored[SALT_BYTES:], seq, self.fail)
+        self.referenced.add(name)
+        self.report.payloads_checked += 1
+
+    def held(self) -> int:
+        return sum(1 for n in self.members if n.startswith(PAYLOAD_PREFIX))
+
+    def unreferenced(self) -> str | None:
+        names = sorted(
+            n for n in self.members if n.startswith(PAYLOAD_PREFIX) and n not in self.referenced
+        )
+        return f"member {printable(names[0])}" if names else None
+
+
+def _check_body(
+    digest: bytes, salt: bytes, body: bytes, seq: int, fail: Callable[..., _BundleErrorV2]
+) -> None:
+    if len(salt) != SALT_BYTES or blake3(V2_PAYLOAD + salt + body).digest() != digest:
+        raise fail(
+            f"seq {seq}: payload {digest.hex()} does not match its salt and body",
+            seq,
+            "payload_mismatch",
+        )
+
+
+class _CarriedV3:
+    """A version-3 bundle's ``payloads.bin`` (FORMAT.md 21.3), read as one stream beside the
+    envelopes: a digest met for the first time must be the next record. Memory: the digests
+    already met (:class:`_Seen`, bounded), a read buffer, and the tombstones (they grow with
+    erasures only)."""
+
+    CHUNK = 1 << 16
+    #: the filter is sized for the manifest's count, but never larger than 5 MB up front
+    MOST_EXPECTED = 1 << 22
+
+    def __init__(
+        self,
+        member: IO[bytes],
+        claimed: int,
+        report: ReportV2,
+        fail: Callable[..., _BundleErrorV2],
+    ) -> None:
+        self.member, self.report, self.fail = member, report, fail
+        self.seen = _Seen(min(claimed, self.MOST_EXPECTED))  # the manifest's count: a hint
+        self.erased: dict[bytes, int] = {}
+        self.records = 0
+        self.buffer, self.at = b"", 0
+
+    def _fill(self, size: int) -> bool:
+        """Whether ``size`` more bytes are buffered (reading the member in large chunks)."""
+        if self.at + size <= len(self.buffer):
+            return True
+        chunks, have = [self.buffer[self.at :]], len(self.buffer) - self.at
+        while have < size:
+            chunk = self.member.read(max(size - have, self.CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            have += len(chunk)
+        self.buffer, self.at = b"".join(chunks), 0
+        return have >= size
+
+    def _take(self, size: int, seq: int) -> bytes:
+        if not self._fill(size):
+            raise self.fail(
+                f"{PAYLOADS} ends inside record {self.records + 1}", seq, "missing_payload"
+            )
+        start = self.at
+        self.at += size
+        return self.buffer[start : self.at]
+
+    def check(self, digest: bytes, seq: int) -> None:
+        """One digest a selected event names: its body carried and matching, or erased later."""
+        at = self.erased.get(digest)
+        if at is None and digest in self.seen:
+            return
+        if at is None:
+            if not self._fill(1):
+                raise self.fail(
+                    f"seq {seq}: payload {digest.hex()} is missing from the bundle",
+                    seq,
+                    "missing_payload",
+                )
+            head = self._take(33, seq)
+            kind, named = head[0], head[1:]
+            if kind not in (CARRIED, TOMBSTONE):
+                raise self.fail(f"{PAYLOADS} record {self.records + 1} is of no known kind", seq)
+            self.records += 1
+            if named != digest:
+                raise self.fail(
+                    f"seq {seq}: payload {digest.hex()} is missing from the bundle (the next "
+                    f"record of {PAYLOADS} is {named.hex()})",
+                    seq,
+                    "missing_payload",
+                )
+            if kind == TOMBSTONE:
+                at = int.from_bytes(self._take(8, seq), "big")
+                self.erased[digest] = at
+                self.report.payloads_erased += 1
+            else:
+                rest = self._take(SALT_BYTES + 8, seq)
+                length = int.from_bytes(rest[SALT_BYTES:], "big")
+                if length > _MAX_PAYLOAD:
+                    raise self.fail(
+                        f"{PAYLOADS} record {self.records} is larger than any archive can hold",
+                        seq,
+                    )
+                _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
+                self.seen.add(digest)
+                self.report.payloads_checked += 1
+                return
+        if at <= seq:  # a tombstone whose erasure is not after this event
+            raise self.fail(
+                f"seq {seq}: payload {digest.hex()} is missing from the bundle",
+                seq,
+                "missing_payload",
+            )
+
+    def held(self) -> int:
+        return self.report.payloads_checked
+
+    def unreferenced(self) -> str | None:
+        if not self._fill(1):
+            return None
+        self._fill(33)
+        named = self.buffer[self.at + 1 : self.at + 33]
+        return f"record {self.records + 1} of {PAYLOADS} ({named.hex()})"
 
 
 def _verify_bundle_v2(
@@ -1409,9 +1614,13 @@ def _verify_bundle_v2(
         return _BundleErrorV2(report, message, seq, code)
 
     members = manifest["members"]
-    erased = {bytes.fromhex(e["digest"]): e["seq"] for e in manifest["erased"]}
+    v3 = manifest["bundle_version"] == BUNDLE_VERSION_V3
+    carried = (
+        _CarriedV3(archive.open(PAYLOADS), manifest["payloads"], report, fail)
+        if v3
+        else _CarriedV2(archive, members, manifest["erased"], report, fail)
+    )
     erasures_seen: set[int] = set()
-    referenced: set[str] = set()
     tree = merkle.CompactRange()
     prev_seq, prev_chain = 0, blake3(V2_GENESIS + store_id.encode("ascii")).digest()
     chosen = 0
@@ -1444,35 +1653,11 @@ def _verify_bundle_v2(
             erasures_seen.add(seq)
         if selected(manifest["selection"], session, time):
             chosen += 1
-            for digest in (payload, *(parts[i : i + 32] for i in range(0, len(parts), 32)), author):
-                if digest is None:
-                    continue
-                name = PAYLOAD_PREFIX + digest.hex()
-                if name not in members:
-                    at = erased.get(digest)
-                    if at is None or at <= seq:
-                        raise fail(
-                            f"seq {seq}: payload {digest.hex()} is missing from the bundle",
-                            seq,
-                            "missing_payload",
-                        )
-                    report.payloads_erased += name not in referenced
-                    referenced.add(name)
-                    continue
-                if name in referenced:
-                    continue
-                if members[name]["size"] > _MAX_PAYLOAD + SALT_BYTES:
-                    raise fail(f"member {printable(name)} is larger than any archive can hold", seq)
-                stored = archive.read(name)
-                salt, body = stored[:SALT_BYTES], stored[SALT_BYTES:]
-                if len(salt) != SALT_BYTES or blake3(V2_PAYLOAD + salt + body).digest() != digest:
-                    raise fail(
-                        f"seq {seq}: payload {digest.hex()} does not match its salt and body",
-                        seq,
-                        "payload_mismatch",
-                    )
-                referenced.add(name)
-                report.payloads_checked += 1
+            carried.check(payload, seq)
+            for i in range(0, len(parts), 32):
+                carried.check(parts[i : i + 32], seq)
+            if author is not None:
+                carried.check(author, seq)
         else:
             report.envelopes_only += 1
         prev_seq, prev_chain = seq, chain
@@ -1491,32 +1676,26 @@ def _verify_bundle_v2(
         raise fail(
             "the head's Merkle root is not the root of the envelopes", prev_seq or None, "head_root"
         )
-    for digest, at in erased.items():
+    for digest, at in carried.erased.items():
         if at not in erasures_seen:
             raise fail(
                 f"payload {digest.hex()} is listed as erased by seq {at}, which is no erasure",
                 at,
                 "erased_without_erasure",
             )
-    counts = (
-        ("envelopes", report.events_checked),
-        ("selected events", chosen),
-        ("payloads", sum(1 for n in members if n.startswith(PAYLOAD_PREFIX))),
-    )
-    for (name, found), claimed in zip(
-        counts,
-        (manifest["envelopes"], manifest["selected_events"], manifest["payloads"]),
-        strict=True,
-    ):
+    unreferenced = carried.unreferenced()
+    if unreferenced is not None:
+        raise fail(f"{unreferenced} is not a payload or part of any selected event")
+    counts = [
+        ("envelopes", report.events_checked, manifest["envelopes"]),
+        ("selected events", chosen, manifest["selected_events"]),
+        ("payloads", carried.held(), manifest["payloads"]),
+    ]
+    if v3:
+        counts.append(("erased payloads", report.payloads_erased, manifest["erased"]))
+    for name, found, claimed in counts:
         if found != claimed:
             raise fail(f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}")
-    unreferenced = sorted(
-        n for n in members if n.startswith(PAYLOAD_PREFIX) and n not in referenced
-    )
-    if unreferenced:
-        raise fail(
-            f"member {printable(unreferenced[0])} is not a payload or part of any selected event"
-        )
     if seal_digest(handle, sealed[0]) != sealed[1]:
         raise fail(
             "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed"

@@ -1,10 +1,13 @@
-"""Generate the frozen bundle-v2 and proof-v2 vectors (FORMAT.md 22: ``bundle_v2/``, ``proof_v2/``).
+"""Generate the frozen bundle-v3 and proof-v2 vectors (FORMAT.md 22: ``bundle_v3/``, ``proof_v2/``).
 
 A real v2 archive is built by the provider (the demo's first two turns and a memory write),
 exported and proven, then frozen with the reports the package gives; a second verifier must
 give the same reports. Rewritten only with ``--force`` (a format change)::
 
-    python tests/vectors/make_bundle_v2.py [--force]
+    python tests/vectors/make_bundles.py [--force]
+
+``bundle_v2/`` was written the same way by 0.1's exporter (bundle version 2) and stays frozen:
+the exporter writes version 3 now, and old bundles must keep their verdicts.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from tests.test_cli import build_archive  # noqa: E402
 from tests.test_export import reseal  # noqa: E402
 
 HERE = Path(__file__).parent
-BUNDLES, PROOFS = HERE / "bundle_v2", HERE / "proof_v2"
+BUNDLES, PROOFS = HERE / "bundle_v3", HERE / "proof_v2"
 
 
 def write_json(path: Path, value: object) -> None:
@@ -40,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--force", action="store_true")
     if (BUNDLES.exists() or PROOFS.exists()) and not parser.parse_args().force:
-        print("bundle_v2/ and proof_v2/ exist; --force rewrites them")
+        print("bundle_v3/ and proof_v2/ exist; --force rewrites them")
         return
     shutil.rmtree(BUNDLES, ignore_errors=True)
     shutil.rmtree(PROOFS, ignore_errors=True)
@@ -56,13 +59,13 @@ def main() -> None:
         export_bundle(store, BUNDLES / "tiny.zip", Selection(session="sess-2"))
         (PROOFS / "turn.proof").write_bytes(prove(store, [3]))
         store.close()
-    write_json(HERE / "bundle_v2" / "keys.json", {"log_vkey": vkey})
+    write_json(BUNDLES / "keys.json", {"log_vkey": vkey})
     write_json(PROOFS / "keys.json", {"log_vkey": vkey})
     shutil.copy(BUNDLES / "tiny.zip", BUNDLES / "tampered.zip")
 
     def change_a_body(content: dict[str, bytes], manifest: dict[str, object]) -> None:
-        name = min(n for n in content if n.startswith("payloads/"))
-        content[name] = content[name].replace(b"heron", b"HERON")
+        assert b"heron" in content["payloads.bin"]
+        content["payloads.bin"] = content["payloads.bin"].replace(b"heron", b"HERON")
 
     reseal(BUNDLES / "tampered.zip", change_a_body)
     for name in ("tiny", "tampered"):

@@ -1,0 +1,139 @@
+"""Row 13: a whole-archive ``export`` and its ``verify-bundle`` beside their floors (issue 18).
+
+Both floors are measured in the same run, interleaved with what they bound:
+
+* ``export`` (the bundle written, then checked by the exporter itself, as the command does)
+  against a plain zip of the same bytes: ``zipfile`` deflating the bundle's three members,
+  read from files, at the same level. The row's unit is the uncompressed bytes per second.
+* ``verify-bundle`` of that bundle against row 2's floor (``s2_verify.floor_v2``: one
+  sequential pass over ``events`` and ``payloads`` hashing the same bytes, no lookups) on the
+  archive it came from.
+
+Each command's peak RSS is read once from a child (``cli_child``): the issue's 100 MB bound.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from archive_provider.audit.export import Selection, export_bundle
+from archive_provider.format.verifier import verify_bundle
+from archive_provider.storage.store import EventStore
+
+from .common import Row, Workdir, cli_child, interleaved
+from .s2_verify import floor_v2, warm
+
+Report = Callable[[str], None]
+
+
+def _plain_zip(members: list[Path], out: Path) -> float:
+    start = time.perf_counter()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in members:
+            archive.write(path, path.name)
+    return time.perf_counter() - start
+
+
+def run(
+    work: Workdir, home: Path, folder: Path, label: str, repeats: int, say: Report
+) -> list[Row]:
+    """The rows of section 13 on the archive in ``folder`` (``home`` for the children)."""
+    scratch = work.fresh("bundle")
+    bundle = scratch / "all.zip"
+    store = EventStore.open(folder)
+    try:
+
+        def export() -> float:
+            start = time.perf_counter()
+            result = export_bundle(store, bundle, Selection())
+            if not result.verification.ok:
+                raise RuntimeError(f"the bench export failed: {result.verification.problem}")
+            return time.perf_counter() - start
+
+        export()  # the members the plain zip compresses, and a warm page cache
+        with zipfile.ZipFile(bundle) as archive:
+            names = archive.namelist()
+            archive.extractall(scratch / "members")
+        members = [scratch / "members" / name for name in names]
+        raw = sum(path.stat().st_size for path in members)
+        ours, theirs, all_ours, all_theirs = interleaved(
+            export, lambda: _plain_zip(members, scratch / "plain.zip"), repeats
+        )
+    finally:
+        store.close()
+    say(f"  export {label}: {raw / ours / 1e6:,.1f} MB/s vs plain zip {raw / theirs / 1e6:,.1f}")
+
+    conn = sqlite3.connect(folder / "events.db", isolation_level=None)
+    conn.execute("PRAGMA cache_size = -262144")
+    checked: list[int] = []
+    try:
+
+        def check() -> float:
+            start = time.perf_counter()
+            report = verify_bundle(bundle)
+            seconds = time.perf_counter() - start
+            if not report.ok:
+                raise RuntimeError(f"the bench bundle failed verification: {report.problem}")
+            checked.append(report.events_checked)
+            return seconds
+
+        def floor() -> float:
+            start = time.perf_counter()
+            count, bad = floor_v2(conn)
+            seconds = time.perf_counter() - start
+            if bad or (checked and count != checked[-1]):
+                raise RuntimeError(f"floor disagrees: {count} events, {bad} mismatches")
+            return seconds
+
+        warm(folder)
+        v_ours, v_theirs, all_v_ours, all_v_theirs = interleaved(check, floor, repeats)
+    finally:
+        conn.close()
+    n = checked[-1]
+    say(f"  verify-bundle {label}: {n / v_ours:,.0f}/s vs floor {n / v_theirs:,.0f}/s")
+    exported = cli_child(home, "export", str(scratch / "child.zip"))
+    verified = cli_child(home, "verify-bundle", str(scratch / "child.zip"), "--no-archive")
+    say(f"  peak RSS: export {exported.peak_mib:.1f} MiB, verify-bundle {verified.peak_mib:.1f}")
+    return [
+        Row(
+            "13",
+            f"export @ {label} (its own check included)",
+            raw / ours / 1e6,
+            "MB/s",
+            raw / theirs / 1e6,
+            "plain zip of the same bytes",
+            target_kind="min",
+            target_value=0.5,
+            target_text=">= 0.5x plain zip",
+            extra={"bytes": raw, "seconds": all_ours, "zip_seconds": all_theirs},
+        ),
+        Row(
+            "13",
+            f"verify-bundle @ {label}",
+            n / v_ours,
+            "events/s",
+            n / v_theirs,
+            "sequential pass, no lookups",
+            target_kind="min",
+            target_value=0.5,
+            target_text=">= 0.5x floor",
+            extra={"events": n, "seconds": all_v_ours, "floor_seconds": all_v_theirs},
+        ),
+        *(
+            Row(
+                "13",
+                f"{what} peak RSS @ {label}",
+                child.peak_mib,
+                "MiB",
+                absolute_kind="max",
+                absolute_value=100,
+                target_text="<= 100 MB at any size",
+                extra={"returncode": child.returncode, "seconds": child.seconds},
+            )
+            for what, child in (("export", exported), ("verify-bundle", verified))
+        ),
+    ]

@@ -1,0 +1,298 @@
+"""Export bundles of version 3 (FORMAT.md 21.3): the bodies in one streamed member.
+
+A v3 bundle holds three members whatever the archive's size: ``envelopes.jsonl``,
+``payloads.bin`` (every body the selection names, or its tombstone, in the order the
+selected events first name them) and ``manifest.json``. These tests read ``payloads.bin``
+with a parser written from the text of 21.3, not the package's, and play a forger who
+knows the format and reseals every change: each must still be caught, and named.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blake3 import blake3
+
+from archive_provider.audit.export import ExportError, Selection
+from archive_provider.format.verifier import V2_PAYLOAD, verify_bundle
+from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
+from tests.conftest import archive_format
+from tests.test_cli import build_archive
+from tests.test_export import export, members, reseal
+
+#: one record of payloads.bin: (kind, digest, salt or erasure seq, body)
+Record = tuple[int, bytes, bytes | int, bytes]
+
+
+def records(data: bytes) -> list[Record]:
+    """``payloads.bin`` parsed from FORMAT.md 21.3: ``1 ‖ digest ‖ salt ‖ length ‖ body`` or
+    ``0 ‖ digest ‖ erasure seq``, lengths and seqs 8-byte big-endian."""
+    found: list[Record] = []
+    at = 0
+    while at < len(data):
+        kind, digest = data[at], data[at + 1 : at + 33]
+        if kind == 1:
+            salt = data[at + 33 : at + 65]
+            length = int.from_bytes(data[at + 65 : at + 73], "big")
+            found.append((1, digest, salt, data[at + 73 : at + 73 + length]))
+            at += 73 + length
+        else:
+            assert kind == 0, f"record kind {kind}"
+            found.append((0, digest, int.from_bytes(data[at + 33 : at + 41], "big"), b""))
+            at += 41
+    return found
+
+
+def pack(items: list[Record]) -> bytes:
+    """The inverse of :func:`records`: what a forger writes."""
+    out = b""
+    for kind, digest, extra, body in items:
+        if kind == 1:
+            assert isinstance(extra, bytes)
+            out += b"\x01" + digest + extra + len(body).to_bytes(8, "big") + body
+        else:
+            assert isinstance(extra, int)
+            out += b"\x00" + digest + extra.to_bytes(8, "big")
+    return out
+
+
+def named_in_order(envelopes: bytes, session: str | None) -> list[tuple[bytes, int]]:
+    """(digest, seq of the first selected event naming it), in the order 21.3 prescribes."""
+    order: dict[bytes, int] = {}
+    for line in envelopes.splitlines():
+        value = json.loads(line)
+        if session is not None and value["session"] != session:
+            continue
+        author = [value["author"]] if value["author"] else []
+        for digest in [value["payload"], *value["parts"], *author]:
+            order.setdefault(bytes.fromhex(digest), value["seq"])
+    return list(order.items())
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bundle-v3") / "home"
+    with archive_format(2):
+        build_archive(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vkey(home: Path) -> str:
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        assert isinstance(store, EventStoreV2)
+        return store.vkey
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def bundle(home: Path, tmp_path: Path) -> Path:
+    return export(home, tmp_path / "all.zip")
+
+
+def test_a_bundle_is_three_members_with_each_body_once_in_first_use_order(
+    home: Path, vkey: str, tmp_path: Path
+) -> None:
+    for session in (None, "sess-2"):
+        bundle = export(home, tmp_path / f"{session}.zip", Selection(session=session))
+        content = members(bundle)
+        assert sorted(content) == ["envelopes.jsonl", "manifest.json", "payloads.bin"]
+        manifest = json.loads(content["manifest.json"])
+        assert manifest["bundle_version"] == 3 and manifest["erased"] == 0
+        assert set(manifest["members"]) == {"envelopes.jsonl", "payloads.bin"}
+        found = records(content["payloads.bin"])
+        order = named_in_order(content["envelopes.jsonl"], session)
+        assert [r[1] for r in found] == [digest for digest, _ in order]
+        for kind, digest, salt, body in found:
+            assert kind == 1 and isinstance(salt, bytes)
+            assert blake3(V2_PAYLOAD + salt + body).digest() == digest
+        assert manifest["payloads"] == len(found) > 0
+        report = verify_bundle(bundle, vkey=vkey)
+        assert report.ok and report.authenticity == "verified", report.problem
+        assert report.payloads_checked == len(found)
+
+
+def forged(bundle: Path, edit: Any) -> Path:
+    """Reseal ``bundle`` after ``edit(records, manifest)`` changed its payloads.bin."""
+
+    def change(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        items = records(content["payloads.bin"])
+        edit(items, manifest)
+        content["payloads.bin"] = pack(items)
+
+    reseal(bundle, change)
+    return bundle
+
+
+def first_use(bundle: Path) -> list[tuple[bytes, int]]:
+    return named_in_order(members(bundle)["envelopes.jsonl"], None)
+
+
+def test_a_changed_body_is_caught_at_the_event_that_first_names_it(bundle: Path, vkey: str) -> None:
+    digest, seq = first_use(bundle)[2]
+
+    def change(items: list[Record], manifest: dict[str, Any]) -> None:
+        kind, name, salt, body = items[2]
+        items[2] = (kind, name, salt, body + b" ")
+
+    report = verify_bundle(forged(bundle, change), vkey=vkey)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "payload_mismatch", seq)
+    assert digest.hex() in (report.problem or "")
+
+
+@pytest.mark.parametrize("how", ["dropped", "swapped", "twice"])
+def test_a_record_dropped_moved_or_repeated_is_a_missing_payload(
+    bundle: Path, vkey: str, how: str
+) -> None:
+    order = first_use(bundle)
+
+    def change(items: list[Record], manifest: dict[str, Any]) -> None:
+        if how == "dropped":
+            del items[3]
+            manifest["payloads"] -= 1
+        elif how == "swapped":
+            items[3], items[4] = items[4], items[3]
+        else:
+            items.insert(4, items[3])
+            manifest["payloads"] += 1
+
+    report = verify_bundle(forged(bundle, change), vkey=vkey)
+    assert (report.ok, report.code) == (False, "missing_payload"), report.problem
+    assert report.first_bad_seq == order[4 if how == "twice" else 3][1]
+
+
+def test_a_body_no_selected_event_names_is_refused(home: Path, vkey: str, tmp_path: Path) -> None:
+    """A session's bundle with a body of another session appended (the count raised too)."""
+    whole = records(members(export(home, tmp_path / "all.zip"))["payloads.bin"])
+    bundle = export(home, tmp_path / "one.zip", Selection(session="sess-2"))
+    own = {r[1] for r in records(members(bundle)["payloads.bin"])}
+    stranger = next(r for r in whole if r[1] not in own)
+
+    def change(items: list[Record], manifest: dict[str, Any]) -> None:
+        items.append(stranger)
+        manifest["payloads"] += 1
+
+    report = verify_bundle(forged(bundle, change), vkey=vkey)
+    assert not report.ok and report.code == "bundle"
+    assert f"({stranger[1].hex()}) is not a payload or part of any selected event" in (
+        report.problem or ""
+    )
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [(-1, "ends inside record"), (0, "is missing from the bundle")],
+)
+def test_a_truncated_payloads_member_is_caught(
+    bundle: Path, vkey: str, cut: int, message: str
+) -> None:
+    def change(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        data = content["payloads.bin"]
+        last = len(pack(records(data)[:-1]))
+        content["payloads.bin"] = data[: len(data) - 1] if cut else data[:last]
+
+    reseal(bundle, change)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert (report.ok, report.code) == (False, "missing_payload"), report.problem
+    assert message in (report.problem or "")
+    assert report.first_bad_seq == first_use(bundle)[-1][1]
+
+
+def test_a_record_of_an_unknown_kind_and_a_forged_tombstone_are_refused(
+    bundle: Path, vkey: str, tmp_path: Path
+) -> None:
+    order = first_use(bundle)
+    copy = tmp_path / "kind.zip"
+    copy.write_bytes(bundle.read_bytes())
+
+    def unknown(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        data = bytearray(content["payloads.bin"])
+        data[0] = 7
+        content["payloads.bin"] = bytes(data)
+
+    reseal(copy, unknown)
+    report = verify_bundle(copy, vkey=vkey)
+    assert not report.ok and "is of no known kind" in (report.problem or "")
+
+    def tombstone(items: list[Record], manifest: dict[str, Any]) -> None:
+        """A body withheld as if erased by a later event that is no erasure."""
+        items[1] = (0, items[1][1], order[-1][1], b"")
+        manifest["payloads"] -= 1
+        manifest["erased"] = 1
+
+    report = verify_bundle(forged(bundle, tombstone), vkey=vkey)
+    assert (report.ok, report.code) == (False, "erased_without_erasure"), report.problem
+
+
+def test_the_manifest_counts_and_members_of_a_v3_bundle_are_checked(
+    bundle: Path, vkey: str
+) -> None:
+    def count(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        manifest["erased"] = 1
+
+    reseal(bundle, count)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert not report.ok and "claims 1 erased payloads, the bundle holds 0" in (
+        report.problem or ""
+    )
+
+    def extra(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        manifest["erased"] = 0
+        content["payloads/" + "0" * 64] = b""
+
+    reseal(bundle, extra)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert not report.ok and "unexpected member name payloads/" in (report.problem or "")
+
+
+def test_every_byte_of_the_payloads_member_is_covered(home: Path, tmp_path: Path) -> None:
+    """A flipped bit in any byte of payloads.bin's header or compressed bytes (one bit a
+    byte, a different one each time: every bit costs seconds) is caught."""
+    bundle = export(home, tmp_path / "one.zip", Selection(session="sess-2"))
+    original = bundle.read_bytes()
+    start = original.index(b"payloads.bin") - 30  # its local header
+    end = original.index(b"PK\x03\x04", start + 30)  # the next member's
+    damaged = tmp_path / "damaged.zip"
+    for bit in range(start * 8, end * 8, 9):
+        data = bytearray(original)
+        data[bit // 8] ^= 1 << (bit % 8)
+        damaged.write_bytes(data)
+        report = verify_bundle(damaged)
+        assert not report.ok, f"flipping bit {bit} (byte {bit // 8}) went unnoticed"
+        assert not (report.problem or "").startswith("cannot read the bundle"), report.problem
+
+
+def test_an_envelope_line_naming_a_field_twice_is_refused(bundle: Path, vkey: str) -> None:
+    """JSON's last-one-wins would let a forger show one value and hash another."""
+
+    def twice(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        lines = content["envelopes.jsonl"].splitlines(keepends=True)
+        lines[1] = lines[1].replace(b'{"author"', b'{"type":"turn","author"', 1)
+        content["envelopes.jsonl"] = b"".join(lines)
+
+    reseal(bundle, twice)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert (report.ok, report.first_bad_seq) == (False, 2)
+    assert report.problem == 'envelopes.jsonl line 2 has the member "type" twice'
+
+
+def test_a_body_gone_without_a_tombstone_stops_the_export(home: Path, tmp_path: Path) -> None:
+    """Neither a body nor a tombstone: the export refuses, and leaves no bundle."""
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    conn = sqlite3.connect(archive_dir(copy) / "events.db")
+    conn.execute("DROP TRIGGER payloads_no_delete")
+    digest = conn.execute("SELECT payload FROM events WHERE seq = 2").fetchone()[0]
+    conn.execute("DELETE FROM payloads WHERE digest = ?", (digest,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(ExportError, match=f"payload {bytes(digest).hex()} is missing"):
+        export(copy, tmp_path / "out.zip")
+    assert not (tmp_path / "out.zip").exists()
