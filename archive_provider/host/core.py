@@ -39,6 +39,7 @@ from ..storage.store import (
 from ..storage.witness import Witness, WitnessMismatch
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
+from .known_checkpoints import KnownCheckpoints
 from .settings import Settings
 from .spill_kinds import RECORD_BUILDERS, SPILL_KINDS, spill_entry
 
@@ -107,6 +108,8 @@ class ArchiveCore:
         self.turn_author: dict[str, Any] | None = None
         #: what the last prefetch injected: a host ``RecallStatus`` or None (docs/HOST.md §3)
         self.recall_status: Any = None
+        #: checkpoints committed in this process, so an identical retry is recognised cheaply
+        self.checkpoints = KnownCheckpoints()
         #: writer-thread cache of the last transcript archived per session (the turn delta)
         self.transcripts: dict[str, Transcript] = {}
         self._reader: sqlite3.Connection | None = None
