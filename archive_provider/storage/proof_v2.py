@@ -59,12 +59,6 @@ COSIGNER_NAME = "local.hermes-archive.invalid/witness"
 #: the background walk reads this many events per slice, then pauses (bounded I/O)
 WALK_SLICE = 2000
 WALK_PAUSE_S = 0.02
-#: within a slice it verifies this many events at a time and then sleeps, so a host thread
-#: waiting for the GIL (``sync_turn``) waits for one chunk (~3 ms), not for the 5 ms switch
-#: interval the walk would otherwise run out on every call (the waiter rarely wins the GIL
-#: back during the walk's short SQLite releases)
-WALK_CHUNK = 50
-WALK_YIELD_S = 0.0005
 #: progress is written to the witness record at most this often (slices)
 WALK_SAVE_EVERY = 25
 
@@ -428,26 +422,17 @@ class BackgroundWalk:
         self.state.done = at
         read_tile = self._read_tile(conn)
         slices = 0
-        saved = (tree.root(), chain)  # the root and chain at ``at`` (a whole slice's end)
         while at < target and not self._stop.is_set():
             until = min(target, at + WALK_SLICE)
-            chunk = at
-            while chunk < until:
-                upto = min(until, chunk + WALK_CHUNK)
-                report, leaves, chain = verify_range_v2(conn, chunk, chain, upto)
-                if not report.ok:
-                    self._damage(report.problem or "damaged", report.first_bad_seq)
-                    return
-                if len(leaves) != upto - chunk:
-                    self._damage(f"events are missing between seq {chunk} and {upto}", chunk + 1)
-                    return
-                for leaf in leaves:
-                    tree.append(leaf)
-                chunk = upto
-                if chunk < until and self._stop.wait(WALK_YIELD_S):
-                    break  # stopped inside a slice: its progress is not the tiles' yet
-            if chunk < until:
-                break
+            report, leaves, chain = verify_range_v2(conn, at, chain, until)
+            if not report.ok:
+                self._damage(report.problem or "damaged", report.first_bad_seq)
+                return
+            if len(leaves) != until - at:
+                self._damage(f"events are missing between seq {at} and {until}", at + 1)
+                return
+            for leaf in leaves:
+                tree.append(leaf)
             try:
                 tiles_root = merkle.root(until, merkle.TileReader(read_tile, until))
             except merkle.ProofError as exc:
@@ -461,10 +446,9 @@ class BackgroundWalk:
                 )
                 return
             at = self.state.done = until
-            saved = (tree.root(), chain)
             slices += 1
             if slices % WALK_SAVE_EVERY == 0:
-                self._save(at, *saved, complete=False)
+                self._save(at, tree.root(), chain, complete=False)
             self._stop.wait(WALK_PAUSE_S)
         if at >= target:
             if tree.root() != self._target.root and target:
@@ -473,7 +457,7 @@ class BackgroundWalk:
             self.state.complete = True
             self._save(at, tree.root(), chain, complete=True)
         else:
-            self._save(at, *saved, complete=False)
+            self._save(at, tree.root(), chain, complete=False)
 
     def _save(self, size: int, root: bytes, chain: bytes, *, complete: bool) -> None:
         record = self._witness.read_for(self._store_id)
