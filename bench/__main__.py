@@ -218,6 +218,12 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     )
                     _say(f"  filled with {info['holographic_facts']:,} facts")
                 samples: dict[int, dict[str, list[float]]] = {}
+                # a fresh log whose sync_turn is timed beside each big log's, call by call
+                beside = (
+                    s3_provider.open_provider(work.fresh("latency-beside"), "bench-beside")
+                    if want("3")
+                    else None
+                )
                 for events, log_home in sorted(homes.items()):
                     section(f"provider on the log of {events:,} events (opening verifies it)")
                     opened = time.perf_counter()
@@ -260,10 +266,12 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                         if want("3"):
                             section(f"3 sync_turn latency @ {s3_provider.size_label(events)}")
                             samples[events] = s3_provider.measure_latency(
-                                provider, text, config.sync_calls, f"{events}"
+                                provider, text, config.sync_calls, f"{events}", beside
                             )
                     finally:
                         provider.shutdown()
+                if beside is not None:
+                    beside.shutdown()
                 if want("3"):
                     opened = time.perf_counter()
                     s3_provider.open_provider(homes[size], "bench-reopen").shutdown()

@@ -6,8 +6,10 @@ failed, no archive, nothing matched, not in the log), 2 the command line is wron
 (``{"ok": false, "error": ...}`` under ``--json``) and exit code 1, never a traceback; set
 ``HERMES_ARCHIVE_DEBUG=1`` to see the traceback instead.
 
-This package is imported by hermes while it builds its own argument parser, so modules here
-import only what every command needs; heavier modules are imported inside ``run``.
+This package is imported by hermes while it builds its own argument parser, and every
+``hermes-archive`` call builds the whole parser, so modules here import only what the parser
+needs: the store, the verifier and anything heavier are imported inside ``run`` (and
+``tests/test_cli_startup.py`` checks that ``--help`` loads none of them).
 """
 
 from __future__ import annotations
@@ -24,14 +26,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from archive_provider.domain.clock import format_time, parse_time
 from archive_provider.errors import ArchiveError, UsageError
 from archive_provider.format.canonical import INT_MAX
-from archive_provider.format.verifier import printable
-from archive_provider.storage.central import CentralError, scrub
-from archive_provider.storage.store import DB_NAME, EventStore, StoreError, archive_dir
+
+if TYPE_CHECKING:  # the store, the verifier and the central store load when a command runs
+    from archive_provider.storage.store import EventStore
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -115,13 +117,19 @@ class CommandContext:
 
     @property
     def archive(self) -> Path:
+        from archive_provider.storage.store import archive_dir
+
         return archive_dir(self.home)
 
     def exists(self) -> bool:
+        from archive_provider.storage.store import DB_NAME
+
         return (self.archive / DB_NAME).exists()
 
     def open_store(self) -> EventStore:
         """Open read-only (the CLI never writes unless the command says it does)."""
+        from archive_provider.storage.store import DB_NAME, EventStore
+
         if not self.exists():
             raise CommandError(
                 f"no archive at {self.archive / DB_NAME} (it is created when the provider "
@@ -139,6 +147,8 @@ class CommandContext:
             store.close()
 
     def emit(self, data: Any, human: Callable[[Any], str] | str) -> None:
+        from archive_provider.format.verifier import printable
+
         if self.json:
             # ASCII: text from argv or the log may hold lone surrogates, which are not UTF-8
             self.out.write(json.dumps(data, indent=2, default=str) + "\n")
@@ -151,6 +161,8 @@ class CommandContext:
 
     def fail(self, message: str) -> int:
         """Report a problem cleanly (JSON on stdout under --json, else stderr); exit code 1."""
+        from archive_provider.format.verifier import printable
+
         if self.json:
             self.emit({"ok": False, "error": message}, "")
         else:
@@ -179,6 +191,9 @@ class CommandContext:
 
 
 def _message(exc: Exception) -> str:
+    from archive_provider.storage.central import CentralError
+    from archive_provider.storage.store import StoreError
+
     if isinstance(exc, (CommandError, StoreError, CentralError)):
         return str(exc)
     if type(exc).__module__.startswith("psycopg"):
@@ -217,6 +232,8 @@ class Command:
             except Exception as exc:
                 if os.environ.get("HERMES_ARCHIVE_DEBUG"):
                     raise
+                from archive_provider.storage.central import scrub
+
                 secrets = (ctx.db or "", str(getattr(ctx.args, "to", "") or ""))
                 return ctx.fail(scrub(_message(exc), *secrets))
 

@@ -6,13 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from archive_provider.audit.erasure import erased_slot
 from archive_provider.domain.authors import author_label
 from archive_provider.domain.evidence import message_text
 from archive_provider.format.canonical import decode
 from archive_provider.format.events import StoredEvent
-from archive_provider.projections.builtin import rewound_at
-from archive_provider.storage.store import EventStore
 
 
 class Archive(Protocol):
@@ -44,6 +41,9 @@ def part(store: Archive, digest: Any) -> Any:
 
 def _erased(store: Archive, digest: Any) -> str | None:
     """The erased slot of a digest in a local archive (a central one has no erasure rows)."""
+    from archive_provider.audit.erasure import erased_slot
+    from archive_provider.storage.store import EventStore
+
     if isinstance(store, EventStore) and isinstance(digest, str):
         return erased_slot(store.conn, digest)
     return None
@@ -61,6 +61,9 @@ def _message(value: Any) -> str:
 def _rewound(store: Archive, seq: int) -> int | None:
     """The rewind that took turn ``seq``'s messages out (local: a central store keeps no
     projections, so its turns show no marker)."""
+    from archive_provider.projections.builtin import rewound_at
+    from archive_provider.storage.store import EventStore
+
     return rewound_at(store.conn, seq) if isinstance(store, EventStore) else None
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
 from archive_provider.commands._render import preview, short_time
-from archive_provider.format.verifier import printable
 
 BUILT_IN_TARGETS = ("memory", "user")  # MEMORY.md and USER.md of Hermes' built-in memory
 NAME = "history"
@@ -66,6 +65,8 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
 
 
 def _human(data: dict[str, Any]) -> str:
+    from archive_provider.format.verifier import printable
+
     if not data["entries"]:
         return f"No memory entry ever contained {data['query']!r}."
     blocks = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 
 from archive_provider.commands import CommandContext, CommandError
-from archive_provider.storage.store import EventStoreV2
 
 NAME = "key"
 HELP = "print the archive's verifier key (format v2) for witnesses and auditors to pin"
@@ -20,6 +19,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.storage.store import EventStoreV2
+
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
     with ctx.store() as store:

@@ -8,7 +8,6 @@ from typing import Any
 from archive_provider.commands import CommandContext, UsageError, count_or_all, time_arg
 from archive_provider.commands._render import record, short_time
 from archive_provider.format.events import EVENT_TYPES
-from archive_provider.format.verifier import printable
 
 NAME = "log"
 HELP = "list events (filter by type, session, time); the newest last"
@@ -60,6 +59,8 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.format.verifier import printable
+
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
     sql = f"SELECT e.seq FROM events e{where} ORDER BY e.seq DESC LIMIT ?"

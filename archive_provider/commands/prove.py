@@ -12,7 +12,6 @@ import argparse
 import os
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
-from archive_provider.storage.store import EventStoreV2
 
 NAME = "prove"
 HELP = "write a proof file disclosing events (format v2) that anyone can check with the key"
@@ -33,6 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.prove import ProveError, prove
+    from archive_provider.storage.store import EventStoreV2
 
     out = expanded(ctx.args.out)
     if out.is_symlink() or (out.exists() and not out.is_file()):

@@ -8,7 +8,6 @@ from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, positive_int, time_arg
 from archive_provider.commands._render import preview
-from archive_provider.format.verifier import printable
 
 NAME = "search"
 HELP = "full-text search over archived messages, checkpoint evidence and memory entries"
@@ -36,6 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.format.verifier import printable
     from archive_provider.projections.recall import search
 
     text = " ".join(ctx.args.query)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, UsageError
 from archive_provider.commands._render import record
 from archive_provider.domain.authors import author_label
 from archive_provider.format.events import StoredEvent
-from archive_provider.format.verifier import printable
-from archive_provider.storage.store import EventStore, EventStoreV2
+
+if TYPE_CHECKING:
+    from archive_provider.storage.store import EventStore
 
 NAME = "show"
 HELP = (
@@ -38,6 +39,8 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
     An identity names one event; a payload digest may be shared by several events with the
     same payload (it is stored once), and then all of them are shown.
     """
+    from archive_provider.storage.store import EventStoreV2
+
     if ref.isdigit() and len(ref) <= 18:
         event = store.event(int(ref))
         if event is not None or len(ref) < 4:
@@ -74,6 +77,8 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
 
 
 def _human(data: dict[str, Any]) -> str:
+    from archive_provider.format.verifier import printable
+
     blocks = []
     for e in data["events"]:
         lines = [

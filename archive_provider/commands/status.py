@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext
-from archive_provider.format.verifier import printable
-from archive_provider.storage.ship import read_state
-from archive_provider.storage.spill import pending
-from archive_provider.storage.store import DB_NAME, EventStore, EventStoreV2
+
+if TYPE_CHECKING:  # loaded when the command runs: building the parser stays cheap
+    from archive_provider.storage.store import EventStore, EventStoreV2
 
 #: v2's store-level events, recorded under the session "archive" (FORMAT.md 18): no conversation
 STORE_EVENTS = (
@@ -27,11 +26,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _spill(ctx: CommandContext) -> dict[str, Any]:
     """What waits in the spill for the next open, and damaged segments kept aside."""
+    from archive_provider.storage.spill import pending
+
     waiting = pending(ctx.archive)
     return {"segments": waiting.segments, "bytes": waiting.bytes, "damaged": waiting.damaged}
 
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
+    from archive_provider.storage.ship import read_state
+    from archive_provider.storage.store import DB_NAME
+
     if not ctx.exists():
         return {"archive": str(ctx.archive), "exists": False, "spill": _spill(ctx)}
     with ctx.store() as store:
@@ -137,6 +141,7 @@ def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0)
     """v2: the local witness (cosigned size, the background walk) and each remote witness's
     lag: what it last cosigned (asked over the network) against the head, and why it lags."""
     from archive_provider.storage.remote_witnesses import check_remote
+    from archive_provider.storage.store import EventStoreV2
     from archive_provider.storage.witness import Witness, WitnessMismatch
 
     if not isinstance(store, EventStoreV2):
@@ -228,6 +233,8 @@ def _spill_lines(spill: dict[str, Any]) -> list[str]:
 
 
 def _human(data: dict[str, Any]) -> str:
+    from archive_provider.format.verifier import printable
+
     if not data["exists"]:
         return "\n".join(
             [
@@ -287,6 +294,8 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def witness_lines(data: dict[str, Any]) -> list[str]:
+    from archive_provider.format.verifier import printable
+
     """One line for the signing key, one for the local witness and one per remote witness
     (lag and last error)."""
     lines = []

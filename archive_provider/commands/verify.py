@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext
-from archive_provider.format.verifier import Report, verify_database
+
+if TYPE_CHECKING:
+    from archive_provider.format.verifier import Report
 
 NAME = "verify"
 HELP = "check every identity, payload digest and chain value (--projections: projections too)"
@@ -117,6 +119,8 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.format.verifier import verify_database
+
     with ctx.store() as store:
         total = store.head().seq
         with ctx.progress("verify", total) as progress:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
-from archive_provider.format.verifier import MANIFEST, describe, verify_bundle, vkey_argument
 
 NAME = "verify-bundle"
 HELP = "verify an export bundle (seal, members, chain, selection) and compare it with this archive"
@@ -44,6 +42,10 @@ def _claimed_head(path: Path) -> int:
     Read before anything is verified, so only a manifest of modest declared size is read
     (zipfile stops at the declared size): a bundle is untrusted input.
     """
+    import zipfile
+
+    from archive_provider.format.verifier import MANIFEST
+
     try:
         with zipfile.ZipFile(path) as archive:
             if archive.getinfo(MANIFEST).file_size > _PROGRESS_MANIFEST_LIMIT:
@@ -101,6 +103,8 @@ def compare(ctx: CommandContext, details: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.format.verifier import describe, verify_bundle, vkey_argument
+
     path = expanded(ctx.args.bundle)
     if not path.exists():
         raise CommandError(f"no bundle at {path}")

@@ -13,7 +13,6 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
-from archive_provider.storage.store import EventStore, StoreError
 
 if TYPE_CHECKING:
     from archive_provider.storage.witness import Witness
@@ -104,6 +103,7 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
     from archive_provider.format.events import NewEvent
     from archive_provider.format.verifier import verify_database
     from archive_provider.projections.registry import default_projections
+    from archive_provider.storage.store import EventStore
     from archive_provider.storage.witness import WitnessMismatch
     from archive_provider.storage.witness import who as witness_who
 
@@ -167,7 +167,7 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
         witness_removed,
         witness_set,
     )
-    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.store import EventStore, EventStoreV2
     from archive_provider.storage.witness import who
 
     action, target = ctx.args.action, list(ctx.args.target)
@@ -212,6 +212,8 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
 
 
 def run(ctx: CommandContext) -> int:
+    from archive_provider.storage.store import StoreError
+
     if ctx.args.action in ("add", "remove"):
         reason = (ctx.args.reason or "").strip()
         if not reason:

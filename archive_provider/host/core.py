@@ -39,6 +39,7 @@ from ..storage.store import (
 from ..storage.witness import Witness, WitnessMismatch
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
+from .known_checkpoints import KnownCheckpoints
 from .settings import Settings
 from .spill_kinds import RECORD_BUILDERS, SPILL_KINDS, spill_entry
 
@@ -107,13 +108,15 @@ class ArchiveCore:
         self.turn_author: dict[str, Any] | None = None
         #: what the last prefetch injected: a host ``RecallStatus`` or None (docs/HOST.md §3)
         self.recall_status: Any = None
+        #: checkpoints committed in this process, so an identical retry is recognised cheaply
+        self.checkpoints = KnownCheckpoints()
         #: writer-thread cache of the last transcript archived per session (the turn delta)
         self.transcripts: dict[str, Transcript] = {}
         self._reader: sqlite3.Connection | None = None
-        # what served excerpts are re-proved with, read with the reader: the payload key (v1)
-        # or the log's verifier key (v2)
-        self._key = b""
-        self._vkey: str | None = None
+        # what served excerpts are re-proved with, read with the reader on first search: the
+        # payload key (v1) or the log's verifier key (v2); a read that proves nothing (the
+        # check of an identical checkpoint retry) does not wait for them
+        self._keys: tuple[bytes, str | None] | None = None
         self._reader_lock = threading.Lock()
         #: applies the recorded retention policy at open and daily (primary context only)
         self.retention: RetentionWorker | None = None
@@ -282,8 +285,15 @@ class ArchiveCore:
                     self.writer.flush(flush_s)
                 folder = archive_dir(self.home)
                 self._reader = connect(folder / DB_NAME, readonly=True)
-                self._key, self._vkey = reader_keys(folder, self._reader)
+                self._keys = None
             return query(self._reader)
+
+    def _proof_keys(self, conn: sqlite3.Connection) -> tuple[bytes, str | None]:
+        """The reader's proof keys, loaded once (call inside :meth:`read`)."""
+        if self._keys is None:
+            assert self.home is not None
+            self._keys = reader_keys(archive_dir(self.home), conn)
+        return self._keys
 
     def search(self, query: str, **kwargs: Any) -> tuple[list[Hit], list[str]]:
         """Ranked hits, each re-proved from the log (invariant 11), and why any was withheld.
@@ -314,8 +324,9 @@ class ArchiveCore:
         roots = writer.committed_roots if writer is not None else None
 
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
-            vkey, checkpoint = anchor if anchor is not None else (self._vkey, None)
-            prover = Prover(conn, self._key, vkey, checkpoint, roots)
+            key, own_vkey = self._proof_keys(conn)
+            vkey, checkpoint = anchor if anchor is not None else (own_vkey, None)
+            prover = Prover(conn, key, vkey, checkpoint, roots)
             return prover.proven(search(conn, query, **kwargs)), prover.withheld
 
         hits, withheld = self.read(proven)

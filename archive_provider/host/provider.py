@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import logging
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -51,6 +52,7 @@ from .hermes import (
     host_version,
     recall_status,
 )
+from .known_checkpoints import recognition_key, still_stands
 from .schemas import load_tool_schema
 from .settings import Settings, load_settings, save_settings, settings_and_problems
 from .shipping import requirement, shipping_alarm, unshippable
@@ -506,6 +508,11 @@ class ArchiveProvider(MemoryProviderBase):
             summaries += bool(isinstance(message, Mapping) and message.get(SUMMARY_MARKER))
         session, parent = self.core.session, self.core.parent_session
         redact = self.core.settings.redact_secrets
+        known = recognition_key(session, redact, evidence)
+        if known is not None:
+            retried = self._known_retry(known, len(evidence))
+            if retried is not None:
+                return retried
 
         fresh: list[int] = []  # how many evidence messages this checkpoint stores anew
 
@@ -537,7 +544,28 @@ class ArchiveProvider(MemoryProviderBase):
             raise CheckpointError(str(exc)) from exc
         if not results:
             raise CheckpointError("the checkpoint produced no event")
+        if known is not None:  # committed with synchronous=FULL: a retry may now be recognised
+            self.core.checkpoints.remember(known, results[0].seq, results[0].identity)
         return self._receipt(results[0], len(evidence), fresh[0])
+
+    def _known_retry(self, known: bytes, count: int) -> str | None:
+        """The receipt of an identical retry of a checkpoint committed in this process, after
+        one read shows its record still stands; None: take the full path."""
+        seen = self.core.checkpoints.get(known)
+        writer = self.core.writer
+        if seen is None or writer is None or writer.refused is not None:
+            return None
+        seq, identity = seen
+        try:
+            stands = self.core.read(lambda conn: still_stands(conn, seq, identity))
+        except sqlite3.Error:
+            stands = False
+        if not stands:
+            self.core.checkpoints.forget(known)
+            return None
+        return self._receipt(
+            AppendResult("already_archived", seq, identity, "checkpoint"), count, 0
+        )
 
     @staticmethod
     def _receipt(result: AppendResult, count: int, fresh: int) -> str:

@@ -288,7 +288,9 @@ def test_database_locked_by_another_process_blocks_and_recovers(
         with caplog.at_level(logging.WARNING):
             other_hooks_survive(provider, "locked")
             started = time.monotonic()
-            message = str(blocked(v2_agent(provider), EVIDENCE))
+            # new evidence: a retry of EVIDENCE is answered from a read (already durable)
+            fresh = EVIDENCE + [{"role": "user", "content": "said while locked"}]
+            message = str(blocked(v2_agent(provider), fresh))
             assert time.monotonic() - started < 8
         assert "locked by another process" in message and "fuser" in message, message
     finally:
@@ -327,7 +329,9 @@ def test_writer_loop_crash_fails_the_checkpoint_and_restarts_itself(
     with caplog.at_level(logging.WARNING):
         other_hooks_survive(provider, "crash")
         armed["left"] = 1  # the next batch holding a checkpoint dies
-        message = str(blocked(v2_agent(provider), EVIDENCE))
+        # new evidence: a retry of EVIDENCE is answered without the writer (already durable)
+        fresh = EVIDENCE + [{"role": "user", "content": "said during the crash"}]
+        message = str(blocked(v2_agent(provider), fresh))
     assert "crashed" in message and "restarted" in message, message
     assert writer.restarts >= 1 and writer._thread.is_alive()
     recovers(provider, home, "crash")
