@@ -40,6 +40,8 @@ from .common import Row, Workdir, machine, quiet_logging, table
 from .config import MODES, Config
 from .workload import build_log, copy_log, corpus
 
+LOG_SEED = 100  # the big logs' corpus seed (stage i: LOG_SEED + i)
+
 
 def _revision() -> dict[str, Any]:
     """The commit measured, and which project files differed from it (others work live)."""
@@ -171,7 +173,9 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                         f"building a log of ~{events:,} events ({turns:,} more turns; "
                         "5,000-event transactions, setup only)"
                     )
-                    built = build_log(archive_dir(home), turns, seed=100 + index, projections=False)
+                    built = build_log(
+                        archive_dir(home), turns, seed=LOG_SEED + index, projections=False
+                    )
                     built_turns += turns
                     built_events += built.events
                     info["logs"][str(events)] = {
@@ -191,6 +195,18 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     section(f"2 verify @ {label}")
                     verify_rows = s2_verify.run(folder, size, config.verify_repeats, _say)
                     rows += verify_rows
+                    first = min(homes)  # the first stage: its turns and seed, built in v1
+                    section(f"2 verify v2 vs v1, same content @ {first:,} events")
+                    rows.append(
+                        s2_verify.v1_row(
+                            work,
+                            archive_dir(homes[first]),
+                            info["logs"][str(first)]["turns"],
+                            LOG_SEED,
+                            config.verify_repeats,
+                            _say,
+                        )
+                    )
                     rows.append(
                         s2_verify.eventsourcing_row(
                             work,

@@ -406,10 +406,32 @@ class TileAppender:
         return self._range.size
 
     def append(self, leaves: Iterable[bytes]) -> None:
-        for leaf in leaves:
-            for height, index, value in self._range.append(leaf):
-                if height % TILE_HEIGHT:
-                    continue
+        """Append leaf hashes; a run of :data:`TILE_WIDTH` leaves that starts a tile is hashed
+        up as one perfect subtree (the same hashes, without a range update per leaf)."""
+        leaves = list(leaves)
+        at, count = 0, len(leaves)
+        while at < count:
+            size = self._range.size
+            if size % TILE_WIDTH == 0 and count - at >= TILE_WIDTH:
+                chunk = leaves[at : at + TILE_WIDTH]
+                for leaf in chunk:
+                    _check_hash("leaf hash", leaf)
+                self._full[(0, size // TILE_WIDTH)] = b"".join(chunk)
+                self._push(perfect_root(chunk), TILE_HEIGHT, size, TILE_WIDTH)
+                at += TILE_WIDTH
+            else:
+                _check_hash("leaf hash", leaves[at])
+                self._push(bytes(leaves[at]), 0, size, 1)
+                at += 1
+
+    def _push(self, value: bytes, height: int, size: int, width: int) -> None:
+        """Add the perfect subtree ``value`` of ``width = 2**height`` leaves at ``size`` (a
+        multiple of ``width``): merge it up the compact range, keeping every node of a tile
+        level in its tile."""
+        hashes = self._range.hashes
+        index = size >> height
+        while True:
+            if height % TILE_HEIGHT == 0:
                 level = height // TILE_HEIGHT
                 tile = self._edge.setdefault(level, bytearray())
                 tile += value
@@ -419,6 +441,12 @@ class TileAppender:
                     self._touched.discard(level)
                 else:
                     self._touched.add(level)
+            if not (size >> height) & 1:
+                break
+            value = node_hash(hashes.pop(), value)
+            height, index = height + 1, index >> 1
+        hashes.append(value)
+        self._range.size = size + width
 
     def changed(self) -> dict[tuple[int, int], bytes]:
         """``{(level, index): hashes}`` of every tile row to write since the appender was made."""

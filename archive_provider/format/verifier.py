@@ -426,7 +426,55 @@ def read_key_file(path: str) -> bytes:
 
 
 def _v2_parts_text(parts: bytes) -> str:
-    return "[" + ",".join(f'"{parts[i : i + 32].hex()}"' for i in range(0, len(parts), 32)) + "]"
+    """The parts as a canonical JSON list of hex digests (FORMAT.md 13.1)."""
+    if not parts:
+        return "[]"
+    hexed = parts.hex()
+    return '["' + '","'.join([hexed[i : i + 64] for i in range(0, len(hexed), 64)]) + '"]'
+
+
+def _envelope_v2(
+    seq: int,
+    time_text: str,
+    type_text: str,
+    session_text: str,
+    key: str,
+    identity: bytes,
+    payload: bytes,
+    parts_text: str,
+    author: bytes | None,
+) -> bytes:
+    """The envelope from its members' canonical texts, so a pass that also hashes the
+    identity document encodes each text once."""
+    return (
+        '{"author":'
+        + ("null" if author is None else '"' + author.hex() + '"')
+        + ',"identity":"'
+        + identity.hex()
+        + '","key":'
+        + key
+        + ',"parts":'
+        + parts_text
+        + ',"payload":"'
+        + payload.hex()
+        + '","seq":'
+        + str(seq)
+        + ',"session":'
+        + session_text
+        + ',"time":'
+        + time_text
+        + ',"type":'
+        + type_text
+        + "}"
+    ).encode("utf-8")
+
+
+def _identity_v2(key: str, parts_text: str, session_text: str, type_text: str) -> bytes:
+    document = (
+        '{"key":' + key + ',"parts":' + parts_text + ',"session":' + session_text
+        + ',"type":' + type_text + "}"
+    )  # fmt: skip
+    return blake3(V2_IDENTITY + document.encode("utf-8")).digest()
 
 
 def envelope_bytes_v2(
@@ -442,26 +490,21 @@ def envelope_bytes_v2(
 ) -> bytes:
     """The nine-member v2 envelope (FORMAT.md 13.1): v1's eight members in hex, and the author,
     which sorts first; also the Merkle leaf's input."""
-    members = envelope_bytes(
-        seq, time, type_, session, key, identity.hex(), payload.hex(), _v2_parts_text(parts)
+    return _envelope_v2(
+        seq,
+        _text(time),
+        _text(type_),
+        _text(session),
+        key,
+        identity,
+        payload,
+        _v2_parts_text(parts),
+        author,
     )
-    author_text = b"null" if author is None else b'"' + author.hex().encode("ascii") + b'"'
-    return b'{"author":' + author_text + b"," + members[1:]
 
 
 def identity_v2(type_: str, session: str, key: str, parts: bytes) -> bytes:
-    document = (
-        '{"key":'
-        + key
-        + ',"parts":'
-        + _v2_parts_text(parts)
-        + ',"session":'
-        + _text(session)
-        + ',"type":'
-        + _text(type_)
-        + "}"
-    )
-    return blake3(V2_IDENTITY + document.encode("utf-8")).digest()
+    return _identity_v2(key, _v2_parts_text(parts), _text(session), _text(type_))
 
 
 _V2_ROWS = (
@@ -677,34 +720,45 @@ class _V2Pass:
         leaf: Callable[[bytes], object],
         after: int = 0,
         until: int = 2**63 - 1,
+        payloads: bool = True,
     ) -> tuple[int, bytes]:
-        """Check the events ``after < seq <= until``; ``genesis_value`` is the chain before."""
+        """Check the events ``after < seq <= until``; ``genesis_value`` is the chain before.
+
+        With ``payloads`` false the payloads the events name are left to :meth:`named`."""
         prev_seq, prev_chain = after, genesis_value
+        report, payload, leaf_hash = self.report, self.payload, merkle.leaf_hash
+        texts: dict[bytes, str] = {}  # canonical texts of the few type names and sessions met
         for row in self.conn.execute(_V2_ROWS, (after, until)):
             seq = row[0]
             if type(seq) is not int:
                 raise _Failed(
                     prev_seq + 1, "malformed_row", f"seq {prev_seq + 1}: seq is not an integer"
                 )
-            texts = []
-            for name, raw, kind in zip(
-                ("time", "type", "session", "key"), row[1:5], row[10:14], strict=True
-            ):
-                if kind != "text":
-                    raise _Failed(seq, "malformed_row", f"seq {seq}: column {name} is {kind}")
-                try:
-                    texts.append(bytes(raw).decode("utf-8"))
-                except UnicodeDecodeError:
-                    raise _Failed(
-                        seq, "invalid_utf8", f"seq {seq}: column {name} is not valid UTF-8"
-                    ) from None
-            time, type_, session, key = texts
-            identity, payload, parts, author, chain = row[5:10]
+            if row[10:14] != _ALL_TEXT:
+                name, kind = next(
+                    (n, k) for n, k in zip(_TEXT_COLUMNS, row[10:14], strict=True) if k != "text"
+                )
+                raise _Failed(seq, "malformed_row", f"seq {seq}: column {name} is {kind}")
+            raw_time, raw_type, raw_session, raw_key = row[1:5]
+            try:
+                time, key = raw_time.decode("utf-8"), raw_key.decode("utf-8")
+                type_text = texts.get(raw_type) or _remember(texts, raw_type)
+                session_text = texts.get(raw_session) or _remember(texts, raw_session)
+            except UnicodeDecodeError:
+                columns = zip(_TEXT_COLUMNS, row[1:5], strict=True)
+                name = next(n for n, raw in columns if not _utf8(raw))
+                raise _Failed(
+                    seq, "invalid_utf8", f"seq {seq}: column {name} is not valid UTF-8"
+                ) from None
+            identity, payload_digest, parts, author, chain = row[5:10]
             if not (
-                all(isinstance(v, bytes) and len(v) == 32 for v in (identity, payload, chain))
-                and isinstance(parts, bytes)
+                type(identity) is bytes
+                and type(payload_digest) is bytes
+                and type(chain) is bytes
+                and len(identity) == len(payload_digest) == len(chain) == 32
+                and type(parts) is bytes
                 and len(parts) % 32 == 0
-                and (author is None or isinstance(author, bytes) and len(author) == 32)
+                and (author is None or type(author) is bytes and len(author) == 32)
             ):
                 raise _Failed(
                     seq, "malformed_row", f"seq {seq}: a digest column has the wrong form"
@@ -716,19 +770,29 @@ class _V2Pass:
                     "sequence_gap",
                     f"sequence gap: expected {prev_seq + 1}, found {seq} (events {what})",
                 )
-            if identity_v2(type_, session, key, parts) != identity:
+            parts_text = _v2_parts_text(parts)
+            if _identity_v2(key, parts_text, session_text, type_text) != identity:
                 raise _Failed(
                     seq,
                     "identity",
                     f"seq {seq}: the identity does not match type, session, key and parts",
                 )
-            self.payload(seq, payload, "payload")
-            for i in range(0, len(parts), 32):
-                self.payload(seq, parts[i : i + 32], "part")
-            if author is not None:
-                self.payload(seq, author, "author")
-            data = envelope_bytes_v2(
-                seq, time, type_, session, key, identity, payload, parts, author
+            if payloads:
+                payload(seq, payload_digest, "payload")
+                for i in range(0, len(parts), 32):
+                    payload(seq, parts[i : i + 32], "part")
+                if author is not None:
+                    payload(seq, author, "author")
+            data = _envelope_v2(
+                seq,
+                _text(time),
+                type_text,
+                session_text,
+                key,
+                identity,
+                payload_digest,
+                parts_text,
+                author,
             )
             if blake3(V2_CHAIN + prev_chain + data).digest() != chain:
                 raise _Failed(
@@ -737,11 +801,92 @@ class _V2Pass:
                     f"seq {seq}: the chain hash does not match (an envelope field, or an "
                     "earlier event, was changed)",
                 )
-            leaf(merkle.leaf_hash(data))
+            leaf(leaf_hash(data))
             prev_seq, prev_chain = seq, chain
-            self.report.events_checked += 1
-            self.report.last_seq = seq
+            report.events_checked += 1
+            report.last_seq = seq
         return prev_seq, prev_chain
+
+    def named(self, until: int) -> bool:
+        """Check every payload the events ``seq <= until`` name, each distinct digest once,
+        without a lookup per digest (issue 18): the digests the events name, sorted and
+        grouped by SQLite (in bounded memory, spilling to temporary files), are merged with
+        the payloads table read in its stored (digest) order. False at the first thing that
+        does not hold: the ordered pass then names it, as FORMAT.md 20.2 orders failures.
+
+        Rows no event names are skipped unread, as the ordered pass never reads them."""
+        named = self.conn.execute(_NAMED, {"until": until})
+        want, last = next(named, (None, 0))
+        covered, counts, checked, erased, previous = self.covered, self.erasure_counts, 0, 0, None
+        for digest, salt, body, kind in self.conn.execute(
+            "SELECT digest, salt, body, typeof(body) FROM payloads ORDER BY digest"
+        ):
+            if digest != want:
+                if want is None:
+                    break  # every named digest was met; the rest is named by no event
+                if type(digest) is bytes and (digest == previous or digest > want):
+                    return False  # two rows for one digest, or ``want`` is missing
+                continue  # a row no event names (or no digest): unread, as in 20.2
+            if kind == "blob":
+                if not (
+                    type(salt) is bytes
+                    and len(salt) == 32
+                    and blake3(V2_PAYLOAD + salt + body).digest() == digest
+                ):
+                    return False  # payload_mismatch
+                checked += 1
+            elif kind == "null":
+                erased_at = covered.get(digest)
+                if erased_at is None or erased_at <= last:
+                    return False  # erased_without_erasure
+                erased += 1
+                counts[erased_at] = counts.get(erased_at, 0) + 1
+            else:
+                return False  # payload_type
+            previous = digest
+            want, last = next(named, (None, 0))
+        if want is not None:
+            return False  # missing_payload: named beyond the last row
+        self.report.payloads_checked += checked
+        self.report.payloads_erased += erased
+        return True
+
+
+_TEXT_COLUMNS = ("time", "type", "session", "key")
+_ALL_TEXT = ("text",) * 4
+#: every digest the events ``0 < seq <= :until`` name (payload, each part, author) with the
+#: last seq naming it, one row per distinct digest in digest order
+_NAMED = """
+WITH RECURSIVE part(seq, i, n) AS (
+    SELECT seq, 0, length(parts) / 32 FROM events
+    WHERE seq > 0 AND seq <= :until AND length(parts) >= 32
+    UNION ALL SELECT seq, i + 1, n FROM part WHERE i + 1 < n
+), named(digest, seq) AS (
+    SELECT payload, seq FROM events WHERE seq > 0 AND seq <= :until
+    UNION ALL
+    SELECT author, seq FROM events WHERE author IS NOT NULL AND seq > 0 AND seq <= :until
+    UNION ALL
+    SELECT substr(e.parts, part.i * 32 + 1, 32), part.seq FROM part JOIN events e ON e.seq = part.seq
+)
+SELECT digest, max(seq) FROM named GROUP BY digest ORDER BY digest
+"""
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _remember(texts: dict[bytes, str], raw: bytes) -> str:
+    """The canonical text of ``raw``, kept while few distinct values have been met."""
+    text = _text(raw.decode("utf-8"))
+    if len(texts) >= 4096:
+        texts.clear()
+    texts[raw] = text
+    return text
 
 
 def verify_range_v2(
@@ -820,11 +965,21 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
     if head is None:
         head = (0, genesis_value, merkle.EMPTY_ROOT)
     report.head_seq = head[0]
-    check = _V2Pass(conn, report)
-    check.erasures()
-    tree = _TreeCheck(conn)
-    last_seq, last_chain = check.events(genesis_value, tree.append)
-    check.checked.clear()
+    try:  # the pass that holds on an intact archive: payloads merged, not looked up
+        check = _V2Pass(conn, report)
+        check.erasures()
+        tree = _TreeCheck(conn)
+        last_seq, last_chain = check.events(genesis_value, tree.append, payloads=False)
+        if not check.named(last_seq):
+            raise _Failed(None, "unreadable", "a payload does not hold")
+    except _Failed:  # something does not hold: the ordered pass names the first failure
+        report.events_checked = report.payloads_checked = report.payloads_erased = 0
+        report.last_seq = 0
+        check = _V2Pass(conn, report)
+        check.erasures()
+        tree = _TreeCheck(conn)
+        last_seq, last_chain = check.events(genesis_value, tree.append)
+        check.checked.clear()
     report.erasures = [{"seq": e, "payloads": n} for e, n in sorted(check.erasure_counts.items())]
     if head[0] > last_seq:
         raise _Failed(

@@ -1,0 +1,171 @@
+"""The v2 ``verify`` checks payloads by merging, not by lookups, and reports what it did before.
+
+An intact archive's payloads are checked in one read of the payloads table in digest order,
+merged with the digests the events name (sorted by SQLite), with no statement per digest
+(issue 18). Anything that does not hold sends the verifier to the ordered pass of
+FORMAT.md 20.2, which names the first failure; so every report, intact or tampered, must
+equal the ordered pass's own report. The archive is real: a corpus, a part named again far
+from where it was first named, a turn with its author, and an erased session.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from archive_provider.audit.erasure import Scope, forget
+from archive_provider.domain import builders
+from archive_provider.format import verifier
+from archive_provider.format.events import NewEvent
+from archive_provider.storage.store import EventStore
+from bench.corpus import build
+from tests.test_verifier_bounded import _distinct_named
+
+FAR = "said once long ago, and said again at the very end"
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("merged") / "archive"
+    store = EventStore.open(folder)
+    try:
+        far = store.hasher.part({"role": "user", "content": FAR})
+        store.append([NewEvent("turn", "far", {"turn": 1}, {"messages": [far.digest]}, (far,))])
+        build(store, 600, batch=200, near_misses=0)
+        store.append([NewEvent("turn", "far", {"turn": 2}, {"messages": [far.digest]}, (far,))])
+        said = store.hasher.part({"role": "user", "content": "a turn with its author"})
+        author = {"id": "u1", "name": "Ann", "is_bot": False, "source": "test"}
+        store.append(
+            [builders.turn(store.hasher, "far", 3, [said], start=0, legacy=False, author=author)]
+        )
+        session = store.conn.execute(
+            "SELECT session FROM events WHERE type = 'turn' AND session != 'far' "
+            "ORDER BY seq LIMIT 1 OFFSET 100"
+        ).fetchone()[0]
+        forget(store, Scope("session", {"session": session}), reason="test")
+    finally:
+        store.close()
+    return folder / "events.db"
+
+
+def _report(db: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> dict[str, Any]:
+    """The verifier's report; with ``monkeypatch``, the ordered pass's (the merge declines)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        if monkeypatch is None:
+            return verifier.verify_database(conn, b"").as_dict()
+        with monkeypatch.context() as patch:
+            patch.setattr(verifier._V2Pass, "named", lambda self, until: False)
+            return verifier.verify_database(conn, b"").as_dict()
+    finally:
+        conn.close()
+
+
+def test_an_intact_archive_reports_as_the_ordered_pass_does(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merged = _report(archive)
+    assert merged["ok"], merged["problem"]
+    assert merged == _report(archive, monkeypatch)
+    assert merged["payloads_erased"] > 0 and len(merged["erasures"]) == 1
+    assert merged["payloads_checked"] + merged["payloads_erased"] == _distinct_named(archive)
+
+
+def test_an_intact_archive_is_read_without_a_statement_per_payload(archive: Path) -> None:
+    conn = sqlite3.connect(archive, isolation_level=None)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        report = verifier.verify_database(conn, b"")
+    finally:
+        conn.close()
+    assert report.ok, report.problem
+    lookups = [s for s in statements if "FROM payloads WHERE digest" in s]
+    assert len(lookups) <= len(report.erasures)  # each erasure's own body, read first
+    assert report.payloads_checked > 1000 and len(statements) < 50
+
+
+def _tampered(source: Path, to: Path, sql: list[str]) -> Path:
+    to.write_bytes(source.read_bytes())
+    conn = sqlite3.connect(to, isolation_level=None)
+    for name in ("payloads_no_delete", "payloads_erase_only"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    for statement in sql:
+        conn.execute(statement)
+    conn.close()
+    return to
+
+
+_DEEP_PART = (
+    "(SELECT substr(parts, 33, 32) FROM events WHERE length(parts) >= 64 "
+    "ORDER BY seq LIMIT 1 OFFSET 20)"
+)
+_FAR_PART = "(SELECT parts FROM events WHERE session = 'far' ORDER BY seq LIMIT 1)"
+_EVENT_BODY = "(SELECT payload FROM events WHERE seq = 30)"
+_AUTHOR = "(SELECT author FROM events WHERE author IS NOT NULL ORDER BY seq LIMIT 1)"
+
+TAMPERS: dict[str, tuple[list[str], str | None]] = {
+    "a part deep in history deleted": (
+        [f"DELETE FROM payloads WHERE digest = {_DEEP_PART}"],
+        "missing_payload",
+    ),
+    "the far repeat's body changed": (
+        [f"UPDATE payloads SET body = CAST('x' AS BLOB) WHERE digest = {_FAR_PART}"],
+        "payload_mismatch",
+    ),
+    "an event body stored as text": (
+        [f"UPDATE payloads SET body = CAST(body AS TEXT) WHERE digest = {_EVENT_BODY}"],
+        "payload_type",
+    ),
+    "a salt cut short": (
+        [f"UPDATE payloads SET salt = substr(salt, 1, 31) WHERE digest = {_DEEP_PART}"],
+        "payload_mismatch",
+    ),
+    "a part made a tombstone with no erasure": (
+        [
+            "UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL "
+            f"WHERE digest = {_DEEP_PART}"
+        ],
+        "erased_without_erasure",
+    ),
+    "the last payload row deleted": (
+        ["DELETE FROM payloads WHERE digest = (SELECT max(digest) FROM payloads)"],
+        "missing_payload",
+    ),
+    "an author payload deleted": (
+        [f"DELETE FROM payloads WHERE digest = {_AUTHOR}"],
+        "missing_payload",
+    ),
+    "rows no event names, one keyed by text, one with a wrong digest": (
+        [
+            "INSERT INTO payloads VALUES ('not a digest', NULL, NULL, CAST('x' AS BLOB))",
+            "INSERT INTO payloads VALUES (zeroblob(32), zeroblob(32), NULL, CAST('y' AS BLOB))",
+            "INSERT INTO payloads VALUES (randomblob(32), NULL, NULL, 42)",
+        ],
+        None,
+    ),
+    "the payloads table rebuilt without its key, one row twice": (
+        [
+            "PRAGMA legacy_alter_table = ON",
+            "CREATE TABLE copy AS SELECT * FROM payloads",
+            f"INSERT INTO copy SELECT * FROM payloads WHERE digest = {_FAR_PART}",
+            "DROP TABLE payloads",
+            "ALTER TABLE copy RENAME TO payloads",
+        ],
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", TAMPERS)
+def test_a_tampered_archive_reports_as_the_ordered_pass_does(
+    archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    sql, code = TAMPERS[name]
+    db = _tampered(archive, tmp_path / "events.db", sql)
+    merged = _report(db)
+    assert (merged["ok"], merged["code"]) == (code is None, code), merged["problem"]
+    assert merged == _report(db, monkeypatch)
