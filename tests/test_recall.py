@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive_provider.domain import builders
+from archive_provider.projections import recall
 from archive_provider.projections.recall import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -219,6 +220,53 @@ def test_equal_scores_put_the_newer_text_first_and_repeats_once(tmp_path: Path) 
     assert texts(search(store.conn, "kettle", session="old")) == ["the kettle is blue"]
     assert search(store.conn, "kettle", until="2000-01-01") == []
     assert len(search(store.conn, "kettle", since="2000-01-01")) == 2
+    store.close()
+
+
+def full_bm25(conn: sqlite3.Connection, query: str) -> list[str]:
+    """The thinnest ranking: every word OR-ed, BM25 over all matches."""
+    match = " OR ".join(f'"{word}"' for word in query.split())
+    return [
+        text
+        for (text,) in conn.execute(
+            "SELECT text FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rank, rowid DESC",
+            (match,),
+        )
+    ]
+
+
+def test_a_text_lacking_one_word_of_the_query_is_ranked_as_full_bm25_ranks_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No text holds every word; the one holding all but one is found even when the OR fill
+    holds only the rarest word, and every hit is ranked as a BM25 over all matches ranks it."""
+    monkeypatch.setattr(recall, "POSTINGS_BUDGET", 3)  # the fill: the rarest word alone
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    fillers = [f"{word} filler{n}" for word in ("alpha", "bravo", "charlie") for n in range(5)]
+    add_turns(store, ["alpha bravo charlie", "delta delta delta delta", *fillers])
+    query = "alpha bravo charlie delta"
+    assert plan_query(store.conn, query).fill == ("delta",)
+    found = texts(search(store.conn, query, limit=2))
+    assert sorted(found) == ["alpha bravo charlie", "delta delta delta delta"]
+    assert found == [text for text in full_bm25(store.conn, query) if text in found]
+    store.close()
+
+
+def test_a_pass_past_its_score_budget_ranks_the_newest_matches_and_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BM25 costs per text scored: a pass matching more than SCORE_BUDGET texts scores the
+    newest SCORE_BUDGET of them, and memory entries always."""
+    monkeypatch.setattr(recall, "SCORE_BUDGET", 3)
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    add_turns(store, [f"kettle number{n}" for n in range(6)])
+    store.append(
+        [builders.memory_write(store.hasher, "s1", 1, "add", "user", "kettle descaled", {})]
+    )
+    found = set(texts(search(store.conn, "kettle", limit=10)))
+    assert found == {"kettle descaled", "kettle number5", "kettle number4", "kettle number3"}
+    monkeypatch.setattr(recall, "SCORE_BUDGET", 100)
+    assert len(search(store.conn, "kettle", limit=10)) == 7
     store.close()
 
 

@@ -23,7 +23,7 @@ from ..audit.erasure import RetentionWorker
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
-from ..projections.recall import Hit, Prover, search
+from ..projections.recall import Hit, ProofCache, Prover, search
 from ..projections.registry import default_projections
 from ..storage.proof_v2 import pinned
 from ..storage.ship import BackgroundShipper, shippers
@@ -115,6 +115,8 @@ class ArchiveCore:
         self._key = b""
         self._vkey: str | None = None
         self._reader_lock = threading.Lock()
+        #: what serve-time proofs reuse between queries (used under the reader's lock)
+        self._proofs = ProofCache()
         #: applies the recorded retention policy at open and daily (primary context only)
         self.retention: RetentionWorker | None = None
 
@@ -190,6 +192,7 @@ class ArchiveCore:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+            self._proofs = ProofCache()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -315,7 +318,7 @@ class ArchiveCore:
 
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
             vkey, checkpoint = anchor if anchor is not None else (self._vkey, None)
-            prover = Prover(conn, self._key, vkey, checkpoint, roots)
+            prover = Prover(conn, self._key, vkey, checkpoint, roots, self._proofs)
             return prover.proven(search(conn, query, **kwargs)), prover.withheld
 
         hits, withheld = self.read(proven)
