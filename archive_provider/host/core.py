@@ -23,7 +23,7 @@ from ..audit.erasure import RetentionWorker
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
-from ..projections.recall import Hit, ProofCache, Prover, search
+from ..projections.recall import Hit, ProofCache, Prover, TermCounts, search
 from ..projections.registry import default_projections
 from ..storage.proof_v2 import pinned
 from ..storage.ship import BackgroundShipper, shippers
@@ -117,6 +117,7 @@ class ArchiveCore:
         self._reader_lock = threading.Lock()
         #: what serve-time proofs reuse between queries (used under the reader's lock)
         self._proofs = ProofCache()
+        self._counts = TermCounts()  # term frequencies recall reuses (also under the lock)
         #: applies the recorded retention policy at open and daily (primary context only)
         self.retention: RetentionWorker | None = None
 
@@ -192,7 +193,7 @@ class ArchiveCore:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
-            self._proofs = ProofCache()
+            self._proofs, self._counts = ProofCache(), TermCounts()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -319,7 +320,8 @@ class ArchiveCore:
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
             vkey, checkpoint = anchor if anchor is not None else (self._vkey, None)
             prover = Prover(conn, self._key, vkey, checkpoint, roots, self._proofs)
-            return prover.proven(search(conn, query, **kwargs)), prover.withheld
+            hits = search(conn, query, counts=self._counts, **kwargs)
+            return prover.proven(hits), prover.withheld
 
         hits, withheld = self.read(proven)
         if withheld:

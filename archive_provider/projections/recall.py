@@ -179,6 +179,35 @@ def _doc_frequency(conn: sqlite3.Connection, term: str, cap: int) -> int:
     return int(row[0])
 
 
+class TermCounts:
+    """Document frequencies counted by earlier queries on one archive (one per open archive).
+
+    Counting a term walks its posting list up to the common bound: for a query of common
+    words that walk was most of its time, and the same words come back query after query. A
+    plan needs a term's order of magnitude, not its exact count, so a count is reused while
+    the index holds within :data:`STALE_FRACTION` of the texts it held when counted. A term
+    no text held is never kept (a word said a moment ago must be found at once).
+    """
+
+    STALE_FRACTION = 0.01
+    MAX_TERMS = 4096
+
+    def __init__(self) -> None:
+        self.counts: dict[str, tuple[int, int, int]] = {}  # term: (count, cap, texts then)
+
+    def get(self, term: str, cap: int, total: int) -> int | None:
+        found = self.counts.get(term)
+        if found is None or found[1] != cap or abs(total - found[2]) > total * self.STALE_FRACTION:
+            return None
+        return found[0]
+
+    def put(self, term: str, cap: int, total: int, count: int) -> None:
+        if count:
+            if len(self.counts) >= self.MAX_TERMS:
+                self.counts.clear()
+            self.counts[term] = (count, cap, total)
+
+
 def choose_terms(frequencies: Sequence[tuple[str, int | None]], cap: int) -> QueryPlan:
     """Pure: the plan from each term's document frequency (None: a function word, not counted)."""
     topical = [(term, df) for term, df in frequencies if df is not None]
@@ -206,13 +235,21 @@ def choose_terms(frequencies: Sequence[tuple[str, int | None]], cap: int) -> Que
     return QueryPlan(mode, terms, tuple(fill), dropped)
 
 
-def plan_query(conn: sqlite3.Connection, text: str) -> QueryPlan:
+def plan_query(conn: sqlite3.Connection, text: str, counts: TermCounts | None = None) -> QueryPlan:
     """Turn free text into safe MATCH expressions (see the module docstring)."""
     terms = tokenize(conn, text) if isinstance(text, str) else []
     if not terms:
         return QueryPlan("none", (), (), ())
-    cap = common_limit(_indexed_texts(conn))
-    frequencies = [(t, None if t in STOPWORDS else _doc_frequency(conn, t, cap)) for t in terms]
+    total = _indexed_texts(conn)
+    cap = common_limit(total)
+    counts = counts or TermCounts()
+    frequencies: list[tuple[str, int | None]] = []
+    for term in terms:
+        count = None if term in STOPWORDS else counts.get(term, cap, total)
+        if count is None and term not in STOPWORDS:
+            count = _doc_frequency(conn, term, cap)
+            counts.put(term, cap, total, count)
+        frequencies.append((term, count))
     return choose_terms(frequencies, cap)
 
 
@@ -225,13 +262,15 @@ def search(
     since: str | None = None,
     until: str | None = None,
     author: str | None = None,
+    counts: TermCounts | None = None,
 ) -> list[Hit]:
     """Rank archived texts for ``text``: BM25, then newer first among equal scores.
 
     ``author`` keeps the turns whose author, as the host stated it, has that id or name
-    (docs/HOST.md §1); rewound messages are never in the index searched here.
+    (docs/HOST.md §1); rewound messages are never in the index searched here. ``counts``
+    keeps term frequencies for the next queries on the same archive.
     """
-    plan = plan_query(conn, text)
+    plan = plan_query(conn, text, counts)
     if plan.mode == "none" or limit <= 0:
         return []
     filters, args = [], []
