@@ -32,7 +32,8 @@ for the winners alone.
 
 A query made only of common words (or only of function words) is answered from the
 newest texts holding all of them (``ORDER BY rowid DESC``: FTS5 walks the posting lists
-backwards and stops after ``limit`` matches), falling back to any of them.
+backwards and stops after ``limit`` matches) among the newest :data:`RECENT_TEXTS` (texts
+holding seven function words at once can be far apart), falling back to any of them.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ COMMON_MAX_DOCS = 20000
 POSTINGS_BUDGET = 4000
 #: texts one ranked pass scores at most (the newest of its matches)
 SCORE_BUDGET = 2000
+#: the newest texts a query of common words looks through for all its words at once
+RECENT_TEXTS = 1000
 #: characters of one indexed text a search reads (a 100 MB message is not read whole)
 EXCERPT_CHARS = 4000
 #: the largest payload re-proved at serve time, and the most bytes one query may prove
@@ -273,7 +276,8 @@ def search(
     plan = plan_query(conn, text, counts)
     if plan.mode == "none" or limit <= 0:
         return []
-    filters, args = [], []
+    filters: list[str] = []
+    args: list[object] = []
     if session:
         filters.append("f.session = ?")
         args.append(session)
@@ -303,7 +307,11 @@ def search(
         # counted n-1 times): that pass runs only when those texts are all found already
         if match == plan.all_but_one_match and not every:
             continue
-        ran = _run(conn, ranked, match, filters, args, 2 * limit)
+        where, values = filters, args
+        if not ranked and match == plan.match and len(plan.terms) > 1:
+            newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
+            where, values = [*filters, "f.rowid > ?"], [*args, int(newest[0]) - RECENT_TEXTS]
+        ran = _run(conn, ranked, match, where, values, 2 * limit)
         every = every and len(ran) < 2 * limit
         for hit in ran:
             found.setdefault(hit.text, hit)
@@ -320,7 +328,7 @@ def _run(
     ranked: bool,
     match: str,
     filters: list[str],
-    args: list[str],
+    args: Sequence[object],
     limit: int,
 ) -> list[Hit]:
     # the first EXCERPT_CHARS only (whether there is more, the proof says: one read of a
