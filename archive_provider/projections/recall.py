@@ -63,11 +63,11 @@ MAX_QUERY_CHARS = 8000
 COMMON_FRACTION = 0.05
 MIN_COMMON_DOCS = 50
 COMMON_MAX_DOCS = 20000
-POSTINGS_BUDGET = 4000
+POSTINGS_BUDGET = 2000
 #: texts one ranked pass scores at most (the newest of its matches)
-SCORE_BUDGET = 2000
+SCORE_BUDGET = 1000
 #: the newest texts a query of common words looks through for all its words at once
-RECENT_TEXTS = 1000
+RECENT_TEXTS = 250
 #: characters of one indexed text a search reads (a 100 MB message is not read whole)
 EXCERPT_CHARS = 4000
 #: the largest payload re-proved at serve time, and the most bytes one query may prove
@@ -307,11 +307,11 @@ def search(
         # counted n-1 times): that pass runs only when those texts are all found already
         if match == plan.all_but_one_match and not every:
             continue
-        where, values = filters, args
+        after = None
         if not ranked and match == plan.match and len(plan.terms) > 1:
             newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
-            where, values = [*filters, "f.rowid > ?"], [*args, int(newest[0]) - RECENT_TEXTS]
-        ran = _run(conn, ranked, match, where, values, 2 * limit)
+            after = int(newest[0]) - RECENT_TEXTS
+        ran = _run(conn, ranked, match, filters, args, 2 * limit, after)
         every = every and len(ran) < 2 * limit
         for hit in ran:
             found.setdefault(hit.text, hit)
@@ -330,18 +330,31 @@ def _run(
     filters: list[str],
     args: Sequence[object],
     limit: int,
+    after: int | None = None,
 ) -> list[Hit]:
+    """One pass; ``after``: only texts with a rowid above it (walked oldest first)."""
     # the first EXCERPT_CHARS only (whether there is more, the proof says: one read of a
     # huge text is enough)
     columns = f"substr(f.text, 1, {EXCERPT_CHARS}), f.kind, f.session, f.seq, f.role, e.time"
     if ranked and not filters:
         # rank on rowids alone, then read text and time for the winners only; past
-        # SCORE_BUDGET matches, the newest SCORE_BUDGET (and memory entries: rowid < 0)
-        floor = conn.execute(
-            "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
-            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (match, SCORE_BUDGET - 1),
-        ).fetchone()
+        # SCORE_BUDGET matches, the newest SCORE_BUDGET (and memory entries: rowid < 0).
+        # Walking the matches is cheap; BM25 first counts every term's postings, so a pass
+        # that matches nothing is not scored at all
+        # (ascending: FTS5 walks a doclist backwards only after loading it whole)
+        matched = conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? LIMIT ?)",
+            (match, SCORE_BUDGET),
+        ).fetchone()[0]
+        if not matched:
+            return []
+        floor = None
+        if matched >= SCORE_BUDGET:
+            floor = conn.execute(
+                "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
+                " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, SCORE_BUDGET - 1),
+            ).fetchone()
         scored = "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
         values: list[object]
         if floor is None or floor[0] <= 0:
@@ -362,8 +375,10 @@ def _run(
         score, order = (
             ("bm25(recall_fts)", "bm25(recall_fts), f.rowid DESC")
             if ranked
-            else ("0.0", "f.rowid DESC")
+            else ("0.0", "f.rowid DESC" if after is None else "+f.rowid DESC")
         )
+        if after is not None:  # '+': FTS5 walks the window forwards, SQLite sorts it
+            filters, args = [*filters, "f.rowid > ?"], [*args, after]
         where = "".join(f" AND {clause}" for clause in filters)
         sql = (
             f"SELECT {columns}, {score} FROM recall_fts f LEFT JOIN events e ON e.seq = f.seq"
