@@ -651,27 +651,25 @@ class Prover:
 
     def _payload(self, seq: int, digest: str) -> bytes:
         raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest
-        size = self.conn.execute(
-            "SELECT length(body) FROM payloads WHERE digest = ?", (raw,)
-        ).fetchone()
-        if size is None or size[0] is None:
-            raise Unproven(f"seq {seq}: payload {digest[:16]} is missing or erased")
-        if size[0] > PROVE_PART_BYTES or size[0] > self.budget:
-            raise Unproven(
-                f"seq {seq}: payload {digest[:16]} ({size[0]:,} bytes) is larger than this "
-                "query may prove at serve time"
-            )
-        self.budget -= int(size[0])
+        # one read: the body only when it is within what this query may still prove
         row = self.conn.execute(
-            "SELECT body, "
+            "SELECT length(body), CASE WHEN length(body) <= ? THEN body END, "
             + ("salt" if self.version == 2 else "NULL")
             + " FROM payloads WHERE digest = ?",
-            (raw,),
+            (min(PROVE_PART_BYTES, self.budget), raw),
         ).fetchone()
-        body = bytes(row[0])
+        if row is None or row[0] is None:
+            raise Unproven(f"seq {seq}: payload {digest[:16]} is missing or erased")
+        if row[1] is None:
+            raise Unproven(
+                f"seq {seq}: payload {digest[:16]} ({row[0]:,} bytes) is larger than this "
+                "query may prove at serve time"
+            )
+        self.budget -= int(row[0])
+        body = bytes(row[1])
         if self.version == 2:
-            if not isinstance(row[1], bytes) or (
-                digests_v2.payload_digest(row[1], body).hex() != digest
+            if not isinstance(row[2], bytes) or (
+                digests_v2.payload_digest(row[2], body).hex() != digest
             ):
                 raise Unproven(f"seq {seq}: payload {digest[:16]} does not match its digest")
         elif payload_digest(self.key, body) != digest:
