@@ -174,7 +174,11 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                         "5,000-event transactions, setup only)"
                     )
                     built = build_log(
-                        archive_dir(home), turns, seed=LOG_SEED + index, projections=False
+                        archive_dir(home),
+                        turns,
+                        seed=LOG_SEED + index,
+                        projections=False,
+                        plants=s6_recall.plants(index, turns),  # row 6's quality row asks
                     )
                     built_turns += turns
                     built_events += built.events
@@ -264,6 +268,9 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                             )
                             if want("6"):
                                 rows += recall_rows
+                                rows.append(
+                                    s6_recall.quality(provider, db, len(homes), label, _say)
+                                )
                             if holo is not None:
                                 section(f"8 holographic add and search @ {label}")
                                 ours = s3_provider.ingest_on(

@@ -15,7 +15,7 @@ the writer thread.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -127,12 +127,14 @@ def corpus_events(
     plant_at: int | None = None,
     near_misses: int = 200,
     vocabulary: Vocabulary | None = None,
+    plants: Mapping[int, str] | None = None,
 ) -> Iterator[tuple[NewEvent, bool]]:
     """Yield ``(event, planted)`` for ``turns`` turns in sessions of ``turns_per_session``.
 
     Each session starts with ``session_started`` and ends with a checkpoint of its last ten
     messages (as a compression would), then ``session_ended``. ``near_misses`` user texts
-    reuse most of the fact's words without being it.
+    reuse most of the fact's words without being it. ``plants`` puts more facts into the
+    user texts of the turns it names (by turn index from 0).
     """
     rng = random.Random(seed)
     vocab = vocabulary or Vocabulary()
@@ -152,6 +154,8 @@ def corpus_events(
             user = vocab.text(rng, rng.randint(1, 3))
             if planted:
                 user = f"{vocab.sentence(rng, 8)} {PLANTED_FACT} {vocab.sentence(rng, 6)}"
+            elif plants and done in plants:
+                user = f"{vocab.sentence(rng, 8)} {plants[done]} {vocab.sentence(rng, 6)}"
             elif miss_every and done % miss_every == miss_every // 2:
                 user = f"{vocab.sentence(rng, 7)} {rng.choice(NEAR_MISSES)}"
             parts = [

@@ -1,5 +1,11 @@
 """Row 6: ``prefetch`` and ``archive_search`` on a big log, ordinary and common-word queries.
 
+Beside the speed rows, a quality row: facts planted into the big log (:func:`plants`, spread
+from its oldest to its newest turns) are asked for, and each one counts when a text holding
+it is in the top k of the served path (through the provider, proofs included) and of the
+thinnest full ranking (every non-stopword word OR-ed, BM25 over all matches). The served
+path must find at least as many.
+
 Both are timed at the caller through the provider (``prefetch`` also queues its
 ``recall_served`` event, as in a real turn). The baseline is the plainest FTS5 search of
 the same words on the same table: the query's non-stopword words OR-ed, ranked by BM25,
@@ -10,16 +16,20 @@ common-word handling is for.
 
 from __future__ import annotations
 
+import json
+import random
 import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from archive_provider import ArchiveProvider
 from archive_provider.projections.recall import STOPWORDS
 
 from .common import Row, percentile
+from .corpus import FUNCTION_WORDS, Vocabulary
 
 Report = Callable[[str], None]
 WORDS = re.compile(r"\w+")
@@ -125,3 +135,92 @@ def run(
                 )
             )
     return rows, searched
+
+
+#: facts planted per stage of the big log (each stage is a slice of its turns)
+FACTS_PER_STAGE = 20
+
+
+@dataclass(frozen=True)
+class Fact:
+    text: str
+    query: str
+    phrase: str  # an FTS5 phrase only the fact's text holds
+
+
+def facts(stage: int, count: int = FACTS_PER_STAGE) -> list[Fact]:
+    """Facts of five mid-frequency words (vocabulary ranks 300-6,000: hundreds to tens of
+    thousands of texts hold each at 1M), asked for four ways: with four of its words, four
+    and a word it lacks, two and a word it lacks, two alone."""
+    rng = random.Random(1000 + stage)
+    skip = STOPWORDS | set(FUNCTION_WORDS)
+    pool = [word for word in Vocabulary().words[300:6000] if word not in skip]
+    out = []
+    for index in range(count):
+        a, b, c, d, e, other = rng.sample(pool, 6)
+        asked = ((a, b, d, e), (a, b, d, e, other), (b, d, other), (a, e))[index % 4]
+        out.append(
+            Fact(
+                f"Note for later: the {a} {b} goes with the {c} {d} at {e}.",
+                f"where did the {' '.join(asked)} go?",
+                f'"{a} {b} goes with the {c} {d} at {e}"',
+            )
+        )
+    return out
+
+
+def plants(stage: int, turns: int) -> dict[int, str]:
+    """Stage ``stage``'s facts at evenly spaced turns of its ``turns`` turns."""
+    found = facts(stage)
+    step = max(turns // (len(found) + 1), 1)
+    return {step * (index + 1): fact.text for index, fact in enumerate(found)}
+
+
+def quality(
+    provider: ArchiveProvider, db: Path, stages: int, label: str, say: Report, k: int = 8
+) -> Row:
+    """Planted facts found in the top ``k``: served ``archive_search`` vs full BM25."""
+    conn = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
+    served = full = planted = 0
+    try:
+        for stage in range(stages):
+            for fact in facts(stage):
+                holders = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT d.seq FROM recall_fts f JOIN recall_docs d ON d.rowid = f.rowid"
+                        " WHERE recall_fts MATCH ?",
+                        (fact.phrase,),
+                    )
+                }
+                if not holders:
+                    continue
+                planted += 1
+                top = conn.execute(
+                    "SELECT d.seq FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
+                    " ORDER BY rank LIMIT ?) t JOIN recall_docs d ON d.rowid = t.rowid",
+                    (raw_match(fact.query), k),
+                ).fetchall()
+                full += bool(holders & {row[0] for row in top})
+                answer = json.loads(
+                    provider.handle_tool_call("archive_search", {"query": fact.query, "limit": k})
+                )
+                served += bool(holders & {hit["seq"] for hit in answer.get("results", ())})
+    finally:
+        conn.close()
+    say(
+        f"  planted facts in the top {k} @ {label}: archive_search {served}/{planted}, "
+        f"full BM25 {full}/{planted}"
+    )
+    return Row(
+        "6",
+        f"recall quality: planted facts in the top {k}, archive_search, {label}",
+        served,
+        "facts",
+        full,
+        "full BM25 over all matches",
+        target_kind="min",
+        target_value=1.0,
+        target_text=">= full BM25",
+        extra={"planted": planted},
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -114,12 +114,15 @@ def bulk_append(store: EventStore, events: Iterator[NewEvent], batch: int = 5000
     return count
 
 
-def log_events(store: EventStore, turns: int, seed: int) -> Iterator[NewEvent]:
+def log_events(
+    store: EventStore, turns: int, seed: int, plants: Mapping[int, str] | None = None
+) -> Iterator[NewEvent]:
     """The big logs' events: the project's corpus stream (sessions of 40 turns, each closed
-    by a checkpoint of its last ten messages and session_ended)."""
+    by a checkpoint of its last ten messages and session_ended), with ``plants`` (facts by
+    turn index) in their turns' user texts."""
     from bench.corpus import corpus_events
 
-    for event, _planted in corpus_events(store.hasher, turns, seed=seed):
+    for event, _planted in corpus_events(store.hasher, turns, seed=seed, plants=plants):
         yield event
 
 
@@ -130,6 +133,7 @@ def build_log(
     seed: int = 7,
     projections: bool = True,
     store: EventStore | None = None,
+    plants: Mapping[int, str] | None = None,
 ) -> BuiltLog:
     """Append ``turns`` turns (and their session events) to the store in ``folder``; a new
     store is made in the default format, as a new archive is."""
@@ -142,7 +146,7 @@ def build_log(
         )
     store.conn.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache for the build
     try:
-        appended = bulk_append(store, log_events(store, turns, seed))
+        appended = bulk_append(store, log_events(store, turns, seed, plants))
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         if own:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive_provider.domain import builders
+from archive_provider.projections import recall
 from archive_provider.projections.recall import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -219,6 +220,92 @@ def test_equal_scores_put_the_newer_text_first_and_repeats_once(tmp_path: Path) 
     assert texts(search(store.conn, "kettle", session="old")) == ["the kettle is blue"]
     assert search(store.conn, "kettle", until="2000-01-01") == []
     assert len(search(store.conn, "kettle", since="2000-01-01")) == 2
+    store.close()
+
+
+def full_bm25(conn: sqlite3.Connection, query: str) -> list[str]:
+    """The thinnest ranking: every word OR-ed, BM25 over all matches."""
+    match = " OR ".join(f'"{word}"' for word in query.split())
+    return [
+        text
+        for (text,) in conn.execute(
+            "SELECT text FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rank, rowid DESC",
+            (match,),
+        )
+    ]
+
+
+def test_a_text_lacking_one_word_of_the_query_is_ranked_as_full_bm25_ranks_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No text holds every word; the one holding all but one is found even when the OR fill
+    holds only the rarest word, and every hit is ranked as a BM25 over all matches ranks it."""
+    monkeypatch.setattr(recall, "POSTINGS_BUDGET", 3)  # the fill: the rarest word alone
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    fillers = [f"{word} filler{n}" for word in ("alpha", "bravo", "charlie") for n in range(5)]
+    add_turns(store, ["alpha bravo charlie", "delta delta delta delta", *fillers])
+    query = "alpha bravo charlie delta"
+    assert plan_query(store.conn, query).fill == ("delta",)
+    found = texts(search(store.conn, query, limit=2))
+    assert sorted(found) == ["alpha bravo charlie", "delta delta delta delta"]
+    assert found == [text for text in full_bm25(store.conn, query) if text in found]
+    store.close()
+
+
+def test_a_pass_past_its_score_budget_ranks_the_newest_matches_and_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BM25 costs per text scored: a pass matching more than SCORE_BUDGET texts scores the
+    newest SCORE_BUDGET of them, and memory entries always."""
+    monkeypatch.setattr(recall, "SCORE_BUDGET", 3)
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    add_turns(store, [f"kettle number{n}" for n in range(6)])
+    store.append(
+        [builders.memory_write(store.hasher, "s1", 1, "add", "user", "kettle descaled", {})]
+    )
+    found = set(texts(search(store.conn, "kettle", limit=10)))
+    assert found == {"kettle descaled", "kettle number5", "kettle number4", "kettle number3"}
+    monkeypatch.setattr(recall, "SCORE_BUDGET", 100)
+    assert len(search(store.conn, "kettle", limit=10)) == 7
+    store.close()
+
+
+def test_term_counts_are_reused_while_the_index_holds_about_as_many_texts(
+    tmp_path: Path,
+) -> None:
+    """Counting a term walks its postings: a query's words are counted once, counted again
+    once the index has grown, and a word no text held is never remembered."""
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    add_turns(store, ["the kettle is blue", "the kettle is red"])
+    counts = recall.TermCounts()
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+
+    def counted(query: str) -> list[str]:
+        statements.clear()
+        search(store.conn, query, counts=counts)
+        return [s for s in statements if "count(*) FROM (SELECT 1 FROM recall_fts" in s]
+
+    assert len(counted("kettle blue")) == 2
+    assert counted("kettle blue") == []
+    assert len(counted("kettle zebra")) == 1  # zebra: no text holds it, counted each time
+    add_turns(store, ["a zebra drinks from the kettle"], first=3)
+    assert len(counted("kettle zebra")) == 2  # a third more texts: both counted again
+    assert texts(search(store.conn, "zebra", counts=counts)) == ["a zebra drinks from the kettle"]
+    store.close()
+
+
+def test_function_words_alone_look_for_all_of_them_among_the_newest_texts_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Texts holding every common word of a query can be far apart: they are looked for
+    among the newest RECENT_TEXTS, then the newest texts holding any of them answer."""
+    monkeypatch.setattr(recall, "RECENT_TEXTS", 3)
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    add_turns(store, ["the cat and the dog", *[f"the day{n}" for n in range(5)]])
+    assert texts(search(store.conn, "the and", limit=2)) == ["the day4", "the day3"]
+    add_turns(store, ["and the end"], first=7)
+    assert texts(search(store.conn, "the and", limit=2)) == ["and the end", "the day4"]
     store.close()
 
 

@@ -98,6 +98,26 @@ def test_text_the_payload_cannot_give_is_kept_and_served(store: EventStore) -> N
     assert_index_matches_content(store.conn)
 
 
+def test_a_payload_larger_than_a_query_may_prove_is_withheld_unread(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body over PROVE_PART_BYTES, or over what the query has left of PROVE_QUERY_BYTES,
+    is withheld and said; the others are still proven and served."""
+    long, short = "ledger " + "x" * 3000, "ledger short"
+    store.append([turn(store, "s1", 1, [said(long)], 0), turn(store, "s1", 2, [said(short)], 1)])
+    if hasattr(store, "checkpoint"):
+        store.checkpoint()
+    hits = recall.search(store.conn, "ledger")
+    monkeypatch.setattr(recall, "PROVE_PART_BYTES", 2000)
+    prover = recall.Prover(store.conn, store.key, getattr(store, "vkey", None))
+    assert [h.text for h in prover.proven(hits)] == [short], prover.withheld
+    assert len(prover.withheld) == 1 and "larger than this query may prove" in prover.withheld[0]
+    monkeypatch.setattr(recall, "PROVE_PART_BYTES", 1 << 20)
+    monkeypatch.setattr(recall, "PROVE_QUERY_BYTES", 3300)  # one turn's payloads fit
+    prover = recall.Prover(store.conn, store.key, getattr(store, "vkey", None))
+    assert len(prover.proven(hits)) == 1 and len(prover.withheld) == 1
+
+
 def test_memory_rewind_and_erasure_leave_no_token_behind(store: EventStore) -> None:
     m = builders.memory_write
     store.append([m(store.hasher, "s1", 1, "add", "user", "likes oolong tea", {})])

@@ -483,6 +483,31 @@ def test_verify_projections_names_a_damaged_projection(tmp_path: Path) -> None:
     assert check.live["sessions"] == check.rebuilt["sessions"]
 
 
+def test_the_recall_digest_reads_the_index_definition_not_each_row_through_its_view(
+    tmp_path: Path,
+) -> None:
+    """recall_fts's rows are its content view over recall_docs and the log: the digest hashes
+    the view's and the index's definitions instead of reading every row through the view
+    (most of `verify --projections`), and a view edited to read other text is still caught."""
+    folder = tmp_path / "a"
+    store = EventStore.open(folder, projections=default_projections())
+    fill(store, 60)
+    recall = next(p for p in default_projections() if p.name == "recall")
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    recall.digest(store.conn)
+    store.conn.set_trace_callback(None)
+    assert statements and not [s for s in statements if "recall_text" in s.split("WHERE")[0]]
+    (view,) = store.conn.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'recall_text'"
+    ).fetchone()
+    store.conn.execute("DROP VIEW recall_text")
+    store.conn.execute(view.replace("coalesce(d.text,", "coalesce(upper(d.text),", 1))
+    store.close()
+    check = verify_projections(folder)
+    assert not check.ok and check.mismatched == ["recall"]
+
+
 def test_verify_projections_reports_a_projection_that_has_not_caught_up(tmp_path: Path) -> None:
     folder = tmp_path / "a"
     store = EventStore.open(folder)  # no projections: nothing was ever built

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from archive_provider.format import digests_v2, merkle
-from archive_provider.format.signed_note import Checkpoint, Signer, format_checkpoint
+from archive_provider.format.signed_note import Checkpoint, Signer, Verifier, format_checkpoint
 from archive_provider.format.verifier import envelope_bytes_v2
 from archive_provider.host.hermes import spawn_thread
 from archive_provider.host.provider import ArchiveProvider
@@ -140,6 +140,50 @@ def test_an_edited_envelope_is_not_in_the_signed_tree(
     assert answer["withheld"] >= 1 and "not in the signed tree" in answer["problem"]
     assert "heron question 1" not in texts  # the edited turn's message
     assert {"heron question 0", "heron question 2"} <= texts
+
+
+def test_proofs_reuse_checked_signatures_and_hashed_nodes_from_query_to_query(
+    archive: tuple[ArchiveProvider, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second query re-proves every excerpt without re-checking a signature it checked
+    or re-hashing a node it hashed (they were half of a query's time)."""
+    provider, _ = archive
+    first = search(provider, "heron question")
+    calls = {"verify": 0, "node_hash": 0}
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            calls[name] += 1
+            return real(*args)
+
+        return call
+
+    monkeypatch.setattr(Verifier, "verify", counted("verify", Verifier.verify))
+    monkeypatch.setattr(merkle, "node_hash", counted("node_hash", merkle.node_hash))
+    second = search(provider, "heron question")
+    assert second == first and len(second["results"]) >= 3 and not second.get("withheld")
+    # verify_inclusion hashes each excerpt's path up to the root: nothing else is hashed
+    assert calls["verify"] == 0
+    assert calls["node_hash"] <= len(second["results"]) * 4
+
+
+def test_an_envelope_edited_after_its_proof_was_cached_is_withheld(
+    archive: tuple[ArchiveProvider, Path],
+) -> None:
+    """Nodes kept from earlier proofs still end at the signed root: an excerpt proven a query
+    ago and edited since is withheld, the others still served."""
+    provider, home = archive
+    assert "heron question 1" in {r["text"] for r in search(provider, "heron question")["results"]}
+    conn = attacker(home)
+    (seq,) = conn.execute(
+        "SELECT seq FROM events WHERE type = 'turn' ORDER BY seq LIMIT 1 OFFSET 1"
+    ).fetchone()
+    conn.execute("UPDATE events SET time = '2000-01-01T00:00:00.000000Z' WHERE seq = ?", (seq,))
+    conn.close()
+    answer = search(provider, "heron question")
+    texts = {r["text"] for r in answer["results"]}
+    assert answer["withheld"] >= 1 and "not in the signed tree" in answer["problem"]
+    assert "heron question 1" not in texts and {"heron question 0", "heron question 2"} <= texts
 
 
 def test_a_checkpoint_the_key_did_not_sign_proves_nothing(

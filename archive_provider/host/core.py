@@ -23,7 +23,7 @@ from ..audit.erasure import RetentionWorker
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
 from ..format.events import NewEvent
-from ..projections.recall import Hit, Prover, search
+from ..projections.recall import Hit, ProofCache, Prover, TermCounts, search
 from ..projections.registry import default_projections
 from ..storage.proof_v2 import pinned
 from ..storage.ship import BackgroundShipper, shippers
@@ -118,6 +118,9 @@ class ArchiveCore:
         # check of an identical checkpoint retry) does not wait for them
         self._keys: tuple[bytes, str | None] | None = None
         self._reader_lock = threading.Lock()
+        #: what serve-time proofs reuse between queries (used under the reader's lock)
+        self._proofs = ProofCache()
+        self._counts = TermCounts()  # term frequencies recall reuses (also under the lock)
         #: applies the recorded retention policy at open and daily (primary context only)
         self.retention: RetentionWorker | None = None
 
@@ -193,6 +196,7 @@ class ArchiveCore:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+            self._proofs, self._counts = ProofCache(), TermCounts()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -326,8 +330,9 @@ class ArchiveCore:
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
             key, own_vkey = self._proof_keys(conn)
             vkey, checkpoint = anchor if anchor is not None else (own_vkey, None)
-            prover = Prover(conn, key, vkey, checkpoint, roots)
-            return prover.proven(search(conn, query, **kwargs)), prover.withheld
+            prover = Prover(conn, key, vkey, checkpoint, roots, self._proofs)
+            hits = search(conn, query, counts=self._counts, **kwargs)
+            return prover.proven(hits), prover.withheld
 
         hits, withheld = self.read(proven)
         if withheld:

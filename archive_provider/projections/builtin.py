@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from blake3 import blake3
+
 from ..domain.evidence import bindable_text, message_text
 from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
@@ -654,7 +656,6 @@ class RecallProjection(TableProjection):
         "CREATE INDEX IF NOT EXISTS recall_authors_id ON recall_authors(author_id)",
     )
     tables = {  # recall_vocab: the index's own tokens (recall_fts reads only the content)
-        "recall_fts": "rowid",
         "recall_vocab": "term",
         "recall_docs": "rowid",
         "recall_rewound": "rowid",
@@ -663,7 +664,6 @@ class RecallProjection(TableProjection):
     #: rows in rowid order but not their rowid values: an erasure in place leaves gaps
     #: where a replay numbers on (memory rows' rowids are -seq, a function of the log)
     digest_select = {
-        "recall_fts": "text, kind, session, seq, role",
         "recall_docs": "seq, part, role, text",
         "recall_rewound": "text, kind, session, seq, role, rewound_seq",
         "recall_authors": "seq, author_id, author_name, is_bot, source",
@@ -690,6 +690,20 @@ class RecallProjection(TableProjection):
         conn.execute("DROP TABLE IF EXISTS recall_memory")
         conn.execute("DROP VIEW IF EXISTS recall_text")
         super().drop(conn)
+
+    def digest(self, conn: sqlite3.Connection) -> str:
+        """The tables' digest and the definitions of the index and of its content view.
+
+        recall_fts's rows are what the view makes of recall_docs and the log (both checked
+        elsewhere), so they are not read back one by one through the view (that read was
+        most of ``verify --projections``); a view or index edited to read other text is
+        still caught, and the index's own tokens are recall_vocab's rows.
+        """
+        schema = conn.execute(
+            "SELECT group_concat(sql, char(0)) FROM (SELECT sql FROM sqlite_master"
+            " WHERE name IN ('recall_fts', 'recall_text') ORDER BY name)"
+        ).fetchone()[0]
+        return blake3(f"{super().digest(conn)}\x00{schema}".encode()).hexdigest()
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         if event.type == "memory_write":

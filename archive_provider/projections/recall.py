@@ -11,20 +11,29 @@ Terms are sorted by document frequency (how many indexed texts hold them):
 
 * function words are set aside (their frequency is never even counted: counting "the"
   means walking its whole posting list), and terms the archive does not hold are dropped;
-* *common* terms, in more than :data:`COMMON_FRACTION` of the texts, are dropped when
-  rarer terms exist: BM25 gives them almost no weight, and their long posting lists are
-  what would make a query slow. Frequencies are counted with a ``LIMIT`` at that bound,
-  so a common word costs the same as a word just under it.
+* *common* terms, in more than :data:`COMMON_FRACTION` of the texts (or more than
+  :data:`COMMON_MAX_DOCS`, so the cost of a query stays flat as the archive grows), are
+  dropped when rarer terms exist: BM25 gives them little weight, and their long posting
+  lists are what would make a query slow. Frequencies are counted with a ``LIMIT`` at that
+  bound, so a common word costs the same as a word just under it.
 
-Ranked answers (BM25, newer first among equal scores) come in two passes, both bounded:
-first the texts holding *all* the remaining terms (an FTS5 AND, which skips through the
-posting lists and yields few rows), then, to fill up to ``limit``, the OR of the rarest
-terms whose posting lists together stay under :data:`POSTINGS_BUDGET`. Ranking only reads
-rowids and scores; text and time are read for the winners alone.
+Ranked answers (BM25, newer first among equal scores) come in up to three passes, each
+bounded, and stop once ``limit`` texts are found: the texts holding *all* the remaining
+terms (an FTS5 AND, which skips through the posting lists and yields few rows); with three
+or more terms, the texts holding all but one of them (one FTS5 expression: an OR of ANDs);
+then the OR of the rarest terms whose posting lists together stay under
+:data:`POSTINGS_BUDGET`. FTS5 scores a text only with the phrases of the branch it matched,
+so a text found by the first two passes gets exactly the score a BM25 over the OR of every
+term gives it, and the third pass's scores are lower bounds of it: the hits of all passes
+are ranked together by score. BM25 costs a microsecond or more per text scored (FTS5 has no
+top-k pruning), so a pass matching more than :data:`SCORE_BUDGET` texts scores the newest
+:data:`SCORE_BUDGET` of them. Ranking only reads rowids and scores; text and time are read
+for the winners alone.
 
 A query made only of common words (or only of function words) is answered from the
 newest texts holding all of them (``ORDER BY rowid DESC``: FTS5 walks the posting lists
-backwards and stops after ``limit`` matches), falling back to any of them.
+backwards and stops after ``limit`` matches) among the newest :data:`RECENT_TEXTS` (texts
+holding seven function words at once can be far apart), falling back to any of them.
 """
 
 from __future__ import annotations
@@ -53,7 +62,12 @@ MAX_QUERY_TERMS = 64  # distinct terms looked at; the rest of a very long query 
 MAX_QUERY_CHARS = 8000
 COMMON_FRACTION = 0.05
 MIN_COMMON_DOCS = 50
-POSTINGS_BUDGET = 40000
+COMMON_MAX_DOCS = 20000
+POSTINGS_BUDGET = 2000
+#: texts one ranked pass scores at most (the newest of its matches)
+SCORE_BUDGET = 1000
+#: the newest texts a query of common words looks through for all its words at once
+RECENT_TEXTS = 250
 #: characters of one indexed text a search reads (a 100 MB message is not read whole)
 EXCERPT_CHARS = 4000
 #: the largest payload re-proved at serve time, and the most bytes one query may prove
@@ -79,7 +93,8 @@ class Hit:
 class QueryPlan:
     """How a query is answered: ``ranked``, ``recent`` or ``none`` (nothing can match).
 
-    ``ranked``: BM25 over the AND of ``terms``, filled up by the OR of ``fill``.
+    ``ranked``: BM25 over the AND of ``terms``, then over texts with all but one of them,
+    filled up by the OR of ``fill``.
     ``recent``: newest texts with all of ``terms``, then with any of them.
     """
 
@@ -91,6 +106,16 @@ class QueryPlan:
     @property
     def match(self) -> str:
         return " AND ".join(fts_literal(term) for term in self.terms)
+
+    @property
+    def all_but_one_match(self) -> str:
+        """Texts holding every term but one (for three terms or more; '' otherwise)."""
+        if len(self.terms) < 3:
+            return ""
+        return " OR ".join(
+            "(" + " AND ".join(fts_literal(t) for t in self.terms if t != left) + ")"
+            for left in self.terms
+        )
 
     @property
     def fill_match(self) -> str:
@@ -145,7 +170,7 @@ def _indexed_texts(conn: sqlite3.Connection) -> int:
 
 def common_limit(total: int) -> int:
     """Above this many texts a term is common."""
-    return max(int(total * COMMON_FRACTION), MIN_COMMON_DOCS)
+    return min(max(int(total * COMMON_FRACTION), MIN_COMMON_DOCS), COMMON_MAX_DOCS)
 
 
 def _doc_frequency(conn: sqlite3.Connection, term: str, cap: int) -> int:
@@ -155,6 +180,35 @@ def _doc_frequency(conn: sqlite3.Connection, term: str, cap: int) -> int:
         (fts_literal(term), cap + 1),
     ).fetchone()
     return int(row[0])
+
+
+class TermCounts:
+    """Document frequencies counted by earlier queries on one archive (one per open archive).
+
+    Counting a term walks its posting list up to the common bound: for a query of common
+    words that walk was most of its time, and the same words come back query after query. A
+    plan needs a term's order of magnitude, not its exact count, so a count is reused while
+    the index holds within :data:`STALE_FRACTION` of the texts it held when counted. A term
+    no text held is never kept (a word said a moment ago must be found at once).
+    """
+
+    STALE_FRACTION = 0.01
+    MAX_TERMS = 4096
+
+    def __init__(self) -> None:
+        self.counts: dict[str, tuple[int, int, int]] = {}  # term: (count, cap, texts then)
+
+    def get(self, term: str, cap: int, total: int) -> int | None:
+        found = self.counts.get(term)
+        if found is None or found[1] != cap or abs(total - found[2]) > total * self.STALE_FRACTION:
+            return None
+        return found[0]
+
+    def put(self, term: str, cap: int, total: int, count: int) -> None:
+        if count:
+            if len(self.counts) >= self.MAX_TERMS:
+                self.counts.clear()
+            self.counts[term] = (count, cap, total)
 
 
 def choose_terms(frequencies: Sequence[tuple[str, int | None]], cap: int) -> QueryPlan:
@@ -184,13 +238,21 @@ def choose_terms(frequencies: Sequence[tuple[str, int | None]], cap: int) -> Que
     return QueryPlan(mode, terms, tuple(fill), dropped)
 
 
-def plan_query(conn: sqlite3.Connection, text: str) -> QueryPlan:
+def plan_query(conn: sqlite3.Connection, text: str, counts: TermCounts | None = None) -> QueryPlan:
     """Turn free text into safe MATCH expressions (see the module docstring)."""
     terms = tokenize(conn, text) if isinstance(text, str) else []
     if not terms:
         return QueryPlan("none", (), (), ())
-    cap = common_limit(_indexed_texts(conn))
-    frequencies = [(t, None if t in STOPWORDS else _doc_frequency(conn, t, cap)) for t in terms]
+    total = _indexed_texts(conn)
+    cap = common_limit(total)
+    counts = counts or TermCounts()
+    frequencies: list[tuple[str, int | None]] = []
+    for term in terms:
+        count = None if term in STOPWORDS else counts.get(term, cap, total)
+        if count is None and term not in STOPWORDS:
+            count = _doc_frequency(conn, term, cap)
+            counts.put(term, cap, total, count)
+        frequencies.append((term, count))
     return choose_terms(frequencies, cap)
 
 
@@ -203,16 +265,19 @@ def search(
     since: str | None = None,
     until: str | None = None,
     author: str | None = None,
+    counts: TermCounts | None = None,
 ) -> list[Hit]:
     """Rank archived texts for ``text``: BM25, then newer first among equal scores.
 
     ``author`` keeps the turns whose author, as the host stated it, has that id or name
-    (docs/HOST.md §1); rewound messages are never in the index searched here.
+    (docs/HOST.md §1); rewound messages are never in the index searched here. ``counts``
+    keeps term frequencies for the next queries on the same archive.
     """
-    plan = plan_query(conn, text)
+    plan = plan_query(conn, text, counts)
     if plan.mode == "none" or limit <= 0:
         return []
-    filters, args = [], []
+    filters: list[str] = []
+    args: list[object] = []
     if session:
         filters.append("f.session = ?")
         args.append(session)
@@ -230,14 +295,32 @@ def search(
         args.extend([author, author])
     ranked = plan.mode == "ranked"
     any_of = plan.fill_match if ranked else " OR ".join(fts_literal(t) for t in plan.terms)
-    passes = [plan.match] if len(plan.terms) == 1 else [plan.match, any_of]
+    passes = [plan.match]
+    if ranked and plan.all_but_one_match:
+        passes.append(plan.all_but_one_match)
+    if len(plan.terms) > 1:
+        passes.append(any_of)
     found: dict[str, Hit] = {}  # one hit per text: the same words said twice are one excerpt
+    every = True  # the AND pass returned every text it matched
     for match in passes:
-        for hit in _run(conn, ranked, match, filters, args, 2 * limit):
+        # a text with every term matches each branch of the all-but-one pass (a score
+        # counted n-1 times): that pass runs only when those texts are all found already
+        if match == plan.all_but_one_match and not every:
+            continue
+        after = None
+        if not ranked and match == plan.match and len(plan.terms) > 1:
+            newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
+            after = int(newest[0]) - RECENT_TEXTS
+        ran = _run(conn, ranked, match, filters, args, 2 * limit, after)
+        every = every and len(ran) < 2 * limit
+        for hit in ran:
             found.setdefault(hit.text, hit)
         if len(found) >= limit:
             break
-    return list(found.values())[:limit]
+    hits = list(found.values())
+    if ranked:  # scores of all passes are comparable (the module docstring); sort is stable
+        hits.sort(key=lambda hit: hit.score)
+    return hits[:limit]
 
 
 def _run(
@@ -245,27 +328,57 @@ def _run(
     ranked: bool,
     match: str,
     filters: list[str],
-    args: list[str],
+    args: Sequence[object],
     limit: int,
+    after: int | None = None,
 ) -> list[Hit]:
+    """One pass; ``after``: only texts with a rowid above it (walked oldest first)."""
     # the first EXCERPT_CHARS only (whether there is more, the proof says: one read of a
     # huge text is enough)
     columns = f"substr(f.text, 1, {EXCERPT_CHARS}), f.kind, f.session, f.seq, f.role, e.time"
     if ranked and not filters:
-        # rank on rowids alone, then read text and time for the winners only
+        # rank on rowids alone, then read text and time for the winners only; past
+        # SCORE_BUDGET matches, the newest SCORE_BUDGET (and memory entries: rowid < 0).
+        # Walking the matches is cheap; BM25 first counts every term's postings, so a pass
+        # that matches nothing is not scored at all
+        # (ascending: FTS5 walks a doclist backwards only after loading it whole)
+        matched = conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? LIMIT ?)",
+            (match, SCORE_BUDGET),
+        ).fetchone()[0]
+        if not matched:
+            return []
+        floor = None
+        if matched >= SCORE_BUDGET:
+            floor = conn.execute(
+                "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
+                " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, SCORE_BUDGET - 1),
+            ).fetchone()
+        scored = "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
+        values: list[object]
+        if floor is None or floor[0] <= 0:
+            ranking, values = f"{scored} WHERE recall_fts MATCH ?", [match]
+        else:
+            ranking = (
+                f"{scored} WHERE recall_fts MATCH ? AND rowid >= ?"
+                f" UNION ALL {scored} WHERE recall_fts MATCH ? AND rowid < 0"
+            )
+            values = [match, floor[0], match]
         sql = (
-            "WITH top AS (SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
-            " WHERE recall_fts MATCH ? ORDER BY score, rowid DESC LIMIT ?)"
+            f"WITH top AS (SELECT id, score FROM ({ranking}) ORDER BY score, id DESC LIMIT ?)"
             f" SELECT {columns}, top.score FROM top JOIN recall_text f ON f.rowid = top.id"
             " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.score, top.id DESC"
         )
-        values: list[object] = [match, limit]
+        values.append(limit)
     else:
         score, order = (
             ("bm25(recall_fts)", "bm25(recall_fts), f.rowid DESC")
             if ranked
-            else ("0.0", "f.rowid DESC")
+            else ("0.0", "f.rowid DESC" if after is None else "+f.rowid DESC")
         )
+        if after is not None:  # '+': FTS5 walks the window forwards, SQLite sorts it
+            filters, args = [*filters, "f.rowid > ?"], [*args, after]
         where = "".join(f" AND {clause}" for clause in filters)
         sql = (
             f"SELECT {columns}, {score} FROM recall_fts f LEFT JOIN events e ON e.seq = f.seq"
@@ -283,6 +396,55 @@ def _run(
 
 class Unproven(Exception):
     """An excerpt the log does not vouch for (an edited index row); the message says why."""
+
+
+class ProofCache:
+    """What serve-time proofs may reuse from one query to the next (one per open archive).
+
+    The checkpoint signatures already checked (a pure function of key, note and signature)
+    and the tree nodes already hashed from the tiles (a perfect subtree never changes as the
+    log grows): re-hashing the same tiles was half of a query's time. Every proof still ends
+    at a trusted root, so a stale or wrong node can only withhold an excerpt, never let one
+    through. Bounded: the nodes and tiles are dropped every :data:`RESET_PROOFS` proofs.
+    """
+
+    RESET_PROOFS = 256
+
+    def __init__(self) -> None:
+        self.signed: set[tuple[str, int, bytes, bytes]] = set()
+        self.conn: sqlite3.Connection | None = None  # the connection of the current query
+        self.reader: merkle.TileReader | None = None
+        self.store_id: object = None
+        self.proofs = 0
+
+    def read_tile(self, level: int, index: int) -> bytes | None:
+        assert self.conn is not None
+        tile = self.conn.execute(
+            "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+        ).fetchone()
+        return bytes(tile[0]) if tile else None
+
+    def tile_reader(self, conn: sqlite3.Connection, size: int) -> merkle.TileReader:
+        """A node reader for a tree of ``size``, keeping the nodes hashed before."""
+        self.conn = conn
+        row = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
+        store_id = row[0] if row else None
+        reader = self.reader
+        if (
+            reader is None
+            or reader.size > size
+            or store_id != self.store_id
+            or self.proofs >= self.RESET_PROOFS
+        ):
+            reader, self.proofs, self.store_id = (
+                merkle.TileReader(self.read_tile, size),
+                0,
+                store_id,
+            )
+        else:
+            reader.extend(size)
+        self.reader = reader
+        return reader
 
 
 class Prover:
@@ -305,6 +467,7 @@ class Prover:
         vkey: str | None = None,
         anchor: Checkpoint | None = None,
         committed_roots: Mapping[int, bytes] | None = None,
+        cache: ProofCache | None = None,
     ) -> None:
         self.conn = conn
         self.key = key
@@ -315,6 +478,7 @@ class Prover:
         #: signed checkpoint is served from only when it is one of them: whoever can write the
         #: folder can rebuild an unsigned tail and its root without any key
         self.committed_roots = committed_roots
+        self.cache = cache or ProofCache()
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
         row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
@@ -400,6 +564,7 @@ class Prover:
         ):
             raise Unproven(f"seq {seq}: the event does not match its identity")
         size, root, reader = self._trusted_tree()
+        self.cache.proofs += 1
         if seq > size:
             raise Unproven(f"seq {seq} is beyond the proven tree (size {size})")
         try:
@@ -429,23 +594,21 @@ class Prover:
         if row is None:
             raise Unproven("the archive has no signed checkpoint yet")
         size, root = int(row[0]), bytes(row[1])
-        try:
-            log_key = Verifier.from_vkey(self.vkey)
-            text = format_checkpoint(Checkpoint(log_key.name, size, root))
-        except (NoteError, ValueError) as exc:
-            raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
-        if not log_key.verify(text, Signature(log_key.name, log_key.key_id, bytes(row[2]))):
-            raise Unproven(f"the checkpoint at size {size} is not signed by the archive's key")
-
-        def read_tile(level: int, index: int) -> bytes | None:
-            tile = self.conn.execute(
-                "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
-            ).fetchone()
-            return bytes(tile[0]) if tile else None
-
+        signed = (self.vkey, size, root, bytes(row[2]))
+        if signed not in self.cache.signed:
+            try:
+                log_key = Verifier.from_vkey(self.vkey)
+                text = format_checkpoint(Checkpoint(log_key.name, size, root))
+            except (NoteError, ValueError) as exc:
+                raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
+            if not log_key.verify(text, Signature(log_key.name, log_key.key_id, signed[3])):
+                raise Unproven(f"the checkpoint at size {size} is not signed by the archive's key")
+            if len(self.cache.signed) >= self.cache.RESET_PROOFS:
+                self.cache.signed.clear()
+            self.cache.signed.add(signed)
         head = self.conn.execute("SELECT seq, root FROM head WHERE id = 1").fetchone()
         head_size = int(head[0]) if head else 0
-        reader = merkle.TileReader(read_tile, max(size, head_size))
+        reader = self.cache.tile_reader(self.conn, max(size, head_size))
         if self.anchor is not None and self.anchor.size:
             self._extends_anchor(size, root, reader)
         head_root = bytes(head[1]) if head else b""
@@ -488,27 +651,25 @@ class Prover:
 
     def _payload(self, seq: int, digest: str) -> bytes:
         raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest
-        size = self.conn.execute(
-            "SELECT length(body) FROM payloads WHERE digest = ?", (raw,)
-        ).fetchone()
-        if size is None or size[0] is None:
-            raise Unproven(f"seq {seq}: payload {digest[:16]} is missing or erased")
-        if size[0] > PROVE_PART_BYTES or size[0] > self.budget:
-            raise Unproven(
-                f"seq {seq}: payload {digest[:16]} ({size[0]:,} bytes) is larger than this "
-                "query may prove at serve time"
-            )
-        self.budget -= int(size[0])
+        # one read: the body only when it is within what this query may still prove
         row = self.conn.execute(
-            "SELECT body, "
+            "SELECT length(body), CASE WHEN length(body) <= ? THEN body END, "
             + ("salt" if self.version == 2 else "NULL")
             + " FROM payloads WHERE digest = ?",
-            (raw,),
+            (min(PROVE_PART_BYTES, self.budget), raw),
         ).fetchone()
-        body = bytes(row[0])
+        if row is None or row[0] is None:
+            raise Unproven(f"seq {seq}: payload {digest[:16]} is missing or erased")
+        if row[1] is None:
+            raise Unproven(
+                f"seq {seq}: payload {digest[:16]} ({row[0]:,} bytes) is larger than this "
+                "query may prove at serve time"
+            )
+        self.budget -= int(row[0])
+        body = bytes(row[1])
         if self.version == 2:
-            if not isinstance(row[1], bytes) or (
-                digests_v2.payload_digest(row[1], body).hex() != digest
+            if not isinstance(row[2], bytes) or (
+                digests_v2.payload_digest(row[2], body).hex() != digest
             ):
                 raise Unproven(f"seq {seq}: payload {digest[:16]} does not match its digest")
         elif payload_digest(self.key, body) != digest:

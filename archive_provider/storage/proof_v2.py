@@ -24,6 +24,7 @@ the next full walk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -123,11 +124,18 @@ def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> N
         ) from None
 
 
+@functools.lru_cache(maxsize=16)
+def _opened(log_vkey: str, checkpoint: bytes | str) -> tuple[Verifier, Checkpoint]:
+    """Pure (a signature check of the record's own bytes), so kept: every recall reads the
+    record, and re-checking the same signature was a tenth of a query's time."""
+    log_key = Verifier.from_vkey(log_vkey)
+    return log_key, open_checkpoint(checkpoint, log_key)[0]
+
+
 def _witnessed(record: Any) -> tuple[Verifier, Checkpoint]:
     """The pinned log key and the checkpoint of a v2 witness record."""
     try:
-        log_key = Verifier.from_vkey(record.log_vkey)
-        return log_key, open_checkpoint(record.checkpoint, log_key)[0]
+        return _opened(record.log_vkey, record.checkpoint)
     except NoteError as exc:
         raise WitnessMismatch(
             f"the witness record's checkpoint is unreadable ({exc}); treat the archive as "
