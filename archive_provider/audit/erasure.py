@@ -723,10 +723,16 @@ def forget(
                 "kept_shared": found.kept_shared,
             }
             event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
-            seq = v2.append_in_transaction([event])[0].seq
+            seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
             projections, touched = _projections(v2), frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
+            # Tombstones first: the event's own payload rows can split the leaf holding the
+            # bodies, and a split copies its live cells, leaving their old images in the
+            # page's unused area, which secure_delete never zeroes (docs/OPERATIONS.md).
             tombstone(conn, sorted(found.digests), seq)
+            appended = v2.append_in_transaction([event])[0].seq
+            if appended != seq:  # the same scope erased at the same instant: rolled back
+                raise ErasureError(f"an erasure of this scope at {at} is seq {appended}: retry")
             forget_erased(conn, projections, touched, seq)
             if merge:
                 _merge_fts(conn, seq)
