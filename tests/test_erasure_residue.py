@@ -21,11 +21,12 @@ import pytest
 from freezegun import freeze_time
 
 from archive_provider.audit import erasure
-from archive_provider.audit.erasure import Scope
+from archive_provider.audit.erasure import ErasureError, Scope
 from archive_provider.format.signed_note import Signer
+from archive_provider.format.verifier import verify_database
 from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2
-from tests.test_erasure import SECRET, raw_hits
+from tests.test_erasure import SECRET, raw_hits, turn
 from tests.test_erasure_in_place import SECRET_PLATFORM, rich
 
 #: seeds whose payload key order made the erasure's own split copy the secret (old code)
@@ -70,3 +71,23 @@ def test_the_erasures_own_rows_split_no_leaf_holding_the_erased_bodies(
     erasure.forget(seeded, Scope("session", {"session": "s-secret"}), reason="r")
     for text in (SECRET, SECRET_PLATFORM, "could not store"):
         assert raw_hits(home, text) == [], text
+
+
+def test_a_second_erasure_of_the_same_scope_at_the_same_instant_is_refused(
+    home: Path, store: EventStoreV2
+) -> None:
+    """Its event has the first one's identity, so the append names the first one's seq;
+    the tombstones are made under the seq predicted first, never recorded under an erasure
+    that does not list them (the old order did that, and ``verify`` then failed)."""
+    with freeze_time("2026-12-01T12:00:00Z"):
+        store.append([turn(store, "s1", 1, [SECRET])])
+        first = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+        store.append([turn(store, "s1", 2, ["the host sent this one again later"], start=1)])
+        with pytest.raises(ErasureError, match=f"is seq {first.seq}: retry"):
+            erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+    assert raw_hits(home, "the host sent this one again later")  # rolled back: still stored
+    report = verify_database(store.conn, store.key, vkey=store.vkey)
+    assert report.ok, report.problem
+    second = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+    assert second.seq is not None and second.seq > (first.seq or 0) and second.payloads == 1
+    assert raw_hits(home, "the host sent this one again later") == []
