@@ -9,8 +9,10 @@ what is erased, not the archive) and the full-text index merged so no segment ke
 tokens (retention merges once at the end of its pass, :func:`merge_index`). The events
 naming an erased payload are found through ``part_reuse``, never by reading every event's
 parts, so a batch costs what it erases, not the archive's size (the sweep for quoting
-payloads still reads every event of those types). After the commit the WAL is checkpointed
-with truncate, so no file of the folder keeps the bytes. A crash before the commit leaves
+payloads still reads every event of those types). The tombstones come before the erasure
+event's own rows, so no split those rows cause copies a body about to go; after the commit
+the WAL is checkpointed with truncate. An old image that a split made before the erasure
+may stay in a page's unused bytes (docs/OPERATIONS.md). A crash before the commit leaves
 the archive as it was; after it, re-running the same ``forget`` finds nothing left to erase
 and redoes the physical clean-up.
 """
@@ -723,10 +725,16 @@ def forget(
                 "kept_shared": found.kept_shared,
             }
             event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
-            seq = v2.append_in_transaction([event])[0].seq
+            seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
             projections, touched = _projections(v2), frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
+            # Tombstones first: the event's own payload rows can split the leaf holding the
+            # bodies, and a split copies its live cells, leaving their old images in the
+            # page's unused area, which secure_delete never zeroes (docs/OPERATIONS.md).
             tombstone(conn, sorted(found.digests), seq)
+            appended = v2.append_in_transaction([event])[0].seq
+            if appended != seq:  # the same scope erased at the same instant: rolled back
+                raise ErasureError(f"an erasure of this scope at {at} is seq {appended}: retry")
             forget_erased(conn, projections, touched, seq)
             if merge:
                 _merge_fts(conn, seq)

@@ -1,0 +1,93 @@
+"""Erasure leaves no old image of an erased body in a page's unused area (a B-tree split).
+
+When SQLite splits a full leaf it rewrites the page with the cells it keeps packed at the
+end, and the bytes below them (the page's unused area) keep the old cell images:
+``secure_delete`` zeroes only freed cells and freed pages. The erasure's own event rows
+used to be inserted before the tombstones, so a split they caused copied the bodies about
+to be erased, and the tombstones then zeroed only the live copies (test_erasure_in_place
+failed about once in seven runs). The seeds below fix every random byte (salts, keys, ids)
+so the payloads table is one full leaf whose split would leave a secret's old image
+behind (found by running the old order over seeds 0-39: 2, 15, 16, 20, 24, 30 and 36).
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+
+from archive_provider.audit import erasure
+from archive_provider.audit.erasure import ErasureError, Scope
+from archive_provider.format.signed_note import Signer
+from archive_provider.format.verifier import verify_database
+from archive_provider.storage.store import EventStoreV2
+from tests.conftest import open_v2
+from tests.test_erasure import SECRET, raw_hits, turn
+from tests.test_erasure_in_place import SECRET_PLATFORM, rich
+
+#: seeds whose payload key order made the erasure's own split copy the secret (old code)
+SPLITTING_SEEDS = [2, 15, 16]
+
+
+@pytest.fixture(params=SPLITTING_SEEDS)
+def seeded(request: pytest.FixtureRequest, home: Path) -> Iterator[EventStoreV2]:
+    """A rich archive whose every random byte comes from the seed: the same page layout
+    on every run (salts and keys decide the payloads' key order, so their pages)."""
+    rng = random.Random(request.param)
+    with pytest.MonkeyPatch.context() as patch, freeze_time("2026-12-01T12:00:00Z"):
+        patch.setattr(secrets, "token_bytes", lambda n=32: rng.randbytes(n))
+        patch.setattr(secrets, "token_hex", lambda n=32: rng.randbytes(n).hex())
+        patch.setattr(
+            Signer,
+            "generate",
+            classmethod(lambda cls, name, alg=1: cls(name, rng.randbytes(32), alg)),
+        )
+        store = open_v2(home / "archive")
+        try:
+            rich(store)
+            yield store
+        finally:
+            store.close()
+
+
+def full_single_leaf(store: EventStoreV2) -> bool:
+    """The payloads table is one leaf page with too little room for one more payload row."""
+    pages = store.conn.execute(
+        "SELECT pagetype, unused FROM dbstat WHERE name = 'payloads'"
+    ).fetchall()
+    return len(pages) == 1 and pages[0][0] == "leaf" and pages[0][1] < 100
+
+
+def test_the_erasures_own_rows_split_no_leaf_holding_the_erased_bodies(
+    home: Path, seeded: EventStoreV2
+) -> None:
+    """The tombstones come before the erasure event's rows: whatever those split, the
+    bodies were zeroed already (the old order left their images in the split page)."""
+    assert full_single_leaf(seeded)  # one more row splits it
+    erasure.forget(seeded, Scope("session", {"session": "s-secret"}), reason="r")
+    for text in (SECRET, SECRET_PLATFORM, "could not store"):
+        assert raw_hits(home, text) == [], text
+
+
+def test_a_second_erasure_of_the_same_scope_at_the_same_instant_is_refused(
+    home: Path, store: EventStoreV2
+) -> None:
+    """Its event has the first one's identity, so the append names the first one's seq;
+    the tombstones are made under the seq predicted first, never recorded under an erasure
+    that does not list them (the old order did that, and ``verify`` then failed)."""
+    with freeze_time("2026-12-01T12:00:00Z"):
+        store.append([turn(store, "s1", 1, [SECRET])])
+        first = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+        store.append([turn(store, "s1", 2, ["the host sent this one again later"], start=1)])
+        with pytest.raises(ErasureError, match=f"is seq {first.seq}: retry"):
+            erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+    assert raw_hits(home, "the host sent this one again later")  # rolled back: still stored
+    report = verify_database(store.conn, store.key, vkey=store.vkey)
+    assert report.ok, report.problem
+    second = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+    assert second.seq is not None and second.seq > (first.seq or 0) and second.payloads == 1
+    assert raw_hits(home, "the host sent this one again later") == []
