@@ -25,7 +25,7 @@ from archive_provider.format.verifier import verify_bundle
 from archive_provider.storage.store import EventStore
 
 from .common import Row, Workdir, cli_child, interleaved
-from .s2_verify import floor_v2, warm
+from .s2_verify import against_floor, floor_v2
 
 Report = Callable[[str], None]
 
@@ -69,31 +69,12 @@ def run(
 
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
     conn.execute("PRAGMA cache_size = -262144")
-    checked: list[int] = []
     try:
-
-        def check() -> float:
-            start = time.perf_counter()
-            report = verify_bundle(bundle)
-            seconds = time.perf_counter() - start
-            if not report.ok:
-                raise RuntimeError(f"the bench bundle failed verification: {report.problem}")
-            checked.append(report.events_checked)
-            return seconds
-
-        def floor() -> float:
-            start = time.perf_counter()
-            count, bad = floor_v2(conn)
-            seconds = time.perf_counter() - start
-            if bad or (checked and count != checked[-1]):
-                raise RuntimeError(f"floor disagrees: {count} events, {bad} mismatches")
-            return seconds
-
-        warm(folder)
-        v_ours, v_theirs, all_v_ours, all_v_theirs = interleaved(check, floor, repeats)
+        n, v_ours, v_theirs, all_v_ours, all_v_theirs = against_floor(
+            lambda: verify_bundle(bundle), lambda: floor_v2(conn), folder, repeats, "bundle"
+        )
     finally:
         conn.close()
-    n = checked[-1]
     say(f"  verify-bundle {label}: {n / v_ours:,.0f}/s vs floor {n / v_theirs:,.0f}/s")
     exported = cli_child(home, "export", str(scratch / "child.zip"))
     verified = cli_child(home, "verify-bundle", str(scratch / "child.zip"), "--no-archive")

@@ -17,6 +17,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from blake3 import blake3
 
@@ -141,6 +142,42 @@ def warm(folder: Path) -> None:
                     pass
 
 
+def against_floor(
+    check: Callable[[], Any],
+    floor: Callable[[], tuple[int, int]],
+    folder: Path,
+    repeats: int,
+    what: str,
+) -> tuple[int, float, float, list[float], list[float]]:
+    """A verification timed against its floor, interleaved on a warm page cache.
+
+    ``check`` returns a verifier report, which must pass; ``floor`` returns (events, bad),
+    which must agree with it. Returns the events checked, both medians and all samples.
+    """
+    checked: list[int] = []
+
+    def ours() -> float:
+        start = time.perf_counter()
+        report = check()
+        seconds = time.perf_counter() - start
+        if not report.ok:
+            raise RuntimeError(f"the bench {what} failed verification: {report.problem}")
+        checked.append(report.events_checked)
+        return seconds
+
+    def theirs() -> float:
+        start = time.perf_counter()
+        count, bad = floor()
+        seconds = time.perf_counter() - start
+        if bad or (checked and count != checked[-1]):
+            raise RuntimeError(f"the floor disagrees: {count} events, {bad} mismatches")
+        return seconds
+
+    warm(folder)
+    medians_and_samples = interleaved(ours, theirs, repeats)
+    return (checked[-1] if checked else 0, *medians_and_samples)
+
+
 Report = Callable[[str], None]
 
 
@@ -152,30 +189,11 @@ def run(folder: Path, events: int, repeats: int, say: Report) -> list[Row]:
     loop = floor_v2 if v2 else (lambda c: tight_loop(c, key))
     floor_name = "sequential pass, no lookups" if v2 else "tight loop"
     try:
-        checked: list[int] = []
-
-        def project() -> float:
-            start = time.perf_counter()
-            report = verify_database(conn, key)
-            seconds = time.perf_counter() - start
-            if not report.ok:
-                raise RuntimeError(f"the bench log failed verification: {report.problem}")
-            checked.append(report.events_checked)
-            return seconds
-
-        def baseline() -> float:
-            start = time.perf_counter()
-            count, bad = loop(conn)
-            seconds = time.perf_counter() - start
-            if bad or (checked and count != checked[-1]):
-                raise RuntimeError(f"baseline disagrees: {count} events, {bad} mismatches")
-            return seconds
-
-        warm(folder)
-        ours, theirs, all_ours, all_theirs = interleaved(project, baseline, repeats)
+        n, ours, theirs, all_ours, all_theirs = against_floor(
+            lambda: verify_database(conn, key), lambda: loop(conn), folder, repeats, "log"
+        )
     finally:
         conn.close()
-    n = checked[-1] if checked else 0
     label = f"{n / 1000:,.0f}k" if n < 1_000_000 else f"{n / 1e6:.1f}M"
     say(f"  verify {label}: {n / ours:,.0f}/s vs {floor_name} {n / theirs:,.0f}/s")
     return [

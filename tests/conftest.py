@@ -78,6 +78,27 @@ def store(home: Path) -> Iterator[EventStoreV2]:
     opened.close()
 
 
+@pytest.fixture(scope="module")
+def cli_home_v2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A format-2 archive built once per module by the CLI tests' ``build_archive``."""
+    from tests.test_cli import build_archive
+
+    folder = tmp_path_factory.mktemp("cli-v2") / "home"
+    with archive_format(2):
+        build_archive(folder)
+    return folder
+
+
+def verifier_key(home: Path) -> str:
+    """The verifier key of a format-2 archive (what an auditor is given)."""
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        assert isinstance(store, EventStoreV2)
+        return store.vkey
+    finally:
+        store.close()
+
+
 def open_log(home: Path) -> EventStore:
     """A fresh read-only view of a profile's log (another connection than the writer's)."""
     return EventStore.open(archive_dir(home), create=False, readonly=True)

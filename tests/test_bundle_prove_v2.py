@@ -22,8 +22,7 @@ from archive_provider.audit.export import Selection
 from archive_provider.format import tlog_proof
 from archive_provider.format.signed_note import Checkpoint, Signer, format_checkpoint, sign_note
 from archive_provider.format.verifier import verify_bundle, verify_proof
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
-from tests.conftest import archive_format
+from tests.conftest import archive_format, verifier_key
 from tests.test_bundle_v3 import records
 from tests.test_cli import build_archive, run_json, via_main
 from tests.test_export import export, members, reseal
@@ -42,21 +41,13 @@ def prove_cli(
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("bundle-v2") / "home"
-    with archive_format(2):
-        build_archive(folder)
-    return folder
+def home(cli_home_v2: Path) -> Path:
+    return cli_home_v2
 
 
 @pytest.fixture(scope="module")
-def vkey(home: Path) -> str:
-    store = EventStore.open(archive_dir(home), create=False, readonly=True)
-    try:
-        assert isinstance(store, EventStoreV2)
-        return store.vkey
-    finally:
-        store.close()
+def vkey(cli_home_v2: Path) -> str:
+    return verifier_key(cli_home_v2)
 
 
 def test_a_v2_bundle_has_no_key_and_carries_the_signed_checkpoint(home: Path, vkey: str) -> None:

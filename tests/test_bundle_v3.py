@@ -20,9 +20,8 @@ from blake3 import blake3
 
 from archive_provider.audit.export import ExportError, Selection
 from archive_provider.format.verifier import V2_PAYLOAD, verify_bundle
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
-from tests.conftest import archive_format
-from tests.test_cli import build_archive
+from archive_provider.storage.store import archive_dir
+from tests.conftest import verifier_key
 from tests.test_export import export, members, reseal
 
 #: one record of payloads.bin: (kind, digest, salt or erasure seq, body)
@@ -75,21 +74,13 @@ def named_in_order(envelopes: bytes, session: str | None) -> list[tuple[bytes, i
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("bundle-v3") / "home"
-    with archive_format(2):
-        build_archive(folder)
-    return folder
+def home(cli_home_v2: Path) -> Path:
+    return cli_home_v2
 
 
 @pytest.fixture(scope="module")
-def vkey(home: Path) -> str:
-    store = EventStore.open(archive_dir(home), create=False, readonly=True)
-    try:
-        assert isinstance(store, EventStoreV2)
-        return store.vkey
-    finally:
-        store.close()
+def vkey(cli_home_v2: Path) -> str:
+    return verifier_key(cli_home_v2)
 
 
 @pytest.fixture
