@@ -415,3 +415,42 @@ def receipt_events(store: erasure.EventStoreV2) -> set[int]:
     return {
         s for (s,) in store.conn.execute("SELECT seq FROM events WHERE session IN ('s1', 's2')")
     }
+
+
+def test_a_text_kept_because_other_sessions_say_it_keeps_its_quotes_and_costs_no_more(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """SHARED is said in every session and repeated by every session's checkpoint in the
+    host's message shape (s0 has no checkpoint): forgetting s0 keeps the text
+    (``kept_shared``), so its quotes stay too (the sweep erased every checkpoint's copy), and
+    the plan does not read every checkpoint repeating it."""
+    shaped = {"role": "user", "content": SHARED, "tool_calls": []}
+
+    def add(first: int, count: int) -> None:
+        sessions(store, first, count)
+        for n in range(max(first, 1), first + count):
+            evidence = [store.hasher.part(shaped)]
+            store.append(
+                [
+                    builders.checkpoint(
+                        store.hasher,
+                        f"s{n}",
+                        evidence,
+                        parent_session="",
+                        host_api_version=2,
+                        require_checkpoint=False,
+                        received=1,
+                    )
+                ]
+            )
+
+    add(0, 20)
+    small = plan_steps(store, "s0")
+    add(20, 180)
+    large = plan_steps(store, "s0")
+    assert large < small * 1.25, (small, large)
+    receipt = erasure.forget(store, Scope("session", {"session": "s0"}), reason="r")
+    assert receipt.kept_shared == 1 and receipt.events == 4  # s0's start and turns
+    assert raw_hits(home, "s0 said sentence") == []
+    data = (home / "archive" / "events.db").read_bytes()
+    assert b'"tool_calls":[]' in data  # the other sessions' checkpoints keep their evidence

@@ -288,13 +288,17 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
             bodies.add(bytes(payload))
         if author is not None and author_scope:
             result.digests.add(bytes(author))
+    everything = bool(scope.value.get("shared"))  # every namer of an erased payload is needed
+    said = result.digests
+    if not everything:  # a text events outside the scope still name is kept: so are its quotes
+        first, outside = _naming(conn, said, read, covered, every=False)
+        said = said - outside - {d for s, named in first.items() if s not in covered for d in named}
     quoted = {  # the texts said (parts), not the bodies' metadata such as session ids
-        t for d in result.digests for t in texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
+        t for d in said for t in texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
     }
     needles = {q.encode() for q in quoted} | {json.dumps(q)[1:-1].encode() for q in quoted}
     swept = _sweep(conn, store.key, quoted, needles, result.digests, read)
     result.digests = {d for d in result.digests | swept | bodies if _body(conn, d) is not None}
-    everything = bool(scope.value.get("shared"))  # every namer of an erased payload is needed
     naming, outside = _naming(conn, swept, read, covered, every=True)
     if outside:  # the namers of a swept text go with it, and one is not indexed
         naming = _merged(naming, _scan_naming(conn, swept))
