@@ -398,6 +398,11 @@ def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
     store = open_v2(folder)
     try:
         assert store.conn.execute("SELECT count(*) FROM quoting").fetchone()[0] == 0
+        erasure._index_reuse(store)  # what the first erasure runs first
+        assert set(store.conn.execute("SELECT quoted, seq FROM quoting").fetchall()) == appended
+        store.conn.execute("DELETE FROM quoting")  # and again, by the erasure itself
+        owed = (store_v2.QUOTING_FROM, str(store.head().seq))
+        store.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", owed)
         receipt = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
         assert store_v2.quoting_owed(store.conn, store.head().seq) == 0
         # s1 and s2's recalls (they showed s1) and the evidence holding their queries
@@ -454,3 +459,39 @@ def test_a_text_kept_because_other_sessions_say_it_keeps_its_quotes_and_costs_no
     assert raw_hits(home, "s0 said sentence") == []
     data = (home / "archive" / "events.db").read_bytes()
     assert b'"tool_calls":[]' in data  # the other sessions' checkpoints keep their evidence
+
+
+def test_forgetting_what_a_recall_showed_keeps_the_words_of_the_session_it_was_served_in(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """b's recall showed a's turn, so it goes whole, its query (b's own words) with it; b's
+    turn and b's checkpoint naming the same message stay (the sweep erased them: the
+    checkpoint names a payload holding the query's text)."""
+    said_b = "b asks where the harbour office is"
+    a = store.append([turn(store, "a", 1, [SECRET])])[0].seq
+    b_turn = turn(store, "b", 1, [said_b])
+    store.append(
+        [
+            b_turn,
+            builders.recall_served(
+                store.hasher, "b", turn=1, query=said_b, result=f"> {SECRET}", sources=[a], at="t"
+            ),
+        ]
+    )
+    store.append(
+        [
+            builders.checkpoint(
+                store.hasher,
+                "b",
+                [store.hasher.part({"role": "user", "content": said_b})],  # as the turn said it
+                parent_session="",
+                host_api_version=2,
+                require_checkpoint=False,
+                received=1,
+            )
+        ]
+    )
+    receipt = erasure.forget(store, Scope("session", {"session": "a"}), reason="r")
+    assert receipt.events == 2  # a's turn, b's recall
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert raw_hits(home, said_b)  # b's turn and checkpoint still hold b's words

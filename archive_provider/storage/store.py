@@ -959,7 +959,8 @@ class EventStoreV2(EventStore):
                     "INSERT OR IGNORE INTO part_reuse (digest, seq) VALUES ",
                     [(bytes.fromhex(d), seq) for d in sorted(reused)],
                 )
-            quoted = quoted_by(self.key, event.type, body_value, (p.body for p in parts))
+            stored = (p.body for p in parts if p.salt is not None)  # a reuse: part_reuse
+            quoted = quoted_by(self.key, event.type, body_value, stored)
             if quoted:
                 _insert(
                     conn,

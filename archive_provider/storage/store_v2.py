@@ -405,7 +405,11 @@ def quote_keys(store_key: bytes, bodies: Iterable[bytes | None]) -> set[bytes]:
 def quoted_by(
     store_key: bytes, event_type: str, body: Any, part_bodies: Iterable[bytes | None]
 ) -> set[int | str | bytes]:
-    """What an event of ``event_type`` may quote: the ``quoting`` keys of its rows."""
+    """What an event of ``event_type`` may quote: the ``quoting`` keys of its rows.
+
+    ``part_bodies`` are the parts the event stores (not those an earlier event stored, which
+    ``part_reuse`` lists it for): a text is keyed once, by the event whose part holds it, and
+    an erasure finds every other event naming that part through ``part_reuse``."""
     if event_type not in QUOTING_TYPES:
         return set()
     found: set[int | str | bytes] = set(quote_keys(store_key, part_bodies))
@@ -436,14 +440,21 @@ def index_quoting(conn: sqlite3.Connection, store_key: bytes, after: int, upto: 
         " AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
         (*sorted(QUOTING_TYPES), after, upto, QUOTING_STEP),
     ).fetchall()
-    for seq, kind, payload, parts in rows:
-        bodies = [_stored_body(conn, d) for d in split_parts(parts)]
+    for seq, kind, payload, parts in rows:  # after part_reuse is complete: a reuse has a row
+        bodies = [
+            _stored_body(conn, d)
+            for d in split_parts(parts)
+            if conn.execute(_REUSE_ROW, (d, seq)).fetchone() is None
+        ]
         for quoted in quoted_by(store_key, kind, decoded(_stored_body(conn, payload)), bodies):
             conn.execute("INSERT OR IGNORE INTO quoting VALUES (?, ?)", (quoted, seq))
     if len(rows) < QUOTING_STEP or int(rows[-1][0]) >= upto:
         conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (QUOTING_FROM,))
         return upto
     return int(rows[-1][0])
+
+
+_REUSE_ROW = "SELECT 1 FROM part_reuse WHERE digest = ? AND seq = ?"
 
 
 def unquote(conn: sqlite3.Connection, store_key: bytes, seq: int, gone: set[bytes]) -> None:
