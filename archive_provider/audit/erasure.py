@@ -3,18 +3,18 @@
 docs/FORMAT.md 12.4 and 18, docs/AUDIT.md, docs/OPERATIONS.md. One erasure is one write
 transaction: an ``erasure`` event naming the digests it erases (never their content), the
 payloads tombstoned, every payload that quotes them tombstoned too (found through the
-sources each event records, and by the erased text itself), each projection made to forget
-in place what a replay would no longer hold (``TableProjection.forget``: the cost follows
-what is erased, not the archive) and the full-text index merged so no segment keeps their
-tokens (retention merges once at the end of its pass, :func:`merge_index`). The events
-naming an erased payload are found through ``part_reuse``, never by reading every event's
-parts, so a batch costs what it erases, not the archive's size (the sweep for quoting
-payloads still reads every event of those types). The tombstones come before the erasure
-event's own rows, so no split those rows cause copies a body about to go; after the commit
-the WAL is checkpointed with truncate. An old image that a split made before the erasure
-may stay in a page's unused bytes (docs/OPERATIONS.md). A crash before the commit leaves
-the archive as it was; after it, re-running the same ``forget`` finds nothing left to erase
-and redoes the physical clean-up.
+sources each event records, and by the erased text itself, both in ``quoting``), each
+projection made to forget in place what a replay would no longer hold
+(``TableProjection.forget``: the cost follows what is erased, not the archive) and the
+full-text index merged so no segment keeps their tokens (retention merges once at the end
+of its pass, :func:`merge_index`). The events naming an erased payload are found through
+``part_reuse`` and those quoting it through ``quoting``, never by reading every event, so a
+batch costs what it erases and what quotes it, not the archive's size. The tombstones come
+before the erasure event's own rows, so no split those rows cause copies a body about to
+go; after the commit the WAL is checkpointed with truncate. An old image that a split made
+before the erasure may stay in a page's unused bytes (docs/OPERATIONS.md). A crash before
+the commit leaves the archive as it was; after it, re-running the same ``forget`` finds
+nothing left to erase and redoes the physical clean-up.
 """
 
 from __future__ import annotations
