@@ -744,11 +744,11 @@ def forget(
             seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
             projections, touched = _projections(v2), frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
+            for quoting in _in(conn, _QUOTING_OF, found.touched):  # before the bodies go
+                unquote(conn, v2.key, int(quoting[0]), found.digests)
             # Tombstones first: the event's own payload rows can split the leaf holding the
             # bodies, and a split copies its live cells, leaving their old images in the
             # page's unused area, which secure_delete never zeroes (docs/OPERATIONS.md).
-            for quoting in _in(conn, _QUOTING_OF, found.touched):  # before the bodies go
-                unquote(conn, v2.key, int(quoting[0]), found.digests)
             tombstone(conn, sorted(found.digests), seq)
             appended = v2.append_in_transaction([event])[0].seq
             if appended != seq:  # the same scope erased at the same instant: rolled back
