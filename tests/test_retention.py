@@ -99,16 +99,20 @@ def sessions(
         )
 
 
+@pytest.mark.parametrize("checkpoints", [False, True])
 def test_the_plan_reads_no_more_when_the_archive_is_ten_times_larger(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStoreV2, checkpoints: bool
 ) -> None:
-    sessions(store, 0, 20)
+    sessions(store, 0, 20, checkpoints=checkpoints)
     small = plan_steps(store, "s0")
-    sessions(store, 20, 180)
+    sessions(store, 20, 180, checkpoints=checkpoints)
     large = plan_steps(store, "s0")
-    assert large < small * 1.5, (small, large)  # reading every event's parts: about 10x
+    # reading every event's parts: about 10x; with checkpoints, the sweep reading every
+    # checkpoint: 91 -> 419 (main), now 66 -> 68
+    assert large < small * 1.5, (small, large)
     found = erasure.plan(store, Scope("session", {"session": "s0"}))
-    assert found.kept_shared == 1 and len(found.digests) == 3 + 1  # its sentences, its start
+    assert found.kept_shared == 1  # SHARED
+    assert len(found.digests) == 3 + 1 + checkpoints  # its sentences, its start, evidence
 
 
 def test_the_projections_forget_a_session_reading_no_more_in_a_larger_archive(
@@ -250,3 +254,248 @@ def test_what_the_appends_list_equals_the_one_time_pass_over_the_log(
         )
     erasure.forget(store, Scope("event", {"seq": 1}), reason="index")  # store_created: none
     assert set(store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall()) == appended
+
+
+def provider_sessions(store: erasure.EventStoreV2, first: int, count: int) -> None:
+    """Sessions as a provider writes them: each turn followed by the recall served for it
+    (its query the user's words, its result quoting the previous session, which it names as
+    a source), and a checkpoint whose evidence repeats the session's words in the host's own
+    message shape (another payload holding the same text)."""
+    for n in range(first, first + count):
+        name, said = f"s{n}", [f"s{n} said sentence {k} of many" for k in range(1, 4)]
+        before = store.conn.execute(
+            "SELECT max(seq) FROM events WHERE session = ? AND type = 'turn'", (f"s{n - 1}",)
+        ).fetchone()[0]
+        events = [builders.session_started(name, at="t0", details={"platform": "cli"})]
+        for k, text in enumerate(said, 1):
+            events.append(turn(store, name, k, [text], k - 1))
+            events.append(
+                builders.recall_served(
+                    store.hasher,
+                    name,
+                    turn=k,
+                    query=text,
+                    result=f"> (earlier) s{n - 1} said sentence {k} of many",
+                    sources=[before] if before else [],
+                    at="t1",
+                )
+            )
+        store.append(events)
+        evidence = [
+            store.hasher.part({"role": "user", "content": t, "tool_calls": []}) for t in said
+        ]
+        store.append(
+            [
+                builders.checkpoint(
+                    store.hasher,
+                    name,
+                    evidence,
+                    parent_session="",
+                    host_api_version=2,
+                    require_checkpoint=False,
+                    received=3,
+                )
+            ]
+        )
+
+
+def test_the_plan_in_a_provider_driven_archive_reads_no_more_when_it_is_ten_times_larger(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """A recall served each turn and a checkpoint per session: the quoting events are found
+    through ``quoting``, not by reading every one (the sweep did: 85 -> 377 style growth)."""
+    provider_sessions(store, 0, 20)
+    small = plan_steps(store, "s5")
+    provider_sessions(store, 20, 180)
+    large = plan_steps(store, "s5")
+    assert large < small * 1.25, (small, large)  # the sweep reading every one: 493 -> 3847
+    found = erasure.plan(store, Scope("session", {"session": "s5"}))
+    s6 = {
+        s: kind
+        for s, kind in store.conn.execute("SELECT seq, type FROM events WHERE session = 's6'")
+    }
+    # s6's recalls showed s5 (sources): they go whole, and the checkpoint evidence holding
+    # their queries' texts with them; s7's recalls quote s6's turns, which stay, so they do
+    assert {s for s, kind in s6.items() if kind in ("recall_served", "checkpoint")} <= found.touched
+    assert not {s for s, kind in s6.items() if kind == "turn"} & found.touched
+    # s5: start, 3 sentences, 3 recalls (query, result), checkpoint evidence (3);
+    # s6: 3 recalls (query, result), checkpoint evidence (3)
+    assert len(found.digests) == 1 + 3 + 6 + 3 + 6 + 3, len(found.digests)
+
+
+def test_forgetting_in_a_provider_driven_archive_leaves_no_byte_and_no_key_of_the_text(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """The recalls and checkpoints quoting s5 lose those texts; ``quoting`` keeps no key of
+    an erased text (it would confirm a guess with the store key), and keeps the rest."""
+    from archive_provider.storage.store_v2 import quote_key
+
+    provider_sessions(store, 0, 8)
+    gone, kept = "s5 said sentence 2 of many", "s3 said sentence 2 of many"
+    key = quote_key(store.key, gone)
+    rows = "SELECT count(*) FROM quoting WHERE quoted = ?"
+    assert store.conn.execute(rows, (key,)).fetchone()[0] == 2  # s5's recall, its checkpoint
+    erasure.forget(store, Scope("session", {"session": "s5"}), reason="r")
+    assert raw_hits(home, gone) == [] and raw_hits(home, "s5 said sentence") == []
+    assert store.conn.execute(rows, (key,)).fetchone()[0] == 0
+    assert store.conn.execute(rows, (quote_key(store.key, kept),)).fetchone()[0] == 2
+    assert raw_hits(home, kept)
+    assert_gone(home, store, gone, "s5")
+
+
+def test_a_text_quoted_whole_in_another_session_is_found_through_quoting(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """A checkpoint of another session whose evidence holds the text (in the host's message
+    shape: another payload) and the recall that then showed that checkpoint both lose it."""
+    said = store.append([turn(store, "a", 1, [SECRET])])[0].seq
+    store.append([turn(store, "b", 1, [OTHER])])
+    evidence = [store.hasher.part({"role": "user", "content": SECRET, "tool_calls": []})]
+    shown = store.append(
+        [
+            builders.checkpoint(
+                store.hasher,
+                "b",
+                evidence,
+                parent_session="a",
+                host_api_version=2,
+                require_checkpoint=False,
+                received=1,
+            )
+        ]
+    )[0].seq
+    store.append(
+        [
+            builders.recall_served(
+                store.hasher,
+                "c",
+                turn=1,
+                query="where does he live",
+                result=f"> (checkpoint) {SECRET}",
+                sources=[shown],
+                at="t",
+            )
+        ]
+    )
+    receipt = erasure.forget(store, Scope("event", {"seq": said}), reason="r")
+    assert receipt.payloads == 3  # the turn's message, the evidence, the recall's result
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
+    assert raw_hits(home, "where does he live")  # the recall's query quotes nothing erased
+    assert said < shown
+
+
+def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_v2, "QUOTING_STEP", 1)  # one quoting event per transaction
+    folder = home / "archive"
+    store = open_v2(folder)
+    provider_sessions(store, 0, 3)
+    appended = set(store.conn.execute("SELECT quoted, seq FROM quoting").fetchall())
+    store.close()
+    conn = sqlite3.connect(folder / "events.db")  # as an archive of an earlier 0.2.0 left it
+    conn.execute("DROP TABLE quoting")
+    conn.execute("DELETE FROM meta WHERE name = ?", (store_v2.QUOTING_FROM,))
+    conn.commit()
+    conn.close()
+    store = open_v2(folder)
+    try:
+        assert store.conn.execute("SELECT count(*) FROM quoting").fetchone()[0] == 0
+        erasure._index_reuse(store)  # what the first erasure runs first
+        assert set(store.conn.execute("SELECT quoted, seq FROM quoting").fetchall()) == appended
+        store.conn.execute("DELETE FROM quoting")  # and again, by the erasure itself
+        owed = (store_v2.QUOTING_FROM, str(store.head().seq))
+        store.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", owed)
+        receipt = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
+        assert store_v2.quoting_owed(store.conn, store.head().seq) == 0
+        # s1 and s2's recalls (they showed s1) and the evidence holding their queries
+        assert receipt.payloads == 1 + 3 + 6 + 3 + 6 + 3
+        assert raw_hits(home, "s1 said sentence") == []
+        left = set(store.conn.execute("SELECT quoted, seq FROM quoting").fetchall())
+        # what the one-time pass listed is what the appends had, less the erased texts' keys
+        assert left < appended and not {seq for _, seq in appended - left} - receipt_events(store)
+    finally:
+        store.close()
+
+
+def receipt_events(store: erasure.EventStoreV2) -> set[int]:
+    """The events of sessions s1 and s2 (what the erasure of s1 touched)."""
+    return {
+        s for (s,) in store.conn.execute("SELECT seq FROM events WHERE session IN ('s1', 's2')")
+    }
+
+
+def test_a_text_kept_because_other_sessions_say_it_keeps_its_quotes_and_costs_no_more(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """SHARED is said in every session and repeated by every session's checkpoint in the
+    host's message shape (s0 has no checkpoint): forgetting s0 keeps the text
+    (``kept_shared``), so its quotes stay too (the sweep erased every checkpoint's copy), and
+    the plan does not read every checkpoint repeating it."""
+    shaped = {"role": "user", "content": SHARED, "tool_calls": []}
+
+    def add(first: int, count: int) -> None:
+        sessions(store, first, count)
+        for n in range(max(first, 1), first + count):
+            evidence = [store.hasher.part(shaped)]
+            store.append(
+                [
+                    builders.checkpoint(
+                        store.hasher,
+                        f"s{n}",
+                        evidence,
+                        parent_session="",
+                        host_api_version=2,
+                        require_checkpoint=False,
+                        received=1,
+                    )
+                ]
+            )
+
+    add(0, 20)
+    small = plan_steps(store, "s0")
+    add(20, 180)
+    large = plan_steps(store, "s0")
+    assert large < small * 1.25, (small, large)
+    receipt = erasure.forget(store, Scope("session", {"session": "s0"}), reason="r")
+    assert receipt.kept_shared == 1 and receipt.events == 4  # s0's start and turns
+    assert raw_hits(home, "s0 said sentence") == []
+    data = (home / "archive" / "events.db").read_bytes()
+    assert b'"tool_calls":[]' in data  # the other sessions' checkpoints keep their evidence
+
+
+def test_forgetting_what_a_recall_showed_keeps_the_words_of_the_session_it_was_served_in(
+    home: Path, store: erasure.EventStoreV2
+) -> None:
+    """b's recall showed a's turn, so it goes whole, its query (b's own words) with it; b's
+    turn and b's checkpoint naming the same message stay (the sweep erased them: the
+    checkpoint names a payload holding the query's text)."""
+    said_b = "b asks where the harbour office is"
+    a = store.append([turn(store, "a", 1, [SECRET])])[0].seq
+    b_turn = turn(store, "b", 1, [said_b])
+    store.append(
+        [
+            b_turn,
+            builders.recall_served(
+                store.hasher, "b", turn=1, query=said_b, result=f"> {SECRET}", sources=[a], at="t"
+            ),
+        ]
+    )
+    store.append(
+        [
+            builders.checkpoint(
+                store.hasher,
+                "b",
+                [store.hasher.part({"role": "user", "content": said_b})],  # as the turn said it
+                parent_session="",
+                host_api_version=2,
+                require_checkpoint=False,
+                received=1,
+            )
+        ]
+    )
+    receipt = erasure.forget(store, Scope("session", {"session": "a"}), reason="r")
+    assert receipt.events == 2  # a's turn, b's recall
+    assert_gone(home, store, SECRET, SECRET_TERM)
+    assert raw_hits(home, said_b)  # b's turn and checkpoint still hold b's words

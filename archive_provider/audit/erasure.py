@@ -3,18 +3,18 @@
 docs/FORMAT.md 12.4 and 18, docs/AUDIT.md, docs/OPERATIONS.md. One erasure is one write
 transaction: an ``erasure`` event naming the digests it erases (never their content), the
 payloads tombstoned, every payload that quotes them tombstoned too (found through the
-sources each event records, and by the erased text itself), each projection made to forget
-in place what a replay would no longer hold (``TableProjection.forget``: the cost follows
-what is erased, not the archive) and the full-text index merged so no segment keeps their
-tokens (retention merges once at the end of its pass, :func:`merge_index`). The events
-naming an erased payload are found through ``part_reuse``, never by reading every event's
-parts, so a batch costs what it erases, not the archive's size (the sweep for quoting
-payloads still reads every event of those types). The tombstones come before the erasure
-event's own rows, so no split those rows cause copies a body about to go; after the commit
-the WAL is checkpointed with truncate. An old image that a split made before the erasure
-may stay in a page's unused bytes (docs/OPERATIONS.md). A crash before the commit leaves
-the archive as it was; after it, re-running the same ``forget`` finds nothing left to erase
-and redoes the physical clean-up.
+sources each event records, and by the erased text itself, both in ``quoting``), each
+projection made to forget in place what a replay would no longer hold
+(``TableProjection.forget``: the cost follows what is erased, not the archive) and the
+full-text index merged so no segment keeps their tokens (retention merges once at the end
+of its pass, :func:`merge_index`). The events naming an erased payload are found through
+``part_reuse`` and those quoting it through ``quoting``, never by reading every event, so a
+batch costs what it erases and what quotes it, not the archive's size. The tombstones come
+before the erasure event's own rows, so no split those rows cause copies a body about to
+go; after the commit the WAL is checkpointed with truncate. An old image that a split made
+before the erasure may stay in a page's unused bytes (docs/OPERATIONS.md). A crash before
+the commit leaves the archive as it was; after it, re-running the same ``forget`` finds
+nothing left to erase and redoes the physical clean-up.
 """
 
 from __future__ import annotations
@@ -35,7 +35,18 @@ from ..format.events import NewEvent
 from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
-from ..storage.store_v2 import index_part_reuse, part_reuse_owed, tombstone
+from ..storage.store_v2 import (
+    QUOTE_MIN_CHARS,
+    QUOTING_TYPES,
+    index_part_reuse,
+    index_quoting,
+    part_reuse_owed,
+    quote_key,
+    quoting_owed,
+    texts,
+    tombstone,
+    unquote,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +66,6 @@ BODY_TEXT_TYPES = frozenset(
         "delegation",
     }
 )
-#: events whose parts may quote other events' text (searched for the erased text verbatim)
-QUOTING_TYPES = frozenset(
-    {
-        "recall_served",
-        "delegation",
-        "checkpoint",
-        "memory_write",
-        "peer_summary_updated",
-        "peer_message_sent",
-        "peer_message_received",
-    }
-)
-#: an erased text shorter than this is not searched for inside other payloads (too common)
-QUOTE_MIN_CHARS = 12
 #: events erased per transaction by retention, so a running provider waits at most one batch
 RETENTION_BATCH = 500
 #: the ``meta`` row naming the newest erasure whose rows' tokens the full-text merge dropped
@@ -173,18 +170,6 @@ def _body(conn: sqlite3.Connection, digest: bytes) -> Any:
         return None
 
 
-def _texts(value: Any) -> Iterator[str]:
-    """Every text inside a decoded payload (message contents, memory texts, results)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _texts(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _texts(item)
-
-
 def _scope_events(conn: sqlite3.Connection, scope: Scope) -> list[int]:
     kind, value = scope.kind, scope.value
     skip = tuple(sorted(RECORD_TYPES))
@@ -258,32 +243,25 @@ def _memory_events(conn: sqlite3.Connection, text: str) -> list[int]:
         }
     for seq, parts in conn.execute("SELECT seq, parts FROM events WHERE type = 'memory_write'"):
         for digest in _digests(parts):
-            if any(text in t for t in _texts(_body(conn, digest))):
+            if any(text in t for t in texts(_body(conn, digest))):
                 seqs.add(int(seq))
     return sorted(seqs)
 
 
 def _quoting(conn: sqlite3.Connection, seqs: set[int], sessions: set[str]) -> set[int]:
-    """Events that quote the covered ones through the sources they record.
+    """Events that quote the covered ones through the sources they record, found in
+    ``quoting`` (written by the append from the same bodies).
 
     A recall served names the events it showed (``sources``); a delegation names its
     child session, whose result is the peer's summary of it.
     """
     found: set[int] = set()
-    for seq, payload in conn.execute(
-        "SELECT seq, payload FROM events WHERE type IN ('recall_served', 'delegation')"
-    ):
-        body = _body(conn, bytes(payload))
-        if not isinstance(body, dict):
-            continue
-        sources = body.get("sources")
-        if isinstance(sources, list) and seqs.intersection(
-            s for s in sources if isinstance(s, int)
-        ):
-            found.add(int(seq))
-        if body.get("child_session") in sessions:
-            found.add(int(seq))
+    for quoted in (*sorted(seqs), *sorted(sessions)):
+        found.update(int(s) for (s,) in conn.execute(_QUOTED, (quoted,)))
     return found - seqs
+
+
+_QUOTED = "SELECT seq FROM quoting WHERE quoted = ?"
 
 
 def plan(store: EventStoreV2, scope: Scope) -> Plan:
@@ -310,28 +288,17 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
             bodies.add(bytes(payload))
         if author is not None and author_scope:
             result.digests.add(bytes(author))
+    everything = bool(scope.value.get("shared"))  # every namer of an erased payload is needed
+    said = result.digests
+    if not everything:  # a text events outside the scope still name is kept: so are its quotes
+        first, outside = _naming(conn, said, read, covered, every=False)
+        said = said - outside - {d for s, named in first.items() if s not in covered for d in named}
     quoted = {  # the texts said (parts), not the bodies' metadata such as session ids
-        t for d in result.digests for t in _texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
+        t for d in said for t in texts(_body(conn, d)) if len(t) >= QUOTE_MIN_CHARS
     }
     needles = {q.encode() for q in quoted} | {json.dumps(q)[1:-1].encode() for q in quoted}
-    swept: set[bytes] = set()
-    if quoted:  # a quoting event's part holding an erased text verbatim goes with it
-        marks = ", ".join("?" * len(QUOTING_TYPES))
-        for seq, parts in conn.execute(
-            f"SELECT seq, parts FROM events WHERE type IN ({marks})", sorted(QUOTING_TYPES)
-        ):
-            read.setdefault(int(seq), set(_digests(parts)))
-            for digest in _digests(parts):
-                if digest in result.digests or digest in swept:
-                    continue
-                row = conn.execute(
-                    "SELECT body FROM payloads WHERE digest = ?", (digest,)
-                ).fetchone()
-                data = bytes(row[0]) if row and row[0] is not None else b""
-                if data and any(n in data for n in needles):
-                    swept.add(digest)
+    swept = _sweep(conn, store.key, quoted, needles, result.digests, read)
     result.digests = {d for d in result.digests | swept | bodies if _body(conn, d) is not None}
-    everything = bool(scope.value.get("shared"))  # every namer of an erased payload is needed
     naming, outside = _naming(conn, swept, read, covered, every=True)
     if outside:  # the namers of a swept text go with it, and one is not indexed
         naming = _merged(naming, _scan_naming(conn, swept))
@@ -354,6 +321,55 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         (hold, hit) for hold in holds(store) if (hit := _held_by(conn, hold, result.touched))
     ]
     return result
+
+
+def _sweep(
+    conn: sqlite3.Connection,
+    key: bytes,
+    quoted: set[str],
+    needles: set[bytes],
+    erased: set[bytes],
+    read: dict[int, set[bytes]],
+) -> set[bytes]:
+    """The parts of quoting events holding an erased text verbatim (they go with it).
+
+    The candidates come from ``quoting``: the events one of whose texts is an erased text
+    (a checkpoint's evidence, a memory entry, a recall's query), then, for each event found
+    quoting, the events that name it as a source (a recall that showed that checkpoint);
+    each candidate's parts are searched for every erased text. Never every quoting event.
+    """
+    swept: set[bytes] = set()
+    pending: set[int] = set()
+    for text in quoted:
+        pending.update(int(s) for (s,) in conn.execute(_QUOTED, (quote_key(key, text),)))
+    searched: set[int] = set()
+    while pending:
+        seq = pending.pop()
+        searched.add(seq)
+        row = conn.execute(_QUOTING_PARTS, (seq,)).fetchone()
+        if row is None or row[0] not in QUOTING_TYPES:
+            continue
+        read.setdefault(seq, set(_digests(row[1])))
+        hit = False
+        for digest in _digests(row[1]):
+            if digest in erased or digest in swept:
+                continue
+            data = (conn.execute(_BODY, (digest,)).fetchone() or (None,))[0]
+            if data is not None and any(n in bytes(data) for n in needles):
+                swept.add(digest)
+                hit = True
+        if hit:  # who showed this event may have quoted the text from it
+            pending.update(s for s in _quoting(conn, {seq}, set()) if s not in searched)
+    return swept
+
+
+_QUOTING_OF = (
+    "SELECT seq FROM events WHERE seq IN ({}) AND type IN ("
+    + ", ".join(f"'{t}'" for t in sorted(QUOTING_TYPES))
+    + ")"
+)
+_QUOTING_PARTS = "SELECT type, parts FROM events WHERE seq = ?"
+_BODY = "SELECT body FROM payloads WHERE digest = ?"
 
 
 def _naming(
@@ -728,6 +744,8 @@ def forget(
             seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
             projections, touched = _projections(v2), frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
+            for quoting in _in(conn, _QUOTING_OF, found.touched):  # before the bodies go
+                unquote(conn, v2.key, int(quoting[0]), found.digests)
             # Tombstones first: the event's own payload rows can split the leaf holding the
             # bodies, and a split copies its live cells, leaving their old images in the
             # page's unused area, which secure_delete never zeroes (docs/OPERATIONS.md).
@@ -819,13 +837,19 @@ def _merge_fts(conn: sqlite3.Connection, through: int) -> None:
 
 
 def _index_reuse(store: EventStoreV2) -> None:
-    """Index what ``part_reuse`` is owed (once, for an archive made before it), in steps of
-    their own transactions, so a running writer waits for one step at most."""
+    """Index what ``part_reuse`` and ``quoting`` are owed (once, for an archive made before
+    them), in steps of their own transactions, so a running writer waits for one step at
+    most."""
     upto = part_reuse_owed(store.conn, store.head().seq)
     done = 0
     while done < upto:
         with store.transaction():
             done = index_part_reuse(store.conn, done, upto)
+    upto = quoting_owed(store.conn, store.head().seq)
+    done = 0
+    while done < upto:
+        with store.transaction():
+            done = index_quoting(store.conn, store.key, done, upto)
 
 
 def scrub(store: EventStore) -> None:

@@ -61,6 +61,8 @@ from .store_v2 import (
     COMMITTED_ROOTS_KEPT,
     PART_REUSE_FROM,
     PART_REUSE_SCHEMA,
+    QUOTING_FROM,
+    QUOTING_SCHEMA,
     SCHEMA_V2,
     SIGNING_KEY_ENV,
     STORE_KEY_NAME,
@@ -69,6 +71,7 @@ from .store_v2 import (
     TamperedPart,
     TreeEdge,
     make_signer,
+    quoted_by,
     read_signer,
     signing_key_path,
     write_private,
@@ -956,6 +959,14 @@ class EventStoreV2(EventStore):
                     "INSERT OR IGNORE INTO part_reuse (digest, seq) VALUES ",
                     [(bytes.fromhex(d), seq) for d in sorted(reused)],
                 )
+            stored = (p.body for p in parts if p.salt is not None)  # a reuse: part_reuse
+            quoted = quoted_by(self.key, event.type, body_value, stored)
+            if quoted:
+                _insert(
+                    conn,
+                    "INSERT OR IGNORE INTO quoting (quoted, seq) VALUES ",
+                    [(q, seq) for q in quoted],
+                )
             envelope = Envelope(
                 seq,
                 time,
@@ -1197,6 +1208,7 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
                 ("vkey", signer.vkey),
                 ("created", now_text()),
                 (PART_REUSE_FROM, "0"),
+                (QUOTING_FROM, "0"),
             ],
         )
         conn.execute("COMMIT")
@@ -1239,24 +1251,35 @@ def _add_audit_views_v2(conn: sqlite3.Connection) -> None:
         raise
 
 
+#: the erasure indexes a v2 archive made before them: (table, its schema, its meta row)
+_ERASURE_INDEXES = (
+    ("part_reuse", PART_REUSE_SCHEMA, PART_REUSE_FROM),
+    ("quoting", QUOTING_SCHEMA, QUOTING_FROM),
+)
+
+
 def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
-    """A v2 archive made before ``part_reuse`` existed (a v1 file has no use for it)."""
+    """A v2 archive made before ``part_reuse`` or ``quoting`` existed (a v1 file has no use
+    for them)."""
     if _meta_or_none(conn, "format_version") != str(FORMAT_V2):
         return False
-    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'part_reuse'"
-    return conn.execute(found).fetchone() is None
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return any(conn.execute(found, (name,)).fetchone() is None for name, _, _ in _ERASURE_INDEXES)
 
 
 def _add_part_reuse(conn: sqlite3.Connection) -> None:
-    """Give an older v2 archive ``part_reuse``: the appends from now on write it; the events
-    already there are indexed by the first erasure (:func:`store_v2.index_part_reuse`)."""
+    """Give an older v2 archive ``part_reuse`` and ``quoting``: the appends from now on
+    write them; the events already there are indexed by the first erasure
+    (:func:`store_v2.index_part_reuse`, :func:`store_v2.index_quoting`)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if _lacks_part_reuse(conn):  # another process may have added it meanwhile
-            conn.execute(PART_REUSE_SCHEMA)
-            conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (PART_REUSE_FROM, str(head_seq(conn)))
-            )
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+        for name, schema, owed in _ERASURE_INDEXES:
+            if conn.execute(found, (name,)).fetchone() is None:  # another process may have
+                conn.execute(schema)
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)", (owed, str(head_seq(conn)))
+                )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -6,9 +6,10 @@ EventStoreV2` uses them; the rest of the package sees only the one ``EventStore`
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ PART_REUSE_SCHEMA = """CREATE TABLE IF NOT EXISTS part_reuse (
     digest BLOB    NOT NULL,
     seq    INTEGER NOT NULL,
     PRIMARY KEY (digest, seq)
+) WITHOUT ROWID"""
+
+#: what each quoting event may quote (FORMAT.md 17): a source seq it showed (INTEGER), a
+#: child session (TEXT), or the keyed 8-byte hash of a text of its parts (BLOB); an erasure
+#: finds the events quoting an erased text from here, never by reading every one
+QUOTING_SCHEMA = """CREATE TABLE IF NOT EXISTS quoting (
+    quoted  NOT NULL,
+    seq     INTEGER NOT NULL,
+    PRIMARY KEY (quoted, seq)
 ) WITHOUT ROWID"""
 
 SCHEMA_V2 = f"""
@@ -71,6 +81,7 @@ CREATE TABLE IF NOT EXISTS erased (
     erasure_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
 {PART_REUSE_SCHEMA};
+{QUOTING_SCHEMA};
 CREATE TABLE IF NOT EXISTS tiles (
     level  INTEGER NOT NULL,
     idx    INTEGER NOT NULL,
@@ -330,6 +341,135 @@ def index_part_reuse(conn: sqlite3.Connection, after: int, upto: int) -> int:
         conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (PART_REUSE_FROM,))
         return upto
     return last
+
+
+#: events whose parts may quote other events' text: ``quoting`` lists what each may quote
+QUOTING_TYPES = frozenset(
+    {
+        "recall_served",
+        "delegation",
+        "checkpoint",
+        "memory_write",
+        "peer_summary_updated",
+        "peer_message_sent",
+        "peer_message_received",
+    }
+)
+#: a text shorter than this is neither listed in ``quoting`` nor searched for (too common)
+QUOTE_MIN_CHARS = 12
+#: the ``meta`` row naming the last seq ``quoting`` does not index yet (as PART_REUSE_FROM)
+QUOTING_FROM = "quoting_from"
+#: quoting events a step of :func:`index_quoting` reads in one write transaction
+QUOTING_STEP = 5000
+_QUOTE_DOMAIN = b"hermes-archive/v2/quote\x00"
+
+
+def texts(value: Any) -> Iterator[str]:
+    """Every text inside a decoded payload (message contents, memory texts, results)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from texts(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from texts(item)
+
+
+def decoded(body: bytes | None) -> Any:
+    """A payload body as JSON, or None (erased, or not JSON)."""
+    if body is None:
+        return None
+    try:
+        return json.loads(bytes(body))
+    except ValueError:
+        return None
+
+
+def quote_key(store_key: bytes, text: str) -> bytes:
+    """The ``quoting`` key of a text: keyed (a row left behind confirms no guess without the
+    store key) and deleted with the last part holding the text, like a part's lookup."""
+    return blake3(_QUOTE_DOMAIN + text.encode("utf-8", "surrogatepass"), key=store_key).digest(8)
+
+
+def quote_keys(store_key: bytes, bodies: Iterable[bytes | None]) -> set[bytes]:
+    """The text keys of these part bodies: one per text of at least QUOTE_MIN_CHARS."""
+    return {
+        quote_key(store_key, t)
+        for body in bodies
+        for t in texts(decoded(body))
+        if len(t) >= QUOTE_MIN_CHARS
+    }
+
+
+def quoted_by(
+    store_key: bytes, event_type: str, body: Any, part_bodies: Iterable[bytes | None]
+) -> set[int | str | bytes]:
+    """What an event of ``event_type`` may quote: the ``quoting`` keys of its rows.
+
+    ``part_bodies`` are the parts the event stores (not those an earlier event stored, which
+    ``part_reuse`` lists it for): a text is keyed once, by the event whose part holds it, and
+    an erasure finds every other event naming that part through ``part_reuse``."""
+    if event_type not in QUOTING_TYPES:
+        return set()
+    found: set[int | str | bytes] = set(quote_keys(store_key, part_bodies))
+    if isinstance(body, Mapping):
+        sources = body.get("sources")
+        if isinstance(sources, list):
+            found.update(s for s in sources if isinstance(s, int) and not isinstance(s, bool))
+        child = body.get("child_session")
+        if isinstance(child, str) and child:
+            found.add(child)
+    return found
+
+
+def quoting_owed(conn: sqlite3.Connection, head: int) -> int:
+    """The last seq whose quotes ``quoting`` does not list yet (0: it is complete)."""
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (QUOTING_FROM,)).fetchone()
+    return head if row is None else int(row[0])
+
+
+def index_quoting(conn: sqlite3.Connection, store_key: bytes, after: int, upto: int) -> int:
+    """One step of indexing the owed quoting events after ``after`` up to ``upto``, at most
+    :data:`QUOTING_STEP`; returns the last seq read (``upto`` once complete). Inside the
+    caller's write transaction; every row it writes is true, so a pass cut short only costs
+    the next one its time."""
+    marks = ", ".join("?" * len(QUOTING_TYPES))
+    rows = conn.execute(
+        f"SELECT seq, type, payload, parts FROM events WHERE type IN ({marks})"
+        " AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+        (*sorted(QUOTING_TYPES), after, upto, QUOTING_STEP),
+    ).fetchall()
+    for seq, kind, payload, parts in rows:  # after part_reuse is complete: a reuse has a row
+        bodies = [
+            _stored_body(conn, d)
+            for d in split_parts(parts)
+            if conn.execute(_REUSE_ROW, (d, seq)).fetchone() is None
+        ]
+        for quoted in quoted_by(store_key, kind, decoded(_stored_body(conn, payload)), bodies):
+            conn.execute("INSERT OR IGNORE INTO quoting VALUES (?, ?)", (quoted, seq))
+    if len(rows) < QUOTING_STEP or int(rows[-1][0]) >= upto:
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, '0')", (QUOTING_FROM,))
+        return upto
+    return int(rows[-1][0])
+
+
+_REUSE_ROW = "SELECT 1 FROM part_reuse WHERE digest = ? AND seq = ?"
+
+
+def unquote(conn: sqlite3.Connection, store_key: bytes, seq: int, gone: set[bytes]) -> None:
+    """Delete the text keys of event ``seq`` that only its parts in ``gone`` held (they are
+    being erased): no key of an erased text stays behind."""
+    parts = conn.execute("SELECT parts FROM events WHERE seq = ?", (seq,)).fetchone()
+    named = split_parts(parts[0] if parts else None)
+    kept = quote_keys(store_key, (_stored_body(conn, d) for d in named if d not in gone))
+    for key in quote_keys(store_key, (_stored_body(conn, d) for d in named if d in gone)) - kept:
+        conn.execute("DELETE FROM quoting WHERE quoted = ? AND seq = ?", (key, seq))
+
+
+def _stored_body(conn: sqlite3.Connection, digest: bytes) -> bytes | None:
+    row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (bytes(digest),)).fetchone()
+    return bytes(row[0]) if row and row[0] is not None else None
 
 
 def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) -> int:
