@@ -402,20 +402,20 @@ class ProofCache:
     """What serve-time proofs may reuse from one query to the next (one per open archive).
 
     The checkpoint signatures already checked (a pure function of key, note and signature)
-    and the tree nodes already hashed from the tiles (a perfect subtree never changes as the
-    log grows): re-hashing the same tiles was half of a query's time. Every proof still ends
+    and the tiles already hashed, every node of each (a perfect subtree never changes as the
+    log grows): re-hashing an excerpt's tile was most of its proof. Every proof still ends
     at a trusted root, so a stale or wrong node can only withhold an excerpt, never let one
-    through. Bounded: the nodes and tiles are dropped every :data:`RESET_PROOFS` proofs.
+    through. Bounded: the last :data:`KEEP` signatures and the nodes of the :data:`KEEP`
+    tiles used last (about 16 KiB each).
     """
 
-    RESET_PROOFS = 256
+    KEEP = 256
 
     def __init__(self) -> None:
         self.signed: set[tuple[str, int, bytes, bytes]] = set()
         self.conn: sqlite3.Connection | None = None  # the connection of the current query
         self.reader: merkle.TileReader | None = None
         self.store_id: object = None
-        self.proofs = 0
 
     def read_tile(self, level: int, index: int) -> bytes | None:
         assert self.conn is not None
@@ -425,22 +425,13 @@ class ProofCache:
         return bytes(tile[0]) if tile else None
 
     def tile_reader(self, conn: sqlite3.Connection, size: int) -> merkle.TileReader:
-        """A node reader for a tree of ``size``, keeping the nodes hashed before."""
+        """A node reader for a tree of ``size``, keeping the tiles hashed before."""
         self.conn = conn
         row = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
         store_id = row[0] if row else None
         reader = self.reader
-        if (
-            reader is None
-            or reader.size > size
-            or store_id != self.store_id
-            or self.proofs >= self.RESET_PROOFS
-        ):
-            reader, self.proofs, self.store_id = (
-                merkle.TileReader(self.read_tile, size),
-                0,
-                store_id,
-            )
+        if reader is None or reader.size > size or store_id != self.store_id:
+            reader, self.store_id = merkle.TileReader(self.read_tile, size, self.KEEP), store_id
         else:
             reader.extend(size)
         self.reader = reader
@@ -564,7 +555,6 @@ class Prover:
         ):
             raise Unproven(f"seq {seq}: the event does not match its identity")
         size, root, reader = self._trusted_tree()
-        self.cache.proofs += 1
         if seq > size:
             raise Unproven(f"seq {seq} is beyond the proven tree (size {size})")
         try:
@@ -603,7 +593,7 @@ class Prover:
                 raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
             if not log_key.verify(text, Signature(log_key.name, log_key.key_id, signed[3])):
                 raise Unproven(f"the checkpoint at size {size} is not signed by the archive's key")
-            if len(self.cache.signed) >= self.cache.RESET_PROOFS:
+            if len(self.cache.signed) >= self.cache.KEEP:
                 self.cache.signed.clear()
             self.cache.signed.add(signed)
         head = self.conn.execute("SELECT seq, root FROM head WHERE id = 1").fetchone()
