@@ -311,7 +311,9 @@ def search(
         if not ranked and match == plan.match and len(plan.terms) > 1:
             newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
             after = int(newest[0]) - RECENT_TEXTS
-        ran = _run(conn, ranked, match, filters, args, 2 * limit, after)
+        # an AND of two or more terms, or the OR of ANDs: seldom SCORE_BUDGET matches
+        few = len(plan.terms) > 1 and match != any_of
+        ran = _run(conn, ranked, match, filters, args, 2 * limit, after, few=few)
         every = every and len(ran) < 2 * limit
         for hit in ran:
             found.setdefault(hit.text, hit)
@@ -331,8 +333,12 @@ def _run(
     args: Sequence[object],
     limit: int,
     after: int | None = None,
+    *,
+    few: bool = False,
 ) -> list[Hit]:
-    """One pass; ``after``: only texts with a rowid above it (walked oldest first)."""
+    """One pass; ``after``: only texts with a rowid above it (walked oldest first); ``few``:
+    a pass that seldom matches :data:`SCORE_BUDGET` texts (scored in the walk that finds
+    them, not counted first)."""
     # the first EXCERPT_CHARS only (whether there is more, the proof says: one read of a
     # huge text is enough)
     columns = f"substr(f.text, 1, {EXCERPT_CHARS}), f.kind, f.session, f.seq, f.role, e.time"
@@ -342,10 +348,22 @@ def _run(
         # Walking the matches is cheap; BM25 first counts every term's postings, so a pass
         # that matches nothing is not scored at all
         # (ascending: FTS5 walks a doclist backwards only after loading it whole)
-        matched = conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? LIMIT ?)",
-            (match, SCORE_BUDGET),
-        ).fetchone()[0]
+        scored = "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
+        values: list[object]
+        if few:  # BM25 counts the postings at its first row: a pass matching nothing is free
+            rows = conn.execute(
+                f"{scored} WHERE recall_fts MATCH ? LIMIT ?", (match, SCORE_BUDGET)
+            ).fetchall()
+            matched = len(rows)
+        else:
+            rows, matched = (
+                [],
+                conn.execute(
+                    "SELECT count(*) FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
+                    " LIMIT ?)",
+                    (match, SCORE_BUDGET),
+                ).fetchone()[0],
+            )
         if not matched:
             return []
         floor = None
@@ -355,9 +373,11 @@ def _run(
                 " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
                 (match, SCORE_BUDGET - 1),
             ).fetchone()
-        scored = "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
-        values: list[object]
-        if floor is None or floor[0] <= 0:
+        if rows and matched < SCORE_BUDGET:  # every match scored already
+            top = sorted(rows, key=lambda row: (row[1], -row[0]))[:limit]
+            ranking = "VALUES " + ", ".join(["(?, ?)"] * len(top))
+            values = [value for row in top for value in row]
+        elif floor is None or floor[0] <= 0:
             ranking, values = f"{scored} WHERE recall_fts MATCH ?", [match]
         else:
             ranking = (
@@ -366,7 +386,7 @@ def _run(
             )
             values = [match, floor[0], match]
         sql = (
-            f"WITH top AS (SELECT id, score FROM ({ranking}) ORDER BY score, id DESC LIMIT ?)"
+            f"WITH top(id, score) AS (SELECT * FROM ({ranking}) ORDER BY 2, 1 DESC LIMIT ?)"
             f" SELECT {columns}, top.score FROM top JOIN recall_text f ON f.rowid = top.id"
             " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.score, top.id DESC"
         )
