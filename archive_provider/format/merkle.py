@@ -307,7 +307,7 @@ class TileReader:
 
     A node at height ``h`` is entry-level ``TILE_HEIGHT * (h // TILE_HEIGHT)`` data of one
     tile, hashed up ``h % TILE_HEIGHT`` levels. A tile is hashed whole, row by row, once
-    (255 hashes at most), and every node of it kept: the proofs of many leaves in one tile
+    (254 hashes at most), and every node of it kept: the proofs of many leaves in one tile
     then cost one tile's hashing, not each its own path (up to 247 hashes a proof). The
     nodes of the ``keep`` tiles used last are kept; a perfect subtree never changes as the
     log grows, so :meth:`extend` to a larger trusted size keeps them, and a grown tile is
