@@ -460,3 +460,97 @@ def test_a_tile_reader_extended_to_a_larger_trusted_size_rereads_grown_tiles():
     verify_inclusion(450, 600, leaves[450], proof, naive_mth(leaves))
     with pytest.raises(ProofError):
         reader.extend(500)
+
+
+def _counting_sha256(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count every SHA-256 computed from here on (the real function does the hashing)."""
+    calls = {"sha256": 0}
+    real = hashlib.sha256
+
+    def sha256(*args: bytes) -> object:
+        calls["sha256"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(hashlib, "sha256", sha256)
+    return calls
+
+
+def test_proofs_of_every_leaf_of_a_tile_hash_the_tile_once(monkeypatch: pytest.MonkeyPatch):
+    """A served excerpt's proof is mostly its tile's hashing: leaves of one tile share it.
+
+    A path's siblings in a tile are 247 hashes; hashing them apart for each leaf re-hashed
+    the tile's nodes over and over (1,538 hashes for the 256 leaves)."""
+    leaves = leaves_of(512, seed=3)
+    appender = TileAppender()
+    appender.append(leaves)
+    tiles = appender.changed()
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 512)
+    calls = _counting_sha256(monkeypatch)
+    proofs = [inclusion_proof(index, 512, reader) for index in range(256)]
+    # the tile's 254 interior nodes below its root, and the level-1 tile's one pair
+    assert calls["sha256"] <= 255
+    monkeypatch.undo()
+    for index, proof in enumerate(proofs):
+        verify_inclusion(index, 512, leaves[index], proof, naive_mth(leaves))
+
+
+def test_a_grown_tile_hashes_only_its_new_nodes(monkeypatch: pytest.MonkeyPatch):
+    """The right-edge tile grows with every commit; a reader kept across queries re-reads it
+    and hashes what is new, not the whole tile again."""
+    leaves = leaves_of(250, seed=4)
+    tiles: dict[tuple[int, int], bytes] = {}
+    appender = TileAppender()
+    appender.append(leaves[:200])
+    _store(appender.changed(), tiles)
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 200)
+    assert root(200, reader) == naive_mth(leaves[:200])
+    appender = TileAppender(200, appender.edge(), appender.compact())
+    appender.append(leaves[200:])
+    _store(appender.changed(), tiles)
+    reader.extend(250)
+    calls = _counting_sha256(monkeypatch)
+    found = root(250, reader)
+    # 25 new parents at height 1, then 12, 6, 3, 1, and 5 to join the root's 6 nodes
+    # (hashing the tile again would be 244 + 5)
+    assert calls["sha256"] <= 60
+    monkeypatch.undo()
+    assert found == naive_mth(leaves)
+
+
+def test_a_tile_rewritten_under_a_kept_reader_is_hashed_again_from_what_is_stored():
+    """A grown tile whose old part changed is not extended from the nodes kept: they are
+    hashed again from the stored bytes (the proof then fails against the trusted root)."""
+    leaves = leaves_of(300, seed=5)
+    tiles: dict[tuple[int, int], bytes] = {}
+    appender = TileAppender()
+    appender.append(leaves[:100])
+    _store(appender.changed(), tiles)
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 100)
+    assert root(100, reader) == naive_mth(leaves[:100])
+    forged = [leaves[0], leaf_hash(b"forged"), *leaves[2:200]]
+    tiles[(0, 0)] = b"".join(forged)
+    reader.extend(200)
+    assert root(200, reader) == naive_mth(forged)
+    with pytest.raises(ProofError):
+        verify_inclusion(
+            0, 200, leaves[0], inclusion_proof(0, 200, reader), naive_mth(leaves[:200])
+        )
+
+
+def test_a_tile_reader_keeps_the_tiles_used_last_and_reads_the_others_again():
+    leaves = leaves_of(1024, seed=6)
+    appender = TileAppender()
+    appender.append(leaves)
+    tiles = appender.changed()
+    reads: list[tuple[int, int]] = []
+
+    def read(level: int, index: int) -> bytes | None:
+        reads.append((level, index))
+        return tiles.get((level, index))
+
+    reader = TileReader(read, 1024, keep=2)
+    for index in (0, 256, 0, 512, 0, 256):
+        reader(0, index)
+    # tile 0 stays (used last each time it is asked); 1 is dropped by 2 and read again
+    assert reads == [(0, 0), (0, 1), (0, 2), (0, 1)]
+    assert reader(0, 256) == leaves[256] and reader(2, 0) == naive_mth(leaves[:4])

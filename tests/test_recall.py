@@ -394,3 +394,31 @@ def test_a_planted_fact_is_in_the_top_three_among_100k_turns(tmp_path: Path) -> 
     finally:
         reader.close()
         store.close()
+
+
+def test_an_and_pass_is_scored_in_the_walk_that_finds_it_and_keeps_its_score_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AND (and the all-but-one OR of ANDs) seldom matches SCORE_BUDGET texts: it is not
+    walked once to count and again to score; past the budget it still ranks the newest
+    matches and memory entries only."""
+    store = EventStore.open(tmp_path / "a", projections=default_projections())
+    add_turns(store, [f"kettle blue number{n}" for n in range(6)])
+    store.append(
+        [builders.memory_write(store.hasher, "s1", 1, "add", "user", "kettle blue descaled", {})]
+    )
+    statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
+    found = texts(search(store.conn, "kettle blue", limit=3))
+    counted = [s for s in statements if "count(*) FROM (SELECT rowid FROM recall_fts" in s]
+    assert counted == [] and len(found) == 3
+    assert found == full_bm25(store.conn, "kettle blue")[:3]
+    monkeypatch.setattr(recall, "SCORE_BUDGET", 3)
+    found = texts(search(store.conn, "kettle blue", limit=10))
+    assert set(found) == {
+        "kettle blue descaled",
+        "kettle blue number5",
+        "kettle blue number4",
+        "kettle blue number3",
+    }
+    store.close()

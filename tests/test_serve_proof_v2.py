@@ -158,8 +158,15 @@ def test_proofs_reuse_checked_signatures_and_hashed_nodes_from_query_to_query(
 
         return call
 
+    def parent_row(row: bytes, start: int = 0) -> bytes:
+        parents = real_parent_row(row, start)
+        calls["node_hash"] += len(parents) // merkle.HASH_SIZE
+        return parents
+
+    real_parent_row = merkle.parent_row
     monkeypatch.setattr(Verifier, "verify", counted("verify", Verifier.verify))
     monkeypatch.setattr(merkle, "node_hash", counted("node_hash", merkle.node_hash))
+    monkeypatch.setattr(merkle, "parent_row", parent_row)  # a tile hashed row by row
     second = search(provider, "heron question")
     assert second == first and len(second["results"]) >= 3 and not second.get("withheld")
     # verify_inclusion hashes each excerpt's path up to the root: nothing else is hashed

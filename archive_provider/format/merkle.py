@@ -290,21 +290,37 @@ def tile_path(level: int, index: int, width: int = TILE_WIDTH) -> str:
     return path if width == TILE_WIDTH else f"{path}.p/{width}"
 
 
+def parent_row(row: bytes, start: int = 0) -> bytes:
+    """The parents of a row of hashes (each consecutive pair, RFC 6962 interior nodes) from
+    parent ``start`` on; an unpaired last hash has none yet."""
+    sha256, step = hashlib.sha256, 2 * HASH_SIZE
+    return b"".join(
+        [
+            sha256(b"\x01" + row[i : i + step]).digest()
+            for i in range(start * step, len(row) - step + 1, step)
+        ]
+    )
+
+
 class TileReader:
     """A node reader over stored tiles, for a tree of ``size`` leaves (the size trusted).
 
     A node at height ``h`` is entry-level ``TILE_HEIGHT * (h // TILE_HEIGHT)`` data of one
-    tile, hashed up ``h % TILE_HEIGHT`` levels (at most 127 hashes). Computed nodes are kept:
-    a perfect subtree never changes as the log grows, so :meth:`extend` to a larger trusted
-    size keeps them and forgets only the partial tiles it read.
+    tile, hashed up ``h % TILE_HEIGHT`` levels. A tile is hashed whole, row by row, once
+    (254 hashes at most), and every node of it kept: the proofs of many leaves in one tile
+    then cost one tile's hashing, not each its own path (up to 247 hashes a proof). The
+    nodes of the ``keep`` tiles used last are kept; a perfect subtree never changes as the
+    log grows, so :meth:`extend` to a larger trusted size keeps them, and a grown tile is
+    re-read and only its new nodes hashed (when what was read before is still its prefix).
     """
 
-    def __init__(self, read_tile: TileRead, size: int) -> None:
+    def __init__(self, read_tile: TileRead, size: int, keep: int = 256) -> None:
         _check_size("size", size)
         self._read_tile = read_tile
         self.size = size
-        self._tiles: dict[tuple[int, int], bytes] = {}
-        self._nodes: dict[tuple[int, int], bytes] = {}
+        self.keep = max(1, keep)
+        #: (tile level, tile index) -> the tile's rows, bottom (as stored) to height 7
+        self._rows: dict[tuple[int, int], list[bytes]] = {}
 
     def extend(self, size: int) -> None:
         """Read a larger tree of the same log from now on (the caller trusts its root)."""
@@ -312,12 +328,11 @@ class TileReader:
         if size < self.size:
             raise ProofError(f"a tile reader only grows: {self.size} to {size}")
         self.size = size
-        self._tiles = {key: d for key, d in self._tiles.items() if len(d) == FULL_TILE_BYTES}
 
-    def _tile(self, level: int, index: int, needed: int) -> bytes:
+    def _tile(self, level: int, index: int, needed: int) -> list[bytes]:
         key = (level, index)
-        data = self._tiles.get(key)
-        if data is None or len(data) < needed:
+        rows = self._rows.pop(key, None)
+        if rows is None or len(rows[0]) < needed:
             data = self._read_tile(level, index)
             if data is None or len(data) < needed or len(data) % HASH_SIZE:
                 found = "missing" if data is None else f"{len(data or b'')} bytes"
@@ -325,27 +340,27 @@ class TileReader:
                     f"tile {tile_path(level, index)} is {found}; a tree of size {self.size} "
                     f"needs at least {needed} bytes of it"
                 )
-            self._tiles[key] = data
-        return data
+            data = bytes(data[:FULL_TILE_BYTES])
+            grown = rows is not None and data.startswith(rows[0])
+            new = [data]
+            for height in range(1, TILE_HEIGHT):
+                done = rows[height] if grown and rows is not None else b""
+                new.append(done + parent_row(new[-1], len(done) // HASH_SIZE))
+            rows = new
+        self._rows[key] = rows  # the most recently used last
+        if len(self._rows) > self.keep:
+            del self._rows[next(iter(self._rows))]
+        return rows
 
     def __call__(self, level: int, index: int) -> bytes:
         if (index + 1) << level > self.size:
             raise ProofError(f"node ({level}, {index}) is beyond a tree of size {self.size}")
-        cached = self._nodes.get((level, index))
-        if cached is not None:
-            return cached
         tile_level, rise = divmod(level, TILE_HEIGHT)
         first = index << rise  # first entry, in units of height TILE_HEIGHT * tile_level
         tile_index, position = divmod(first, TILE_WIDTH)
-        count = 1 << rise
-        data = self._tile(tile_level, tile_index, (position + count) * HASH_SIZE)
-        start = position * HASH_SIZE
-        entries = [
-            data[start + i : start + i + HASH_SIZE] for i in range(0, count * HASH_SIZE, HASH_SIZE)
-        ]
-        value = perfect_root(entries)
-        self._nodes[(level, index)] = value
-        return value
+        rows = self._tile(tile_level, tile_index, (position + (1 << rise)) * HASH_SIZE)
+        start = (position >> rise) * HASH_SIZE
+        return rows[rise][start : start + HASH_SIZE]
 
 
 def read_edge(size: int, read_tile: TileRead) -> dict[int, bytes]:

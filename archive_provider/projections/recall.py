@@ -311,7 +311,9 @@ def search(
         if not ranked and match == plan.match and len(plan.terms) > 1:
             newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
             after = int(newest[0]) - RECENT_TEXTS
-        ran = _run(conn, ranked, match, filters, args, 2 * limit, after)
+        # an AND of two or more terms, or the OR of ANDs: seldom SCORE_BUDGET matches
+        few = len(plan.terms) > 1 and match != any_of
+        ran = _run(conn, ranked, match, filters, args, 2 * limit, after, few=few)
         every = every and len(ran) < 2 * limit
         for hit in ran:
             found.setdefault(hit.text, hit)
@@ -331,8 +333,12 @@ def _run(
     args: Sequence[object],
     limit: int,
     after: int | None = None,
+    *,
+    few: bool = False,
 ) -> list[Hit]:
-    """One pass; ``after``: only texts with a rowid above it (walked oldest first)."""
+    """One pass; ``after``: only texts with a rowid above it (walked oldest first); ``few``:
+    a pass that seldom matches :data:`SCORE_BUDGET` texts (scored in the walk that finds
+    them, not counted first)."""
     # the first EXCERPT_CHARS only (whether there is more, the proof says: one read of a
     # huge text is enough)
     columns = f"substr(f.text, 1, {EXCERPT_CHARS}), f.kind, f.session, f.seq, f.role, e.time"
@@ -342,10 +348,22 @@ def _run(
         # Walking the matches is cheap; BM25 first counts every term's postings, so a pass
         # that matches nothing is not scored at all
         # (ascending: FTS5 walks a doclist backwards only after loading it whole)
-        matched = conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? LIMIT ?)",
-            (match, SCORE_BUDGET),
-        ).fetchone()[0]
+        scored = "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
+        values: list[object]
+        if few:  # BM25 counts the postings at its first row: a pass matching nothing is free
+            rows = conn.execute(
+                f"{scored} WHERE recall_fts MATCH ? LIMIT ?", (match, SCORE_BUDGET)
+            ).fetchall()
+            matched = len(rows)
+        else:
+            rows, matched = (
+                [],
+                conn.execute(
+                    "SELECT count(*) FROM (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
+                    " LIMIT ?)",
+                    (match, SCORE_BUDGET),
+                ).fetchone()[0],
+            )
         if not matched:
             return []
         floor = None
@@ -355,9 +373,11 @@ def _run(
                 " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
                 (match, SCORE_BUDGET - 1),
             ).fetchone()
-        scored = "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts"
-        values: list[object]
-        if floor is None or floor[0] <= 0:
+        if rows and matched < SCORE_BUDGET:  # every match scored already
+            top = sorted(rows, key=lambda row: (row[1], -row[0]))[:limit]
+            ranking = "VALUES " + ", ".join(["(?, ?)"] * len(top))
+            values = [value for row in top for value in row]
+        elif floor is None or floor[0] <= 0:
             ranking, values = f"{scored} WHERE recall_fts MATCH ?", [match]
         else:
             ranking = (
@@ -366,7 +386,7 @@ def _run(
             )
             values = [match, floor[0], match]
         sql = (
-            f"WITH top AS (SELECT id, score FROM ({ranking}) ORDER BY score, id DESC LIMIT ?)"
+            f"WITH top(id, score) AS (SELECT * FROM ({ranking}) ORDER BY 2, 1 DESC LIMIT ?)"
             f" SELECT {columns}, top.score FROM top JOIN recall_text f ON f.rowid = top.id"
             " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.score, top.id DESC"
         )
@@ -402,20 +422,20 @@ class ProofCache:
     """What serve-time proofs may reuse from one query to the next (one per open archive).
 
     The checkpoint signatures already checked (a pure function of key, note and signature)
-    and the tree nodes already hashed from the tiles (a perfect subtree never changes as the
-    log grows): re-hashing the same tiles was half of a query's time. Every proof still ends
+    and the tiles already hashed, every node of each (a perfect subtree never changes as the
+    log grows): re-hashing an excerpt's tile was most of its proof. Every proof still ends
     at a trusted root, so a stale or wrong node can only withhold an excerpt, never let one
-    through. Bounded: the nodes and tiles are dropped every :data:`RESET_PROOFS` proofs.
+    through. Bounded: the last :data:`KEEP` signatures and the nodes of the :data:`KEEP`
+    tiles used last (about 16 KiB each).
     """
 
-    RESET_PROOFS = 256
+    KEEP = 256
 
     def __init__(self) -> None:
         self.signed: set[tuple[str, int, bytes, bytes]] = set()
         self.conn: sqlite3.Connection | None = None  # the connection of the current query
         self.reader: merkle.TileReader | None = None
         self.store_id: object = None
-        self.proofs = 0
 
     def read_tile(self, level: int, index: int) -> bytes | None:
         assert self.conn is not None
@@ -425,22 +445,13 @@ class ProofCache:
         return bytes(tile[0]) if tile else None
 
     def tile_reader(self, conn: sqlite3.Connection, size: int) -> merkle.TileReader:
-        """A node reader for a tree of ``size``, keeping the nodes hashed before."""
+        """A node reader for a tree of ``size``, keeping the tiles hashed before."""
         self.conn = conn
         row = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
         store_id = row[0] if row else None
         reader = self.reader
-        if (
-            reader is None
-            or reader.size > size
-            or store_id != self.store_id
-            or self.proofs >= self.RESET_PROOFS
-        ):
-            reader, self.proofs, self.store_id = (
-                merkle.TileReader(self.read_tile, size),
-                0,
-                store_id,
-            )
+        if reader is None or reader.size > size or store_id != self.store_id:
+            reader, self.store_id = merkle.TileReader(self.read_tile, size, self.KEEP), store_id
         else:
             reader.extend(size)
         self.reader = reader
@@ -564,7 +575,6 @@ class Prover:
         ):
             raise Unproven(f"seq {seq}: the event does not match its identity")
         size, root, reader = self._trusted_tree()
-        self.cache.proofs += 1
         if seq > size:
             raise Unproven(f"seq {seq} is beyond the proven tree (size {size})")
         try:
@@ -603,7 +613,7 @@ class Prover:
                 raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
             if not log_key.verify(text, Signature(log_key.name, log_key.key_id, signed[3])):
                 raise Unproven(f"the checkpoint at size {size} is not signed by the archive's key")
-            if len(self.cache.signed) >= self.cache.RESET_PROOFS:
+            if len(self.cache.signed) >= self.cache.KEEP:
                 self.cache.signed.clear()
             self.cache.signed.add(signed)
         head = self.conn.execute("SELECT seq, root FROM head WHERE id = 1").fetchone()
