@@ -55,7 +55,10 @@ def build(provider: ArchiveProvider, turns: int = 3) -> list[dict[str, Any]]:
 def attacker(home: Path) -> sqlite3.Connection:
     """The database as the attacker opens it: every trigger dropped."""
     conn = sqlite3.connect(archive_dir(home) / "events.db", isolation_level=None)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+    # the names first: dropping while the SELECT is open upgrades its read snapshot, which
+    # fails at once (no busy wait) when a live writer committed since
+    triggers = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for (name,) in triggers:
         conn.execute(f"DROP TRIGGER {name}")
     return conn
 

@@ -58,7 +58,10 @@ def _profile(tmp_path: Path, name: str) -> tuple[Path, Witness]:
 
 def _attacker(folder: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+    # the names first: dropping while the SELECT is open upgrades its read snapshot, which
+    # fails at once (no busy wait) when a live writer committed since
+    triggers = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    for (name,) in triggers:
         conn.execute(f"DROP TRIGGER {name}")
     return conn
 
