@@ -641,6 +641,7 @@ class EventStore:
         conn.execute("BEGIN IMMEDIATE")
         committed = False
         try:
+            self._began()
             self._head = start = self._read_head()
             self._time = now_text()
             yield
@@ -666,6 +667,9 @@ class EventStore:
             "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
             (end.seq, end.chain),
         )
+
+    def _began(self) -> None:
+        """At a transaction's start: v2 forgets parts named outside one."""
 
     def _ended(self, committed: bool) -> None:
         """After a transaction: v2 keeps or forgets the tree edge it grew."""
@@ -1040,6 +1044,11 @@ class EventStoreV2(EventStore):
         )
         if durable or utc_now().timestamp() - self._last_signed >= CHECKPOINT_INTERVAL_S:
             self._sign(end.seq, root)
+
+    def _began(self) -> None:
+        # a part named before BEGIN may have been stored since (by another process): it
+        # is looked up again, never taken as new on the strength of that earlier probe
+        self.parts_hasher.pending.clear()
 
     def _ended(self, committed: bool) -> None:
         growing, self._growing = self._growing, None
