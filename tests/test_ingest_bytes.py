@@ -182,3 +182,26 @@ def test_a_part_named_before_the_transaction_is_looked_up_again(
     store.append([builders.turn(store.hasher, "s", 1, [early], start=0, legacy=False)])
     rows = store.conn.execute("SELECT count(*) FROM payloads WHERE body = ?", (early.body,))
     assert rows.fetchone()[0] == 1
+
+
+def test_a_turn_of_new_texts_is_not_looked_up_by_identity_and_a_resent_one_is(
+    store: EventStoreV2,
+) -> None:
+    """A turn naming a part salted in this transaction has an identity no event has: the
+    append skips that probe. The same turn sent again names stored parts: it is probed and
+    found (idempotent)."""
+    probes: list[str] = []
+    store.conn.set_trace_callback(
+        lambda sql: probes.append(sql) if "FROM events WHERE identity" in sql else None
+    )
+    rows = [message("user", "first words"), message("assistant", "first reply")]
+    with store.transaction():
+        events, _ = turn_event(store, "s", 0, rows, None, False, True)
+        first = store.append_in_transaction(events)
+    assert probes == []
+    with store.transaction():
+        again = store.append_in_transaction(turn_event(store, "s", 0, rows, 0, False, True)[0])
+    store.conn.set_trace_callback(None)
+    assert len(probes) == 1
+    assert [r.outcome for r in first] == ["appended"]
+    assert [(r.outcome, r.seq) for r in again] == [("already_archived", first[0].seq)]

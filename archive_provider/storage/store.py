@@ -927,7 +927,12 @@ class EventStoreV2(EventStore):
         results: list[AppendResult] = []
         records: list[StoredEvent] = []
         batch: dict[str, int] = {}
+        pending = self.parts_hasher.pending
         for event in events:
+            # a part whose salt this transaction drew has a digest no event names yet: the
+            # identity it enters is new, and is not looked up (a re-sent turn names stored
+            # parts, so its identity is)
+            fresh = any(p.lookup is not None and pending.get(p.lookup) is p for p in event.parts)
             parts, renamed = self._resolve(event.parts)
             author = self._resolve((event.author,))[0][0] if event.author else None
             body_value, key_value = event.body, event.key
@@ -936,7 +941,7 @@ class EventStoreV2(EventStore):
             key = key_text(key_value)
             part_list = parts_text([p.digest for p in parts])
             identity = digests_v2.identity(event.type, event.session, key, part_list).hex()
-            existing = batch.get(identity) or self.identity_seq(identity)
+            existing = batch.get(identity) or (None if fresh else self.identity_seq(identity))
             if existing is not None:
                 results.append(AppendResult("already_archived", existing, identity, event.type))
                 continue
