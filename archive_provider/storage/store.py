@@ -644,6 +644,7 @@ class EventStore:
         conn.execute("BEGIN IMMEDIATE")
         committed = False
         try:
+            self._began()
             self._head = start = self._read_head()
             self._time = now_text()
             yield
@@ -669,6 +670,9 @@ class EventStore:
             "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
             (end.seq, end.chain),
         )
+
+    def _began(self) -> None:
+        """At a transaction's start: v2 forgets parts named outside one."""
 
     def _ended(self, committed: bool) -> None:
         """After a transaction: v2 keeps or forgets the tree edge it grew."""
@@ -926,7 +930,12 @@ class EventStoreV2(EventStore):
         results: list[AppendResult] = []
         records: list[StoredEvent] = []
         batch: dict[str, int] = {}
+        pending = self.parts_hasher.pending
         for event in events:
+            # a part whose salt this transaction drew has a digest no event names yet: the
+            # identity it enters is new, and is not looked up (a re-sent turn names stored
+            # parts, so its identity is)
+            fresh = any(p.lookup is not None and pending.get(p.lookup) is p for p in event.parts)
             parts, renamed = self._resolve(event.parts)
             author = self._resolve((event.author,))[0][0] if event.author else None
             body_value, key_value = event.body, event.key
@@ -935,7 +944,7 @@ class EventStoreV2(EventStore):
             key = key_text(key_value)
             part_list = parts_text([p.digest for p in parts])
             identity = digests_v2.identity(event.type, event.session, key, part_list).hex()
-            existing = batch.get(identity) or self.identity_seq(identity)
+            existing = batch.get(identity) or (None if fresh else self.identity_seq(identity))
             if existing is not None:
                 results.append(AppendResult("already_archived", existing, identity, event.type))
                 continue
@@ -1051,6 +1060,11 @@ class EventStoreV2(EventStore):
         )
         if durable or utc_now().timestamp() - self._last_signed >= CHECKPOINT_INTERVAL_S:
             self._sign(end.seq, root)
+
+    def _began(self) -> None:
+        # a part named before BEGIN may have been stored since (by another process): it
+        # is looked up again, never taken as new on the strength of that earlier probe
+        self.parts_hasher.pending.clear()
 
     def _ended(self, committed: bool) -> None:
         growing, self._growing = self._growing, None

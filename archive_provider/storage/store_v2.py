@@ -239,7 +239,14 @@ class PartHasher(Hasher):
         return blake3(b"hermes-archive/v2/key-digest\x00" + body, key=self._key).hexdigest()
 
     def resolve(self, part: Part) -> Part:
-        """The part as this transaction stores it; ``salt`` set means: insert it now."""
+        """The part as this transaction stores it; ``salt`` set means: insert it now.
+
+        A part :meth:`named` drew a salt for in this transaction and no event has stored
+        since (it is still ``pending``) was not stored then and is not now: it is not looked
+        up again (one probe per new part, not two).
+        """
+        if part.lookup is not None and self.pending.get(part.lookup) is part:
+            return part
         found = part.lookup or lookup(self._key, part.body)
         stored = self._stored(found, part.body)
         if stored is not None:
