@@ -5,7 +5,7 @@ several jobs to one transaction as the writer group-commits them, texts repeated
 and across transactions, a secret to redact, an author, a rewind, a checkpoint, a memory
 write) with the clock frozen and every random byte (salts, keys) drawn from a seeded
 generator. The digest of every table's rows is the one the code before the change
-(e66170b) produced for the same input, and the projections equal a replay of the log.
+(b507ca0) produced for the same input, and the projections equal a replay of the log.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from archive_provider.host.spill_kinds import turn_event
 from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2
 
-#: the rows e66170b wrote for :func:`ingest` (every table, in the order :func:`rows_digest`
-#: reads them), computed by running this file's ingest on that commit
-BEFORE = "31b394b0db8ec783cb43895a3ce062fbb7ea771b7284459aaa66f573a6473092"
+#: the rows b507ca0 (the code before the change, with the quoting index) wrote for
+#: :func:`ingest` (every table, in the order :func:`rows_digest` reads them), computed by
+#: running this file's ingest on that commit
+BEFORE = "3f861043bc6318df082bf062b3f84502f4088bd665aa60056bba76e454ad603e"
 
 TYPES = {"store_created": 1, "turn": 6, "memory_write": 1, "checkpoint": 1}
 SECRET = "my key is sk-ant-api03-" + "A" * 40
