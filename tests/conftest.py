@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +15,7 @@ import pytest
 from hypothesis import settings
 
 from archive_provider import ArchiveProvider
+from archive_provider.format.signed_note import Signer
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from archive_provider.storage.witness import FIRST_WITNESS_REASON
@@ -76,6 +79,17 @@ def store(home: Path) -> Iterator[EventStoreV2]:
     opened = open_v2(home / "archive")
     yield opened
     opened.close()
+
+
+def seed_randomness(patch: pytest.MonkeyPatch, seed: int) -> None:
+    """Every random byte an archive draws (salts, keys, ids, the signing key) from one seed:
+    the same bytes, so the same rows and pages, on every run."""
+    rng = random.Random(seed)
+    patch.setattr(secrets, "token_bytes", lambda n=32: rng.randbytes(n))
+    patch.setattr(secrets, "token_hex", lambda n=32: rng.randbytes(n).hex())
+    patch.setattr(
+        Signer, "generate", classmethod(lambda cls, name, alg=1: cls(name, rng.randbytes(32), alg))
+    )
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,6 @@ this test guards the guarantee without reproducing the split.
 
 from __future__ import annotations
 
-import random
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,12 +26,11 @@ from freezegun import freeze_time
 
 from archive_provider.audit import erasure
 from archive_provider.audit.erasure import ErasureError, Scope
-from archive_provider.format.signed_note import Signer
 from archive_provider.format.verifier import verify_database
 from archive_provider.storage import store as store_module
 from archive_provider.storage.store import EventStoreV2
 from archive_provider.storage.store_v2 import SCHEMA_V2
-from tests.conftest import open_v2
+from tests.conftest import open_v2, seed_randomness
 from tests.test_erasure import SECRET, raw_hits, turn
 from tests.test_erasure_in_place import SECRET_PLATFORM, rich
 
@@ -49,15 +46,8 @@ assert EARLIER_SCHEMA_V2 != SCHEMA_V2
 def seeded(request: pytest.FixtureRequest, home: Path) -> Iterator[EventStoreV2]:
     """A rich archive whose every random byte comes from the seed: the same page layout
     on every run (salts and keys decide the payloads' key order, so their pages)."""
-    rng = random.Random(request.param)
     with pytest.MonkeyPatch.context() as patch, freeze_time("2026-12-01T12:00:00Z"):
-        patch.setattr(secrets, "token_bytes", lambda n=32: rng.randbytes(n))
-        patch.setattr(secrets, "token_hex", lambda n=32: rng.randbytes(n).hex())
-        patch.setattr(
-            Signer,
-            "generate",
-            classmethod(lambda cls, name, alg=1: cls(name, rng.randbytes(32), alg)),
-        )
+        seed_randomness(patch, request.param)
         patch.setattr(store_module, "SCHEMA_V2", EARLIER_SCHEMA_V2)
         store = open_v2(home / "archive")
         try:

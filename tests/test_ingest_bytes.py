@@ -10,8 +10,6 @@ generator. The digest of every table's rows is the one the code before the chang
 
 from __future__ import annotations
 
-import random
-import secrets
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +20,9 @@ from freezegun import freeze_time
 
 from archive_provider.audit.replay import projection_digests, rebuild
 from archive_provider.domain import builders
-from archive_provider.format.signed_note import Signer
 from archive_provider.host.spill_kinds import turn_event
 from archive_provider.storage.store import EventStoreV2
-from tests.conftest import open_v2
+from tests.conftest import open_v2, seed_randomness
 
 #: the rows b507ca0 (the code before the change, with the quoting index) wrote for
 #: :func:`ingest` (every table, in the order :func:`rows_digest` reads them), computed by
@@ -44,15 +41,8 @@ def message(role: str, text: str) -> dict[str, str]:
 @pytest.fixture
 def seeded(home: Path) -> Iterator[EventStoreV2]:
     """A v2 store whose every random byte comes from one seed, the clock frozen."""
-    rng = random.Random(18)
     with pytest.MonkeyPatch.context() as patch, freeze_time("2026-12-01T12:00:00Z"):
-        patch.setattr(secrets, "token_bytes", lambda n=32: rng.randbytes(n))
-        patch.setattr(secrets, "token_hex", lambda n=32: rng.randbytes(n).hex())
-        patch.setattr(
-            Signer,
-            "generate",
-            classmethod(lambda cls, name, alg=1: cls(name, rng.randbytes(32), alg)),
-        )
+        seed_randomness(patch, 18)
         store = open_v2(home / "archive")
         try:
             yield store
