@@ -46,6 +46,25 @@ def turn(
     )
 
 
+def checkpoint(
+    store: EventStore,
+    session: str,
+    evidence: list[Any],
+    parent_session: str = "",
+    host_api_version: int = 2,
+) -> NewEvent:
+    """A pre-compress checkpoint of ``evidence`` (parts), as the host hands it over whole."""
+    return builders.checkpoint(
+        store.hasher,
+        session,
+        evidence,
+        parent_session=parent_session,
+        host_api_version=host_api_version,
+        require_checkpoint=False,
+        received=len(evidence),
+    )
+
+
 def fill(store: EventStoreV2) -> None:
     """Two sessions: s-secret holds the secret, s-keep does not; a recall quotes the secret."""
     store.append([turn(store, "s-secret", 1, [SECRET, "hello there"])])

@@ -30,7 +30,16 @@ from archive_provider.projections.runner import ProjectionSet
 from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2
 from tests.test_bundle_v3 import pack, records
-from tests.test_erasure import OTHER, SECRET, SECRET_TERM, fill, fts_terms, raw_hits, turn
+from tests.test_erasure import (
+    OTHER,
+    SECRET,
+    SECRET_TERM,
+    checkpoint,
+    fill,
+    fts_terms,
+    raw_hits,
+    turn,
+)
 from tests.test_export import export, members, reseal
 
 SECRET_PLATFORM = "telegram-of-zorblax"
@@ -79,15 +88,7 @@ def rich(store: EventStoreV2) -> dict[str, int]:
     evidence = [store.hasher.part({"role": "user", "content": SECRET, "tool_calls": []})]
     add(
         "checkpoint",
-        builders.checkpoint(
-            store.hasher,
-            "s-secret",
-            evidence,
-            parent_session="s-parent",
-            host_api_version=1,
-            require_checkpoint=False,
-            received=1,
-        ),
+        checkpoint(store, "s-secret", evidence, parent_session="s-parent", host_api_version=1),
     )
     add(
         "failed",
@@ -229,19 +230,7 @@ def test_a_short_text_a_later_checkpoint_repeats_is_indexed_as_a_replay_would(
         store.hasher.part({"role": "user", "content": short, "tool_calls": []}),
         store.hasher.part({"role": "user", "content": OTHER}),
     ]
-    store.append(
-        [
-            builders.checkpoint(
-                store.hasher,
-                "s1",
-                evidence,
-                parent_session="",
-                host_api_version=1,
-                require_checkpoint=False,
-                received=2,
-            )
-        ]
-    )
+    store.append([checkpoint(store, "s1", evidence, host_api_version=1)])
     erasure.forget(store, Scope("event", {"seq": seq}), reason="r")
     assert store.conn.execute(
         "SELECT kind FROM recall_fts WHERE text = ?", (short,)

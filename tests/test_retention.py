@@ -21,7 +21,16 @@ from archive_provider.domain import builders
 from archive_provider.storage import store_v2
 from archive_provider.storage.store_v2 import PART_REUSE_FROM
 from tests.conftest import open_v2
-from tests.test_erasure import OTHER, SECRET, SECRET_TERM, assert_gone, fts_terms, raw_hits, turn
+from tests.test_erasure import (
+    OTHER,
+    SECRET,
+    SECRET_TERM,
+    assert_gone,
+    checkpoint,
+    fts_terms,
+    raw_hits,
+    turn,
+)
 
 SHARED = "the shared sentence both sessions hold"
 
@@ -84,19 +93,7 @@ def sessions(
         if not checkpoints:
             continue
         evidence = [store.hasher.part({"role": "user", "content": f"{name} said sentence 1"})]
-        store.append(
-            [
-                builders.checkpoint(
-                    store.hasher,
-                    name,
-                    evidence,
-                    parent_session="",
-                    host_api_version=2,
-                    require_checkpoint=False,
-                    received=1,
-                )
-            ]
-        )
+        store.append([checkpoint(store, name, evidence)])
 
 
 @pytest.mark.parametrize("checkpoints", [False, True])
@@ -228,15 +225,7 @@ def test_what_the_appends_list_equals_the_one_time_pass_over_the_log(
     evidence = [store.hasher.part({"role": "user", "content": w}) for w in words]
     store.append(
         [
-            builders.checkpoint(
-                store.hasher,
-                "a",
-                evidence,
-                parent_session="",
-                host_api_version=2,
-                require_checkpoint=False,
-                received=4,
-            ),
+            checkpoint(store, "a", evidence),
             builders.memory_write(store.hasher, "a", 1, "add", "user", SHARED, {}),
             builders.memory_write(store.hasher, "b", 1, "add", "user", SHARED, {}),
             builders.recall_served(
@@ -284,19 +273,7 @@ def provider_sessions(store: erasure.EventStoreV2, first: int, count: int) -> No
         evidence = [
             store.hasher.part({"role": "user", "content": t, "tool_calls": []}) for t in said
         ]
-        store.append(
-            [
-                builders.checkpoint(
-                    store.hasher,
-                    name,
-                    evidence,
-                    parent_session="",
-                    host_api_version=2,
-                    require_checkpoint=False,
-                    received=3,
-                )
-            ]
-        )
+        store.append([checkpoint(store, name, evidence)])
 
 
 def test_the_plan_in_a_provider_driven_archive_reads_no_more_when_it_is_ten_times_larger(
@@ -351,19 +328,7 @@ def test_a_text_quoted_whole_in_another_session_is_found_through_quoting(
     said = store.append([turn(store, "a", 1, [SECRET])])[0].seq
     store.append([turn(store, "b", 1, [OTHER])])
     evidence = [store.hasher.part({"role": "user", "content": SECRET, "tool_calls": []})]
-    shown = store.append(
-        [
-            builders.checkpoint(
-                store.hasher,
-                "b",
-                evidence,
-                parent_session="a",
-                host_api_version=2,
-                require_checkpoint=False,
-                received=1,
-            )
-        ]
-    )[0].seq
+    shown = store.append([checkpoint(store, "b", evidence, parent_session="a")])[0].seq
     store.append(
         [
             builders.recall_served(
@@ -439,19 +404,7 @@ def test_a_text_kept_because_other_sessions_say_it_keeps_its_quotes_and_costs_no
         sessions(store, first, count)
         for n in range(max(first, 1), first + count):
             evidence = [store.hasher.part(shaped)]
-            store.append(
-                [
-                    builders.checkpoint(
-                        store.hasher,
-                        f"s{n}",
-                        evidence,
-                        parent_session="",
-                        host_api_version=2,
-                        require_checkpoint=False,
-                        received=1,
-                    )
-                ]
-            )
+            store.append([checkpoint(store, f"s{n}", evidence)])
 
     add(0, 20)
     small = plan_steps(store, "s0")
@@ -484,15 +437,8 @@ def test_forgetting_what_a_recall_showed_keeps_the_words_of_the_session_it_was_s
     )
     store.append(
         [
-            builders.checkpoint(
-                store.hasher,
-                "b",
-                [store.hasher.part({"role": "user", "content": said_b})],  # as the turn said it
-                parent_session="",
-                host_api_version=2,
-                require_checkpoint=False,
-                received=1,
-            )
+            # the evidence as the turn said it
+            checkpoint(store, "b", [store.hasher.part({"role": "user", "content": said_b})])
         ]
     )
     receipt = erasure.forget(store, Scope("session", {"session": "a"}), reason="r")
