@@ -63,6 +63,16 @@ def attacker(home: Path) -> sqlite3.Connection:
     return conn
 
 
+def backdate_second_turn(home: Path) -> None:
+    """Change the second turn's time, a field outside its identity: its leaf leaves the tree."""
+    conn = attacker(home)
+    (seq,) = conn.execute(
+        "SELECT seq FROM events WHERE type = 'turn' ORDER BY seq LIMIT 1 OFFSET 1"
+    ).fetchone()
+    conn.execute("UPDATE events SET time = '2000-01-01T00:00:00.000000Z' WHERE seq = ?", (seq,))
+    conn.close()
+
+
 def search(provider: ArchiveProvider, query: str) -> dict[str, Any]:
     return dict(json.loads(provider.handle_tool_call("archive_search", {"query": query})))
 
@@ -132,12 +142,7 @@ def test_an_edited_envelope_is_not_in_the_signed_tree(
 ) -> None:
     """A field outside the identity (the time) changed: the leaf is not under the signed root."""
     provider, home = archive
-    conn = attacker(home)
-    (seq,) = conn.execute(
-        "SELECT seq FROM events WHERE type = 'turn' ORDER BY seq LIMIT 1 OFFSET 1"
-    ).fetchone()
-    conn.execute("UPDATE events SET time = '2000-01-01T00:00:00.000000Z' WHERE seq = ?", (seq,))
-    conn.close()
+    backdate_second_turn(home)
     answer = search(provider, "heron question")
     texts = {r["text"] for r in answer["results"]}
     assert answer["withheld"] >= 1 and "not in the signed tree" in answer["problem"]
@@ -184,12 +189,7 @@ def test_an_envelope_edited_after_its_proof_was_cached_is_withheld(
     ago and edited since is withheld, the others still served."""
     provider, home = archive
     assert "heron question 1" in {r["text"] for r in search(provider, "heron question")["results"]}
-    conn = attacker(home)
-    (seq,) = conn.execute(
-        "SELECT seq FROM events WHERE type = 'turn' ORDER BY seq LIMIT 1 OFFSET 1"
-    ).fetchone()
-    conn.execute("UPDATE events SET time = '2000-01-01T00:00:00.000000Z' WHERE seq = ?", (seq,))
-    conn.close()
+    backdate_second_turn(home)
     answer = search(provider, "heron question")
     texts = {r["text"] for r in answer["results"]}
     assert answer["withheld"] >= 1 and "not in the signed tree" in answer["problem"]
