@@ -294,10 +294,10 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def witness_lines(data: dict[str, Any]) -> list[str]:
-    from archive_provider.format.verifier import printable
-
     """One line for the signing key, one for the local witness and one per remote witness
     (lag and last error)."""
+    from archive_provider.format.verifier import printable
+
     lines = []
     signing = data.get("signing_key")
     if signing is not None and not signing["ok"]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -62,7 +62,8 @@ TOKENIZER = "unicode61 remove_diacritics 2"
 #: of parts, text with NUL or lone surrogates). ``part`` is the message's position in its
 #: event's part list (v2: 32 bytes each; v1: a JSON list of hex digests), so a row names
 #: its payload in a byte or two. Once a body is erased its text reads as NULL, so an erasure
-#: takes the rows out of the index before it clears the bodies (:func:`forget_recall`).
+#: takes the rows out of the index before it clears the bodies
+#: (:meth:`RecallProjection.prepare_forget`).
 RECALL_TEXT_VIEW = (
     "CREATE VIEW IF NOT EXISTS recall_text AS SELECT d.rowid AS rowid,"
     " coalesce(d.text, json_extract(CAST(p.body AS TEXT), '$.content')) AS text,"
@@ -633,7 +634,7 @@ class RecallProjection(TableProjection):
     ``recall_fts`` holds tokens only: its rows are ``recall_docs`` read through the view
     ``recall_text`` (:data:`RECALL_TEXT_VIEW`), so a message's text is stored once, in its
     payload. Such an index forgets a row only when told the text it indexed (FTS5's
-    ``'delete'`` with the old values): every removal here and in :func:`forget_recall`
+    ``'delete'`` with the old values): every removal here, :meth:`prepare_forget` included,
     reads it from the view first.
     """
 
@@ -1030,28 +1031,6 @@ def _unindex(conn: sqlite3.Connection, rowid: int, text: str | None) -> None:
             (rowid, text),
         )
     conn.execute("DELETE FROM recall_docs WHERE rowid = ?", (rowid,))
-
-
-def forget_recall(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
-    """Take every recall row of the events ``seqs`` out (erasure), tokens included.
-
-    Runs while the erased bodies are still there: the index forgets a row only when told
-    the text it indexed, which the view reads from the body. Memory rows carry the seq of
-    the write that set them.
-    """
-    ordered = sorted(set(seqs))
-    for start in range(0, len(ordered), 500):
-        chunk = json.dumps(ordered[start : start + 500])
-        conn.execute(
-            "INSERT INTO recall_fts (recall_fts, rowid, text) SELECT 'delete', rowid, text"
-            " FROM recall_text WHERE seq IN (SELECT value FROM json_each(?))"
-            " AND text IS NOT NULL",
-            (chunk,),
-        )
-        for table in ("recall_docs", "recall_rewound", "recall_authors"):
-            conn.execute(
-                f"DELETE FROM {table} WHERE seq IN (SELECT value FROM json_each(?))", (chunk,)
-            )
 
 
 _read_json = json.JSONDecoder().decode  # messages: only role and text are read
