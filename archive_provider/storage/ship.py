@@ -582,11 +582,14 @@ class Shipper:
             for r in conn.execute(f"SELECT * FROM {SCHEMA}.cosigned(%s)", [store.store_id])
         }
         conn.commit()
-        keys, refused = witness_keys(store.conn), None
+        keys = None  # the witnesses' keys, read once a cosignature is to be sent
+        refused = None
         for row in local:
             size, name, key_id, timestamp, signature, _ = row
             if (size, name, bytes(key_id)) in have:
                 continue
+            if keys is None:
+                keys = witness_keys(store.conn)
             if cosignature_verifies(keys, store.origin, row) is False:
                 refused = refused or (
                     f"the cosignature of {name} on the checkpoint at size {size} does not verify "
