@@ -68,6 +68,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             conn.execute("COMMIT")
         witnesses = witness_status(ctx, store)
     size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith(DB_NAME))
+    shipping = read_state(ctx.archive)
     return {
         "archive": str(ctx.archive),
         "exists": True,
@@ -88,20 +89,23 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             name: {"last_seq": seq, "current": seq == head.seq}
             for name, seq in sorted(projections.items())
         },
-        "shipping": read_state(ctx.archive),
-        "shipping_required": _shipping_required(ctx),
+        "shipping": shipping,
+        "shipping_required": _shipping_required(ctx, shipping),
         "recall": recall,
         "last_unfinished_drain": drain,
         **witnesses,
     }
 
 
-def _shipping_required(ctx: CommandContext) -> dict[str, Any] | None:
-    """Required shipping (the ``ship_required`` setting): met, or why not in one line."""
+def _shipping_required(
+    ctx: CommandContext, shipping: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Required shipping (the ``ship_required`` setting), from the shipping state read
+    already: met, or why not in one line."""
     from archive_provider.host.settings import settings_and_problems
     from archive_provider.host.shipping import requirement
 
-    found = requirement(settings_and_problems(ctx.home)[0], ctx.archive)
+    found = requirement(settings_and_problems(ctx.home)[0], shipping)
     return None if found is None else {"met": found[1], "line": found[0]}
 
 

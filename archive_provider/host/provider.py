@@ -755,7 +755,7 @@ class ArchiveProvider(MemoryProviderBase):
             shown["shipping"] = describe_state(state)
         elif settings.ship_to:
             shown["shipping"] = "configured; nothing shipped yet"
-        required = requirement(settings, archive_dir(folder))
+        required = requirement(settings, state)
         if required is not None:
             shown["shipping_required"] = required[0]
         return shown

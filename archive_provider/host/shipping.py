@@ -21,6 +21,7 @@ network.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..storage.central import fleet_missing
 from ..storage.ship import behind, read_state
@@ -51,24 +52,28 @@ def unshippable(settings: Settings) -> str:
 
 
 def shipping_alarm(settings: Settings, folder: Path) -> tuple[str, int] | None:
-    """(the lag line, events waiting) when shipping is required and behind its bound."""
+    """(the lag line, events waiting) when shipping is required and behind its bound; the
+    state file is read only when shipping is required."""
     if not settings.ship_required:
         return None
-    state = read_state(folder)
+    return _alarm(settings, read_state(folder))
+
+
+def _alarm(settings: Settings, state: dict[str, Any] | None) -> tuple[str, int] | None:
     line = behind(state, settings.ship_max_lag_s)
     return None if line is None or state is None else (line, int(state["lag_events"]))
 
 
-def requirement(settings: Settings, folder: Path) -> tuple[str, bool] | None:
+def requirement(settings: Settings, state: dict[str, Any] | None) -> tuple[str, bool] | None:
     """What ``status`` and ``hermes memory status`` say about required shipping, and whether
-    it is met: why it cannot run, the lag line, or that no lag beyond the bound is recorded;
-    None when shipping is not required."""
+    it is met, from the shipping state they read already: why it cannot run, the lag line,
+    or that no lag beyond the bound is recorded; None when shipping is not required."""
     if not settings.ship_required:
         return None
     problem = unshippable(settings)
     if problem:
         return problem, False
-    alarm = shipping_alarm(settings, folder)
+    alarm = _alarm(settings, state)
     if alarm:
         return alarm[0], False
     return f"met (no lag beyond {settings.ship_max_lag_s:g} s recorded)", True
