@@ -398,18 +398,37 @@ class _Failed(Exception):
         self.seq, self.code, self.problem = seq, code, problem
 
 
+class _Twice(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _once(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose members are named once; else the first name met again."""
+    value = dict(items)
+    if len(value) != len(items):
+        seen: set[str] = set()
+        for name, _ in items:
+            if name in seen:
+                raise _Twice(name)
+            seen.add(name)
+    return value
+
+
+#: :func:`strict_json`'s rule with one decoder for every line (a decoder per line costs as
+#: much as the parse)
+_ONCE = json.JSONDecoder(object_pairs_hook=_once)
+
+
 def strict_json(data: bytes | str, what: str) -> Any:
     """JSON where a member named twice is refused (``duplicate_key``), never last-one-wins."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for name, value in items:
-            if name in seen:
-                raise _Failed(None, "duplicate_key", f'{what} has the member "{name}" twice')
-            seen[name] = value
-        return seen
-
-    return json.loads(data, object_pairs_hook=pairs)
+    try:
+        return json.loads(data, object_pairs_hook=_once)
+    except _Twice as twice:
+        raise _Failed(
+            None, "duplicate_key", f'{what} has the member "{twice.name}" twice'
+        ) from None
 
 
 def read_key_file(path: str) -> bytes:
@@ -1521,25 +1540,6 @@ def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
         if name not in members:
             raise BundleError(f"{where}: member {name} is not listed")
     return dict(manifest)
-
-
-class _Twice(ValueError):
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-def _once(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(items)
-    if len(value) != len(items):
-        names = [name for name, _ in items]
-        raise _Twice(next(name for name in names if names.count(name) > 1))
-    return value
-
-
-#: :func:`strict_json`'s rule with one decoder for every line (a decoder per line costs as
-#: much as the parse)
-_ONCE = json.JSONDecoder(object_pairs_hook=_once)
 
 
 def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
