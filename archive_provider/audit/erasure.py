@@ -43,6 +43,7 @@ from ..storage.store_v2 import (
     part_reuse_owed,
     quote_key,
     quoting_owed,
+    split_parts,
     texts,
     tombstone,
     unquote,
@@ -155,11 +156,6 @@ def require_v2(store: EventStore) -> EventStoreV2:
 # -- finding what a scope covers --------------------------------------------------------
 
 
-def _digests(blob: bytes | None) -> list[bytes]:
-    data = bytes(blob or b"")
-    return [data[i : i + 32] for i in range(0, len(data), 32)]
-
-
 def _body(conn: sqlite3.Connection, digest: bytes) -> Any:
     row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
     if row is None or row[0] is None:
@@ -242,7 +238,7 @@ def _memory_events(conn: sqlite3.Connection, text: str) -> list[int]:
             )
         }
     for seq, parts in conn.execute("SELECT seq, parts FROM events WHERE type = 'memory_write'"):
-        for digest in _digests(parts):
+        for digest in split_parts(parts):
             if any(text in t for t in texts(_body(conn, digest))):
                 seqs.add(int(seq))
     return sorted(seqs)
@@ -282,7 +278,7 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     for seq, kind, payload, parts, author in _in(
         conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
-        read[int(seq)] = set(_digests(parts))
+        read[int(seq)] = set(split_parts(parts))
         result.digests.update(read[int(seq)])
         if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
             bodies.add(bytes(payload))
@@ -349,9 +345,9 @@ def _sweep(
         row = conn.execute(_QUOTING_PARTS, (seq,)).fetchone()
         if row is None or row[0] not in QUOTING_TYPES:
             continue
-        read.setdefault(seq, set(_digests(row[1])))
+        read.setdefault(seq, set(split_parts(row[1])))
         hit = False
-        for digest in _digests(row[1]):
+        for digest in split_parts(row[1]):
             if digest in erased or digest in swept:
                 continue
             data = (conn.execute(_BODY, (digest,)).fetchone() or (None,))[0]
@@ -427,7 +423,7 @@ def _scan_naming(conn: sqlite3.Connection, digests: set[bytes]) -> dict[int, set
     when one was stored by an event outside the scope and all its namers are wanted)."""
     naming: dict[int, set[bytes]] = {}
     for seq, parts in conn.execute("SELECT seq, parts FROM events"):
-        named = digests.intersection(_digests(parts))
+        named = digests.intersection(split_parts(parts))
         if named:
             naming[int(seq)] = named
     return naming
@@ -676,7 +672,7 @@ def _erasable(conn: sqlite3.Connection, seq: int) -> bool:
     row = conn.execute("SELECT type, parts FROM events WHERE seq = ?", (seq,)).fetchone()
     if row is None or row[0] in RECORD_TYPES:
         return False
-    return any(_body(conn, d) is not None for d in _digests(row[1]))
+    return any(_body(conn, d) is not None for d in split_parts(row[1]))
 
 
 # -- the erasure transaction ------------------------------------------------------------
@@ -723,7 +719,7 @@ def forget(
             for parts, author in _in(
                 conn, "SELECT parts, author FROM events WHERE seq IN ({})", kept
             ):
-                found.digests.difference_update(_digests(parts))
+                found.digests.difference_update(split_parts(parts))
                 if author is not None:
                     found.digests.discard(bytes(author))
         if found.digests:
