@@ -28,6 +28,7 @@ from archive_provider.format.signed_note import (
     format_note,
     open_checkpoint,
 )
+from archive_provider.storage import store as store_module
 from archive_provider.storage.store import EventStore, EventStoreV2, StoreError
 from archive_provider.storage.store_v2 import SIGNING_KEY_ENV, KeyFileError, TamperedPart
 
@@ -650,3 +651,25 @@ def test_a_v2_archive_whose_making_was_cut_short_is_taken_up_again(
     finally:
         store.close()
     assert not (folder / "payload.key").exists()
+
+
+def test_the_loser_of_a_race_to_make_a_new_archive_leaves_it_as_the_winner_made_it(
+    tmp_path: Path,
+) -> None:
+    """Two openers of a new folder: the second finds events.db and the keys the first wrote,
+    and makes the schema again from them. If the first committed in between, the second
+    finds the file made and leaves it (it failed with 'UNIQUE constraint failed: meta.name',
+    which a CI run met as a provider whose first checkpoint could not open its archive)."""
+    folder = tmp_path / "archive"
+    store = EventStore.open(folder, format_version=2)
+    assert isinstance(store, EventStoreV2)
+    made = dict(store.conn.execute("SELECT name, value FROM meta").fetchall())
+    signer = store.signer
+    assert signer is not None
+    late = sqlite3.connect(folder / "events.db", isolation_level=None)
+    try:
+        store_module._initialise_v2(late, made["store_id"], signer)
+        assert dict(late.execute("SELECT name, value FROM meta").fetchall()) == made
+    finally:
+        late.close()
+        store.close()

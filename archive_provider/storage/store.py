@@ -1210,6 +1210,9 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         raise StoreError(f"SQLite refused WAL mode (got {mode!r})")
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if _meta_or_none(conn, "format_version") is not None:
+            conn.execute("COMMIT")  # another opener made it first, from the same key files
+            return
         for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS_V2).split(";\n"):
             if statement.strip():
                 conn.execute(statement)
