@@ -23,7 +23,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -34,6 +34,7 @@ from ..errors import ArchiveError
 from ..format.events import NewEvent
 from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
+from ..storage.sql import select_in
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
 from ..storage.store_v2 import (
     QUOTE_MIN_CHARS,
@@ -170,6 +171,7 @@ def _scope_events(conn: sqlite3.Connection, scope: Scope) -> list[int]:
     kind, value = scope.kind, scope.value
     skip = tuple(sorted(RECORD_TYPES))
     not_records = f"type NOT IN ({', '.join('?' * len(skip))})"
+    rows: Iterable[Any]
     if kind == "session":
         rows = conn.execute(
             f"SELECT seq FROM events WHERE session = ? AND {not_records}",
@@ -206,8 +208,7 @@ def _scope_events(conn: sqlite3.Connection, scope: Scope) -> list[int]:
             for (a,) in conn.execute("SELECT DISTINCT author FROM events WHERE author IS NOT NULL")
             if isinstance(found := _body(conn, bytes(a)), dict) and str(found.get("id")) == wanted
         ]
-        marks = ", ".join("?" * len(authors))
-        rows = conn.execute(f"SELECT seq FROM events WHERE author IN ({marks})", authors)
+        rows = select_in(conn, "SELECT seq FROM events WHERE author IN ({})", authors)
     elif kind == "memory":
         return _memory_events(conn, str(value["text"]))
     else:
@@ -228,15 +229,10 @@ def _memory_events(conn: sqlite3.Connection, text: str) -> list[int]:
         }
     except sqlite3.OperationalError:  # no memory projection: read the log itself
         entries = set()
-    seqs = set()
-    if entries:
-        marks = ", ".join("?" * len(entries))
-        seqs = {
-            int(s)
-            for (s,) in conn.execute(
-                f"SELECT seq FROM memory_history WHERE entry IN ({marks})", sorted(entries)
-            )
-        }
+    seqs = {
+        int(s)
+        for (s,) in select_in(conn, "SELECT seq FROM memory_history WHERE entry IN ({})", entries)
+    }
     for seq, parts in conn.execute("SELECT seq, parts FROM events WHERE type = 'memory_write'"):
         for digest in split_parts(parts):
             if any(text in t for t in texts(_body(conn, digest))):
@@ -267,7 +263,9 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     covered = set(result.events)
     sessions = {
         str(s)
-        for (s,) in _in(conn, "SELECT DISTINCT session FROM events WHERE seq IN ({})", covered)
+        for (s,) in select_in(
+            conn, "SELECT DISTINCT session FROM events WHERE seq IN ({})", covered
+        )
     }
     if scope.kind != "session":
         sessions = set()  # a child session is forgotten only with its whole session
@@ -275,7 +273,7 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     author_scope = scope.kind == "author"
     bodies: set[bytes] = set()
     read: dict[int, set[bytes]] = {}  # the parts of the events read so far, by seq
-    for seq, kind, payload, parts, author in _in(
+    for seq, kind, payload, parts, author in select_in(
         conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
         read[int(seq)] = set(split_parts(parts))
@@ -429,13 +427,6 @@ def _scan_naming(conn: sqlite3.Connection, digests: set[bytes]) -> dict[int, set
     return naming
 
 
-def _in(conn: sqlite3.Connection, sql: str, values: Iterable[int]) -> Iterator[Any]:
-    items = sorted(values)
-    for start in range(0, len(items), 500):
-        chunk = items[start : start + 500]
-        yield from conn.execute(sql.format(", ".join("?" * len(chunk))), chunk)
-
-
 # -- holds and retention ----------------------------------------------------------------
 
 
@@ -459,7 +450,7 @@ def holds(store: EventStore) -> list[dict[str, Any]]:
 def _held_by(conn: sqlite3.Connection, hold: dict[str, Any], seqs: set[int]) -> list[int]:
     selector = hold.get("selector") or {}
     hit = []
-    for seq, time, session, author in _in(
+    for seq, time, session, author in select_in(
         conn, "SELECT seq, time, session, author FROM events WHERE seq IN ({})", seqs
     ):
         by_session = "session" in selector and session == selector["session"]
@@ -716,7 +707,7 @@ def forget(
             )
         if skip_held and found.held:
             kept = {s for _, hit in found.held for s in hit}
-            for parts, author in _in(
+            for parts, author in select_in(
                 conn, "SELECT parts, author FROM events WHERE seq IN ({})", kept
             ):
                 found.digests.difference_update(split_parts(parts))
@@ -740,7 +731,7 @@ def forget(
             seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
             projections, touched = _projections(v2), frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
-            for quoting in _in(conn, _QUOTING_OF, found.touched):  # before the bodies go
+            for quoting in select_in(conn, _QUOTING_OF, found.touched):  # before the bodies go
                 unquote(conn, v2.key, int(quoting[0]), found.digests)
             # Tombstones first: the event's own payload rows can split the leaf holding the
             # bodies, and a split copies its live cells, leaving their old images in the
@@ -782,7 +773,7 @@ def _recorded(conn: sqlite3.Connection, scope: Scope, found: Plan) -> dict[str, 
     if scope.kind == "author":
         authors = {
             bytes(a).hex()
-            for (a,) in _in(conn, "SELECT author FROM events WHERE seq IN ({})", found.events)
+            for (a,) in select_in(conn, "SELECT author FROM events WHERE seq IN ({})", found.events)
             if a is not None
         }
         return {"kind": "author", "authors": sorted(authors)}

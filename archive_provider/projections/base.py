@@ -18,6 +18,7 @@ from blake3 import blake3
 from ..domain.evidence import bindable_text
 from ..format.canonical import canonical_bytes, canonical_text, decode
 from ..format.events import StoredEvent
+from ..storage.sql import in_chunks
 from ..storage.store import Projection, iter_events, part_body
 
 STATE_DDL = (
@@ -156,10 +157,8 @@ class TableProjection(Projection):
         those events again as the log now reads (an erased body: no row, like a replay)."""
         mine = sorted(seqs)
         for table in self.tables:
-            for chunk in chunks(mine):
-                conn.execute(
-                    f"DELETE FROM {table} WHERE seq IN ({', '.join('?' * len(chunk))})", chunk
-                )
+            for marks, chunk in in_chunks(mine):
+                conn.execute(f"DELETE FROM {table} WHERE seq IN ({marks})", chunk)
         for event in events_at(conn, mine, self.handles, self.part_types()):
             self.reduce(conn, event)
         self.flush(conn)
@@ -183,12 +182,6 @@ class TableProjection(Projection):
                 values = [bytes(v).hex() if isinstance(v, (bytes, memoryview)) else v for v in row]
                 hasher.update(canonical_bytes(values) + b"\n")
         return hasher.hexdigest()
-
-
-def chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
-    """``items`` in slices small enough to bind as one statement's parameters."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def events_at(

@@ -27,8 +27,9 @@ from ..domain.evidence import bindable_text, message_text
 from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
 from ..format.events import LoadedEvent, StoredEvent
+from ..storage.sql import in_chunks, select_in
 from ..storage.store import payload_body, session_part_digests
-from .base import TableProjection, chunks, event_part, event_text, events_at
+from .base import TableProjection, event_part, event_text, events_at
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -284,17 +285,15 @@ class SessionsProjection(TableProjection):
     def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
         """Transcripts hold digests and stay; an event whose body went is gone from a replay:
         its link, and its session's counters and start details, are derived again."""
-        gone: dict[int, str] = {}
-        for chunk in chunks(sorted(seqs)):
-            gone.update(
-                conn.execute(
-                    "SELECT e.seq, e.session FROM events e JOIN erased x ON x.digest = e.payload"
-                    f" WHERE e.seq IN ({', '.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
+        gone: dict[int, str] = dict(
+            select_in(
+                conn,
+                "SELECT e.seq, e.session FROM events e JOIN erased x ON x.digest = e.payload"
+                " WHERE e.seq IN ({})",
+                seqs,
             )
-        for chunk in chunks(sorted(gone)):
-            marks = ", ".join("?" * len(chunk))
+        )
+        for marks, chunk in in_chunks(gone):
             conn.execute(f"DELETE FROM session_links WHERE seq IN ({marks})", chunk)
         for session in sorted(set(gone.values())):
             self._recount(conn, session)
@@ -502,27 +501,23 @@ class MemoryProjection(TableProjection):
     def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
         """Each target an erased write touched is replayed from its own writes alone (a
         target's entries depend on nothing else), so the cost is that target's writes."""
-        targets: set[str] = set()
-        for chunk in chunks(sorted(seqs)):
-            targets.update(
-                t
-                for (t,) in conn.execute(
-                    "SELECT DISTINCT target FROM memory_history"
-                    f" WHERE seq IN ({', '.join('?' * len(chunk))})",
-                    chunk,
-                )
+        targets: set[str] = {
+            t
+            for (t,) in select_in(
+                conn, "SELECT DISTINCT target FROM memory_history WHERE seq IN ({})", seqs
             )
+        }
         if not targets:
             return True
-        marks = ", ".join("?" * len(targets))
         writes = [
             int(seq)
-            for (seq,) in conn.execute(
-                f"SELECT seq FROM memory_history WHERE target IN ({marks})", sorted(targets)
+            for (seq,) in select_in(
+                conn, "SELECT seq FROM memory_history WHERE target IN ({})", targets
             )
         ]
-        conn.execute(f"DELETE FROM memory_entries WHERE target IN ({marks})", sorted(targets))
-        conn.execute(f"DELETE FROM memory_history WHERE target IN ({marks})", sorted(targets))
+        for marks, chunk in in_chunks(targets):
+            conn.execute(f"DELETE FROM memory_entries WHERE target IN ({marks})", chunk)
+            conn.execute(f"DELETE FROM memory_history WHERE target IN ({marks})", chunk)
         for event in events_at(conn, writes, self.handles):
             self.reduce(conn, event)
         return True
@@ -879,11 +874,10 @@ class RecallProjection(TableProjection):
     def prepare_forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> None:
         """Take the message rows of the erased events out of the index while their bodies
         still say what it indexed; :meth:`forget` puts back those that stay."""
-        for chunk in chunks(sorted(seqs)):
+        for marks, chunk in in_chunks(seqs):
             conn.execute(
                 "INSERT INTO recall_fts (recall_fts, rowid, text) SELECT 'delete', rowid, text"
-                " FROM recall_text WHERE rowid > 0 AND text IS NOT NULL"
-                f" AND seq IN ({', '.join('?' * len(chunk))})",
+                f" FROM recall_text WHERE rowid > 0 AND text IS NOT NULL AND seq IN ({marks})",
                 chunk,
             )
 
@@ -901,8 +895,7 @@ class RecallProjection(TableProjection):
         touched = sorted(seqs)
         first: dict[str, int] = {}
         read: set[int] = set()
-        for chunk in chunks(touched):
-            marks = ", ".join("?" * len(chunk))
+        for marks, chunk in in_chunks(touched):
             for seq, session in conn.execute(
                 f"SELECT seq, session FROM events WHERE type IN ('turn', 'checkpoint') AND seq IN ({marks})",
                 chunk,
@@ -943,10 +936,10 @@ class RecallProjection(TableProjection):
         for seq in sorted(set(touched) - read):  # its body is erased: a replay skips it
             conn.execute("DELETE FROM recall_docs WHERE seq = ? AND rowid > 0", (seq,))
             conn.execute("DELETE FROM recall_rewound WHERE seq = ?", (seq,))
-        for chunk in chunks(sorted(kept)):
+        for marks, chunk in in_chunks(kept):
             conn.execute(
                 "INSERT INTO recall_fts (rowid, text) SELECT rowid, text FROM recall_text"
-                f" WHERE rowid IN ({', '.join('?' * len(chunk))})",
+                f" WHERE rowid IN ({marks})",
                 chunk,
             )
         targets = conn.execute(
