@@ -373,7 +373,7 @@ def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
         owed = (store_v2.QUOTING_FROM, str(store.head().seq))
         store.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", owed)
         receipt = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
-        assert store_v2.quoting_owed(store.conn, store.head().seq) == 0
+        assert store_v2.index_owed(store.conn, store_v2.QUOTING_FROM, store.head().seq) == 0
         # s1 and s2's recalls (they showed s1) and the evidence holding their queries
         assert receipt.payloads == 1 + 3 + 6 + 3 + 6 + 3
         assert raw_hits(home, "s1 said sentence") == []

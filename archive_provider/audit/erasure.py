@@ -37,13 +37,14 @@ from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.sql import select_in
 from ..storage.store import DB_NAME, EventStore, EventStoreV2
 from ..storage.store_v2 import (
+    PART_REUSE_FROM,
     QUOTE_MIN_CHARS,
+    QUOTING_FROM,
     QUOTING_TYPES,
+    index_owed,
     index_part_reuse,
     index_quoting,
-    part_reuse_owed,
     quote_key,
-    quoting_owed,
     split_parts,
     texts,
     tombstone,
@@ -827,16 +828,16 @@ def _index_reuse(store: EventStoreV2) -> None:
     """Index what ``part_reuse`` and ``quoting`` are owed (once, for an archive made before
     them), in steps of their own transactions, so a running writer waits for one step at
     most."""
-    upto = part_reuse_owed(store.conn, store.head().seq)
-    done = 0
-    while done < upto:
-        with store.transaction():
-            done = index_part_reuse(store.conn, done, upto)
-    upto = quoting_owed(store.conn, store.head().seq)
-    done = 0
-    while done < upto:
-        with store.transaction():
-            done = index_quoting(store.conn, store.key, done, upto)
+    steps: tuple[tuple[str, Callable[[sqlite3.Connection, int, int], int]], ...] = (
+        (PART_REUSE_FROM, index_part_reuse),  # first: index_quoting reads part_reuse
+        (QUOTING_FROM, lambda conn, after, upto: index_quoting(conn, store.key, after, upto)),
+    )
+    for owed, step in steps:
+        upto = index_owed(store.conn, owed, store.head().seq)
+        done = 0
+        while done < upto:
+            with store.transaction():
+                done = step(store.conn, done, upto)
 
 
 def scrub(store: EventStore) -> None:

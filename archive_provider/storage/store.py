@@ -452,7 +452,7 @@ class EventStore:
                 _initialise_v2(conn, *new_store)
             elif not readonly and _meta_or_none(conn, "format_version") in (None, "1"):
                 cls._initialise(conn)
-            elif not readonly and not _has_view(conn, "audit_events"):
+            elif not readonly and not _has(conn, "view", "audit_events"):
                 _add_audit_views_v2(conn)
             if new_store is None and not readonly and _lacks_part_reuse(conn):
                 _add_part_reuse(conn)
@@ -1250,8 +1250,9 @@ def store_created(store: EventStoreV2) -> NewEvent:
     )
 
 
-def _has_view(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?", (name,))
+def _has(conn: sqlite3.Connection, kind: str, name: str) -> bool:
+    """Whether the schema holds a ``kind`` ('table', 'view') called ``name``."""
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name))
     return row.fetchone() is not None
 
 
@@ -1280,8 +1281,7 @@ def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
     for them)."""
     if _meta_or_none(conn, "format_version") != str(FORMAT_V2):
         return False
-    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
-    return any(conn.execute(found, (name,)).fetchone() is None for name, _, _ in _ERASURE_INDEXES)
+    return any(not _has(conn, "table", name) for name, _, _ in _ERASURE_INDEXES)
 
 
 def _add_part_reuse(conn: sqlite3.Connection) -> None:
@@ -1290,9 +1290,8 @@ def _add_part_reuse(conn: sqlite3.Connection) -> None:
     (:func:`store_v2.index_part_reuse`, :func:`store_v2.index_quoting`)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
         for name, schema, owed in _ERASURE_INDEXES:
-            if conn.execute(found, (name,)).fetchone() is None:  # another process may have
+            if not _has(conn, "table", name):  # another process may have made it
                 conn.execute(schema)
                 conn.execute(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)", (owed, str(head_seq(conn)))

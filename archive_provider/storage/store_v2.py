@@ -309,14 +309,16 @@ def split_parts(blob: bytes | None) -> list[bytes]:
 PART_REUSE_STEP = 20000
 
 
-def part_reuse_owed(conn: sqlite3.Connection, head: int) -> int:
-    """The last seq whose reuses ``part_reuse`` does not list yet (0: it is complete).
+def index_owed(conn: sqlite3.Connection, owed: str, head: int) -> int:
+    """The last seq an erasure index does not list yet (0: it is complete); ``owed`` is its
+    ``meta`` row (:data:`PART_REUSE_FROM` or :data:`QUOTING_FROM`).
 
     ``part_reuse`` holds a row per event naming a part an earlier event stored (the event
-    that stored it has none); the append writes them, so only an archive made before the
-    table existed, or a copy laid out from central rows (no ``meta`` row), is owed any.
+    that stored it has none), ``quoting`` what each quoting event may quote; the append
+    writes both, so only an archive made before a table existed, or a copy laid out from
+    central rows (no ``meta`` row), is owed any.
     """
-    row = conn.execute("SELECT value FROM meta WHERE name = ?", (PART_REUSE_FROM,)).fetchone()
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (owed,)).fetchone()
     return head if row is None else int(row[0])
 
 
@@ -428,12 +430,6 @@ def quoted_by(
         if isinstance(child, str) and child:
             found.add(child)
     return found
-
-
-def quoting_owed(conn: sqlite3.Connection, head: int) -> int:
-    """The last seq whose quotes ``quoting`` does not list yet (0: it is complete)."""
-    row = conn.execute("SELECT value FROM meta WHERE name = ?", (QUOTING_FROM,)).fetchone()
-    return head if row is None else int(row[0])
 
 
 def index_quoting(conn: sqlite3.Connection, store_key: bytes, after: int, upto: int) -> int:
