@@ -96,3 +96,26 @@ def test_a_second_erasure_of_the_same_scope_at_the_same_instant_is_refused(
     second = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
     assert second.seq is not None and second.seq > (first.seq or 0) and second.payloads == 1
     assert raw_hits(home, "the host sent this one again later") == []
+
+
+def test_a_merge_owed_by_a_cut_short_pass_zeroes_what_it_frees_on_a_new_connection(
+    home: Path, store: EventStoreV2
+) -> None:
+    """The merge frees the old segments' pages, which still hold the erased tokens: it sets
+    ``secure_delete`` before it, also on a connection no erasure ran on (a new process; off
+    here as SQLite leaves it where it is not compiled on). It was set after the merge."""
+    term = "quuxblatherskite"
+    with freeze_time("2026-01-01T00:00:00Z"):
+        store.append([turn(store, "old", 1, [f"{term} was said once"])])
+        store.append([turn(store, "old", 2, ["and then something else was said"], 2)])
+    with freeze_time("2026-09-01T00:00:00Z"):
+        erasure.set_retention(store, 180, "policy", "ops", confirmed=True)
+        erasure.apply_retention(store, batch=1, between=lambda: False)  # the merge is owed
+    store.close()
+    again = open_v2(home / "archive")
+    try:
+        again.conn.execute("PRAGMA secure_delete = OFF")
+        assert erasure.merge_index(again)
+    finally:
+        again.close()
+    assert raw_hits(home, term) == []

@@ -549,6 +549,7 @@ def apply_retention(
     done: list[Receipt] = []
     after = 0
     stopped = False
+    projections: list[Any] | None = None  # the pass's setup, made before its first batch
     while cutoff is not None:
         expired = v2.conn.execute(
             "SELECT seq FROM events WHERE seq > ? AND time < ? ORDER BY seq", (after, cutoff)
@@ -560,8 +561,11 @@ def apply_retention(
         scope = Scope(
             "time", {"since": "", "until": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
         )
-        receipt = forget(
+        if projections is None:
+            v2, projections = _prepared(v2)
+        receipt = _forget(
             v2,
+            projections,
             scope,
             reason="retention",
             legal_basis="retention policy",
@@ -595,6 +599,7 @@ def merge_index(store: EventStoreV2) -> bool:
     row = conn.execute("SELECT value FROM meta WHERE name = ?", (FTS_MERGED,)).fetchone()
     if last is None or (row is not None and int(row[0]) >= int(last)):
         return False
+    _secure(store)  # the merge frees the old segments' pages
     with store.transaction(durable=True):
         _merge_fts(conn, int(last))
     scrub(store)
@@ -688,10 +693,51 @@ def forget(
     ``merge`` False leaves the full-text merge to :func:`merge_index` (retention batches:
     the merge costs the whole index, a batch only what it erases).
     """
+    v2, projections = _prepared(store)
+    return _forget(
+        v2,
+        projections,
+        scope,
+        reason=reason,
+        legal_basis=legal_basis,
+        who=who,
+        dry_run=dry_run,
+        skip_held=skip_held,
+        merge=merge,
+    )
+
+
+def _secure(store: EventStore) -> EventStoreV2:
+    """The store, with ``secure_delete`` on: SQLite then zeroes the bytes every row, index
+    entry and merged segment of an erasure frees (the one place it is set)."""
     v2 = require_v2(store)
-    conn = v2.conn
-    conn.execute("PRAGMA secure_delete = ON")  # before any row of the erased text goes
+    v2.conn.execute("PRAGMA secure_delete = ON")
+    return v2
+
+
+def _prepared(store: EventStore) -> tuple[EventStoreV2, list[Any]]:
+    """What every erasure needs first, once per ``forget`` or retention pass (not per
+    batch): ``secure_delete`` on before any row of an erased text goes, the erasure
+    indexes complete, and the projections that forget in place."""
+    v2 = _secure(store)
     _index_reuse(v2)
+    return v2, _projections(v2)
+
+
+def _forget(
+    v2: EventStoreV2,
+    projections: list[Any],
+    scope: Scope,
+    *,
+    reason: str,
+    legal_basis: str,
+    who: str,
+    dry_run: bool,
+    skip_held: bool,
+    merge: bool,
+) -> Receipt:
+    """:func:`forget` on a store :func:`_prepared` has readied."""
+    conn = v2.conn
     scope_record = scope.record()
     if dry_run:
         found = plan(v2, scope)
@@ -730,7 +776,7 @@ def forget(
             }
             event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
             seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
-            projections, touched = _projections(v2), frozenset(found.touched)
+            touched = frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
             for quoting in select_in(conn, _QUOTING_OF, found.touched):  # before the bodies go
                 unquote(conn, v2.key, int(quoting[0]), found.digests)
@@ -847,7 +893,6 @@ def scrub(store: EventStore) -> None:
     still in the WAL go with the truncate. A busy reader can hold the checkpoint back: it is
     retried on the next erasure or ``forget`` re-run (idempotent).
     """
-    store.conn.execute("PRAGMA secure_delete = ON")
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
 

@@ -479,10 +479,10 @@ def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) 
     """Erase payloads inside the caller's transaction (FORMAT.md 12.4 steps 2 and 3).
 
     Each digest goes into ``erased`` first (the trigger then allows the update), then its
-    salt, lookup and body become NULL. ``secure_delete`` makes SQLite zero the freed bytes.
+    salt, lookup and body become NULL. The caller has set ``secure_delete`` (the erasure
+    does, before any row of the erased text goes), so SQLite zeroes the freed bytes.
     Returns how many rows were tombstoned; a digest already erased is left as it is.
     """
-    conn.execute("PRAGMA secure_delete = ON")
     done = 0
     for digest in digests:
         row = conn.execute("SELECT body FROM payloads WHERE digest = ?", (digest,)).fetchone()
