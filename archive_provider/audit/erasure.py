@@ -359,7 +359,7 @@ def _sweep(
 
 
 _QUOTING_OF = (
-    "SELECT seq FROM events WHERE seq IN ({}) AND type IN ("
+    "SELECT seq, parts FROM events WHERE seq IN ({}) AND type IN ("
     + ", ".join(f"'{t}'" for t in sorted(QUOTING_TYPES))
     + ")"
 )
@@ -778,8 +778,9 @@ def _forget(
             seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
             touched = frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
-            for quoting in select_in(conn, _QUOTING_OF, found.touched):  # before the bodies go
-                unquote(conn, v2.key, int(quoting[0]), found.digests)
+            # the quoting events' text keys, read from their bodies before the bodies go
+            for quoting, parts in select_in(conn, _QUOTING_OF, found.touched):
+                unquote(conn, v2.key, int(quoting), parts, found.digests)
             # Tombstones first: the event's own payload rows can split the leaf holding the
             # bodies, and a split copies its live cells, leaving their old images in the
             # page's unused area, which secure_delete never zeroes (docs/OPERATIONS.md).

@@ -460,11 +460,13 @@ def index_quoting(conn: sqlite3.Connection, store_key: bytes, after: int, upto: 
 _REUSE_ROW = "SELECT 1 FROM part_reuse WHERE digest = ? AND seq = ?"
 
 
-def unquote(conn: sqlite3.Connection, store_key: bytes, seq: int, gone: set[bytes]) -> None:
-    """Delete the text keys of event ``seq`` that only its parts in ``gone`` held (they are
-    being erased): no key of an erased text stays behind."""
-    parts = conn.execute("SELECT parts FROM events WHERE seq = ?", (seq,)).fetchone()
-    named = split_parts(parts[0] if parts else None)
+def unquote(
+    conn: sqlite3.Connection, store_key: bytes, seq: int, parts: bytes | None, gone: set[bytes]
+) -> None:
+    """Delete the text keys of event ``seq`` (whose ``parts`` column the caller read) that
+    only its parts in ``gone`` held (they are being erased): no key of an erased text stays
+    behind."""
+    named = split_parts(parts)
     kept = quote_keys(store_key, (_stored_body(conn, d) for d in named if d not in gone))
     for key in quote_keys(store_key, (_stored_body(conn, d) for d in named if d in gone)) - kept:
         conn.execute("DELETE FROM quoting WHERE quoted = ? AND seq = ?", (key, seq))
