@@ -140,6 +140,9 @@ def test_the_migrate_command(home: Path, capsys: pytest.CaptureFixture[str]) -> 
     # the projections were rebuilt as the events were appended: recall finds the v1 text
     assert main(["--home", str(home), "--json", "search", "Ziggy"]) == 0
     assert "Ziggy" in capsys.readouterr().out
+    # the command refuses a v2 archive itself (before it takes in the spill)
+    assert main(["--home", str(home), "--json", "migrate"]) == 1
+    assert "already format version 2" in json.loads(capsys.readouterr().out)["error"]
 
 
 def test_the_lineage_of_a_migrated_archive(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

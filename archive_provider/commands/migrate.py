@@ -23,15 +23,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(ctx: CommandContext) -> int:
     from archive_provider.host.spill_kinds import take_in_spill
     from archive_provider.projections.registry import default_projections
-    from archive_provider.storage.migrate import MigrationRefused, migrate
-    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.migrate import migrate, refuse_v2
     from archive_provider.storage.witness import Witness
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
     with ctx.store() as store:  # a v2 archive is refused before its spill is touched
-        if isinstance(store, EventStoreV2):
-            raise MigrationRefused(f"the archive at {ctx.archive} is already format version 2")
+        refuse_v2(store, ctx.archive)
     take_in_spill(ctx.home)
     with ctx.progress("migrate", 0) as progress:
         done = migrate(

@@ -78,6 +78,12 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def refuse_v2(store: EventStore, folder: Path) -> None:
+    """Refuse an archive that is format v2 already: there is nothing to migrate."""
+    if isinstance(store, EventStoreV2):
+        raise MigrationRefused(f"the archive at {folder} is already format version 2")
+
+
 def migrate(
     folder: Path,
     *,
@@ -107,8 +113,7 @@ def migrate(
         )
     old = EventStore.open(folder, create=False, readonly=True)  # verifying writes nothing
     try:
-        if isinstance(old, EventStoreV2):
-            raise MigrationRefused(f"the archive at {folder} is already format version 2")
+        refuse_v2(old, folder)
         report = verify_database(old.conn, old.key, progress=progress)
         if not report.ok:
             raise MigrationRefused(
