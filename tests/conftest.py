@@ -35,6 +35,18 @@ def archive_format(version: int) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def traced(conn: sqlite3.Connection) -> Iterator[list[str]]:
+    """The SQL statements ``conn`` runs inside the block, in order (its trace callback,
+    taken off at the end): what a test counts to pin how many reads a path costs."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        yield statements
+    finally:
+        conn.set_trace_callback(None)
+
+
 @pytest.fixture
 def v1_format() -> Iterator[None]:
     """For tests of v1 specifics (keyed digests, payload.key, text digests): new archives are v1."""

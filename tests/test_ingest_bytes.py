@@ -22,7 +22,7 @@ from archive_provider.audit.replay import projection_digests, rebuild
 from archive_provider.domain import builders
 from archive_provider.host.spill_kinds import turn_event
 from archive_provider.storage.store import EventStoreV2
-from tests.conftest import open_v2, seed_randomness
+from tests.conftest import open_v2, seed_randomness, traced
 
 #: the rows b507ca0 (the code before the change, with the quoting index) wrote for
 #: :func:`ingest` (every table, in the order :func:`rows_digest` reads them), computed by
@@ -131,18 +131,13 @@ def test_the_projections_equal_a_replay(seeded: EventStoreV2) -> None:
 def test_a_new_part_is_looked_up_once(store: EventStoreV2) -> None:
     """Naming a new text probes ``payloads`` by its lookup; appending it does not again
     (the code before probed each new message twice: 4.1 statements of a turn's 19.6)."""
-    probes: list[str] = []
-    store.conn.set_trace_callback(
-        lambda sql: probes.append(sql) if "FROM payloads WHERE lookup" in sql else None
-    )
     rows = [message("user", "a new question"), message("assistant", "a new answer")]
-    with store.transaction():
+    with traced(store.conn) as statements, store.transaction():
         events, _ = turn_event(store, "s", 0, rows, None, False, True)
         store.append_in_transaction(events)
-        assert len(probes) == 2
+        assert len([s for s in statements if "FROM payloads WHERE lookup" in s]) == 2
         again, _ = turn_event(store, "t", 0, rows, None, False, True)  # stored now: found
         store.append_in_transaction(again)
-    store.conn.set_trace_callback(None)
     stored = store.conn.execute("SELECT count(*) FROM payloads WHERE lookup IS NOT NULL")
     assert stored.fetchone()[0] == 2
 
@@ -181,18 +176,14 @@ def test_a_turn_of_new_texts_is_not_looked_up_by_identity_and_a_resent_one_is(
     """A turn naming a part salted in this transaction has an identity no event has: the
     append skips that probe. The same turn sent again names stored parts: it is probed and
     found (idempotent)."""
-    probes: list[str] = []
-    store.conn.set_trace_callback(
-        lambda sql: probes.append(sql) if "FROM events WHERE identity" in sql else None
-    )
     rows = [message("user", "first words"), message("assistant", "first reply")]
-    with store.transaction():
-        events, _ = turn_event(store, "s", 0, rows, None, False, True)
-        first = store.append_in_transaction(events)
-    assert probes == []
-    with store.transaction():
-        again = store.append_in_transaction(turn_event(store, "s", 0, rows, 0, False, True)[0])
-    store.conn.set_trace_callback(None)
-    assert len(probes) == 1
+    with traced(store.conn) as statements:
+        with store.transaction():
+            events, _ = turn_event(store, "s", 0, rows, None, False, True)
+            first = store.append_in_transaction(events)
+        assert [s for s in statements if "FROM events WHERE identity" in s] == []
+        with store.transaction():
+            again = store.append_in_transaction(turn_event(store, "s", 0, rows, 0, False, True)[0])
+    assert len([s for s in statements if "FROM events WHERE identity" in s]) == 1
     assert [r.outcome for r in first] == ["appended"]
     assert [(r.outcome, r.seq) for r in again] == [("already_archived", first[0].seq)]

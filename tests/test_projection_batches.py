@@ -24,6 +24,7 @@ from archive_provider.format.events import NewEvent, StoredEvent
 from archive_provider.projections.builtin import SessionsProjection, session_counters
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
+from tests.conftest import traced
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,14 +46,11 @@ def last_seqs(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def test_a_transaction_writes_each_last_seq_once(store: EventStore) -> None:
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    with store.transaction():
+    with traced(store.conn) as statements, store.transaction():
         for n in (1, 2, 3):  # three jobs, as the writer groups them
             store.append_in_transaction([turn(store, "s1", n)])
             # a later build in the same transaction reads what the earlier ones projected
             assert session_counters(store.conn, "s1") == (n, 0)
-    store.conn.set_trace_callback(None)
     updates = [s for s in statements if s.startswith("UPDATE projection_state")]
     assert len(updates) == len(store.projections)
     assert set(last_seqs(store.conn).values()) == {store.head().seq}

@@ -30,6 +30,7 @@ from archive_provider.projections.recall import (
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import DB_NAME, EventStore, connect
 from bench import corpus
+from tests.conftest import traced
 
 TEXTS = [
     "I drink green tea every morning",
@@ -278,12 +279,10 @@ def test_term_counts_are_reused_while_the_index_holds_about_as_many_texts(
     store = EventStore.open(tmp_path / "a", projections=default_projections())
     add_turns(store, ["the kettle is blue", "the kettle is red"])
     counts = recall.TermCounts()
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
 
     def counted(query: str) -> list[str]:
-        statements.clear()
-        search(store.conn, query, counts=counts)
+        with traced(store.conn) as statements:
+            search(store.conn, query, counts=counts)
         return [s for s in statements if "count(*) FROM (SELECT 1 FROM recall_fts" in s]
 
     assert len(counted("kettle blue")) == 2
@@ -407,9 +406,8 @@ def test_an_and_pass_is_scored_in_the_walk_that_finds_it_and_keeps_its_score_bud
     store.append(
         [builders.memory_write(store.hasher, "s1", 1, "add", "user", "kettle blue descaled", {})]
     )
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    found = texts(search(store.conn, "kettle blue", limit=3))
+    with traced(store.conn) as statements:
+        found = texts(search(store.conn, "kettle blue", limit=3))
     counted = [s for s in statements if "count(*) FROM (SELECT rowid FROM recall_fts" in s]
     assert counted == [] and len(found) == 3
     assert found == full_bm25(store.conn, "kettle blue")[:3]

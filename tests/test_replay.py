@@ -49,7 +49,7 @@ from archive_provider.storage.store import (
     iter_events,
 )
 
-from .conftest import archive_format
+from .conftest import archive_format, traced
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -493,10 +493,8 @@ def test_the_recall_digest_reads_the_index_definition_not_each_row_through_its_v
     store = EventStore.open(folder, projections=default_projections())
     fill(store, 60)
     recall = next(p for p in default_projections() if p.name == "recall")
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    recall.digest(store.conn)
-    store.conn.set_trace_callback(None)
+    with traced(store.conn) as statements:
+        recall.digest(store.conn)
     assert statements and not [s for s in statements if "recall_text" in s.split("WHERE")[0]]
     (view,) = store.conn.execute(
         "SELECT sql FROM sqlite_master WHERE name = 'recall_text'"

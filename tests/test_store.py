@@ -22,6 +22,7 @@ from archive_provider.format.digests import (
 )
 from archive_provider.format.events import NewEvent
 from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, StoreError
+from tests.conftest import traced
 
 # The v1 store: its seqs from 1, chain rule, payload.key, triggers and files. The v2 store's own
 # tests are in test_store_v2.py; a test here that names a format runs on that one.
@@ -155,11 +156,9 @@ def test_two_connections_never_fork_the_chain(folder: Path) -> None:
 
 def test_durable_append_sets_full_before_begin(store: EventStore) -> None:
     """SQLite changes the synchronous level only between transactions."""
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    store.append([turn(1)], durable=True)
-    store.append([turn(2)])
-    store.conn.set_trace_callback(None)
+    with traced(store.conn) as statements:
+        store.append([turn(1)], durable=True)
+        store.append([turn(2)])
     begins = [i for i, sql in enumerate(statements) if sql.startswith("BEGIN")]
     assert statements[begins[0] - 1] == "PRAGMA synchronous = FULL"
     assert statements[begins[1] - 1] == "PRAGMA synchronous = NORMAL"

@@ -22,6 +22,7 @@ from archive_provider.format import verifier
 from archive_provider.format.events import NewEvent
 from archive_provider.storage.store import EventStore
 from bench.corpus import build
+from tests.conftest import traced
 from tests.test_verifier_bounded import _distinct_named
 
 FAR = "said once long ago, and said again at the very end"
@@ -76,10 +77,9 @@ def test_an_intact_archive_reports_as_the_ordered_pass_does(
 
 def test_an_intact_archive_is_read_without_a_statement_per_payload(archive: Path) -> None:
     conn = sqlite3.connect(archive, isolation_level=None)
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
     try:
-        report = verifier.verify_database(conn, b"")
+        with traced(conn) as statements:
+            report = verifier.verify_database(conn, b"")
     finally:
         conn.close()
     assert report.ok, report.problem

@@ -32,6 +32,7 @@ from archive_provider.domain.evidence import direct_evidence
 from archive_provider.format.canonical import canonical_bytes
 from archive_provider.host.hermes import HOST_CHECKPOINT_API_VERSION, spawn_thread
 from archive_provider.host.provider import CheckpointError
+from tests.conftest import traced
 
 from . import hostkit
 from . import v2_host as h
@@ -161,14 +162,10 @@ def test_b3_checkpoint_is_committed_with_full_sync_and_visible_to_another_proces
     mm, provider = v2
     store = provider.core.writer._store  # type: ignore[union-attr]
     assert store is not None
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    try:
+    with traced(store.conn) as statements:
         receipt = mm.on_pre_compress(copy.deepcopy(RAW), evidence_messages=evidence_of(RAW),
                                      require_checkpoint=True)  # fmt: skip
         at_return = list(statements)
-    finally:
-        store.conn.set_trace_callback(None)
 
     # The transaction that holds the checkpoint committed under synchronous=FULL before
     # on_pre_compress returned (SQLite only changes the level between transactions).
