@@ -28,7 +28,7 @@ from ..format.canonical import decode
 from ..format.events import LoadedEvent, NewEvent, Part
 from ..format.verifier import verify_database
 from .proof_v2 import advance
-from .spill import META_TAKEN, in_use, segment_paths
+from .spill import META_TAKEN, in_use, segment_paths, sync_dir
 from .store import (
     DB_NAME,
     KEY_NAME,
@@ -68,14 +68,6 @@ def file_blake3(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def refuse_v2(store: EventStore, folder: Path) -> None:
@@ -152,7 +144,7 @@ def migrate(
         leftover = folder / (DB_NAME + end)
         if leftover.exists():
             leftover.unlink()  # the checkpoint emptied it: the v1 file holds every commit
-    _fsync_folder(folder)
+    sync_dir(folder)
     v1_blake3 = file_blake3(folder / V1_DB_NAME)
 
     def migrated_from(store: EventStoreV2) -> NewEvent:

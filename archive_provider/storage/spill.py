@@ -265,11 +265,12 @@ def set_aside(path: Path) -> Path:
     stamp = utc_now().strftime("%Y%m%dT%H%M%S%fZ")
     target = where / f"{path.stem}-{stamp}{SUFFIX}"
     os.replace(path, target)
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
     return target
 
 
-def _sync_dir(folder: Path) -> None:
+def sync_dir(folder: Path) -> None:
+    """Make a change to ``folder``'s entries (a new, moved or removed file) durable."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -296,7 +297,7 @@ class _Segment:
             os.fsync(self.fd)
             os.link(making, path)  # fails if the name is taken: a segment is never overwritten
             making.unlink()
-            _sync_dir(path.parent)
+            sync_dir(path.parent)
         except BaseException:
             os.close(self.fd)
             with contextlib.suppress(OSError):
@@ -490,4 +491,4 @@ def remove(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         return
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
