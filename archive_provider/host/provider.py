@@ -33,7 +33,7 @@ from ..domain.evidence import (
     transcript_snapshot,
 )
 from ..domain.fence import one_line
-from ..domain.redaction import host_masks_rows, redact_rows, renumber
+from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
 from ..projections.base import TableProjection
@@ -517,7 +517,7 @@ class ArchiveProvider(MemoryProviderBase):
         fresh: list[int] = []  # how many evidence messages this checkpoint stores anew
 
         def build(store: EventStore) -> list[NewEvent]:
-            rows, redactions = redact_rows(evidence, redact, "/evidence")
+            rows, redactions, masks = redact_rows(evidence, redact, "/evidence")
             parts = [store.hasher.part(row) for row in rows]
             fresh[:] = [len(store.unstored(part.digest for part in parts))]
             return [
@@ -532,7 +532,7 @@ class ArchiveProvider(MemoryProviderBase):
                     redactions=renumber(redactions, 0, "/evidence"),
                     received_roles=roles,
                     summaries_skipped=summaries,
-                    host_masks=renumber(host_masks_rows(rows, "/evidence"), 0, "/evidence"),
+                    host_masks=renumber(masks, 0, "/evidence"),
                 )
             ]
 
