@@ -72,6 +72,20 @@ TOOL_ANSWER_CHARS = 16000
 Hook = TypeVar("Hook", bound=Callable[..., None])
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _copied(message: Any) -> Any:
+    """A deep copy of a transcript row. Most rows are flat dicts of text (role, content):
+    ``dict`` copies those as fully as ``copy.deepcopy`` does (the values are immutable),
+    at a tenth of its cost; anything else is deep-copied."""
+    if type(message) is dict and all(
+        type(key) is str and type(value) in _SCALARS for key, value in message.items()
+    ):
+        return dict(message)
+    return copy.deepcopy(message)
+
+
 def _survives(hook: Hook) -> Hook:
     """Guard a write hook: the host swallows its errors at DEBUG, which would lose the input
     without a trace, so a failure is logged as an error and recorded as ``write_failed``."""
@@ -349,7 +363,7 @@ class ArchiveProvider(MemoryProviderBase):
         """
         kept = prefix.raw if prefix is not None else []
         try:
-            copies = copy.deepcopy(list(messages[len(kept) :]))
+            copies = [_copied(message) for message in messages[len(kept) :]]
         except Exception as exc:
             self.core.transcripts.pop(session, None)
             log.debug(
