@@ -441,6 +441,29 @@ def test_a_message_changed_in_place_is_not_hidden_by_the_cache(
     ]
 
 
+def test_a_nested_part_changed_in_place_is_not_hidden_by_the_cache(
+    make_provider, tmp_path: Path
+) -> None:
+    """A row that is not flat (content as a list of parts) is still copied deeply: the
+    cache copies flat rows with ``dict()``, which would share a nested list."""
+    provider = make_provider()
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [{"type": "text", "text": "one"}]},
+    ]
+    provider.sync_turn("first", "one", session_id="s1", messages=messages)
+    flush(provider)
+    messages[2]["content"][0]["text"] = "one, edited"  # type: ignore[index]
+    provider.sync_turn("first", "one, edited", session_id="s1", messages=messages)
+    flush(provider)
+    turns = [rows for rows, _ in archived_turns(tmp_path / "home")]
+    assert turns[1][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "one, edited"}],
+    }
+
+
 class _Uncopyable:
     """A host object deepcopy refuses (it holds a lock), as tool results sometimes carry."""
 

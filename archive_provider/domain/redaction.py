@@ -187,9 +187,39 @@ _TRIGGERS = (
 )
 
 
+#: prose from most to least common (letters in English order); a character not listed
+#: (digits, ``_``, ``:``) is rarer than any listed one
+_PROSE_ORDER = "etaoinshrdlcumwfgypbvkjxqz ETAOINSHRDLCUMWFGYPBVKJXQZ.,-"
+
+
+def _grouped(triggers: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The triggers grouped by their rarest character in prose: a text lacking that
+    character holds none of the group, and one single-character search settles it."""
+    groups: dict[str, list[str]] = {}
+    for trigger in triggers:
+        rarest = max(trigger, key=lambda c: _PROSE_ORDER.find(c) % (len(_PROSE_ORDER) + 1))
+        groups.setdefault(rarest, []).append(trigger)
+    return tuple((char, tuple(group)) for char, group in groups.items())
+
+
+_TRIGGER_GROUPS = _grouped(_TRIGGERS)
+
+
+def holds_trigger(text: str) -> bool:
+    """Whether ``text`` holds one of the case-sensitive triggers. A substring search for
+    each of them cost ~20 µs on a 500-B message; a group is ruled out by one search for a
+    character, so prose pays a few of those instead."""
+    for char, triggers in _TRIGGER_GROUPS:
+        if char in text:
+            for trigger in triggers:
+                if trigger in text:
+                    return True
+    return False
+
+
 def may_hold_secret(text: str) -> bool:
     """Cheap necessary condition for any redaction pattern to match ``text``."""
-    if any(trigger in text for trigger in _TRIGGERS):
+    if holds_trigger(text):
         return True
     lowered = text.lower()
     return (
@@ -257,45 +287,60 @@ def redact_value(value: Any, path: str = "") -> tuple[Any, list[dict[str, Any]]]
     Returns the redacted value (a new object only where something changed) and the list
     of redactions, each ``{"path": JSON pointer, "kind": ..., "at": offset}``.
     """
+    new, found, _ = _walk(value, path, True, False)
+    return new, found
+
+
+def _walk(
+    value: Any, path: str, redact: bool, masks: bool
+) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """One walk over ``value``: redacted (when ``redact``) as :func:`redact_value` says, its
+    redactions, and (when ``masks``) the host masks in the redacted texts (:func:`host_masks`)."""
     if isinstance(value, str):
-        text, spans = redact_text(value)
-        return text, [{"path": path, "kind": kind, "at": at} for kind, at in spans]
+        text, spans = redact_text(value) if redact else (value, [])
+        found = [{"path": path, "kind": kind, "at": at} for kind, at in spans]
+        if not masks:
+            return text, found, []
+        return text, found, [{"path": path, "kind": k, "at": at} for k, at in host_masks_in(text)]
     if isinstance(value, Mapping):
         redactions: list[dict[str, Any]] = []
+        masked: list[dict[str, Any]] = []
         changed = {}
         for key, item in value.items():
-            new, found = redact_value(item, _pointer(path, key))
+            new, found, more = _walk(item, _pointer(path, key), redact, masks)
+            masked.extend(more)
             if found:
                 changed[key] = new
                 redactions.extend(found)
         if not redactions:
-            return value, []
-        return {k: changed.get(k, v) for k, v in value.items()}, redactions
+            return value, [], masked
+        return {k: changed.get(k, v) for k, v in value.items()}, redactions, masked
     if isinstance(value, (list, tuple)):
-        redactions = []
-        items = []
+        redactions, masked, items = [], [], []
         for index, item in enumerate(value):
-            new, found = redact_value(item, _pointer(path, index))
+            new, found, more = _walk(item, _pointer(path, index), redact, masks)
             items.append(new)
             redactions.extend(found)
+            masked.extend(more)
         if not redactions:
-            return value, []
-        return (items if isinstance(value, list) else tuple(items)), redactions
-    return value, []
+            return value, [], masked
+        return (items if isinstance(value, list) else tuple(items)), redactions, masked
+    return value, [], []
 
 
 def redact_rows(
     rows: list[Any], enabled: bool, prefix: str = ""
-) -> tuple[list[Any], list[list[dict[str, Any]]]]:
-    """Redact each row (a message); per row, its redactions with paths under ``prefix/i``."""
-    if not enabled:
-        return rows, [[] for _ in rows]
-    out, per_row = [], []
+) -> tuple[list[Any], list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+    """Redact each row (a message) when ``enabled`` and find the host's masks in what is
+    archived, in one walk; per row, its redactions and its masks, with paths under
+    ``prefix/i`` (see :func:`renumber`)."""
+    out, per_row, masks = [], [], []
     for index, row in enumerate(rows):
-        new, found = redact_value(row, f"{prefix}/{index}")
+        new, found, masked = _walk(row, f"{prefix}/{index}", enabled, True)
         out.append(new)
         per_row.append(found)
-    return out, per_row
+        masks.append(masked)
+    return out, per_row, masks
 
 
 def renumber(per_row: list[list[dict[str, Any]]], start: int, prefix: str) -> list[dict[str, Any]]:
@@ -348,7 +393,13 @@ def host_masks_in(text: str) -> list[tuple[str, int]]:
     """(kind, offset) of each mask a host redactor left in ``text``."""
     if text == REDACTION_UNAVAILABLE:
         return [("redaction_unavailable", 0)]
-    if not any(s in text for s in ("...", "***", "\u00abredacted", "[REDACTED", "[redacted]")):
+    if not (
+        "..." in text
+        or "***" in text
+        or "\u00abredacted" in text
+        or "[REDACTED" in text
+        or "[redacted]" in text
+    ):
         return []
     found = []
     for match in _HOST_MASKS.finditer(text):
@@ -360,15 +411,4 @@ def host_masks_in(text: str) -> list[tuple[str, int]]:
 
 def host_masks(value: Any, path: str = "") -> list[dict[str, Any]]:
     """Every host mask inside ``value`` as ``{"path", "kind", "at"}`` (paths as redactions')."""
-    if isinstance(value, str):
-        return [{"path": path, "kind": kind, "at": at} for kind, at in host_masks_in(value)]
-    if isinstance(value, Mapping):
-        return [m for key, item in value.items() for m in host_masks(item, _pointer(path, key))]
-    if isinstance(value, (list, tuple)):
-        return [m for i, item in enumerate(value) for m in host_masks(item, _pointer(path, i))]
-    return []
-
-
-def host_masks_rows(rows: list[Any], prefix: str = "") -> list[list[dict[str, Any]]]:
-    """Per row (a message), its host masks with paths under ``prefix/i`` (see :func:`renumber`)."""
-    return [host_masks(row, f"{prefix}/{index}") for index, row in enumerate(rows)]
+    return _walk(value, path, False, True)[2]

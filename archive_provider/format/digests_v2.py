@@ -64,7 +64,13 @@ def genesis(store_id: str) -> bytes:
 
 def chain_hash(previous: bytes, envelope: Envelope) -> bytes:
     """The v2 chain value of ``envelope`` (its ``version`` must be 2)."""
-    return blake3(DOMAIN_CHAIN + previous + envelope.canonical()).digest()
+    return chain_of(previous, envelope.canonical())
+
+
+def chain_of(previous: bytes, canonical: bytes) -> bytes:
+    """The v2 chain value of an envelope from its canonical bytes (an append has them for
+    the Merkle leaf already)."""
+    return blake3(DOMAIN_CHAIN + previous + canonical).digest()
 
 
 def parts_blob(parts_text: str) -> bytes:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..domain import builders
 from ..domain.evidence import archivable, archivable_message, new_messages_start
-from ..domain.redaction import host_masks_rows, redact_rows, renumber
+from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import NewEvent
 from ..projections.builtin import digest_hex, pending_rewind, session_counters, transcript_rows
@@ -54,12 +54,12 @@ def turn_event(
     The direct hook and a take-in from the spill both build here, so they make the same
     events: the author as the host stated it and the host's masks included.
     """
-    redacted, redactions = redact_rows(rows, redact, "/messages")
+    redacted, redactions, row_masks = redact_rows(rows, redact, "/messages")
     rewind: list[NewEvent] = []
     if start is not None:
         new_parts = [store.hasher.part(row) for row in redacted]
         found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
-        masks = renumber(host_masks_rows(redacted, "/messages"), 0, "/messages")
+        masks = renumber(row_masks, 0, "/messages")
         last = new_parts[-1].digest if new_parts else None
     else:
         parts = [store.hasher.part(row) for row in redacted]
@@ -87,7 +87,7 @@ def turn_event(
                     start = common
         new_parts = parts[start:]
         found = renumber(redactions, start, "/messages")
-        masks = renumber(host_masks_rows(redacted, "/messages"), start, "/messages")
+        masks = renumber(row_masks, start, "/messages")
         last = parts[-1].digest if parts else None
     if not new_parts:
         return rewind, last  # nothing new: the host re-sent what is archived

@@ -930,13 +930,11 @@ class EventStoreV2(EventStore):
         results: list[AppendResult] = []
         records: list[StoredEvent] = []
         batch: dict[str, int] = {}
-        pending = self.parts_hasher.pending
         for event in events:
             # a part whose salt this transaction drew has a digest no event names yet: the
             # identity it enters is new, and is not looked up (a re-sent turn names stored
             # parts, so its identity is)
-            fresh = any(p.lookup is not None and pending.get(p.lookup) is p for p in event.parts)
-            parts, renamed = self._resolve(event.parts)
+            parts, renamed, fresh = self._resolve(event.parts)
             author = self._resolve((event.author,))[0][0] if event.author else None
             body_value, key_value = event.body, event.key
             if renamed:
@@ -989,7 +987,7 @@ class EventStoreV2(EventStore):
                 FORMAT_V2,
             )
             data = envelope.canonical()
-            chain = digests_v2.chain_hash(chain, envelope)
+            chain = digests_v2.chain_of(chain, data)
             conn.execute(
                 f"INSERT INTO events ({ENVELOPE_COLUMNS_V2}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -1018,16 +1016,18 @@ class EventStoreV2(EventStore):
                 self._apply_projection(projection, record)
         return results
 
-    def _resolve(self, parts: Iterable[Part | None]) -> tuple[list[Part], dict[str, str]]:
-        """The parts as stored by this transaction, and the digests that changed name."""
-        resolved, renamed = [], {}
+    def _resolve(self, parts: Iterable[Part | None]) -> tuple[list[Part], dict[str, str], bool]:
+        """The parts as stored by this transaction, the digests that changed name, and
+        whether any is fresh (:meth:`PartHasher.resolve`)."""
+        resolved, renamed, fresh = [], {}, False
         for part in parts:
             assert part is not None
-            final = self.parts_hasher.resolve(part)
+            final, new = self.parts_hasher.resolve(part)
+            fresh = fresh or new
             if final.digest != part.digest:
                 renamed[part.digest] = final.digest
             resolved.append(final)
-        return resolved, renamed
+        return resolved, renamed, fresh
 
     def _edge(self) -> TreeEdge:
         """The tree edge of the head: kept from the last commit, or read from the tiles."""

@@ -238,22 +238,23 @@ class PartHasher(Hasher):
         """A keyed, deterministic digest of ``body`` (for identity keys that name a list)."""
         return blake3(b"hermes-archive/v2/key-digest\x00" + body, key=self._key).hexdigest()
 
-    def resolve(self, part: Part) -> Part:
-        """The part as this transaction stores it; ``salt`` set means: insert it now.
+    def resolve(self, part: Part) -> tuple[Part, bool]:
+        """The part as this transaction stores it (``salt`` set means: insert it now), and
+        whether it is *fresh*: a part :meth:`named` drew a salt for in this transaction and
+        no event has stored since (it is still ``pending``).
 
-        A part :meth:`named` drew a salt for in this transaction and no event has stored
-        since (it is still ``pending``) was not stored then and is not now: it is not looked
-        up again (one probe per new part, not two).
+        A fresh part was not stored then and is not now: it is not looked up again (one
+        probe per new part, not two), and its digest is named by no event yet.
         """
         if part.lookup is not None and self.pending.get(part.lookup) is part:
-            return part
+            return part, True
         found = part.lookup or lookup(self._key, part.body)
         stored = self._stored(found, part.body)
         if stored is not None:
-            return Part(stored.hex(), part.body)
+            return Part(stored.hex(), part.body), False
         if part.salt is not None:
-            return part
-        return self.named(part.body)
+            return part, False
+        return self.named(part.body), False
 
     def _stored(self, found: bytes, body: bytes) -> bytes | None:
         row = self._conn.execute(

@@ -18,7 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archive_provider.domain.redaction import marker, redact_text, scan_text
+from archive_provider.domain.redaction import (
+    _TRIGGERS,
+    holds_trigger,
+    marker,
+    redact_text,
+    scan_text,
+)
 from archive_provider.host.provider import ArchiveProvider
 from archive_provider.host.settings import save_settings
 from archive_provider.storage.store import archive_dir
@@ -236,6 +242,14 @@ _FRAGMENTS = [
 def test_the_prefilter_never_changes_what_is_redacted(text: str) -> None:
     """The substring prefilter is only a shortcut: the result equals the full regex scan."""
     assert redact_text(text) == (scan_text(text) if len(text) >= 16 else (text, []))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_TRIGGERS) | st.text(max_size=12), max_size=6).map("".join))
+def test_the_grouped_triggers_find_exactly_what_a_search_for_each_finds(text: str) -> None:
+    """The triggers are searched group by group, each group behind one character of its
+    members: a shortcut that must find a trigger whenever one is there, and only then."""
+    assert holds_trigger(text) == any(trigger in text for trigger in _TRIGGERS)
 
 
 def test_a_key_body_stops_at_the_next_begin_line() -> None:
