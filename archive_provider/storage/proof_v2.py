@@ -24,7 +24,6 @@ the next full walk.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import sqlite3
@@ -44,6 +43,7 @@ from ..format.signed_note import (
     NoteError,
     Signer,
     Verifier,
+    checked_checkpoint,
     open_checkpoint,
 )
 from ..format.verifier import envelope_bytes_v2, verify_range_v2
@@ -124,18 +124,10 @@ def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> N
         ) from None
 
 
-@functools.lru_cache(maxsize=16)
-def _opened(log_vkey: str, checkpoint: bytes | str) -> tuple[Verifier, Checkpoint]:
-    """Pure (a signature check of the record's own bytes), so kept: every recall reads the
-    record, and re-checking the same signature was a tenth of a query's time."""
-    log_key = Verifier.from_vkey(log_vkey)
-    return log_key, open_checkpoint(checkpoint, log_key)[0]
-
-
 def _witnessed(record: Any) -> tuple[Verifier, Checkpoint]:
     """The pinned log key and the checkpoint of a v2 witness record."""
     try:
-        return _opened(record.log_vkey, record.checkpoint)
+        return checked_checkpoint(record.log_vkey, record.checkpoint)
     except NoteError as exc:
         raise WitnessMismatch(
             f"the witness record's checkpoint is unreadable ({exc}); treat the archive as "
