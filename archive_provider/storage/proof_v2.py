@@ -172,14 +172,6 @@ def advance(
     """
     head = store.head()
     record = witness.read_for(store.store_id)
-    if (
-        fingerprint is None
-        and record is not None
-        and record.checkpoint is not None
-        and (record.seq, record.chain) == (head.seq, head.chain)
-        and _already_cosigned(store, _witnessed(record)[1], head.seq)
-    ):
-        return True  # it cosigned this very head already (an identical checkpoint retried)
     log_vkey = record.log_vkey if record is not None and record.log_vkey else store.vkey
     log_key = Verifier.from_vkey(log_vkey)
     newest = _newest(store, log_key)
@@ -193,15 +185,6 @@ def advance(
         witness.last_error = f"the local witness could not cosign size {newest.size}: {exc}"
         log.warning("archive: %s", witness.last_error)
         return False
-
-
-def _already_cosigned(store: EventStoreV2, witnessed: Checkpoint, size: int) -> bool:
-    """Whether the witnessed checkpoint is the head's, with the root the store signed there."""
-    if witnessed.size != size:
-        return False
-    row = store.conn.execute("SELECT root FROM signed_checkpoints WHERE size = ?", (size,))
-    found = row.fetchone()
-    return found is not None and bytes(found[0]) == witnessed.root
 
 
 def _cosign(
