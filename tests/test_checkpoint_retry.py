@@ -183,3 +183,29 @@ def test_a_retry_after_the_archive_was_rolled_back_is_not_answered_from_memory(
         backup.close()
     with pytest.raises(CheckpointError, match="rolled back"):  # the writer's verdict
         provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+
+
+def test_a_retry_after_the_archive_file_was_replaced_is_not_answered_from_the_old_file(
+    make_provider, tmp_path: Path
+) -> None:
+    """A backup renamed into place while the provider runs: the reader and the writer kept
+    the old file open, so the retry was answered "already archived" from a file no one will
+    read again, and later turns were committed into it. Both now notice that the file at the
+    path changed and reopen it; the writer's open-time proof finds it behind the witness."""
+    provider = make_provider()
+    db = archive_dir(tmp_path / "home") / "events.db"
+    assert provider.core.writer is not None and provider.core.writer.flush(30)
+    backup = sqlite3.connect(tmp_path / "before.db")
+    live = sqlite3.connect(db)
+    try:
+        live.backup(backup)
+    finally:
+        live.close()
+        backup.close()
+    provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
+    assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    os.replace(tmp_path / "before.db", db)  # restored as an operator would, in place of it
+    for stale in ("-wal", "-shm"):
+        Path(f"{db}{stale}").unlink(missing_ok=True)
+    with pytest.raises(CheckpointError, match="witness mismatch"):
+        provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)

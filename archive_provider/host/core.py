@@ -34,6 +34,7 @@ from ..storage.store import (
     Projection,
     archive_dir,
     connect,
+    file_identity,
     reader_keys,
 )
 from ..storage.witness import Witness, WitnessMismatch
@@ -120,6 +121,7 @@ class ArchiveCore:
         # check of an identical checkpoint retry) does not wait for them
         self._keys: tuple[bytes, str | None] | None = None
         self._reader_lock = threading.Lock()
+        self._reader_file: tuple[int, int] | None = None  # store.file_identity at its open
         #: opens the reader off the hooks' path once the log is proven (see :meth:`_warm`)
         self._warming: threading.Thread | None = None
         self._closing = threading.Event()
@@ -298,14 +300,21 @@ class ArchiveCore:
             return query(self._open_reader(flush_s))
 
     def _open_reader(self, flush_s: float = 0.0) -> sqlite3.Connection:
-        """The reader, opened if it is not (call under the reader's lock)."""
+        """The reader, opened if it is not, or again if the file at the path is no longer the
+        one it opened (replaced or removed: it would read what no one else sees). Call under
+        the reader's lock."""
+        if self.home is None:
+            raise sqlite3.OperationalError("the archive is not initialized")
+        path = archive_dir(self.home) / DB_NAME
+        if self._reader is not None and file_identity(path) != self._reader_file:
+            self._reader.close()
+            self._reader = None
+            self._proofs, self._counts = ProofCache(), TermCounts()
         if self._reader is None:
-            if self.home is None:
-                raise sqlite3.OperationalError("the archive is not initialized")
             if flush_s and self.writer is not None:
                 self.writer.flush(flush_s)
-            folder = archive_dir(self.home)
-            self._reader = connect(folder / DB_NAME, readonly=True)
+            self._reader_file = file_identity(path)  # before: a swap after it reopens
+            self._reader = connect(path, readonly=True)
             self._keys = None
         return self._reader
 

@@ -71,6 +71,7 @@ from .store import (
     StoreError,
     TamperedPart,
     connect,
+    file_identity,
     payload_body,
 )
 from .threads import ThreadFactory, context_thread
@@ -298,6 +299,7 @@ class Writer:
         #: the head the witness was last moved to by this writer: a durable commit that
         #: leaves the head there (an identical checkpoint retried) has nothing to witness
         self._witnessed: Head | None = None
+        self._opened_file: tuple[int, int] | None = None  # store.file_identity at the open
         self._refused_state: object = None  # file state when refused; recheck when it changes
         self.restarts = 0  # how often the writer loop or thread was restarted after a crash
         self.last_proof: object = None  # the last open-time Proof (path taken, seconds)
@@ -649,14 +651,21 @@ class Writer:
 
     def _open(self) -> EventStore | None:
         if self._store is not None:
-            if self.refused is None:
+            if self.refused is not None:
+                self._close_store()  # the background walk refused the log it had open
+                self._refused_state = self._file_state()
+                return None
+            if file_identity(self.folder / DB_NAME) == self._opened_file:
                 return self._store
-            self._close_store()  # the background walk refused the log it had open
-            self._refused_state = self._file_state()
-            return None
+            log.error(  # appends would go to a file no one will read: prove the new one
+                "archive: %s was replaced or removed while it was open; reopening it",
+                self.folder / DB_NAME,
+            )
+            self._close_store()
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
         fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
+        opened = file_identity(self.folder / DB_NAME)  # before: a swap after it reopens
         try:
             store = EventStore.open(
                 self.folder,
@@ -737,6 +746,7 @@ class Writer:
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
+        self._opened_file = opened or file_identity(self.folder / DB_NAME)  # made by the open
         self._store = store
         return store
 
