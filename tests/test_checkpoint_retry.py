@@ -8,7 +8,9 @@ another transcript) takes the full path.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -120,4 +122,90 @@ def test_a_retry_over_an_edited_evidence_body_fails_closed(make_provider, tmp_pa
     finally:
         conn.close()
     with pytest.raises(CheckpointError):
+        provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+
+
+def _handles(db: Path) -> int:
+    """How many file descriptors of this process are open on ``db`` (Linux's /proc)."""
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            count += Path(os.readlink(fd)) == db
+        except OSError:
+            continue  # closed while listed
+    return count
+
+
+def test_the_first_retry_finds_the_reader_open(make_provider, tmp_path: Path) -> None:
+    """A connection's first statement parses the whole schema (~1 ms with the open): the
+    first identical retry of a process paid it on the host's thread (3.6x hashing its
+    evidence at 50 messages). The reader now opens on a thread of its own once the log is
+    proven, so the retry opens nothing."""
+    provider = make_provider(agent_context="checkpoint_only")  # no retention worker's handle
+    db = (archive_dir(tmp_path / "home") / "events.db").resolve()
+    first = provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
+    for _ in range(200):  # the writer's and the reader's handle (bounded wait, not timed)
+        if _handles(db) >= 2:
+            break
+        time.sleep(0.05)
+    before = _handles(db)
+    assert before >= 2
+    again = provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    assert again == first.replace(
+        "archived (4 newly stored)", "already archived (all already stored)"
+    )
+    assert _handles(db) == before
+
+
+def test_a_retry_after_the_archive_was_rolled_back_is_not_answered_from_memory(
+    make_provider, tmp_path: Path
+) -> None:
+    """The reader opened ahead must not vouch for a checkpoint the archive no longer holds:
+    a backup from before the checkpoint restored in place (SQLite's backup API, so every
+    open connection sees it) makes the retry's read fail, so the full path decides: the
+    writer finds the log went back and refuses, and nothing is claimed as archived."""
+    provider = make_provider()
+    db = archive_dir(tmp_path / "home") / "events.db"
+    assert provider.core.writer is not None and provider.core.writer.flush(30)
+    backup = sqlite3.connect(tmp_path / "before.db")
+    live = sqlite3.connect(db)
+    try:
+        live.backup(backup)
+    finally:
+        live.close()
+    provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
+    assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    live = sqlite3.connect(db)
+    try:
+        backup.backup(live)
+    finally:
+        live.close()
+        backup.close()
+    with pytest.raises(CheckpointError, match="rolled back"):  # the writer's verdict
+        provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+
+
+def test_a_retry_after_the_archive_file_was_replaced_is_not_answered_from_the_old_file(
+    make_provider, tmp_path: Path
+) -> None:
+    """A backup renamed into place while the provider runs: the reader and the writer kept
+    the old file open, so the retry was answered "already archived" from a file no one will
+    read again, and later turns were committed into it. Both now notice that the file at the
+    path changed and reopen it; the writer's open-time proof finds it behind the witness."""
+    provider = make_provider()
+    db = archive_dir(tmp_path / "home") / "events.db"
+    assert provider.core.writer is not None and provider.core.writer.flush(30)
+    backup = sqlite3.connect(tmp_path / "before.db")
+    live = sqlite3.connect(db)
+    try:
+        live.backup(backup)
+    finally:
+        live.close()
+        backup.close()
+    provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
+    assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    os.replace(tmp_path / "before.db", db)  # restored as an operator would, in place of it
+    for stale in ("-wal", "-shm"):
+        Path(f"{db}{stale}").unlink(missing_ok=True)
+    with pytest.raises(CheckpointError, match="witness mismatch"):
         provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)

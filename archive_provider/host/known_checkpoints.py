@@ -9,7 +9,10 @@ checkpoint event this process committed for exactly that input, and two reads on
 reader connection show that the record and its evidence still stand.
 
 Memory only: a new process takes the full path once, then remembers. Nothing is written
-on a recognised retry, and it was durable when first returned (a FULL commit).
+on a recognised retry, and it was durable when first returned (a FULL commit). This is the
+one place a retry is recognised: below it, the writer moves the witness only after a
+durable commit that moved the head (a retry on the full path appends nothing, so there is
+nothing to witness), and ``proof_v2.advance`` has no retry case of its own.
 """
 
 from __future__ import annotations

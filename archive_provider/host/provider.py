@@ -297,7 +297,9 @@ class ArchiveProvider(MemoryProviderBase):
         """
         if not self.core.writes_turns:
             return
-        author = normalize_author(turn_author, "sync_turn") or self.core.turn_author
+        author = (
+            normalize_author(turn_author, "sync_turn") if turn_author is not None else None
+        ) or self.core.turn_author
         session = session_text(session_id) or self.core.session
         if messages is None:
             snapshot: list[Any] = [

@@ -15,20 +15,28 @@ Two different failures, two different answers (DESIGN invariant 12, docs/HOST.md
   then exits 3).
 
 Both read only the settings and ``archive/shipping.json``: no database, no thread, no
-network.
+network. The lag line is asked every turn (prefetch's recall label), so the state file is
+read again only when it changed (:func:`current_state`).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..domain.clock import utc_now
 from ..storage.central import fleet_missing
-from ..storage.ship import behind, read_state
+from ..storage.ship import STATE_NAME, behind, read_state
 from .settings import Settings
 
 #: ``hermes-archive status`` exit code when shipping is required and is behind or cannot run
 EXIT_SHIPPING_BEHIND = 3
+#: the longest a shipping state is reused without reading the file again, even when the
+#: file's inode, size and modification time look unchanged (a rewrite of the same size
+#: within the file system's timestamp granularity that got the old inode number back)
+STATE_RECHECK_S = 5.0
+_states: dict[Path, tuple[tuple[int, int, int], datetime, dict[str, Any] | None]] = {}
 
 
 def unshippable(settings: Settings) -> str:
@@ -56,7 +64,33 @@ def shipping_alarm(settings: Settings, folder: Path) -> tuple[str, int] | None:
     state file is read only when shipping is required."""
     if not settings.ship_required:
         return None
-    return _alarm(settings, read_state(folder))
+    return _alarm(settings, current_state(folder))
+
+
+def current_state(folder: Path) -> dict[str, Any] | None:
+    """``read_state(folder)``, reused while the file is unchanged (treat it as read-only).
+
+    How fast a change is seen: at the next call when it changed the file's inode, size or
+    modification time (the shipper replaces the file, so every write does in practice), and
+    within :data:`STATE_RECHECK_S` in any case. A ``stat`` a call instead of a read and a
+    JSON parse (the lag line is asked every turn).
+    """
+    try:
+        st = (folder / STATE_NAME).stat()
+    except OSError:
+        _states.pop(folder, None)
+        return None
+    stamp, now = (st.st_ino, st.st_size, st.st_mtime_ns), utc_now()
+    kept = _states.get(folder)
+    if (
+        kept is not None
+        and kept[0] == stamp
+        and 0 <= (now - kept[1]).total_seconds() < STATE_RECHECK_S
+    ):
+        return kept[2]
+    state = read_state(folder)
+    _states[folder] = (stamp, now, state)
+    return state
 
 
 def _alarm(settings: Settings, state: dict[str, Any] | None) -> tuple[str, int] | None:

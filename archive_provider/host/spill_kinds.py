@@ -9,7 +9,6 @@ core.ArchiveCore` hand every job its record encoder (:func:`spill_entry`, :func:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..projections.registry import default_projections
 from ..storage.spill import Encoder, Record, in_use, segment_paths
 from ..storage.store import EventStore, archive_dir
 from ..storage.witness import Witness
-from ..storage.writer import Taker, Writer
+from ..storage.writer import Taker, Writer, WriterUnavailable
 
 
 def text_size(value: Any) -> int:
@@ -357,16 +356,10 @@ def take_in_spill(home: Path, *, timeout: float = 900.0) -> int:
         witness=Witness.for_home(home),
         kinds=SPILL_KINDS,
     )
-    try:
-        marker = writer.submit(lambda store: (), label="take in the spill")
-        deadline = time.monotonic() + timeout
-        while writer.refused is None:
-            try:
-                marker.result(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
-                break
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    break
+    try:  # behind the spill's records: returns once they are committed (FULL), or raises
+        writer.append_durable(lambda store: (), timeout=timeout, label="take in the spill")
+    except WriterUnavailable:
+        pass  # refused or too slow: said below, with what is left
     finally:
         writer.close()
     left = [p.name for p in segment_paths(folder) if p in waiting]

@@ -53,7 +53,7 @@ from ..format.digests import (
     identity_of_key_text,
     payload_digest,
 )
-from ..format.signed_note import Checkpoint, NoteError, Signature, Verifier, format_checkpoint
+from ..format.signed_note import Checkpoint, NoteError, checked_checkpoint, log_signed_note
 from ..storage.store import ENVELOPE_COLUMNS, ENVELOPE_COLUMNS_V2
 from .builtin import TOKENIZER
 
@@ -421,18 +421,17 @@ class Unproven(Exception):
 class ProofCache:
     """What serve-time proofs may reuse from one query to the next (one per open archive).
 
-    The checkpoint signatures already checked (a pure function of key, note and signature)
-    and the tiles already hashed, every node of each (a perfect subtree never changes as the
+    The tiles already hashed, every node of each (a perfect subtree never changes as the
     log grows): re-hashing an excerpt's tile was most of its proof. Every proof still ends
     at a trusted root, so a stale or wrong node can only withhold an excerpt, never let one
-    through. Bounded: the last :data:`KEEP` signatures and the nodes of the :data:`KEEP`
-    tiles used last (about 16 KiB each).
+    through. Bounded: the nodes of the :data:`KEEP` tiles used last (about 16 KiB each).
+    Checkpoint signatures are remembered by ``signed_note.checked_checkpoint``, the one
+    cache of them.
     """
 
     KEEP = 256
 
     def __init__(self) -> None:
-        self.signed: set[tuple[str, int, bytes, bytes]] = set()
         self.conn: sqlite3.Connection | None = None  # the connection of the current query
         self.reader: merkle.TileReader | None = None
         self.store_id: object = None
@@ -604,18 +603,17 @@ class Prover:
         if row is None:
             raise Unproven("the archive has no signed checkpoint yet")
         size, root = int(row[0]), bytes(row[1])
-        signed = (self.vkey, size, root, bytes(row[2]))
-        if signed not in self.cache.signed:
-            try:
-                log_key = Verifier.from_vkey(self.vkey)
-                text = format_checkpoint(Checkpoint(log_key.name, size, root))
-            except (NoteError, ValueError) as exc:
-                raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
-            if not log_key.verify(text, Signature(log_key.name, log_key.key_id, signed[3])):
-                raise Unproven(f"the checkpoint at size {size} is not signed by the archive's key")
-            if len(self.cache.signed) >= self.cache.KEEP:
-                self.cache.signed.clear()
-            self.cache.signed.add(signed)
+        try:
+            origin = self.vkey.partition("+")[0]
+            note = log_signed_note(Checkpoint(origin, size, root), self.vkey, bytes(row[2]))
+        except (NoteError, ValueError) as exc:
+            raise Unproven(f"the newest checkpoint cannot be read: {exc}") from None
+        try:
+            checked_checkpoint(self.vkey, note)
+        except (NoteError, ValueError):
+            raise Unproven(
+                f"the checkpoint at size {size} is not signed by the archive's key"
+            ) from None
         head = self.conn.execute("SELECT seq, root FROM head WHERE id = 1").fetchone()
         head_size = int(head[0]) if head else 0
         reader = self.cache.tile_reader(self.conn, max(size, head_size))

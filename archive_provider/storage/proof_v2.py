@@ -24,7 +24,6 @@ the next full walk.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import sqlite3
@@ -44,6 +43,7 @@ from ..format.signed_note import (
     NoteError,
     Signer,
     Verifier,
+    checked_checkpoint,
     open_checkpoint,
 )
 from ..format.verifier import envelope_bytes_v2, verify_range_v2
@@ -124,18 +124,10 @@ def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> N
         ) from None
 
 
-@functools.lru_cache(maxsize=16)
-def _opened(log_vkey: str, checkpoint: bytes | str) -> tuple[Verifier, Checkpoint]:
-    """Pure (a signature check of the record's own bytes), so kept: every recall reads the
-    record, and re-checking the same signature was a tenth of a query's time."""
-    log_key = Verifier.from_vkey(log_vkey)
-    return log_key, open_checkpoint(checkpoint, log_key)[0]
-
-
 def _witnessed(record: Any) -> tuple[Verifier, Checkpoint]:
     """The pinned log key and the checkpoint of a v2 witness record."""
     try:
-        return _opened(record.log_vkey, record.checkpoint)
+        return checked_checkpoint(record.log_vkey, record.checkpoint)
     except NoteError as exc:
         raise WitnessMismatch(
             f"the witness record's checkpoint is unreadable ({exc}); treat the archive as "
@@ -180,14 +172,6 @@ def advance(
     """
     head = store.head()
     record = witness.read_for(store.store_id)
-    if (
-        fingerprint is None
-        and record is not None
-        and record.checkpoint is not None
-        and (record.seq, record.chain) == (head.seq, head.chain)
-        and _already_cosigned(store, _witnessed(record)[1], head.seq)
-    ):
-        return True  # it cosigned this very head already (an identical checkpoint retried)
     log_vkey = record.log_vkey if record is not None and record.log_vkey else store.vkey
     log_key = Verifier.from_vkey(log_vkey)
     newest = _newest(store, log_key)
@@ -201,15 +185,6 @@ def advance(
         witness.last_error = f"the local witness could not cosign size {newest.size}: {exc}"
         log.warning("archive: %s", witness.last_error)
         return False
-
-
-def _already_cosigned(store: EventStoreV2, witnessed: Checkpoint, size: int) -> bool:
-    """Whether the witnessed checkpoint is the head's, with the root the store signed there."""
-    if witnessed.size != size:
-        return False
-    row = store.conn.execute("SELECT root FROM signed_checkpoints WHERE size = ?", (size,))
-    found = row.fetchone()
-    return found is not None and bytes(found[0]) == witnessed.root
 
 
 def _cosign(

@@ -354,6 +354,20 @@ def read_key(path: Path) -> bytes:
     return key
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, None when there is none.
+
+    An open connection keeps the file it opened: when the database is replaced (a backup
+    restored by renaming it into place) or removed, it goes on reading and committing to a
+    file no one else will see. Compare this, taken before the open, with the path's now.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def connect(
     path: Path, *, readonly: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> sqlite3.Connection:

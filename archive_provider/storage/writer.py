@@ -71,6 +71,7 @@ from .store import (
     StoreError,
     TamperedPart,
     connect,
+    file_identity,
     payload_body,
 )
 from .threads import ThreadFactory, context_thread
@@ -295,6 +296,10 @@ class Writer:
         self._thread_factory = thread_factory
         self._thread_lock = threading.Lock()
         self._verified: Head | None = None  # the head known good (proved, or written by us)
+        #: the head the witness was last moved to by this writer: a durable commit that
+        #: leaves the head there (an identical checkpoint retried) has nothing to witness
+        self._witnessed: Head | None = None
+        self._opened_file: tuple[int, int] | None = None  # store.file_identity at the open
         self._refused_state: object = None  # file state when refused; recheck when it changes
         self.restarts = 0  # how often the writer loop or thread was restarted after a crash
         self.last_proof: object = None  # the last open-time Proof (path taken, seconds)
@@ -646,14 +651,21 @@ class Writer:
 
     def _open(self) -> EventStore | None:
         if self._store is not None:
-            if self.refused is None:
+            if self.refused is not None:
+                self._close_store()  # the background walk refused the log it had open
+                self._refused_state = self._file_state()
+                return None
+            if file_identity(self.folder / DB_NAME) == self._opened_file:
                 return self._store
-            self._close_store()  # the background walk refused the log it had open
-            self._refused_state = self._file_state()
-            return None
+            log.error(  # appends would go to a file no one will read: prove the new one
+                "archive: %s was replaced or removed while it was open; reopening it",
+                self.folder / DB_NAME,
+            )
+            self._close_store()
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
         fast = self._verify_on_open and fast_path_ok(self.folder / DB_NAME, self.witness)
+        opened = file_identity(self.folder / DB_NAME)  # before: a swap after it reopens
         try:
             store = EventStore.open(
                 self.folder,
@@ -667,6 +679,7 @@ class Writer:
             self.last_error = message
             return None
         walk_from = None
+        self._witnessed = None
         if self._verify_on_open:
             self.proving = True
             try:
@@ -685,7 +698,8 @@ class Writer:
                     and not self._unwitnessed(store)  # the log first records that it is
                 ):
                     store.checkpoint()  # FORMAT.md 15.4 point 3, then the witness advances
-                    advance(self.witness, store)
+                    if advance(self.witness, store):
+                        self._witnessed = store.head()
             except WitnessMismatch as exc:
                 proof = Proof(False, "checkpoint", str(exc), None, witness=True)
             except Exception as exc:
@@ -732,6 +746,7 @@ class Writer:
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
+        self._opened_file = opened or file_identity(self.folder / DB_NAME)  # made by the open
         self._store = store
         return store
 
@@ -1132,16 +1147,22 @@ class Writer:
         self.last_error = None
         self._verified = end
         self._first_witness = self._first_witness and not durable
-        if durable and self.witness is not None:  # only after a FULL commit
+        witnessed = self._witnessed
+        if (  # only after a FULL commit, and only when it moved the head
+            durable
+            and self.witness is not None
+            and (witnessed is None or not _same_head(witnessed, end))
+        ):
             if isinstance(store, EventStoreV2):
                 try:
-                    advance(self.witness, store)
+                    if advance(self.witness, store):
+                        self._witnessed = end
                 except WitnessMismatch as exc:  # rewritten under us: refuse what follows
                     self._withdraw(str(exc))
                 except Exception:  # the commit stands; only the witness lags behind it
                     log.exception("archive: the local witness did not advance")
-            else:
-                self.witness.write(store.store_id, end.seq, end.chain)
+            elif self.witness.write(store.store_id, end.seq, end.chain):
+                self._witnessed = end
         for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
