@@ -444,6 +444,14 @@ class ProofCache:
         ).fetchone()
         return bytes(tile[0]) if tile else None
 
+    def read_inner(self, index: int) -> bytes | None:
+        """The stored inner row of full leaf tile ``index`` (FORMAT.md 14.5), if any: the
+        tile reader uses it only once it hashes up to the tile's entry in level 1."""
+        assert self.conn is not None
+        row = self.conn.execute("SELECT hashes FROM tile_inner WHERE idx = ?", (index,))
+        found = row.fetchone()
+        return bytes(found[0]) if found else None
+
     def tile_reader(self, conn: sqlite3.Connection, size: int) -> merkle.TileReader:
         """A node reader for a tree of ``size``, keeping the tiles hashed before."""
         self.conn = conn
@@ -451,7 +459,13 @@ class ProofCache:
         store_id = row[0] if row else None
         reader = self.reader
         if reader is None or reader.size > size or store_id != self.store_id:
-            reader, self.store_id = merkle.TileReader(self.read_tile, size, self.KEEP), store_id
+            inner = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tile_inner'"
+            ).fetchone()
+            reader = merkle.TileReader(
+                self.read_tile, size, self.KEEP, self.read_inner if inner else None
+            )
+            self.store_id = store_id
         else:
             reader.extend(size)
         self.reader = reader
