@@ -153,11 +153,13 @@ def test_an_edited_envelope_is_not_in_the_signed_tree(
 def test_proofs_reuse_checked_signatures_and_hashed_nodes_from_query_to_query(
     archive: tuple[ArchiveProvider, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second query re-proves every excerpt without re-checking a signature it checked
-    or re-hashing a node it hashed (they were half of a query's time)."""
+    """The second query re-proves every excerpt without re-checking a signature it checked,
+    re-hashing a node it hashed (they were half of a query's time) or re-proving that the
+    head extends the signed checkpoint, and that one the witness cosigned, for the same
+    roots."""
     provider, _ = archive
     first = search(provider, "heron question")
-    calls = {"verify": 0, "node_hash": 0}
+    calls = {"verify": 0, "node_hash": 0, "consistency_proof": 0}
 
     def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
@@ -175,10 +177,13 @@ def test_proofs_reuse_checked_signatures_and_hashed_nodes_from_query_to_query(
     monkeypatch.setattr(Verifier, "verify", counted("verify", Verifier.verify))
     monkeypatch.setattr(merkle, "node_hash", counted("node_hash", merkle.node_hash))
     monkeypatch.setattr(merkle, "parent_row", parent_row)  # a tile hashed row by row
+    monkeypatch.setattr(
+        merkle, "consistency_proof", counted("consistency_proof", merkle.consistency_proof)
+    )
     second = search(provider, "heron question")
     assert second == first and len(second["results"]) >= 3 and not second.get("withheld")
     # verify_inclusion hashes each excerpt's path up to the root: nothing else is hashed
-    assert calls["verify"] == 0
+    assert calls["verify"] == 0 and calls["consistency_proof"] == 0
     assert calls["node_hash"] <= len(second["results"]) * 4
 
 

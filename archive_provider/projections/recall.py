@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..domain import fence
 from ..domain.evidence import bindable_text, message_text
@@ -102,6 +102,7 @@ class QueryPlan:
     terms: tuple[str, ...]
     fill: tuple[str, ...]
     dropped: tuple[str, ...]  # function words, common and unknown terms left out
+    newest: int = 0  # the newest indexed message's rowid when planned (recent windows)
 
     @property
     def match(self) -> str:
@@ -161,11 +162,13 @@ def tokenize(conn: sqlite3.Connection, text: str) -> list[str]:
     return list(seen)
 
 
-def _indexed_texts(conn: sqlite3.Connection) -> int:
-    """Rows in recall_fts, from its docs' rowids (count(*) on FTS5 would scan it all)."""
+def _indexed_texts(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Rows in recall_fts, from its docs' rowids (count(*) on FTS5 would scan it all), and
+    the newest message's rowid."""
     messages = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()[0]
     memory = conn.execute("SELECT count(*) FROM recall_docs WHERE rowid < 0").fetchone()[0]
-    return max(int(messages), 0) + int(memory)
+    newest = max(int(messages), 0)
+    return newest + int(memory), newest
 
 
 def common_limit(total: int) -> int:
@@ -243,7 +246,7 @@ def plan_query(conn: sqlite3.Connection, text: str, counts: TermCounts | None = 
     terms = tokenize(conn, text) if isinstance(text, str) else []
     if not terms:
         return QueryPlan("none", (), (), ())
-    total = _indexed_texts(conn)
+    total, newest = _indexed_texts(conn)
     cap = common_limit(total)
     counts = counts or TermCounts()
     frequencies: list[tuple[str, int | None]] = []
@@ -253,7 +256,7 @@ def plan_query(conn: sqlite3.Connection, text: str, counts: TermCounts | None = 
             count = _doc_frequency(conn, term, cap)
             counts.put(term, cap, total, count)
         frequencies.append((term, count))
-    return choose_terms(frequencies, cap)
+    return replace(choose_terms(frequencies, cap), newest=newest)
 
 
 def search(
@@ -307,13 +310,16 @@ def search(
         # counted n-1 times): that pass runs only when those texts are all found already
         if match == plan.all_but_one_match and not every:
             continue
-        after = None
-        if not ranked and match == plan.match and len(plan.terms) > 1:
-            newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
-            after = int(newest[0]) - RECENT_TEXTS
+        # recent: the newest texts first looked for among the newest RECENT_TEXTS (walked
+        # forwards); an AND of several words stops there, any other pass goes on to the
+        # whole index only when the window held fewer than it returns (the same rows: the
+        # newest matches of the window are then the newest of all)
+        after = plan.newest - RECENT_TEXTS if not ranked else None
         # an AND of two or more terms, or the OR of ANDs: seldom SCORE_BUDGET matches
         few = len(plan.terms) > 1 and match != any_of
         ran = _run(conn, ranked, match, filters, args, 2 * limit, after, few=few)
+        if after is not None and len(ran) < 2 * limit and not (few and match == plan.match):
+            ran = _run(conn, ranked, match, filters, args, 2 * limit)
         every = every and len(ran) < 2 * limit
         for hit in ran:
             found.setdefault(hit.text, hit)
@@ -391,6 +397,18 @@ def _run(
             " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.score, top.id DESC"
         )
         values.append(limit)
+    elif after is not None and not filters:
+        # the window's newest matches by rowid alone, text and time read for those only
+        # (reading a text is its payload's JSON); an AND is walked forwards and sorted, an
+        # OR backwards from the newest (FTS5 then reads its lists within the window only)
+        order = "+rowid DESC" if few else "rowid DESC"
+        sql = (
+            "WITH top(id) AS (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
+            f" AND rowid > ? ORDER BY {order} LIMIT ?)"
+            f" SELECT {columns}, 0.0 FROM top JOIN recall_text f ON f.rowid = top.id"
+            " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.id DESC"
+        )
+        values = [match, after, limit]
     else:
         score, order = (
             ("bm25(recall_fts)", "bm25(recall_fts), f.rowid DESC")
@@ -433,6 +451,9 @@ class ProofCache:
 
     def __init__(self) -> None:
         self.signed: set[tuple[str, int, bytes, bytes]] = set()
+        #: (old size, old root, new size, new root) proven consistent: a fact about the two
+        #: roots alone, whatever nodes the proof was read from
+        self.consistent: set[tuple[int, bytes, int, bytes]] = set()
         self.conn: sqlite3.Connection | None = None  # the connection of the current query
         self.reader: merkle.TileReader | None = None
         self.store_id: object = None
@@ -640,13 +661,7 @@ class Prover:
             self.committed_roots is None or self.committed_roots.get(head_size) == head_root
         ):
             try:
-                merkle.verify_consistency(
-                    size,
-                    head_size,
-                    root,
-                    head_root,
-                    merkle.consistency_proof(size, head_size, reader),
-                )
+                self._consistent(size, root, head_size, head_root, reader)
             except merkle.ProofError as exc:
                 raise Unproven(
                     f"the head (size {head_size}) does not extend the signed checkpoint: {exc}"
@@ -663,15 +678,26 @@ class Prover:
         try:
             if size < anchor.size:
                 raise merkle.ProofError(f"it is smaller than size {anchor.size}")
-            proof = (
-                merkle.consistency_proof(anchor.size, size, reader) if size > anchor.size else []
-            )
-            merkle.verify_consistency(anchor.size, size, anchor.root, root, proof)
+            self._consistent(anchor.size, anchor.root, size, root, reader)
         except merkle.ProofError as exc:
             raise Unproven(
                 f"the signed tree (size {size}) does not extend the checkpoint the witness "
                 f"cosigned (size {anchor.size}): {exc}"
             ) from None
+
+    def _consistent(
+        self, old: int, old_root: bytes, new: int, new_root: bytes, reader: merkle.TileReader
+    ) -> None:
+        """ProofError unless the tree ``old`` is a prefix of ``new`` (proven once per pair of
+        roots: the writer's head moves with every commit, the pair seldom)."""
+        pair = (old, bytes(old_root), new, bytes(new_root))
+        if pair in self.cache.consistent:
+            return
+        proof = merkle.consistency_proof(old, new, reader) if new > old else []
+        merkle.verify_consistency(old, new, old_root, new_root, proof)
+        if len(self.cache.consistent) >= self.cache.KEEP:
+            self.cache.consistent.clear()
+        self.cache.consistent.add(pair)
 
     def _payload(self, seq: int, digest: str) -> bytes:
         raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest
