@@ -313,6 +313,9 @@ def _row_root(row: bytes) -> bytes:
 
 
 InnerRead = Callable[[int], "bytes | None"]
+#: a tile row as a reader keeps it: the hashes, or (below a stored inner row) the nodes
+#: hashed so far by their position in the row
+Row = bytes | dict[int, bytes]
 
 
 class TileReader:
@@ -347,8 +350,8 @@ class TileReader:
         self.size = size
         self.keep = max(1, keep)
         #: (tile level, tile index) -> the tile's rows, bottom (as stored) to height 7; a
-        #: leaf tile read with its inner row has None below that row (hashed when asked)
-        self._rows: dict[tuple[int, int], list[bytes | None]] = {}
+        #: leaf tile read with its inner row keeps below it only the nodes asked for
+        self._rows: dict[tuple[int, int], list[Row]] = {}
 
     def extend(self, size: int) -> None:
         """Read a larger tree of the same log from now on (the caller trusts its root)."""
@@ -357,10 +360,10 @@ class TileReader:
             raise ProofError(f"a tile reader only grows: {self.size} to {size}")
         self.size = size
 
-    def _tile(self, level: int, index: int, needed: int) -> list[bytes | None]:
+    def _tile(self, level: int, index: int, needed: int) -> list[Row]:
         key = (level, index)
         rows = self._rows.pop(key, None)
-        if rows is None or len(rows[0] or b"") < needed:
+        if rows is None or len(rows[0]) < needed:
             data = self._read_tile(level, index)
             if data is None or len(data) < needed or len(data) % HASH_SIZE:
                 found = "missing" if data is None else f"{len(data or b'')} bytes"
@@ -378,19 +381,18 @@ class TileReader:
         return rows
 
     @staticmethod
-    def _hashed(data: bytes, before: list[bytes | None] | None) -> list[bytes | None]:
+    def _hashed(data: bytes, before: list[Row] | None) -> list[Row]:
         """Every row of a tile, hashing only the parents ``before`` (its rows read when it
         was narrower) lacks, when ``data`` still starts with what was read then."""
-        grown = before is not None and all(before) and data.startswith(before[0] or b"")
-        new: list[bytes | None] = [data]
+        kept = [row for row in before or () if isinstance(row, bytes)]
+        grown = len(kept) == TILE_HEIGHT and data.startswith(kept[0])
+        new = [data]
         for height in range(1, TILE_HEIGHT):
-            done = (before[height] or b"") if grown and before is not None else b""
-            below = new[-1]
-            assert below is not None
-            new.append(done + parent_row(below, len(done) // HASH_SIZE))
-        return new
+            done = kept[height] if grown else b""
+            new.append(done + parent_row(new[-1], len(done) // HASH_SIZE))
+        return list(new)
 
-    def _from_inner(self, index: int, data: bytes) -> list[bytes | None] | None:
+    def _from_inner(self, index: int, data: bytes) -> list[Row] | None:
         """A full leaf tile's rows from its stored inner row, when that row hashes up to the
         tile's entry in level 1 (None otherwise: the tile is then hashed whole)."""
         if (
@@ -409,7 +411,8 @@ class TileReader:
         top = upper.pop()
         if top != self(TILE_HEIGHT, index):
             return None
-        return [data, *([None] * (INNER_HEIGHT - 1)), *upper]
+        below: list[Row] = [{} for _ in range(1, INNER_HEIGHT)]
+        return [data, *below, *upper]
 
     def __call__(self, level: int, index: int) -> bytes:
         if (index + 1) << level > self.size:
@@ -418,13 +421,16 @@ class TileReader:
         first = index << rise  # first entry, in units of height TILE_HEIGHT * tile_level
         tile_index, position = divmod(first, TILE_WIDTH)
         rows = self._tile(tile_level, tile_index, (position + (1 << rise)) * HASH_SIZE)
-        row = rows[rise]
-        if row is None:  # below a stored inner row: hashed from its leaves
-            bottom = rows[0]
-            assert bottom is not None
-            return _row_root(bottom[position * HASH_SIZE : (position + (1 << rise)) * HASH_SIZE])
-        start = (position >> rise) * HASH_SIZE
-        return row[start : start + HASH_SIZE]
+        row, at = rows[rise], position >> rise
+        if isinstance(row, dict):  # below a stored inner row: hashed from the leaves once
+            node = row.get(at)
+            if node is None:
+                bottom = rows[0]
+                assert isinstance(bottom, bytes)
+                width = HASH_SIZE << rise
+                node = row[at] = _row_root(bottom[at * width : (at + 1) * width])
+            return node
+        return row[at * HASH_SIZE : (at + 1) * HASH_SIZE]
 
 
 def read_edge(size: int, read_tile: TileRead) -> dict[int, bytes]:

@@ -310,16 +310,12 @@ def search(
         # counted n-1 times): that pass runs only when those texts are all found already
         if match == plan.all_but_one_match and not every:
             continue
-        # recent: the newest texts first looked for among the newest RECENT_TEXTS (walked
-        # forwards); an AND of several words stops there, any other pass goes on to the
-        # whole index only when the window held fewer than it returns (the same rows: the
-        # newest matches of the window are then the newest of all)
-        after = plan.newest - RECENT_TEXTS if not ranked else None
+        after = None
+        if not ranked and match == plan.match and len(plan.terms) > 1:
+            after = plan.newest - RECENT_TEXTS
         # an AND of two or more terms, or the OR of ANDs: seldom SCORE_BUDGET matches
         few = len(plan.terms) > 1 and match != any_of
         ran = _run(conn, ranked, match, filters, args, 2 * limit, after, few=few)
-        if after is not None and len(ran) < 2 * limit and not (few and match == plan.match):
-            ran = _run(conn, ranked, match, filters, args, 2 * limit)
         every = every and len(ran) < 2 * limit
         for hit in ran:
             found.setdefault(hit.text, hit)
@@ -397,18 +393,6 @@ def _run(
             " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.score, top.id DESC"
         )
         values.append(limit)
-    elif after is not None and not filters:
-        # the window's newest matches by rowid alone, text and time read for those only
-        # (reading a text is its payload's JSON); an AND is walked forwards and sorted, an
-        # OR backwards from the newest (FTS5 then reads its lists within the window only)
-        order = "+rowid DESC" if few else "rowid DESC"
-        sql = (
-            "WITH top(id) AS (SELECT rowid FROM recall_fts WHERE recall_fts MATCH ?"
-            f" AND rowid > ? ORDER BY {order} LIMIT ?)"
-            f" SELECT {columns}, 0.0 FROM top JOIN recall_text f ON f.rowid = top.id"
-            " LEFT JOIN events e ON e.seq = f.seq ORDER BY top.id DESC"
-        )
-        values = [match, after, limit]
     else:
         score, order = (
             ("bm25(recall_fts)", "bm25(recall_fts), f.rowid DESC")
