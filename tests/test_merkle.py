@@ -650,3 +650,13 @@ def test_an_inner_row_is_not_used_for_a_tile_beyond_the_trusted_size():
     assert root(300, reader) == naive_mth(leaves[:300])
     reader.extend(512)
     assert root(512, reader) == naive_mth(leaves)
+
+
+def test_an_inner_row_is_not_used_when_the_level_1_tile_cannot_be_read():
+    """The row is checked against the level-1 entry; without that tile the leaf tile is
+    hashed whole, and the nodes below height 8 are read as they were without rows."""
+    leaves, tiles, inner = _tiles_and_inner(1024, seed=26)
+    without_level_1 = {key: data for key, data in tiles.items() if key[0] == 0}
+    reader = TileReader(lambda lv, ix: without_level_1.get((lv, ix)), 1024, read_inner=inner.get)
+    node = naive_nodes(leaves)
+    assert reader(7, 5) == node(7, 5) and reader(4, 40) == node(4, 40)

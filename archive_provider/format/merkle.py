@@ -409,7 +409,11 @@ class TileReader:
         for _ in range(INNER_HEIGHT, TILE_HEIGHT):
             upper.append(parent_row(upper[-1]))
         top = upper.pop()
-        if top != self(TILE_HEIGHT, index):
+        try:
+            entry = self(TILE_HEIGHT, index)
+        except ProofError:  # the level-1 tile does not hold it: as without the row
+            return None
+        if top != entry:
             return None
         below: list[Row] = [{} for _ in range(1, INNER_HEIGHT)]
         return [data, *below, *upper]
