@@ -69,7 +69,7 @@ def text_bytes(db: Path) -> tuple[int, int]:
 
 #: which dbstat names make up each part of an archive (issue 18's split of bytes per turn)
 _LOG = {"events", "payloads", "head", "meta", "erased"}
-_TREE = {"tiles", "signed_checkpoints", "cosignatures"}
+_TREE = {"tiles", "tile_inner", "signed_checkpoints", "cosignatures"}
 
 
 def components(db: Path) -> dict[str, int]:

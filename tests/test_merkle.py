@@ -554,3 +554,109 @@ def test_a_tile_reader_keeps_the_tiles_used_last_and_reads_the_others_again():
     # tile 0 stays (used last each time it is asked); 1 is dropped by 2 and read again
     assert reads == [(0, 0), (0, 1), (0, 2), (0, 1)]
     assert reader(0, 256) == leaves[256] and reader(2, 0) == naive_mth(leaves[:4])
+
+
+# -- inner rows of full leaf tiles (FORMAT.md 14.5) -------------------------------------------
+
+
+def _inner_of(leaves: list[bytes], tile: int) -> bytes:
+    node = naive_nodes(leaves)
+    first = tile * merkle.TILE_WIDTH >> merkle.INNER_HEIGHT
+    return b"".join(node(merkle.INNER_HEIGHT, first + i) for i in range(16))
+
+
+@pytest.mark.parametrize("batches", [[700], [1] * 700, [100, 300, 1, 299]])
+def test_an_appender_gives_the_inner_row_of_each_leaf_tile_it_completes(batches):
+    """Leaf by leaf or a whole tile at once: the height-4 nodes of each full leaf tile, once."""
+    leaves = leaves_of(700, seed=21)
+    tiles: dict[tuple[int, int], bytes] = {}
+    inner: dict[int, bytes] = {}
+    size = 0
+    for count in batches:
+        appender = TileAppender(size, read_edge(size, lambda lv, ix: tiles.get((lv, ix))))
+        appender.append(leaves[size : size + count])
+        _store(appender.changed(), tiles)
+        assert not set(appender.inner()) & set(inner)  # each tile's row is written once
+        inner.update(appender.inner())
+        size += count
+        assert appender.root() == naive_mth(leaves[:size])
+    assert inner == {0: _inner_of(leaves, 0), 1: _inner_of(leaves, 1)}
+    assert merkle.inner_row(tiles[(0, 1)]) == inner[1]
+
+
+def _tiles_and_inner(count: int, seed: int) -> tuple[list[bytes], dict, dict]:
+    leaves = leaves_of(count, seed=seed)
+    appender = TileAppender()
+    appender.append(leaves)
+    return leaves, appender.changed(), appender.inner()
+
+
+def test_a_cold_leaf_tile_with_its_inner_row_costs_a_tenth_of_its_hashing(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """An excerpt in a leaf tile no proof read before hashed the whole tile (254 hashes);
+    with the stored inner row: the row up to the tile's root, and the path's four siblings
+    below it from the leaves."""
+    leaves, tiles, inner = _tiles_and_inner(1024, seed=22)
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 1024, read_inner=inner.get)
+    inclusion_proof(5, 1024, reader)  # the level-1 tile, read and hashed once
+    calls = _counting_sha256(monkeypatch)
+    proof = inclusion_proof(700, 1024, reader)  # leaf tile 2, cold
+    assert calls["sha256"] <= 30  # 15 up from the inner row, 11 below it (254 whole)
+    calls["sha256"] = 0
+    assert inclusion_proof(700, 1024, reader) == proof  # the nodes hashed below it are kept
+    assert calls["sha256"] == 0
+    monkeypatch.undo()
+    assert proof == inclusion_proof(700, 1024, naive_nodes(leaves))
+    verify_inclusion(700, 1024, leaves[700], proof, naive_mth(leaves))
+
+
+def test_an_inner_row_that_does_not_hash_to_its_tiles_entry_is_not_used():
+    """A forged or damaged inner row: the tile is hashed whole, as without one, and every
+    node read is the one its leaves give (the excerpt is still proven)."""
+    leaves, tiles, inner = _tiles_and_inner(1024, seed=23)
+    forged = dict(inner)
+    forged[1] = bytes(32) + inner[1][32:]
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 1024, read_inner=forged.get)
+    node = naive_nodes(leaves)
+    for level in range(merkle.TILE_HEIGHT + 1):
+        assert reader(level, (300 >> level)) == node(level, 300 >> level)
+    verify_inclusion(300, 1024, leaves[300], inclusion_proof(300, 1024, reader), naive_mth(leaves))
+
+
+def test_an_inner_row_agreeing_with_forged_tiles_still_ends_at_the_trusted_root():
+    """Whoever writes the folder can forge a leaf, its tile, the tile's inner row and its
+    level-1 entry so that they agree: the proof then fails at the trusted root."""
+    leaves, tiles, inner = _tiles_and_inner(1024, seed=24)
+    trusted = naive_mth(leaves)
+    forged_leaves = list(leaves)
+    forged_leaves[300] = leaf_hash(b"forged")
+    forged_tile = b"".join(forged_leaves[256:512])
+    forged_inner = merkle.inner_row(forged_tile)
+    level1 = bytearray(tiles[(1, 0)])
+    level1[32:64] = naive_mth(forged_leaves[256:512])
+    forged = {**tiles, (0, 1): forged_tile, (1, 0): bytes(level1)}
+    reader = TileReader(lambda lv, ix: forged.get((lv, ix)), 1024, read_inner={1: forged_inner}.get)
+    assert reader(merkle.INNER_HEIGHT, 300 >> merkle.INNER_HEIGHT) == forged_inner[64:96]
+    with pytest.raises(ProofError):
+        verify_inclusion(300, 1024, forged_leaves[300], inclusion_proof(300, 1024, reader), trusted)
+
+
+def test_an_inner_row_is_not_used_for_a_tile_beyond_the_trusted_size():
+    """A stored tile may be full while the trusted tree ends inside it: its root is not in
+    that tree, so the inner row is not checked against it (the tile is hashed as stored)."""
+    leaves, tiles, inner = _tiles_and_inner(512, seed=25)
+    reader = TileReader(lambda lv, ix: tiles.get((lv, ix)), 300, read_inner=inner.get)
+    assert root(300, reader) == naive_mth(leaves[:300])
+    reader.extend(512)
+    assert root(512, reader) == naive_mth(leaves)
+
+
+def test_an_inner_row_is_not_used_when_the_level_1_tile_cannot_be_read():
+    """The row is checked against the level-1 entry; without that tile the leaf tile is
+    hashed whole, and the nodes below height 8 are read as they were without rows."""
+    leaves, tiles, inner = _tiles_and_inner(1024, seed=26)
+    without_level_1 = {key: data for key, data in tiles.items() if key[0] == 0}
+    reader = TileReader(lambda lv, ix: without_level_1.get((lv, ix)), 1024, read_inner=inner.get)
+    node = naive_nodes(leaves)
+    assert reader(7, 5) == node(7, 5) and reader(4, 40) == node(4, 40)

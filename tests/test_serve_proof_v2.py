@@ -153,11 +153,13 @@ def test_an_edited_envelope_is_not_in_the_signed_tree(
 def test_proofs_reuse_checked_signatures_and_hashed_nodes_from_query_to_query(
     archive: tuple[ArchiveProvider, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The second query re-proves every excerpt without re-checking a signature it checked
-    or re-hashing a node it hashed (they were half of a query's time)."""
+    """The second query re-proves every excerpt without re-checking a signature it checked,
+    re-hashing a node it hashed (they were half of a query's time) or re-proving that the
+    head extends the signed checkpoint, and that one the witness cosigned, for the same
+    roots."""
     provider, _ = archive
     first = search(provider, "heron question")
-    calls = {"verify": 0, "node_hash": 0}
+    calls = {"verify": 0, "node_hash": 0, "consistency_proof": 0}
 
     def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
@@ -175,10 +177,13 @@ def test_proofs_reuse_checked_signatures_and_hashed_nodes_from_query_to_query(
     monkeypatch.setattr(Verifier, "verify", counted("verify", Verifier.verify))
     monkeypatch.setattr(merkle, "node_hash", counted("node_hash", merkle.node_hash))
     monkeypatch.setattr(merkle, "parent_row", parent_row)  # a tile hashed row by row
+    monkeypatch.setattr(
+        merkle, "consistency_proof", counted("consistency_proof", merkle.consistency_proof)
+    )
     second = search(provider, "heron question")
     assert second == first and len(second["results"]) >= 3 and not second.get("withheld")
     # verify_inclusion hashes each excerpt's path up to the root: nothing else is hashed
-    assert calls["verify"] == 0
+    assert calls["verify"] == 0 and calls["consistency_proof"] == 0
     assert calls["node_hash"] <= len(second["results"]) * 4
 
 
@@ -424,3 +429,132 @@ def test_an_unsigned_tail_rebuilt_without_the_key_is_not_served(
     assert "FUNDS" not in json.dumps(answer.get("results", []))
     assert answer["withheld"] >= 1, answer
     assert "FUNDS" not in provider.prefetch("heron tail funds")
+
+
+# -- the inner rows of full leaf tiles (FORMAT.md 14.5) ----------------------------------------
+
+
+@pytest.fixture
+def tiled(v2: None, make_provider: Callable[..., ArchiveProvider], tmp_path: Path) -> Path:
+    """An archive of more than one full leaf tile (300 turns), signed at its head, closed."""
+    home = tmp_path / "home"
+    provider = make_provider(home)
+    messages: list[dict[str, Any]] = []
+    for n in range(300):
+        messages = messages[-2:] + [
+            {"role": "user", "content": f"kestrel question {n} plover{n}"},
+            {"role": "assistant", "content": f"kestrel answer {n}"},
+        ]
+        provider.sync_turn(messages[-2]["content"], messages[-1]["content"], messages=messages)
+    assert provider.on_pre_compress(messages, require_checkpoint=True)
+    assert provider.core.writer is not None and provider.core.writer.flush(60)
+    provider.shutdown()
+    return home
+
+
+def _tile_zero(home: Path) -> tuple[bytes, bytes | None]:
+    conn = sqlite3.connect(archive_dir(home) / "events.db")
+    try:
+        (tile,) = conn.execute("SELECT hashes FROM tiles WHERE level = 0 AND idx = 0").fetchone()
+        inner = conn.execute("SELECT hashes FROM tile_inner WHERE idx = 0").fetchone()
+    finally:
+        conn.close()
+    return bytes(tile), inner[0] if inner else None
+
+
+def _proof_hashes(home: Path, query: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list, int]:
+    """Excerpts served for ``query`` by a fresh provider, and the SHA-256 its proofs cost."""
+    provider = ArchiveProvider()
+    provider.initialize("s2", hermes_home=str(home), platform="cli", agent_context="primary")
+    try:
+        assert provider.core.writer is not None and provider.core.writer.proven.wait(20)
+        calls = {"sha256": 0}
+        real = merkle.hashlib.sha256
+        caller = threading.get_ident()  # not the writer's walk, hashing on its own thread
+
+        def sha256(*args: bytes) -> Any:
+            calls["sha256"] += threading.get_ident() == caller
+            return real(*args)
+
+        monkeypatch.setattr(merkle.hashlib, "sha256", sha256)
+        answer = search(provider, query)
+        monkeypatch.undo()
+        return answer.get("results", []), calls["sha256"]
+    finally:
+        provider.shutdown()
+
+
+def test_the_writer_keeps_each_full_leaf_tiles_inner_row_and_proofs_use_it(
+    tiled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold leaf tile cost its excerpt's proof 254 hashes; with its inner row, about 26."""
+    tile, inner = _tile_zero(tiled)
+    assert inner == merkle.inner_row(tile)
+    results, hashes = _proof_hashes(tiled, "plover7", monkeypatch)
+    assert [r["text"] for r in results] == ["kestrel question 7 plover7"]
+    # the head's tree, the path and the leaf tile from its row: 85 (334 hashing it whole)
+    assert hashes < 130
+
+
+def test_an_archive_made_before_tile_inner_gets_it_at_open_and_its_rows_from_replay(
+    tiled: Path,
+) -> None:
+    from archive_provider.audit.replay import rebuild
+    from archive_provider.storage.store import EventStore
+
+    conn = attacker(tiled)
+    conn.execute("DROP TABLE tile_inner")
+    conn.close()
+    store = EventStore.open(archive_dir(tiled))
+    try:
+        assert store.tile_inner  # made at open: the appends from now on write their rows
+        assert _tile_zero(tiled)[1] is None
+        rebuild(store)
+    finally:
+        store.close()
+    tile, inner = _tile_zero(tiled)
+    assert inner == merkle.inner_row(tile)
+
+
+def test_a_forged_inner_row_is_not_used_and_the_excerpt_is_still_served(
+    tiled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = attacker(tiled)
+    conn.execute("UPDATE tile_inner SET hashes = zeroblob(512) WHERE idx = 0")
+    conn.close()
+    results, hashes = _proof_hashes(tiled, "plover7", monkeypatch)
+    assert [r["text"] for r in results] == ["kestrel question 7 plover7"]
+    assert hashes > 130 + 150  # the leaf tile hashed whole, as without a row (334)
+
+
+def test_a_leaf_forged_with_its_tile_inner_row_and_level_1_entry_is_withheld(
+    tiled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inner row is checked against the tile's level-1 entry, which is in the folder too:
+    forging all three agreeing still ends at the signed root, and the excerpt is withheld."""
+    conn = attacker(tiled)
+    (seq,) = conn.execute(
+        "SELECT seq FROM recall_text WHERE text = 'kestrel question 7 plover7'"
+    ).fetchone()
+    conn.execute("UPDATE events SET time = '2000-01-01T00:00:00.000000Z' WHERE seq = ?", (seq,))
+    columns = "seq, time, type, session, key, identity, payload, parts, author"
+    row = conn.execute(f"SELECT {columns} FROM events WHERE seq = ?", (seq,)).fetchone()
+    leaf = merkle.leaf_hash(envelope_bytes_v2(*row))
+    tile, _ = _tile_zero(tiled)
+    forged = tile[: (seq - 1) * 32] + leaf + tile[seq * 32 :]
+    (level1,) = conn.execute("SELECT hashes FROM tiles WHERE level = 1 AND idx = 0").fetchone()
+    top = merkle.inner_row(forged)
+    while len(top) > 32:
+        top = merkle.parent_row(top)
+    conn.execute("UPDATE tiles SET hashes = ? WHERE level = 0 AND idx = 0", (forged,))
+    conn.execute("UPDATE tiles SET hashes = ? WHERE level = 1 AND idx = 0", (top + level1[32:],))
+    conn.execute("UPDATE tile_inner SET hashes = ? WHERE idx = 0", (merkle.inner_row(forged),))
+    conn.close()
+    provider = ArchiveProvider()
+    provider.initialize("s2", hermes_home=str(tiled), platform="cli", agent_context="primary")
+    try:
+        answer = search(provider, "plover7 kestrel")
+    finally:
+        provider.shutdown()
+    assert "plover7" not in json.dumps(answer.get("results", []))
+    assert answer.get("withheld", 0) >= 1 or "error" in answer, answer

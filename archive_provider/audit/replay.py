@@ -29,6 +29,7 @@ from ..errors import InvalidRequest
 from ..projections.registry import default_projections
 from ..projections.runner import Progress, apply_events
 from ..storage.store import head_seq
+from ..storage.store_v2 import fill_tile_inner
 
 if TYPE_CHECKING:
     from ..storage.store import EventStore
@@ -57,9 +58,13 @@ def rebuild(store: EventStore, progress: Progress | None = None) -> int:
 
     Uses the store's projections, or the default set when it was opened without any.
     ``progress`` is called with the sequence number reached, every few thousand events.
+    A v2 archive made before ``tile_inner`` existed also gets the inner rows of its full
+    leaf tiles (FORMAT.md 14.5), in the same transaction.
     """
     projections = store.projections or default_projections(store.conn)
     with store.transaction():
+        if store.tile_inner:
+            fill_tile_inner(store.conn)
         return rebuild_connection(store.conn, projections, progress)
 
 

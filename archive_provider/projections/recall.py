@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..domain import fence
 from ..domain.evidence import bindable_text, message_text
@@ -102,6 +102,7 @@ class QueryPlan:
     terms: tuple[str, ...]
     fill: tuple[str, ...]
     dropped: tuple[str, ...]  # function words, common and unknown terms left out
+    newest: int = 0  # the newest indexed message's rowid when planned (recent windows)
 
     @property
     def match(self) -> str:
@@ -161,11 +162,13 @@ def tokenize(conn: sqlite3.Connection, text: str) -> list[str]:
     return list(seen)
 
 
-def _indexed_texts(conn: sqlite3.Connection) -> int:
-    """Rows in recall_fts, from its docs' rowids (count(*) on FTS5 would scan it all)."""
+def _indexed_texts(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Rows in recall_fts, from its docs' rowids (count(*) on FTS5 would scan it all), and
+    the newest message's rowid."""
     messages = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()[0]
     memory = conn.execute("SELECT count(*) FROM recall_docs WHERE rowid < 0").fetchone()[0]
-    return max(int(messages), 0) + int(memory)
+    newest = max(int(messages), 0)
+    return newest + int(memory), newest
 
 
 def common_limit(total: int) -> int:
@@ -243,7 +246,7 @@ def plan_query(conn: sqlite3.Connection, text: str, counts: TermCounts | None = 
     terms = tokenize(conn, text) if isinstance(text, str) else []
     if not terms:
         return QueryPlan("none", (), (), ())
-    total = _indexed_texts(conn)
+    total, newest = _indexed_texts(conn)
     cap = common_limit(total)
     counts = counts or TermCounts()
     frequencies: list[tuple[str, int | None]] = []
@@ -253,7 +256,7 @@ def plan_query(conn: sqlite3.Connection, text: str, counts: TermCounts | None = 
             count = _doc_frequency(conn, term, cap)
             counts.put(term, cap, total, count)
         frequencies.append((term, count))
-    return choose_terms(frequencies, cap)
+    return replace(choose_terms(frequencies, cap), newest=newest)
 
 
 def search(
@@ -309,8 +312,7 @@ def search(
             continue
         after = None
         if not ranked and match == plan.match and len(plan.terms) > 1:
-            newest = conn.execute("SELECT coalesce(max(rowid), 0) FROM recall_docs").fetchone()
-            after = int(newest[0]) - RECENT_TEXTS
+            after = plan.newest - RECENT_TEXTS
         # an AND of two or more terms, or the OR of ANDs: seldom SCORE_BUDGET matches
         few = len(plan.terms) > 1 and match != any_of
         ran = _run(conn, ranked, match, filters, args, 2 * limit, after, few=few)
@@ -432,6 +434,9 @@ class ProofCache:
     KEEP = 256
 
     def __init__(self) -> None:
+        #: (old size, old root, new size, new root) proven consistent: a fact about the two
+        #: roots alone, whatever nodes the proof was read from
+        self.consistent: set[tuple[int, bytes, int, bytes]] = set()
         self.conn: sqlite3.Connection | None = None  # the connection of the current query
         self.reader: merkle.TileReader | None = None
         self.store_id: object = None
@@ -443,6 +448,14 @@ class ProofCache:
         ).fetchone()
         return bytes(tile[0]) if tile else None
 
+    def read_inner(self, index: int) -> bytes | None:
+        """The stored inner row of full leaf tile ``index`` (FORMAT.md 14.5), if any: the
+        tile reader uses it only once it hashes up to the tile's entry in level 1."""
+        assert self.conn is not None
+        row = self.conn.execute("SELECT hashes FROM tile_inner WHERE idx = ?", (index,))
+        found = row.fetchone()
+        return bytes(found[0]) if found else None
+
     def tile_reader(self, conn: sqlite3.Connection, size: int) -> merkle.TileReader:
         """A node reader for a tree of ``size``, keeping the tiles hashed before."""
         self.conn = conn
@@ -450,7 +463,13 @@ class ProofCache:
         store_id = row[0] if row else None
         reader = self.reader
         if reader is None or reader.size > size or store_id != self.store_id:
-            reader, self.store_id = merkle.TileReader(self.read_tile, size, self.KEEP), store_id
+            inner = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tile_inner'"
+            ).fetchone()
+            reader = merkle.TileReader(
+                self.read_tile, size, self.KEEP, self.read_inner if inner else None
+            )
+            self.store_id = store_id
         else:
             reader.extend(size)
         self.reader = reader
@@ -624,13 +643,7 @@ class Prover:
             self.committed_roots is None or self.committed_roots.get(head_size) == head_root
         ):
             try:
-                merkle.verify_consistency(
-                    size,
-                    head_size,
-                    root,
-                    head_root,
-                    merkle.consistency_proof(size, head_size, reader),
-                )
+                self._consistent(size, root, head_size, head_root, reader)
             except merkle.ProofError as exc:
                 raise Unproven(
                     f"the head (size {head_size}) does not extend the signed checkpoint: {exc}"
@@ -647,15 +660,26 @@ class Prover:
         try:
             if size < anchor.size:
                 raise merkle.ProofError(f"it is smaller than size {anchor.size}")
-            proof = (
-                merkle.consistency_proof(anchor.size, size, reader) if size > anchor.size else []
-            )
-            merkle.verify_consistency(anchor.size, size, anchor.root, root, proof)
+            self._consistent(anchor.size, anchor.root, size, root, reader)
         except merkle.ProofError as exc:
             raise Unproven(
                 f"the signed tree (size {size}) does not extend the checkpoint the witness "
                 f"cosigned (size {anchor.size}): {exc}"
             ) from None
+
+    def _consistent(
+        self, old: int, old_root: bytes, new: int, new_root: bytes, reader: merkle.TileReader
+    ) -> None:
+        """ProofError unless the tree ``old`` is a prefix of ``new`` (proven once per pair of
+        roots: the writer's head moves with every commit, the pair seldom)."""
+        pair = (old, bytes(old_root), new, bytes(new_root))
+        if pair in self.cache.consistent:
+            return
+        proof = merkle.consistency_proof(old, new, reader) if new > old else []
+        merkle.verify_consistency(old, new, old_root, new_root, proof)
+        if len(self.cache.consistent) >= self.cache.KEEP:
+            self.cache.consistent.clear()
+        self.cache.consistent.add(pair)
 
     def _payload(self, seq: int, digest: str) -> bytes:
         raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest

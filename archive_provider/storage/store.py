@@ -66,6 +66,7 @@ from .store_v2 import (
     SCHEMA_V2,
     SIGNING_KEY_ENV,
     STORE_KEY_NAME,
+    TILE_INNER_SCHEMA,
     KeyFileError,
     PartHasher,
     TamperedPart,
@@ -396,6 +397,9 @@ def connect(
 class EventStore:
     """One archive database: append, read, head. Not thread-safe: one owner at a time."""
 
+    #: v2: the archive has ``tile_inner`` (FORMAT.md 14.5); v1 has no tree
+    tile_inner = False
+
     def __init__(
         self,
         path: Path,
@@ -470,6 +474,12 @@ class EventStore:
                 _add_audit_views_v2(conn)
             if new_store is None and not readonly and _lacks_part_reuse(conn):
                 _add_part_reuse(conn)
+            if (
+                not readonly
+                and _meta_or_none(conn, "format_version") == str(FORMAT_V2)
+                and not _has_table(conn, "tile_inner")
+            ):
+                conn.execute(TILE_INNER_SCHEMA)  # the tiles from now on have inner rows
             problem = schema_problem(conn)  # before reading anything a view could compute
             if problem:
                 conn.close()
@@ -891,6 +901,9 @@ class EventStoreV2(EventStore):
         self.committed_roots: dict[int, bytes] = {}
         #: a copy laid out from central rows has no signing key: the key it was registered with
         self.registered_vkey: str | None = None
+        # a read-only open of an older archive may lack it; the append writes the inner row
+        # of each leaf tile it completes
+        self.tile_inner = _has_table(conn, "tile_inner")
 
     @property
     def vkey(self) -> str:
@@ -1065,6 +1078,11 @@ class EventStoreV2(EventStore):
                 "INSERT INTO tiles (level, idx, hashes) VALUES (?, ?, ?) "
                 "ON CONFLICT(level, idx) DO UPDATE SET hashes = excluded.hashes",
                 (level, index, hashes),
+            )
+        inner = growing.inner()
+        if inner and self.tile_inner:
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO tile_inner (idx, hashes) VALUES (?, ?)", inner.items()
             )
         root = growing.root()
         self.conn.execute(
@@ -1314,6 +1332,11 @@ def _add_part_reuse(conn: sqlite3.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return conn.execute(found, (name,)).fetchone() is not None
 
 
 def _meta_or_none(conn: sqlite3.Connection, name: str) -> str | None:

@@ -50,6 +50,14 @@ QUOTING_SCHEMA = """CREATE TABLE IF NOT EXISTS quoting (
     PRIMARY KEY (quoted, seq)
 ) WITHOUT ROWID"""
 
+#: the inner row of each full leaf tile (FORMAT.md 14.5): derived from ``tiles``, outside
+#: every digest, read by the serve-time proof only after it hashes up to the tile's entry
+#: in level 1; a missing row costs that proof the whole tile's hashing, nothing else
+TILE_INNER_SCHEMA = """CREATE TABLE IF NOT EXISTS tile_inner (
+    idx    INTEGER PRIMARY KEY,
+    hashes BLOB NOT NULL
+)"""
+
 SCHEMA_V2 = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
@@ -82,6 +90,7 @@ CREATE TABLE IF NOT EXISTS erased (
 ) WITHOUT ROWID;
 {PART_REUSE_SCHEMA};
 {QUOTING_SCHEMA};
+{TILE_INNER_SCHEMA};
 CREATE TABLE IF NOT EXISTS tiles (
     level  INTEGER NOT NULL,
     idx    INTEGER NOT NULL,
@@ -304,6 +313,26 @@ def split_parts(blob: bytes | None) -> list[bytes]:
     """The 32-byte digests of a ``parts`` column, in order."""
     data = bytes(blob or b"")
     return [data[i : i + 32] for i in range(0, len(data), 32)]
+
+
+def fill_tile_inner(conn: sqlite3.Connection) -> int:
+    """Write the inner row of every full leaf tile that has none (an archive made before
+    ``tile_inner`` existed); inside the caller's write transaction. Returns rows written."""
+    written, after = 0, -1
+    while True:
+        batch = conn.execute(
+            "SELECT idx, hashes FROM tiles WHERE level = 0 AND idx > ? AND length(hashes) = ?"
+            " AND idx NOT IN (SELECT idx FROM tile_inner) ORDER BY idx LIMIT 256",
+            (after, merkle.FULL_TILE_BYTES),
+        ).fetchall()
+        if not batch:
+            return written
+        conn.executemany(
+            "INSERT INTO tile_inner (idx, hashes) VALUES (?, ?)",
+            [(index, merkle.inner_row(bytes(hashes))) for index, hashes in batch],
+        )
+        written += len(batch)
+        after = int(batch[-1][0])
 
 
 #: events a step of :func:`index_part_reuse` reads in one write transaction
