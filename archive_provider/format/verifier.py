@@ -1972,7 +1972,7 @@ def _verify_bundle_v2(
         _check_bundle_v2(manifest, rows, carried, report, fail, progress)
         for name in names:
             readers[name].finish()
-    except BundleError:
+    except Exception:  # a check failed, or a changed member held what no check expects
         for reader in readers.values():  # a member unlike the manifest first, in zip order
             reader.finish()
         raise
