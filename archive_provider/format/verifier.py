@@ -454,7 +454,7 @@ def _v2_parts_text(parts: bytes) -> str:
 
 
 def _envelope_v2(
-    seq: int | str,
+    seq: int,
     time_text: str,
     type_text: str,
     session_text: str,
