@@ -10,16 +10,20 @@ knows the format and reseals every change: each must still be caught, and named.
 from __future__ import annotations
 
 import json
+import random
+import re
 import shutil
 import sqlite3
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from blake3 import blake3
 
-from archive_provider.audit.export import ExportError, Selection
-from archive_provider.format.verifier import V2_PAYLOAD, verify_bundle
+from archive_provider.audit.export import ExportError, Selection, _envelope_line_v2
+from archive_provider.format import verifier
+from archive_provider.format.verifier import V2_PAYLOAD, seal_comment, verify_bundle
 from archive_provider.storage.store import archive_dir
 from tests.conftest import verifier_key
 from tests.test_export import export, members, reseal
@@ -287,3 +291,140 @@ def test_a_body_gone_without_a_tombstone_stops_the_export(home: Path, tmp_path: 
     with pytest.raises(ExportError, match=f"payload {bytes(digest).hex()} is missing"):
         export(copy, tmp_path / "out.zip")
     assert not (tmp_path / "out.zip").exists()
+
+
+def test_verify_bundle_reads_each_member_of_a_v3_bundle_once(
+    bundle: Path, vkey: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both members are inflated once: their BLAKE3 is taken as the checks read them (issue 18:
+    each was inflated twice, once for the manifest's digests and once for the checks)."""
+    opened: list[str] = []
+    real = zipfile.ZipFile.open
+
+    def counted(self: zipfile.ZipFile, name: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(name if isinstance(name, str) else name.filename)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", counted)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert report.ok, report.problem
+    assert opened.count("envelopes.jsonl") == 1 and opened.count("payloads.bin") == 1
+
+
+@pytest.mark.parametrize("name", ["envelopes.jsonl", "payloads.bin"])
+def test_a_member_unlike_its_manifest_entry_is_named_whatever_the_checks_met_first(
+    bundle: Path, vkey: str, name: str
+) -> None:
+    """A member changed without its manifest entry is named as changed, as when the digests
+    were compared before the checks, although a check on the way fails first (here: the last
+    body, or the last envelope's chain, no longer matches)."""
+    content = members(bundle)
+    data = bytearray(content[name])
+    data[-3] ^= 0x01  # inside the last body, or in the last line's type text
+    content[name] = bytes(data)
+    keep_manifest(bundle, content)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert not report.ok
+    assert report.problem == (
+        f"member {name} was changed: its size or BLAKE3 differs from the manifest"
+    )
+
+
+def test_a_changed_line_no_check_expects_is_still_named_as_a_changed_member(
+    bundle: Path, vkey: str
+) -> None:
+    """A key holding a lone surrogate cannot be encoded for its identity: that error, met
+    while the member is read, must not hide that the member is unlike its manifest entry."""
+    content = members(bundle)
+    lines = content["envelopes.jsonl"].split(b"\n")
+    key = lines[1].index(b'"key":"')
+    plain = re.compile(rb"[0-9A-Za-z]{6}").search(lines[1], key, lines[1].index(b'","parts"'))
+    assert plain is not None
+    at = plain.start()
+    lines[1] = lines[1][:at] + b"\\ud800" + lines[1][at + 6 :]  # the same size
+    assert "\ud800" in json.loads(lines[1])["key"]
+    content["envelopes.jsonl"] = b"\n".join(lines)
+    keep_manifest(bundle, content)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert report.problem == (
+        "member envelopes.jsonl was changed: its size or BLAKE3 differs from the manifest"
+    )
+
+
+def keep_manifest(bundle: Path, content: dict[str, bytes]) -> None:
+    """Rewrite the bundle with changed members but the old manifest (its digest in the seal
+    stays right; the seal over the file does not, and is checked last)."""
+    text = content.pop("manifest.json")
+    with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, body in content.items():
+            archive.writestr(member, body)
+        archive.writestr("manifest.json", text)
+        archive.comment = seal_comment(blake3(text).hexdigest())
+
+
+ODD_TEXTS = ["", "a", 'q"uote', "back\\slash", "tab\tnew\nline", "\x00\x1f\x7f", "é€😀", "\ud800"]
+
+
+def odd_rows(count: int, seed: int) -> list[tuple[Any, ...]]:
+    """Envelope rows whose texts hold everything JSON escapes (and lone surrogates)."""
+    chance = random.Random(seed)
+
+    def text() -> str:
+        return "".join(chance.choice(ODD_TEXTS) for _ in range(chance.randint(0, 4)))
+
+    found = []
+    for seq in range(1, count + 1):
+        parts = b"".join(chance.randbytes(32) for _ in range(chance.randint(0, 3)))
+        key = json.dumps(text()) if seq % 2 else json.dumps([text(), seq])
+        author = chance.choice([None, chance.randbytes(32)])
+        digests = [chance.randbytes(32) for _ in range(3)]
+        found.append(
+            (seq, text(), text(), text(), key, digests[0], digests[1], parts, author, digests[2])
+        )
+    return found
+
+
+def test_the_exporter_writes_each_envelope_line_as_json_dumps_would() -> None:
+    """The line is built without a dict per event; it must stay byte for byte what 21.2 says:
+    ``json.dumps`` of the record, keys sorted, no spaces, ASCII escapes."""
+    for row in odd_rows(400, 1):
+        seq, time, type_, session, key, identity, payload, parts, author, chain = row
+        record = {
+            "seq": seq,
+            "time": time,
+            "type": type_,
+            "session": session,
+            "key": key,
+            "identity": identity.hex(),
+            "payload": payload.hex(),
+            "parts": [parts[i : i + 32].hex() for i in range(0, len(parts), 32)],
+            "author": None if author is None else author.hex(),
+            "chain": chain.hex(),
+        }
+        expected = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+        assert _envelope_line_v2(row) == expected.encode("ascii")
+
+
+class _Bytes:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def read(self, size: int) -> bytes:
+        self.at += size
+        return self.data[self.at - size : self.at]
+
+
+def test_the_envelope_line_pattern_reads_what_the_full_parse_reads() -> None:
+    """verify-bundle matches the exporter's lines with one pattern and parses any other line
+    in full: for every line, both must give the same fields (else a line could mean one thing
+    to the fast path and another to the rule)."""
+    lines = [_envelope_line_v2(row) for row in odd_rows(400, 2)]
+    lines.append(lines[0].replace(b'{"author"', b'{ "author"'))  # valid JSON, not as written
+    read = list(verifier._envelope_lines_v3(_Bytes(b"".join(lines))))  # type: ignore[arg-type]
+    full = [
+        verifier._envelope_v2_of(verifier._envelope_record_v2(line, number))
+        for number, line in enumerate(lines, 1)
+    ]
+    assert read == full
+    fast = sum(1 for line in lines if verifier._LINE_V2.fullmatch(line[:-1].decode("ascii")))
+    assert fast == len(lines) - 1

@@ -398,3 +398,24 @@ def test_a_bundle_exported_after_an_erasure_carries_erased_slots_that_verify(
     assert any(OTHER in body for body in event["disclosed"].values())
     (event,) = standalone(alone, "erased.proof", "--key", vkey)[1]["details"]["events"]
     assert not set(event["disclosed"]) & set(erased)
+
+
+def test_an_export_asks_for_its_tombstones_in_batches(store: EventStoreV2, tmp_path: Path) -> None:
+    """The erased digests a bundle names are looked up in one query per batch of digests,
+    not one query each (issue 18: the export asked the ``erased`` table per digest)."""
+    from archive_provider.audit.export import Selection, export_bundle
+
+    fill(store)
+    erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r")
+    erased = store.conn.execute("SELECT count(*) FROM erased").fetchone()[0]
+    assert erased >= 2
+    asked: list[str] = []
+    store.conn.set_trace_callback(asked.append)
+    try:
+        result = export_bundle(store, tmp_path / "all.zip", Selection())
+    finally:
+        store.conn.set_trace_callback(None)
+    assert result.verification.ok, result.verification.problem
+    assert len([sql for sql in asked if "FROM erased WHERE digest" in sql]) == 1
+    tombstones = [r for r in records(members(tmp_path / "all.zip")["payloads.bin"]) if r[0] == 0]
+    assert len(tombstones) == erased

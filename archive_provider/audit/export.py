@@ -22,10 +22,12 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import threading
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _ascii
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -48,7 +50,6 @@ from ..format.verifier import (
     PAYLOADS,
     TOMBSTONE,
     Report,
-    _Seen,
     envelope_line,
     seal_comment,
     seal_digest,
@@ -412,44 +413,71 @@ def _signed_head(store: EventStoreV2) -> Head:
 
 
 _ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq <= ? ORDER BY seq"
-_NAMED_SQL_V2 = (
-    "SELECT time, session, payload, parts, author FROM events WHERE seq <= ? ORDER BY seq"
-)
 
 
 def _envelope_line_v2(row: Sequence[Any]) -> bytes:
-    """A v2 ``envelopes.jsonl`` line (FORMAT.md 21.2)."""
+    """A v2 ``envelopes.jsonl`` line (FORMAT.md 21.2): what ``json.dumps`` of the record with
+    sorted keys, no spaces and ASCII escapes writes, built without a dict per event."""
     seq, time, type_, session, key, identity, payload, parts, author, chain = row
-    value = {
-        "seq": seq,
-        "time": time,
-        "type": type_,
-        "session": session,
-        "key": key,
-        "identity": bytes(identity).hex(),
-        "payload": bytes(payload).hex(),
-        "parts": [bytes(parts[i : i + 32]).hex() for i in range(0, len(parts), 32)],
-        "author": None if author is None else bytes(author).hex(),
-        "chain": bytes(chain).hex(),
-    }
-    return (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
+    parts = bytes(parts).hex()
+    return (
+        '{"author":'
+        + ("null" if author is None else '"' + bytes(author).hex() + '"')
+        + ',"chain":"'
+        + bytes(chain).hex()
+        + '","identity":"'
+        + bytes(identity).hex()
+        + '","key":'
+        + _ascii(key)
+        + ',"parts":['
+        + ",".join(['"' + parts[i : i + 64] + '"' for i in range(0, len(parts), 64)])
+        + '],"payload":"'
+        + bytes(payload).hex()
+        + '","seq":'
+        + str(int(seq))
+        + ',"session":'
+        + _ascii(session)
+        + ',"time":'
+        + _ascii(time)
+        + ',"type":'
+        + _ascii(type_)
+        + "}\n"
+    ).encode("ascii")
+
+
+#: the digests the selected events ``seq <= :head`` name (payload, each part, author), each
+#: once, in the order of its first use (FORMAT.md 21.3): sorted by SQLite, which spills to
+#: temporary files past its cache, so the exporter keeps nothing per digest. ``:width``
+#: exceeds any event's count of digests, so ``seq * :width + place`` orders them.
+_NAMED_SQL_V2 = """
+WITH chosen(seq, payload, parts, author) AS (
+    SELECT seq, payload, parts, author FROM events
+    WHERE seq <= :head AND (:session IS NULL OR session = :session)
+      AND (:since IS NULL OR time >= :since) AND (:until IS NULL OR time <= :until)
+), part(seq, i, n, parts) AS (
+    SELECT seq, 0, length(parts) / 32, parts FROM chosen WHERE length(parts) >= 32
+    UNION ALL SELECT seq, i + 1, n, parts FROM part WHERE i + 1 < n
+), named(digest, place) AS (
+    SELECT payload, seq * :width FROM chosen
+    UNION ALL
+    SELECT substr(parts, i * 32 + 1, 32), seq * :width + 1 + i FROM part
+    UNION ALL
+    SELECT author, seq * :width + 1 + length(parts) / 32 FROM chosen WHERE author IS NOT NULL
+)
+SELECT digest FROM named GROUP BY digest ORDER BY min(place)
+"""
 
 
 def _named(store: EventStoreV2, selection: Selection, head: Head) -> Iterator[bytes]:
-    """The digests the selected events name, in envelope order (payload, parts, author),
-    each once: the order of ``payloads.bin`` (FORMAT.md 21.3). Bounded memory (_Seen)."""
-    seen = _Seen()
-    for time, session, payload, parts, author in store.conn.execute(_NAMED_SQL_V2, (head.seq,)):
-        if not selection.matches(session, time):
-            continue
-        parts = bytes(parts)
-        named = [bytes(payload), *(parts[i : i + 32] for i in range(0, len(parts), 32))]
-        if author is not None:
-            named.append(bytes(author))
-        for digest in named:
-            if digest not in seen:
-                seen.add(digest)
-                yield digest
+    """The digests the selected events name, each once, in the order of ``payloads.bin``."""
+    widest = store.conn.execute(
+        "SELECT max(length(parts)) FROM events WHERE seq <= ?", (head.seq,)
+    ).fetchone()[0]
+    width = (widest or 0) // 32 + 2
+    for (digest,) in store.conn.execute(
+        _NAMED_SQL_V2, {"head": head.seq, "width": width, **selection.as_dict()}
+    ):
+        yield bytes(digest)
 
 
 def _batches(digests: Iterator[bytes], size: int = 500) -> Iterator[list[bytes]]:
@@ -462,6 +490,17 @@ def _batches(digests: Iterator[bytes], size: int = 500) -> Iterator[list[bytes]]
             batch = []
     if batch:
         yield batch
+
+
+def _tombstones(conn: sqlite3.Connection, digests: Sequence[bytes]) -> dict[bytes, int]:
+    """The erasure seq of each of ``digests`` that was erased, in one query."""
+    marks = ",".join("?" * len(digests))
+    return {
+        bytes(digest): int(seq)
+        for digest, seq in conn.execute(
+            f"SELECT digest, erasure_seq FROM erased WHERE digest IN ({marks})", digests
+        )
+    }
 
 
 def _write_v2(
@@ -495,6 +534,8 @@ def _write_v2(
             bodies = _Stream(member)
             for batch in _batches(_named(store, selection, head)):
                 found = salted_payloads(store.conn, batch)
+                gone = [digest for digest in batch if digest not in found]
+                tombstones = _tombstones(store.conn, gone) if gone else {}
                 for digest in batch:
                     if digest in found:
                         salt, body = found[digest]
@@ -503,15 +544,12 @@ def _write_v2(
                         )
                         carried += 1
                         continue
-                    tombstone = store.conn.execute(
-                        "SELECT erasure_seq FROM erased WHERE digest = ?", (digest,)
-                    ).fetchone()
-                    if tombstone is None:
+                    if digest not in tombstones:
                         raise ExportError(
                             f"payload {digest.hex()} is missing from the archive; "
                             "`hermes-archive verify` names the event"
                         )
-                    at = int(tombstone[0]).to_bytes(8, "big")
+                    at = tombstones[digest].to_bytes(8, "big")
                     bodies.write(bytes([TOMBSTONE]) + digest + at)
                     erased += 1
             bodies.flush()

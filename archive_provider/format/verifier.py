@@ -37,6 +37,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
+from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner
 from typing import IO, Any, BinaryIO
 
 try:
@@ -458,24 +459,25 @@ def _envelope_v2(
     type_text: str,
     session_text: str,
     key: str,
-    identity: bytes,
-    payload: bytes,
+    identity_hex: str,
+    payload_hex: str,
     parts_text: str,
-    author: bytes | None,
+    author_text: str,
 ) -> bytes:
-    """The envelope from its members' canonical texts, so a pass that also hashes the
-    identity document encodes each text once."""
+    """The envelope from its members' canonical texts (digests in hex, the author ``null`` or
+    a quoted hex digest), so a pass that also hashes the identity document, or read the
+    digests as hex, encodes each text once."""
     return (
         '{"author":'
-        + ("null" if author is None else '"' + author.hex() + '"')
+        + author_text
         + ',"identity":"'
-        + identity.hex()
+        + identity_hex
         + '","key":'
         + key
         + ',"parts":'
         + parts_text
         + ',"payload":"'
-        + payload.hex()
+        + payload_hex
         + '","seq":'
         + str(seq)
         + ',"session":'
@@ -515,11 +517,15 @@ def envelope_bytes_v2(
         _text(type_),
         _text(session),
         key,
-        identity,
-        payload,
+        identity.hex(),
+        payload.hex(),
         _v2_parts_text(parts),
-        author,
+        _author_text(author),
     )
+
+
+def _author_text(author: bytes | None) -> str:
+    return "null" if author is None else '"' + author.hex() + '"'
 
 
 def identity_v2(type_: str, session: str, key: str, parts: bytes) -> bytes:
@@ -560,8 +566,8 @@ class _Seen:
         if self.older is None:
             return False
         bloom, bits = self.bloom, self.bits
-        for start in (0, 8, 16):  # digests are uniform: three slices are three hashes
-            at = int.from_bytes(digest[start : start + 8], "little") % bits
+        value = int.from_bytes(digest, "little")  # digests are uniform: 3 slices, 3 hashes
+        for at in (value % bits, (value >> 64) % bits, (value >> 128) % bits):
             if not bloom[at >> 3] >> (at & 7) & 1:
                 return False
         found = self.older.execute("SELECT 1 FROM seen WHERE d = ?", (digest,)).fetchone()
@@ -581,8 +587,8 @@ class _Seen:
     def _mark(self, digests: Iterable[bytes]) -> None:
         bloom, bits = self.bloom, self.bits
         for digest in digests:
-            for start in (0, 8, 16):
-                at = int.from_bytes(digest[start : start + 8], "little") % bits
+            value = int.from_bytes(digest, "little")
+            for at in (value % bits, (value >> 64) % bits, (value >> 128) % bits):
                 bloom[at >> 3] |= 1 << (at & 7)
 
     def _spill(self) -> None:
@@ -808,10 +814,10 @@ class _V2Pass:
                 type_text,
                 session_text,
                 key,
-                identity,
-                payload_digest,
+                identity.hex(),
+                payload_digest.hex(),
                 parts_text,
-                author,
+                _author_text(author),
             )
             if blake3(V2_CHAIN + prev_chain + data).digest() != chain:
                 raise _Failed(
@@ -1342,8 +1348,9 @@ def _verify_open_bundle(
         raise BundleError(f"member {printable(missing[0])} is listed in the manifest but missing")
     if unlisted:
         raise BundleError(f"member {printable(unlisted[0])} is not listed in the manifest")
+    v3 = v2 and manifest["bundle_version"] == BUNDLE_VERSION_V3
     for name in names:
-        if name == MANIFEST:
+        if name == MANIFEST or v3:  # version 3: compared as the checks read them
             continue
         entry = members[name]
         if _member_digest(archive, name, entry["size"]) != (entry["size"], entry["blake3"]):
@@ -1352,7 +1359,8 @@ def _verify_open_bundle(
             )
 
     if v2:
-        return _verify_bundle_v2(archive, manifest, handle, (size, seal), vkey, progress)
+        contents = [name for name in names if name != MANIFEST]
+        return _verify_bundle_v2(archive, manifest, contents, handle, (size, seal), vkey, progress)
     store_id, head, proof = manifest["store_id"], manifest["head"], manifest["proof"]
     start = (proof["start_seq"], proof["start_chain"])
     report.details = {
@@ -1542,38 +1550,187 @@ def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
     return dict(manifest)
 
 
-def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[dict[str, Any]]:
-    """Parse a v2 ``envelopes.jsonl`` strictly: exact fields and types, duplicates refused."""
+def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
+    """One ``envelopes.jsonl`` line parsed strictly: exact fields and types, duplicates refused."""
+    try:
+        value = _ONCE.decode(raw.decode("ascii"))
+    except _Twice as twice:
+        raise BundleError(
+            f'{ENVELOPES} line {number} has the member "{twice.name}" twice', number
+        ) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
+    if (
+        not raw.endswith(b"\n")
+        or not isinstance(value, dict)
+        or set(value) != set(ENVELOPE_FIELDS_V2)
+        or type(value["seq"]) is not int
+        or not all(isinstance(value[n], str) for n in ("time", "type", "session", "key"))
+        or not all(
+            isinstance(value[n], str) and _HEX64.fullmatch(value[n])
+            for n in ("identity", "payload", "chain")
+        )
+        or not isinstance(value["parts"], list)
+        or not all(isinstance(d, str) and _HEX64.fullmatch(d) for d in value["parts"])
+        or not (
+            value["author"] is None
+            or isinstance(value["author"], str)
+            and _HEX64.fullmatch(value["author"])
+        )
+    ):
+        raise BundleError(f"{ENVELOPES} line {number} is not a v2 envelope record", number)
+    return value
+
+
+#: an envelope as the bundle check uses it: seq, time, type, session, their canonical texts,
+#: key, identity and payload (hex), the parts' canonical text, the author's (``null`` or a
+#: quoted digest) and the chain (hex)
+EnvelopeV2 = tuple[int, str, str, str, str, str, str, str, str, str, str, str, str]
+
+
+def _envelope_v2_of(value: dict[str, Any]) -> EnvelopeV2:
+    """:data:`EnvelopeV2` of a line :func:`_envelope_record_v2` parsed."""
+    author = value["author"]
+    return (
+        value["seq"],
+        value["time"],
+        value["type"],
+        value["session"],
+        _text(value["time"]),
+        _text(value["type"]),
+        _text(value["session"]),
+        value["key"],
+        value["identity"],
+        value["payload"],
+        "[" + ",".join('"' + d + '"' for d in value["parts"]) + "]",
+        "null" if author is None else '"' + author + '"',
+        value["chain"],
+    )
+
+
+def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[EnvelopeV2]:
+    """A version-2 bundle's ``envelopes.jsonl``, every line parsed strictly."""
     with archive.open(ENVELOPES) as member:
         for number, raw in enumerate(iter(lambda: member.readline(_MAX_ENVELOPE_LINE), b""), 1):
+            yield _envelope_v2_of(_envelope_record_v2(raw, number))
+
+
+_HEX = "[0-9a-f]{64}"
+#: a JSON string literal of ASCII text (what the exporter's ``json.dumps`` writes)
+_LITERAL = r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
+#: an ``envelopes.jsonl`` line exactly as the exporter writes it (sorted members, no spaces):
+#: every line this matches, :func:`_envelope_record_v2` accepts with the same values, so
+#: matching it is a fast path and any other line is parsed in full (and named if refused)
+_LINE_V2 = re.compile(
+    f'{{"author":(null|"{_HEX}"),"chain":"({_HEX})","identity":"({_HEX})","key":({_LITERAL}),'
+    f'"parts":\\[((?:"{_HEX}"(?:,"{_HEX}")*)?)\\],"payload":"({_HEX})","seq":(0|[1-9][0-9]*),'
+    f'"session":({_LITERAL}),"time":({_LITERAL}),"type":({_LITERAL})}}'
+)
+
+
+def _literal(literal: str) -> tuple[str, str]:
+    """(value, canonical text) of a JSON string literal of ASCII text: without a backslash
+    the literal is its own canonical text (2.3 escapes only quotes, backslashes, controls)."""
+    if "\\" not in literal:
+        return literal[1:-1], literal
+    value = scanstring(literal, 1)[0]
+    return value, _text(value)
+
+
+def _envelope_lines_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
+    """A version-3 bundle's ``envelopes.jsonl`` read once, each line parsed by :data:`_LINE_V2`
+    or else in full; the texts of the few type names and sessions are kept while few."""
+    match, texts, rest, number = _LINE_V2.fullmatch, dict[str, tuple[str, str]](), b"", 0
+    while True:
+        chunk = member.read(1 << 20)
+        if not chunk:
+            if rest:  # a last line without its newline: refused, and named
+                yield _envelope_v2_of(_envelope_record_v2(rest, number + 1))
+            return
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        if len(rest) > _MAX_ENVELOPE_LINE:
+            lines.append(rest[:_MAX_ENVELOPE_LINE])  # no newline: refused when it is reached
+            rest = b""
+        for raw in lines:
+            number += 1
             try:
-                value = _ONCE.decode(raw.decode("ascii"))
-            except _Twice as twice:
-                raise BundleError(
-                    f'{ENVELOPES} line {number} has the member "{twice.name}" twice', number
-                ) from None
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
-            if (
-                not raw.endswith(b"\n")
-                or not isinstance(value, dict)
-                or set(value) != set(ENVELOPE_FIELDS_V2)
-                or type(value["seq"]) is not int
-                or not all(isinstance(value[n], str) for n in ("time", "type", "session", "key"))
-                or not all(
-                    isinstance(value[n], str) and _HEX64.fullmatch(value[n])
-                    for n in ("identity", "payload", "chain")
-                )
-                or not isinstance(value["parts"], list)
-                or not all(isinstance(d, str) and _HEX64.fullmatch(d) for d in value["parts"])
-                or not (
-                    value["author"] is None
-                    or isinstance(value["author"], str)
-                    and _HEX64.fullmatch(value["author"])
-                )
-            ):
-                raise BundleError(f"{ENVELOPES} line {number} is not a v2 envelope record", number)
-            yield value
+                found = match(raw.decode("ascii"))
+            except UnicodeDecodeError:
+                found = None
+            if found is None:
+                yield _envelope_v2_of(_envelope_record_v2(raw + b"\n", number))
+                continue
+            author, chain, identity, key, parts, payload, seq, session, time, type_ = found.groups()
+            if len(texts) >= 4096:
+                texts.clear()
+            type_value, type_text = texts.get(type_) or texts.setdefault(type_, _literal(type_))
+            session_value, session_text = texts.get(session) or texts.setdefault(
+                session, _literal(session)
+            )
+            time_value, time_text = _literal(time)
+            yield (
+                int(seq),
+                time_value,
+                type_value,
+                session_value,
+                time_text,
+                type_text,
+                session_text,
+                scanstring(key, 1)[0] if "\\" in key else key[1:-1],
+                identity,
+                payload,
+                "[" + parts + "]",
+                author,
+                chain,
+            )
+
+
+class _ReadOnce:
+    """A version-3 member read once: its size and BLAKE3 are taken as the checks read it
+    (the bundle was inflated twice: once for the manifest's digests, once for the checks).
+    Reading past the size the manifest lists is a changed member; :meth:`finish` reads what
+    the checks left and compares."""
+
+    def __init__(self, archive: zipfile.ZipFile, name: str, entry: Mapping[str, Any]) -> None:
+        self.name, self.listed = name, (entry["size"], entry["blake3"])
+        self.hasher, self.size = blake3(), 0
+        self.broken: BundleError | None = None
+        try:
+            self.stream: IO[bytes] = archive.open(name)
+        except Exception as exc:  # a damaged local header
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, exc: Exception) -> BundleError:
+        self.broken = BundleError(f"member {printable(self.name)} cannot be read: {exc}")
+        return self.broken
+
+    def _changed(self) -> BundleError:
+        self.broken = BundleError(
+            f"member {printable(self.name)} was changed: its size or BLAKE3 differs from the "
+            "manifest"
+        )
+        return self.broken
+
+    def read(self, size: int) -> bytes:
+        if self.broken is not None:
+            raise self.broken
+        try:
+            chunk = self.stream.read(size)
+        except Exception as exc:  # CRC, zlib, header and encryption-flag errors
+            raise self._unreadable(exc) from None
+        self.hasher.update(chunk)
+        self.size += len(chunk)
+        if self.size > self.listed[0]:
+            raise self._changed()
+        return chunk
+
+    def finish(self) -> None:
+        """Raise if the member, read to its end, is not the one the manifest lists."""
+        while self.read(1 << 20):
+            pass
+        if (self.size, self.hasher.hexdigest()) != self.listed:
+            raise self._changed()
 
 
 class _CarriedV2:
@@ -1645,10 +1802,11 @@ class _CarriedV3:
     CHUNK = 1 << 16
     #: the filter is sized for the manifest's count, but never larger than 5 MB up front
     MOST_EXPECTED = 1 << 22
+    _HEAD = 1 + 32 + SALT_BYTES + 8  # a carried record before its body
 
     def __init__(
         self,
-        member: IO[bytes],
+        member: _ReadOnce,
         claimed: int,
         report: ReportV2,
         fail: Callable[..., _BundleErrorV2],
@@ -1684,43 +1842,31 @@ class _CarriedV3:
 
     def check(self, digest: bytes, seq: int) -> None:
         """One digest a selected event names: its body carried and matching, or erased later."""
-        at = self.erased.get(digest)
-        if at is None and digest in self.seen:
-            return
+        at = self.erased.get(digest) if self.erased else None
         if at is None:
-            if not self._fill(1):
-                raise self.fail(
-                    f"seq {seq}: payload {digest.hex()} is missing from the bundle",
-                    seq,
-                    "missing_payload",
-                )
-            head = self._take(33, seq)
-            kind, named = head[0], head[1:]
-            if kind not in (CARRIED, TOMBSTONE):
-                raise self.fail(f"{PAYLOADS} record {self.records + 1} is of no known kind", seq)
-            self.records += 1
-            if named != digest:
-                raise self.fail(
-                    f"seq {seq}: payload {digest.hex()} is missing from the bundle (the next "
-                    f"record of {PAYLOADS} is {named.hex()})",
-                    seq,
-                    "missing_payload",
-                )
-            if kind == TOMBSTONE:
-                at = int.from_bytes(self._take(8, seq), "big")
-                self.erased[digest] = at
-                self.report.payloads_erased += 1
-            else:
-                rest = self._take(SALT_BYTES + 8, seq)
-                length = int.from_bytes(rest[SALT_BYTES:], "big")
-                if length > _MAX_PAYLOAD:
-                    raise self.fail(
-                        f"{PAYLOADS} record {self.records} is larger than any archive can hold",
-                        seq,
+            seen = self.seen
+            if digest in seen.recent or seen.older is not None and digest in seen:
+                return
+            # the usual case, in one step: the next record, whole in the buffer, carries it
+            buffer, start = self.buffer, self.at
+            body = start + self._HEAD
+            if (
+                body <= len(buffer)
+                and buffer[start] == CARRIED
+                and buffer[start + 1 : start + 33] == digest
+            ):
+                end = body + int.from_bytes(buffer[body - 8 : body], "big")
+                if end <= len(buffer):
+                    self.at = end
+                    self.records += 1
+                    _check_body(
+                        digest, buffer[start + 33 : body - 8], buffer[body:end], seq, self.fail
                     )
-                _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
-                self.seen.add(digest)
-                self.report.payloads_checked += 1
+                    seen.add(digest)
+                    self.report.payloads_checked += 1
+                    return
+            at = self._next(digest, seq)
+            if at is None:
                 return
         if at <= seq:  # a tombstone whose erasure is not after this event
             raise self.fail(
@@ -1728,6 +1874,43 @@ class _CarriedV3:
                 seq,
                 "missing_payload",
             )
+
+    def _next(self, digest: bytes, seq: int) -> int | None:
+        """Read the next record, which must name ``digest``: None for a body that matched, the
+        erasure seq of a tombstone."""
+        if not self._fill(1):
+            raise self.fail(
+                f"seq {seq}: payload {digest.hex()} is missing from the bundle",
+                seq,
+                "missing_payload",
+            )
+        head = self._take(33, seq)
+        kind, named = head[0], head[1:]
+        if kind not in (CARRIED, TOMBSTONE):
+            raise self.fail(f"{PAYLOADS} record {self.records + 1} is of no known kind", seq)
+        self.records += 1
+        if named != digest:
+            raise self.fail(
+                f"seq {seq}: payload {digest.hex()} is missing from the bundle (the next "
+                f"record of {PAYLOADS} is {named.hex()})",
+                seq,
+                "missing_payload",
+            )
+        if kind == TOMBSTONE:
+            at = int.from_bytes(self._take(8, seq), "big")
+            self.erased[digest] = at
+            self.report.payloads_erased += 1
+            return at
+        rest = self._take(SALT_BYTES + 8, seq)
+        length = int.from_bytes(rest[SALT_BYTES:], "big")
+        if length > _MAX_PAYLOAD:
+            raise self.fail(
+                f"{PAYLOADS} record {self.records} is larger than any archive can hold", seq
+            )
+        _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
+        self.seen.add(digest)
+        self.report.payloads_checked += 1
+        return None
 
     def held(self) -> int:
         return self.report.payloads_checked
@@ -1743,6 +1926,7 @@ class _CarriedV3:
 def _verify_bundle_v2(
     archive: zipfile.ZipFile,
     manifest: dict[str, Any],
+    names: list[str],
     handle: BinaryIO,
     sealed: tuple[int, str],
     vkey: str | None,
@@ -1750,7 +1934,11 @@ def _verify_bundle_v2(
 ) -> ReportV2:
     """The envelopes chained from the genesis, streamed (a compact range, O(log n) memory,
     grows the root), each selected event's bodies against their salted digests, the seal,
-    and the signed checkpoint with the consistency proof from the head to it."""
+    and the signed checkpoint with the consistency proof from the head to it.
+
+    A version-3 bundle's two members are read once, their digests taken as they are checked
+    (a version-2 bundle's members were compared with the manifest before): whatever fails,
+    a member unlike the manifest is what is named, as when the digests came first."""
     report = ReportV2()
     store_id, head = manifest["store_id"], manifest["head"]
     report.store_id, report.head_seq = store_id, head["seq"]
@@ -1768,51 +1956,81 @@ def _verify_bundle_v2(
     def fail(message: str, seq: int | None = None, code: str = "bundle") -> _BundleErrorV2:
         return _BundleErrorV2(report, message, seq, code)
 
-    members = manifest["members"]
-    v3 = manifest["bundle_version"] == BUNDLE_VERSION_V3
-    carried = (
-        _CarriedV3(archive.open(PAYLOADS), manifest["payloads"], report, fail)
-        if v3
-        else _CarriedV2(archive, members, manifest["erased"], report, fail)
-    )
+    if manifest["bundle_version"] != BUNDLE_VERSION_V3:
+        carried: _CarriedV2 | _CarriedV3 = _CarriedV2(
+            archive, manifest["members"], manifest["erased"], report, fail
+        )
+        _check_bundle_v2(manifest, _envelope_rows_v2(archive), carried, report, fail, progress)
+        _check_bundle_end(manifest, handle, sealed, vkey, report, fail)
+        return report
+    readers: dict[str, _ReadOnce] = {}
+    try:
+        for name in names:
+            readers[name] = _ReadOnce(archive, name, manifest["members"][name])
+        carried = _CarriedV3(readers[PAYLOADS], manifest["payloads"], report, fail)
+        rows = _envelope_lines_v3(readers[ENVELOPES])
+        _check_bundle_v2(manifest, rows, carried, report, fail, progress)
+        for name in names:
+            readers[name].finish()
+    except Exception:  # a check failed, or a changed member held what no check expects
+        for reader in readers.values():  # a member unlike the manifest first, in zip order
+            reader.finish()
+        raise
+    _check_bundle_end(manifest, handle, sealed, vkey, report, fail)
+    return report
+
+
+def _check_bundle_v2(
+    manifest: dict[str, Any],
+    rows: Iterator[EnvelopeV2],
+    carried: _CarriedV2 | _CarriedV3,
+    report: ReportV2,
+    fail: Callable[..., _BundleErrorV2],
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Every envelope and every body the selection names; the head, tombstones and counts."""
+    head, selection = manifest["head"], manifest["selection"]
+    everything = all(value is None for value in selection.values())
     erasures_seen: set[int] = set()
     tree = merkle.CompactRange()
-    prev_seq, prev_chain = 0, blake3(V2_GENESIS + store_id.encode("ascii")).digest()
+    append, leaf_hash, check = tree.append, merkle.leaf_hash, carried.check
+    prev_seq, prev_chain = 0, blake3(V2_GENESIS + manifest["store_id"].encode("ascii")).digest()
     chosen = 0
-    for value in _envelope_rows_v2(archive):
-        seq = value["seq"]
+    for row in rows:
+        seq, time, type_, session, time_text, type_text, session_text, key = row[:8]
+        identity, payload, parts, author, chain_hex = row[8:]
         if seq != prev_seq + 1:
             raise fail(
                 f"sequence gap: expected {prev_seq + 1}, found {seq}", prev_seq + 1, "sequence_gap"
             )
-        identity, payload = bytes.fromhex(value["identity"]), bytes.fromhex(value["payload"])
-        parts = b"".join(bytes.fromhex(d) for d in value["parts"])
-        author = None if value["author"] is None else bytes.fromhex(value["author"])
-        time, type_, session, key = value["time"], value["type"], value["session"], value["key"]
-        if identity_v2(type_, session, key, parts) != identity:
+        if _identity_v2(key, parts, session_text, type_text).hex() != identity:
             raise fail(
                 f"seq {seq}: the identity does not match type, session, key and parts",
                 seq,
                 "identity",
             )
-        data = envelope_bytes_v2(seq, time, type_, session, key, identity, payload, parts, author)
+        data = _envelope_v2(
+            seq, time_text, type_text, session_text, key, identity, payload, parts, author
+        )
         chain = blake3(V2_CHAIN + prev_chain + data).digest()
-        if chain.hex() != value["chain"]:
+        if chain.hex() != chain_hex:
             raise fail(
                 f"seq {seq}: the chain hash does not match (an envelope field, or an earlier event, was changed)",
                 seq,
                 "chain",
             )
-        tree.append(merkle.leaf_hash(data))
+        append(leaf_hash(data))
         if type_ == "erasure":
             erasures_seen.add(seq)
-        if selected(manifest["selection"], session, time):
+        if everything or selected(selection, session, time):
             chosen += 1
-            carried.check(payload, seq)
-            for i in range(0, len(parts), 32):
-                carried.check(parts[i : i + 32], seq)
-            if author is not None:
-                carried.check(author, seq)
+            check(bytes.fromhex(payload), seq)
+            if parts != "[]":
+                digests = bytes.fromhex(parts[2:-2].replace('","', ""))
+                for i in range(0, len(digests), 32):
+                    check(digests[i : i + 32], seq)
+            if author != "null":
+                check(bytes.fromhex(author[1:-1]), seq)
         else:
             report.envelopes_only += 1
         prev_seq, prev_chain = seq, chain
@@ -1846,17 +2064,28 @@ def _verify_bundle_v2(
         ("selected events", chosen, manifest["selected_events"]),
         ("payloads", carried.held(), manifest["payloads"]),
     ]
-    if v3:
+    if isinstance(carried, _CarriedV3):
         counts.append(("erased payloads", report.payloads_erased, manifest["erased"]))
     for name, found, claimed in counts:
         if found != claimed:
             raise fail(f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}")
+
+
+def _check_bundle_end(
+    manifest: dict[str, Any],
+    handle: BinaryIO,
+    sealed: tuple[int, str],
+    vkey: str | None,
+    report: ReportV2,
+    fail: Callable[..., _BundleErrorV2],
+) -> None:
+    """The seal over every byte, then the checkpoint."""
     if seal_digest(handle, sealed[0]) != sealed[1]:
         raise fail(
             "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed"
         )
-    _bundle_checkpoint(manifest, report, root, vkey, fail)
-    return report
+    assert report.root is not None
+    _bundle_checkpoint(manifest, report, bytes.fromhex(report.root), vkey, fail)
 
 
 def _bundle_checkpoint(
