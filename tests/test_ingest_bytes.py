@@ -24,10 +24,11 @@ from archive_provider.host.spill_kinds import turn_event
 from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2, seed_randomness, traced
 
-#: the rows b507ca0 (the code before the change, with the quoting index) wrote for
-#: :func:`ingest` (every table, in the order :func:`rows_digest` reads them), computed by
-#: running this file's ingest on that commit
-BEFORE = "3f861043bc6318df082bf062b3f84502f4088bd665aa60056bba76e454ad603e"
+#: the rows the code before the ingest changes wrote for :func:`ingest` (every table, in the
+#: order :func:`rows_digest` reads them), computed by running this file's ingest on that code:
+#: b507ca0 (with the quoting index) first, then 579faca (the tiles' inner nodes add one
+#: table, empty here), which has none of the session-4 ingest commits
+BEFORE = "7a0b7fd4e9f2b989c138b4b23face4e9a792968fffcfdf89c6a3d8286efad880"
 
 TYPES = {"store_created": 1, "turn": 6, "memory_write": 1, "checkpoint": 1}
 SECRET = "my key is sk-ant-api03-" + "A" * 40
