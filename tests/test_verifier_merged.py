@@ -10,7 +10,14 @@ from where it was first named, a turn with its author, and an erased session.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +58,16 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "events.db"
 
 
-def _report(db: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> dict[str, Any]:
+def _report(
+    db: Path, monkeypatch: pytest.MonkeyPatch | None = None, jobs: int = 1
+) -> dict[str, Any]:
     """The verifier's report; with ``monkeypatch``, the ordered pass's (the merge declines)."""
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         if monkeypatch is None:
-            return verifier.verify_database(conn, b"").as_dict()
+            report = verifier.verify_database(conn, b"", jobs=jobs).as_dict()
+            assert multiprocessing.active_children() == []  # every helper stopped and joined
+            return report
         with monkeypatch.context() as patch:
             patch.setattr(verifier._V2Pass, "named", lambda self, until: False)
             return verifier.verify_database(conn, b"").as_dict()
@@ -72,6 +83,33 @@ def test_an_intact_archive_reports_as_the_ordered_pass_does(
     assert merged == _report(archive, monkeypatch)
     assert merged["payloads_erased"] > 0 and len(merged["erasures"]) == 1
     assert merged["payloads_checked"] + merged["payloads_erased"] == _distinct_named(archive)
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_an_intact_archive_reports_the_same_with_jobs(archive: Path, jobs: int) -> None:
+    """``verify --jobs``: the payload merge in ``jobs - 1`` spawned processes, one range of
+    digests each, gives the one-process report."""
+    assert _report(archive, jobs=jobs) == _report(archive)
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_with_jobs_the_checking_process_merges_at_most_its_own_range(
+    archive: Path, jobs: int
+) -> None:
+    """With 2 processes the parent merges the first quarter of the digests after its events
+    pass (the events cost about half the merge); with 3, none."""
+    conn = sqlite3.connect(archive, isolation_level=None)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        report = verifier.verify_database(conn, b"", jobs=jobs)
+    finally:
+        conn.close()
+    assert report.ok, report.problem
+    assert report.payloads_checked > 1000
+    merged = [s for s in statements if "FROM payloads" in s and "ORDER BY digest" in s]
+    expected = [] if jobs == 3 else ["WHERE digest < x'40' ORDER BY digest"]
+    assert [s[s.index("WHERE") :] for s in merged] == expected
 
 
 def test_an_intact_archive_is_read_without_a_statement_per_payload(archive: Path) -> None:
@@ -169,3 +207,112 @@ def test_a_tampered_archive_reports_as_the_ordered_pass_does(
     merged = _report(db)
     assert (merged["ok"], merged["code"]) == (code is None, code), merged["problem"]
     assert merged == _report(db, monkeypatch)
+    assert merged == _report(db, jobs=2) == _report(db, jobs=3)
+
+
+def _copy(archive: Path, to: Path) -> Path:
+    shutil.copytree(archive.parent, to)
+    return to / "events.db"
+
+
+def test_helpers_take_the_parents_snapshot_when_a_writer_commits_between(
+    archive: Path, tmp_path: Path
+) -> None:
+    """A helper starts its read transaction before the parent does; an event appended between
+    is seen by the parent, so both start again and agree on the new head."""
+    db = _copy(archive, tmp_path / "archive")
+    conn = sqlite3.connect(db, isolation_level=None)
+    helpers = verifier._Helpers.start(conn, 2)
+    assert helpers is not None
+    try:
+        helpers.links[0].poll(None)  # the helper's head is sent: its snapshot is taken
+        store = EventStore.open(db.parent)
+        try:
+            said = store.hasher.part({"role": "user", "content": "appended while verifying"})
+            store.append([builders.turn(store.hasher, "late", 1, [said], start=0, legacy=False)])
+            head = store.head().seq
+        finally:
+            store.close()
+        assert helpers.share(conn)
+        report = verifier.ReportV2()
+        check = verifier._V2Pass(conn, report)
+        check.erasures()
+        assert helpers.merged(check, head)  # the helper's last seq is the new event's
+    finally:
+        helpers.close()
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+        conn.close()
+    alone = _report(db)
+    assert alone["payloads_checked"] == report.payloads_checked
+    assert alone["erasures"][0]["payloads"] == check.erasure_counts[alone["erasures"][0]["seq"]]
+
+
+def test_an_interrupted_verify_leaves_no_helper_behind(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reaches the parent mid-pass (the helpers ignore it): it stops and joins them."""
+    started: list[verifier._Helpers] = []
+    real_start = verifier._Helpers.start
+
+    def start(conn: sqlite3.Connection, jobs: int) -> verifier._Helpers | None:
+        helpers = real_start(conn, jobs)
+        assert helpers is not None
+        started.append(helpers)
+        return helpers
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        pids.extend(p.pid for p in started[0].processes)
+        raise KeyboardInterrupt
+
+    pids: list[int | None] = []
+    monkeypatch.setattr(verifier._Helpers, "start", start)
+    monkeypatch.setattr(verifier._V2Pass, "events", interrupted)
+    conn = sqlite3.connect(archive, isolation_level=None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            verifier.verify_database(conn, b"", jobs=3)
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+    assert len(pids) == 2 and multiprocessing.active_children() == []
+    assert not [pid for pid in pids if pid is not None and _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+_KILLED_PARENT = """
+import sqlite3, sys
+from archive_provider.format import verifier
+if __name__ == "__main__":
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    helpers = verifier._Helpers.start(conn, 2)
+    helpers.links[0].poll(None)
+    print(helpers.processes[0].pid, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_helper_does_not_outlive_a_parent_killed_outright(archive: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PARENT, str(archive)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert parent.stdout is not None
+    helper = int(parent.stdout.readline())
+    assert _running(helper)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(600):  # a deadline for the helper to go, not a measurement
+        if not _running(helper):
+            break
+        time.sleep(0.1)
+    assert not _running(helper)

@@ -28,15 +28,19 @@ import argparse
 import base64
 import binascii
 import json
+import multiprocessing
 import os
 import pathlib
 import re
+import signal
 import sqlite3
 import stat
 import sys
+import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection, wait
 from typing import IO, Any, BinaryIO
 
 try:
@@ -320,20 +324,22 @@ def verify_database(
     key: bytes,
     progress: Callable[[int], None] | None = None,
     vkey: str | None = None,
+    jobs: int = 1,
 ) -> Report:
     """Verify a whole archive database through an open connection, in its own format.
 
     The head, the envelopes and the payloads are read in one read transaction, so a writer
     in another process appending meanwhile can never make the head look stale. A v1 archive
     needs its payload ``key``; a v2 archive needs no key and gives a :class:`ReportV2`
-    (``vkey``, the pinned verifier key, checks its signed checkpoints).
+    (``vkey``, the pinned verifier key, checks its signed checkpoints; ``jobs``, the
+    processes it may use; a v1 archive is checked in one).
     """
     problem = schema_problem(conn)
     if problem:
         return Report().fail(None, problem)
     version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
     if version is not None and version[0] == "2":
-        return verify_database_v2(conn, vkey)
+        return verify_database_v2(conn, vkey, jobs)
     payload_cursor = conn.cursor()
 
     def payload_of(digest: str) -> bytes | None:
@@ -826,19 +832,30 @@ class _V2Pass:
             report.last_seq = seq
         return prev_seq, prev_chain
 
-    def named(self, until: int) -> bool:
+    def named(self, until: int, low: bytes | None = None, high: bytes | None = None) -> bool:
         """Check every payload the events ``seq <= until`` name, each distinct digest once,
         without a lookup per digest (issue 18): the digests the events name, sorted and
         grouped by SQLite (in bounded memory, spilling to temporary files), are merged with
         the payloads table read in its stored (digest) order. False at the first thing that
         does not hold: the ordered pass then names it, as FORMAT.md 20.2 orders failures.
 
+        ``low <= digest < high`` (None: unbounded) takes one range of digests, so that
+        ``verify --jobs`` can merge ranges in several processes; every digest falls in one.
         Rows no event names are skipped unread, as the ordered pass never reads them."""
-        named = self.conn.execute(_NAMED, {"until": until})
+        bounds = {"until": until, "low": low, "high": high}
+        where = " AND ".join(
+            test
+            for test, bound in (("digest >= :low", low), ("digest < :high", high))
+            if bound is not None
+        )
+        named = self.conn.execute(_NAMED.format(where=where or "1"), bounds)
         want, last = next(named, (None, 0))
         covered, counts, checked, erased, previous = self.covered, self.erasure_counts, 0, 0, None
         for digest, salt, body, kind in self.conn.execute(
-            "SELECT digest, salt, body, typeof(body) FROM payloads ORDER BY digest"
+            "SELECT digest, salt, body, typeof(body) FROM payloads"
+            + (f" WHERE {where}" if where else "")
+            + " ORDER BY digest",
+            bounds,
         ):
             if digest != want:
                 if want is None:
@@ -874,7 +891,7 @@ class _V2Pass:
 _TEXT_COLUMNS = ("time", "type", "session", "key")
 _ALL_TEXT = ("text",) * 4
 #: every digest the events ``0 < seq <= :until`` name (payload, each part, author) with the
-#: last seq naming it, one row per distinct digest in digest order
+#: last seq naming it, one row per distinct digest in digest order; ``{where}``: its range
 _NAMED = """
 WITH RECURSIVE part(seq, i, n) AS (
     SELECT seq, 0, length(parts) / 32 FROM events
@@ -887,7 +904,7 @@ WITH RECURSIVE part(seq, i, n) AS (
     UNION ALL
     SELECT substr(e.parts, part.i * 32 + 1, 32), part.seq FROM part JOIN events e ON e.seq = part.seq
 )
-SELECT digest, max(seq) FROM named GROUP BY digest ORDER BY digest
+SELECT digest, max(seq) FROM named WHERE {where} GROUP BY digest ORDER BY digest
 """
 
 
@@ -952,31 +969,45 @@ def _v2_meta(conn: sqlite3.Connection, report: ReportV2) -> dict[str, Any]:
     return meta
 
 
-def verify_database_v2(conn: sqlite3.Connection, vkey: str | None = None) -> ReportV2:
+def verify_database_v2(
+    conn: sqlite3.Connection, vkey: str | None = None, jobs: int = 1
+) -> ReportV2:
     """Full verification of a v2 archive (FORMAT.md 20.2) in one read transaction.
 
     ``vkey`` is the pinned verifier key: with it every signed checkpoint's signature is
-    checked (``authenticity`` verified or failed); without it, ``not checked``.
+    checked (``authenticity`` verified or failed); without it, ``not checked``. With
+    ``jobs`` above 1 the payload merge runs in ``jobs - 1`` other processes, each on a
+    range of digests, while this one checks the events (:class:`_Helpers`); the report is
+    the one a single process gives.
     """
     report = ReportV2()
     if V2_UNAVAILABLE:
         return report.fail(None, f"cannot read the archive: {V2_UNAVAILABLE}", "unreadable")
     owns = not conn.in_transaction  # a writer checks inside its own write transaction
-    if owns:
-        conn.execute("BEGIN")
+    helpers = _Helpers.start(conn, jobs) if owns and jobs > 1 else None
     try:
-        _verify_v2(conn, report, vkey)
+        if helpers is None or not helpers.share(conn):
+            if helpers is not None:
+                helpers.close()
+                helpers = None
+            if owns:
+                conn.execute("BEGIN")
+        _verify_v2(conn, report, vkey, helpers)
     except _Failed as failure:
         report.fail(failure.seq, failure.problem, failure.code)
     except (sqlite3.Error, ValueError, TypeError) as exc:
         report.fail(None, f"cannot read the archive: {printable(exc)}", "unreadable")
     finally:
-        if owns:
+        if helpers is not None:
+            helpers.close()
+        if owns and conn.in_transaction:
             conn.execute("COMMIT")
     return report
 
 
-def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> None:
+def _verify_v2(
+    conn: sqlite3.Connection, report: ReportV2, vkey: str | None, helpers: _Helpers | None = None
+) -> None:
     meta = _v2_meta(conn, report)
     store_id = meta["store_id"]
     head = conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
@@ -989,9 +1020,11 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
         check.erasures()
         tree = _TreeCheck(conn)
         last_seq, last_chain = check.events(genesis_value, tree.append, payloads=False)
-        if not check.named(last_seq):
+        if not (check.named(last_seq) if helpers is None else helpers.merged(check, last_seq)):
             raise _Failed(None, "unreadable", "a payload does not hold")
     except _Failed:  # something does not hold: the ordered pass names the first failure
+        if helpers is not None:
+            helpers.close()  # their merge is not needed: the ordered pass checks every payload
         report.events_checked = report.payloads_checked = report.payloads_erased = 0
         report.last_seq = 0
         check = _V2Pass(conn, report)
@@ -1031,6 +1064,196 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
             f"tile {merkle.tile_path(level, index)} is not the tile of the events",
         )
     _check_checkpoints(conn, report, tree.stored, store_id, vkey)  # every row is as built
+
+
+_HEAD_ROW = "SELECT seq, chain, root FROM head WHERE id = 1"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    counted = getattr(os, "process_cpu_count", None)  # Python 3.13
+    if counted is not None:
+        return int(counted() or 1)
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _read_only(database: str) -> sqlite3.Connection:
+    """A read-only connection to ``database`` that runs none of its schema's SQL functions."""
+    uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
+    return conn
+
+
+#: the most processes ``verify --jobs`` uses (each helper takes some 30 MiB)
+MAX_JOBS = 16
+#: the events pass costs about half the payload merge (PERFORMANCE.md, 100k and 1M events)
+_EVENTS_PER_MERGE = 0.5
+
+_Range = tuple[bytes | None, bytes | None]
+
+
+def _digest_ranges(jobs: int) -> tuple[_Range | None, list[_Range]]:
+    """The digests the parent merges after its events pass (None: none) and each helper's, cut
+    by first byte so that ``jobs`` processes finish together; together every value."""
+    own = max(0.0, (1 + _EVENTS_PER_MERGE) / jobs - _EVENTS_PER_MERGE)  # the parent's share
+    starts = [own + (1 - own) * i / (jobs - 1) for i in range(jobs - 1)]
+    cuts = [bytes([min(255, round(256 * start))]) for start in starts[1 if own == 0 else 0 :]]
+    bounds: list[_Range] = list(zip([None, *cuts], [*cuts, None], strict=True))
+    return (bounds[0] if own else None), bounds[1 if own else 0 :]
+
+
+class _Helpers:
+    """The processes of ``verify --jobs``: each merges one range of digests (:meth:`_V2Pass.named`)
+    while the parent checks the events, on the parent's read snapshot.
+
+    The snapshot is shared by agreement: each helper starts its read transaction and sends its
+    head row; the parent starts its own and compares. A row in ``payloads`` an event names
+    changes only in an erasure (FORMAT.md 12.4: the triggers refuse anything else), which
+    appends an event and so moves the head, and events are only appended: equal heads are
+    the same events and the same payloads. Otherwise all start again (a writer committed
+    between), up to ``TRIES`` times, then the parent merges alone. Helpers are spawned (no
+    fork of a process holding SQLite connections and threads), ignore Ctrl-C (the parent,
+    which gets it too, stops them) and exit when the parent is gone.
+    """
+
+    TRIES = 8
+
+    def __init__(self) -> None:
+        self.processes: list[Any] = []
+        self.links: list[Connection] = []
+        self.own: _Range | None = None  # the digests the parent merges itself
+        self.ranges: list[_Range] = []  # each helper's
+
+    @classmethod
+    def start(cls, conn: sqlite3.Connection, jobs: int) -> _Helpers | None:
+        """``jobs - 1`` helpers on ``conn``'s database file; None for a database in memory."""
+        path = next(
+            (row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), ""
+        )
+        if not path:
+            return None
+        helpers = cls()
+        helpers.own, helpers.ranges = _digest_ranges(min(jobs, MAX_JOBS))
+        context = multiprocessing.get_context("spawn")
+        try:
+            for low, high in helpers.ranges:
+                mine, theirs = context.Pipe()
+                process = context.Process(
+                    target=_merge_range, args=(path, low, high, theirs), daemon=True
+                )
+                helpers.links.append(mine)
+                process.start()
+                helpers.processes.append(process)
+                theirs.close()
+        except OSError:  # no process to be had: one process verifies alone
+            helpers.close()
+            return None
+        except BaseException:
+            helpers.close()
+            raise
+        return helpers
+
+    def share(self, conn: sqlite3.Connection) -> bool:
+        """Begin ``conn``'s read transaction on the snapshot every helper reads (True), or
+        on none of theirs (False: the helpers are to be closed)."""
+        try:
+            for _ in range(self.TRIES):
+                heads = [link.recv() for link in self.links]
+                conn.execute("BEGIN")
+                mine = _head_of(conn)
+                if all(head == mine for head in heads):
+                    for link in self.links:
+                        link.send("go")
+                    return True
+                conn.execute("COMMIT")
+                for link in self.links:
+                    link.send("again")
+        except (EOFError, OSError):  # a helper did not start
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        return False
+
+    def merged(self, check: _V2Pass, until: int) -> bool:
+        """What :meth:`_V2Pass.named` gives for ``until``: the parent's range, the helpers'."""
+        if self.own is not None and not check.named(until, *self.own):
+            return False
+        for link, (low, high) in zip(self.links, self.ranges, strict=True):
+            try:
+                ok, last, checked, erased, counts = link.recv()
+            except (EOFError, OSError):  # the helper died: its range is merged here
+                if not check.named(until, low, high):
+                    return False
+                continue
+            if not (ok and last == until):
+                return False
+            check.report.payloads_checked += checked
+            check.report.payloads_erased += erased
+            for seq, count in counts.items():
+                check.erasure_counts[seq] = check.erasure_counts.get(seq, 0) + count
+        return True
+
+    def close(self) -> None:
+        """Stop every helper still running and wait for it: none is left behind."""
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self.processes:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for link in self.links:
+            link.close()
+        self.processes, self.links, self.ranges = [], [], []
+
+
+def _head_of(conn: sqlite3.Connection) -> object:
+    try:
+        return conn.execute(_HEAD_ROW).fetchone()
+    except sqlite3.Error as exc:  # the verification names it; the snapshots agree on it
+        return str(exc)
+
+
+def _merge_range(path: str, low: bytes | None, high: bytes | None, link: Connection) -> None:
+    """A helper of ``verify --jobs`` (:class:`_Helpers`): agree on the parent's snapshot,
+    then send ``(ok, until, payloads checked, erased, erasure counts)`` of one range."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # the parent killed outright: nothing else would stop this one
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True).start()
+    conn = _read_only(path)
+    try:
+        while True:
+            conn.execute("BEGIN")
+            link.send(_head_of(conn))
+            if link.recv() == "go":
+                break
+            conn.execute("COMMIT")
+        report = ReportV2()
+        check = _V2Pass(conn, report)
+        try:
+            check.erasures()
+            until = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+            ok = isinstance(until, int) and check.named(until, low, high)
+        except (_Failed, sqlite3.Error, ValueError, TypeError):
+            ok = False
+        counts = {seq: count for seq, count in check.erasure_counts.items() if count}
+        link.send(
+            (ok, until if ok else None, report.payloads_checked, report.payloads_erased, counts)
+        )
+    except (EOFError, OSError, sqlite3.Error):
+        pass  # the parent merges alone, or is gone: it reports, not a helper
+    finally:
+        conn.close()
+
+
+def _exit_with(sentinel: int) -> None:
+    wait([sentinel])
+    os._exit(1)
 
 
 def _check_checkpoints(
@@ -1986,9 +2209,7 @@ def _verify_database_file(database: str, key: str | None) -> Report:
     try:
         if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
             raise ValueError(f"{database} is not a regular file")
-        uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-        conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
+        conn = _read_only(database)
         version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
         if version is not None and version[0] == "2":
             return verify_database_v2(conn, vkey_argument(key))
