@@ -10,7 +10,6 @@ from where it was first named, a turn with its author, and an erased session.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import signal
@@ -65,9 +64,7 @@ def _report(
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         if monkeypatch is None:
-            report = verifier.verify_database(conn, b"", jobs=jobs).as_dict()
-            assert multiprocessing.active_children() == []  # every helper stopped and joined
-            return report
+            return verifier.verify_database(conn, b"", jobs=jobs).as_dict()
         with monkeypatch.context() as patch:
             patch.setattr(verifier._V2Pass, "named", lambda self, until: False)
             return verifier.verify_database(conn, b"").as_dict()
@@ -85,11 +82,37 @@ def test_an_intact_archive_reports_as_the_ordered_pass_does(
     assert merged["payloads_checked"] + merged["payloads_erased"] == _distinct_named(archive)
 
 
+@pytest.fixture
+def helper_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids of every helper ``verify --jobs`` starts in the test."""
+    pids: list[int] = []
+    real_start = verifier._Helpers.start
+
+    def start(conn: sqlite3.Connection, jobs: int) -> verifier._Helpers | None:
+        helpers = real_start(conn, jobs)
+        assert helpers is not None
+        pids.extend(process.pid for process in helpers.processes)
+        return helpers
+
+    monkeypatch.setattr(verifier._Helpers, "start", start)
+    return pids
+
+
 @pytest.mark.parametrize("jobs", [2, 3])
-def test_an_intact_archive_reports_the_same_with_jobs(archive: Path, jobs: int) -> None:
-    """``verify --jobs``: the payload merge in ``jobs - 1`` spawned processes, one range of
+def test_an_intact_archive_reports_the_same_with_jobs(
+    archive: Path, jobs: int, helper_pids: list[int]
+) -> None:
+    """``verify --jobs``: the payload merge in ``jobs - 1`` other processes, one range of
     digests each, gives the one-process report."""
     assert _report(archive, jobs=jobs) == _report(archive)
+    assert len(helper_pids) == jobs - 1 and not [p for p in helper_pids if _running(p)]
+
+
+def test_helpers_that_cannot_start_leave_the_verify_to_one_process(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verifier, "_HELPER", "import sys; sys.exit(3)")
+    assert _report(archive, jobs=3) == _report(archive)
 
 
 @pytest.mark.parametrize("jobs", [2, 3])
@@ -200,14 +223,20 @@ TAMPERS: dict[str, tuple[list[str], str | None]] = {
 
 @pytest.mark.parametrize("name", TAMPERS)
 def test_a_tampered_archive_reports_as_the_ordered_pass_does(
-    archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    archive: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    helper_pids: list[int],
 ) -> None:
+    """With ``--jobs`` 2 and 3 too: the helpers decline, the parent's ordered pass names it."""
     sql, code = TAMPERS[name]
     db = _tampered(archive, tmp_path / "events.db", sql)
     merged = _report(db)
     assert (merged["ok"], merged["code"]) == (code is None, code), merged["problem"]
     assert merged == _report(db, monkeypatch)
     assert merged == _report(db, jobs=2) == _report(db, jobs=3)
+    assert len(helper_pids) == 3 and not [p for p in helper_pids if _running(p)]
 
 
 def _copy(archive: Path, to: Path) -> Path:
@@ -249,24 +278,14 @@ def test_helpers_take_the_parents_snapshot_when_a_writer_commits_between(
 
 
 def test_an_interrupted_verify_leaves_no_helper_behind(
-    archive: Path, monkeypatch: pytest.MonkeyPatch
+    archive: Path, monkeypatch: pytest.MonkeyPatch, helper_pids: list[int]
 ) -> None:
-    """Ctrl-C reaches the parent mid-pass (the helpers ignore it): it stops and joins them."""
-    started: list[verifier._Helpers] = []
-    real_start = verifier._Helpers.start
-
-    def start(conn: sqlite3.Connection, jobs: int) -> verifier._Helpers | None:
-        helpers = real_start(conn, jobs)
-        assert helpers is not None
-        started.append(helpers)
-        return helpers
+    """Ctrl-C reaches the parent mid-pass (the helpers ignore it): it stops and waits for them."""
 
     def interrupted(*args: object, **kwargs: object) -> None:
-        pids.extend(p.pid for p in started[0].processes)
+        assert all(_running(pid) for pid in helper_pids)
         raise KeyboardInterrupt
 
-    pids: list[int | None] = []
-    monkeypatch.setattr(verifier._Helpers, "start", start)
     monkeypatch.setattr(verifier._V2Pass, "events", interrupted)
     conn = sqlite3.connect(archive, isolation_level=None)
     try:
@@ -275,8 +294,8 @@ def test_an_interrupted_verify_leaves_no_helper_behind(
         assert not conn.in_transaction
     finally:
         conn.close()
-    assert len(pids) == 2 and multiprocessing.active_children() == []
-    assert not [pid for pid in pids if pid is not None and _running(pid)]
+    assert len(helper_pids) == 2
+    assert not [pid for pid in helper_pids if _running(pid)]
 
 
 def _running(pid: int) -> bool:

@@ -28,13 +28,14 @@ import argparse
 import base64
 import binascii
 import json
-import multiprocessing
 import os
 import pathlib
 import re
 import signal
+import socket
 import sqlite3
 import stat
+import subprocess
 import sys
 import threading
 import zipfile
@@ -1115,41 +1116,51 @@ class _Helpers:
     changes only in an erasure (FORMAT.md 12.4: the triggers refuse anything else), which
     appends an event and so moves the head, and events are only appended: equal heads are
     the same events and the same payloads. Otherwise all start again (a writer committed
-    between), up to ``TRIES`` times, then the parent merges alone. Helpers are spawned (no
-    fork of a process holding SQLite connections and threads), ignore Ctrl-C (the parent,
-    which gets it too, stops them) and exit when the parent is gone.
+    between), up to ``TRIES`` times, then the parent merges alone.
+
+    A helper is a fresh interpreter running this module (:func:`_helper_main`), never a fork
+    of a process holding SQLite connections and threads, and never a re-run of the caller's
+    main module; it ignores Ctrl-C (the parent, which gets it too, stops it) and exits as
+    soon as its link to the parent closes, the parent killed outright included.
     """
 
     TRIES = 8
 
     def __init__(self) -> None:
-        self.processes: list[Any] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
         self.links: list[Connection] = []
         self.own: _Range | None = None  # the digests the parent merges itself
         self.ranges: list[_Range] = []  # each helper's
+        self.answered: set[int] = set()  # helpers whose result was received
 
     @classmethod
     def start(cls, conn: sqlite3.Connection, jobs: int) -> _Helpers | None:
-        """``jobs - 1`` helpers on ``conn``'s database file; None for a database in memory."""
+        """``jobs - 1`` helpers on ``conn``'s database file; None for a database in memory
+        (or where no interpreter can be started: one process verifies alone)."""
         path = next(
             (row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), ""
         )
-        if not path:
+        if not path or not sys.executable:
             return None
+        module = __name__ if __name__ != "__main__" else pathlib.Path(__file__).stem
+        root = pathlib.Path(__file__).resolve().parents[module.count(".")]
         helpers = cls()
         helpers.own, helpers.ranges = _digest_ranges(min(jobs, MAX_JOBS))
-        context = multiprocessing.get_context("spawn")
         try:
             for low, high in helpers.ranges:
-                mine, theirs = context.Pipe()
-                process = context.Process(
-                    target=_merge_range, args=(path, low, high, theirs), daemon=True
-                )
-                helpers.links.append(mine)
-                process.start()
-                helpers.processes.append(process)
-                theirs.close()
-        except OSError:  # no process to be had: one process verifies alone
+                mine, theirs = socket.socketpair()
+                helpers.links.append(Connection(mine.detach()))
+                with theirs:
+                    helpers.processes.append(
+                        subprocess.Popen(
+                            [sys.executable, "-c", _HELPER, str(root), module, path]
+                            + [str(theirs.fileno()), _bound(low), _bound(high)],
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            pass_fds=(theirs.fileno(),),
+                        )
+                    )
+        except (OSError, ValueError):  # no process to be had
             helpers.close()
             return None
         except BaseException:
@@ -1181,9 +1192,10 @@ class _Helpers:
         """What :meth:`_V2Pass.named` gives for ``until``: the parent's range, the helpers'."""
         if self.own is not None and not check.named(until, *self.own):
             return False
-        for link, (low, high) in zip(self.links, self.ranges, strict=True):
+        for index, (link, (low, high)) in enumerate(zip(self.links, self.ranges, strict=True)):
             try:
                 ok, last, checked, erased, counts = link.recv()
+                self.answered.add(index)
             except (EOFError, OSError):  # the helper died: its range is merged here
                 if not check.named(until, low, high):
                     return False
@@ -1197,18 +1209,31 @@ class _Helpers:
         return True
 
     def close(self) -> None:
-        """Stop every helper still running and wait for it: none is left behind."""
-        for process in self.processes:
-            if process.is_alive():
+        """Stop every helper still running and wait for it: none is left behind. Those that
+        answered are ending on their own (each sends its range's result last)."""
+        for link in self.links:
+            link.close()  # a helper still merging sees its link close and exits
+        for index, process in enumerate(self.processes):
+            if index not in self.answered and process.poll() is None:
                 process.terminate()
         for process in self.processes:
-            process.join(5)
-            if process.is_alive():
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
                 process.kill()
-                process.join()
-        for link in self.links:
-            link.close()
+                process.wait()
         self.processes, self.links, self.ranges = [], [], []
+
+
+#: a helper's interpreter: this module from the folder it was loaded from, then its main
+_HELPER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import importlib; "
+    "importlib.import_module(sys.argv[2])._helper_main(sys.argv[3:])"
+)
+
+
+def _bound(value: bytes | None) -> str:
+    return "-" if value is None else value.hex()
 
 
 def _head_of(conn: sqlite3.Connection) -> object:
@@ -1218,13 +1243,13 @@ def _head_of(conn: sqlite3.Connection) -> object:
         return str(exc)
 
 
-def _merge_range(path: str, low: bytes | None, high: bytes | None, link: Connection) -> None:
-    """A helper of ``verify --jobs`` (:class:`_Helpers`): agree on the parent's snapshot,
-    then send ``(ok, until, payloads checked, erased, erasure counts)`` of one range."""
+def _helper_main(argv: list[str]) -> None:
+    """A helper of ``verify --jobs`` (:class:`_Helpers`): ``DATABASE FD LOW HIGH``. Agree on
+    the parent's snapshot, then send ``(ok, until, payloads checked, erased, erasure
+    counts)`` of the digests ``LOW <= digest < HIGH`` (hex, or ``-``: open)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = multiprocessing.parent_process()
-    if parent is not None:  # the parent killed outright: nothing else would stop this one
-        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True).start()
+    path, fd, low, high = argv
+    link = Connection(int(fd))
     conn = _read_only(path)
     try:
         while True:
@@ -1233,15 +1258,21 @@ def _merge_range(path: str, low: bytes | None, high: bytes | None, link: Connect
             if link.recv() == "go":
                 break
             conn.execute("COMMIT")
+        # the parent sends nothing more: the link readable means it closed it, or died
+        done = threading.Event()
+        threading.Thread(target=_exit_with, args=(link, done), daemon=True).start()
         report = ReportV2()
         check = _V2Pass(conn, report)
         try:
             check.erasures()
             until = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-            ok = isinstance(until, int) and check.named(until, low, high)
+            ok = isinstance(until, int) and check.named(
+                until, *(None if b == "-" else bytes.fromhex(b) for b in (low, high))
+            )
         except (_Failed, sqlite3.Error, ValueError, TypeError):
             ok = False
         counts = {seq: count for seq, count in check.erasure_counts.items() if count}
+        done.set()  # from here this helper ends on its own
         link.send(
             (ok, until if ok else None, report.payloads_checked, report.payloads_erased, counts)
         )
@@ -1251,9 +1282,10 @@ def _merge_range(path: str, low: bytes | None, high: bytes | None, link: Connect
         conn.close()
 
 
-def _exit_with(sentinel: int) -> None:
-    wait([sentinel])
-    os._exit(1)
+def _exit_with(link: Connection, done: threading.Event) -> None:
+    wait([link])
+    if not done.is_set():
+        os._exit(1)
 
 
 def _check_checkpoints(
