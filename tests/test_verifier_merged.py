@@ -10,6 +10,7 @@ from where it was first named, a turn with its author, and an erased session.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -335,3 +336,55 @@ def test_a_helper_does_not_outlive_a_parent_killed_outright(archive: Path) -> No
             break
         time.sleep(0.1)
     assert not _running(helper)
+
+
+STANDALONE = ("verifier.py", "merkle.py", "signed_note.py", "tlog_proof.py")
+
+
+def test_the_standalone_verifier_copied_alone_verifies_with_jobs(
+    archive: Path, tmp_path: Path
+) -> None:
+    """Its helpers run the copied verifier.py, isolated as it is (``-I``): same report."""
+    alone = tmp_path / "auditor"
+    alone.mkdir()
+    for name in STANDALONE:
+        shutil.copy(Path(verifier.__file__).parent / name, alone / name)
+
+    def check(jobs: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-I", "verifier.py", "database", str(archive), "--json"]
+            + ["--jobs", jobs],
+            cwd=alone,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return dict(json.loads(done.stdout))
+
+    one = check("1")
+    assert one["ok"] and one == check("2") == check("3")
+
+
+_NO_MAIN_GUARD = """
+import sqlite3, sys
+from archive_provider.format import verifier
+print("verifying", flush=True)
+report = verifier.verify_database(sqlite3.connect(sys.argv[1], isolation_level=None), b"", jobs=2)
+print(report.ok, report.payloads_checked, flush=True)
+"""
+
+
+def test_a_caller_without_a_main_guard_is_not_run_again_by_the_helpers(
+    archive: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "caller.py"
+    script.write_text(_NO_MAIN_GUARD)
+    done = subprocess.run(
+        [sys.executable, str(script), str(archive)],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == ["verifying", f"True {_report(archive)['payloads_checked']}"]

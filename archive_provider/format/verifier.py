@@ -5,7 +5,7 @@ and its two pure sibling modules ``merkle.py`` and ``signed_note.py``, so that a
 can read it, copy the three files into one folder and run it alone::
 
     python verifier.py path/to/archive/events.db [--key path/to/payload.key] [--json]  # v1
-    python verifier.py path/to/archive/events.db [--key VKEY] [--json]                  # v2
+    python verifier.py path/to/archive/events.db [--key VKEY] [--jobs N] [--json]       # v2
     python verifier.py bundle path/to/export.zip [--json]
 
 It is also the verifier the package itself uses, so there is one implementation of the
@@ -1153,7 +1153,7 @@ class _Helpers:
                 with theirs:
                     helpers.processes.append(
                         subprocess.Popen(
-                            [sys.executable, "-c", _HELPER, str(root), module, path]
+                            [sys.executable, *_isolation(), "-c", _HELPER, str(root), module, path]
                             + [str(theirs.fileno()), _bound(low), _bound(high)],
                             stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL,
@@ -1230,6 +1230,13 @@ _HELPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); import importlib; "
     "importlib.import_module(sys.argv[2])._helper_main(sys.argv[3:])"
 )
+
+
+def _isolation() -> list[str]:
+    """The isolation flags this interpreter runs with, which a helper keeps."""
+    if sys.flags.isolated:
+        return ["-I"]
+    return ["-E"] * bool(sys.flags.ignore_environment) + ["-s"] * bool(sys.flags.no_user_site)
 
 
 def _bound(value: bytes | None) -> str:
@@ -2235,16 +2242,17 @@ def vkey_argument(key: str | None) -> str | None:
     return key
 
 
-def _verify_database_file(database: str, key: str | None) -> Report:
+def _verify_database_file(database: str, key: str | None, jobs: int = 1) -> Report:
     """Verify ``database``: v1 with its payload key (``key``: the file, default beside it),
-    v2 with no key file (``key``: the pinned verifier key, or a file holding it)."""
+    v2 with no key file (``key``: the pinned verifier key, or a file holding it) in ``jobs``
+    processes."""
     try:
         if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
             raise ValueError(f"{database} is not a regular file")
         conn = _read_only(database)
         version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
         if version is not None and version[0] == "2":
-            return verify_database_v2(conn, vkey_argument(key))
+            return verify_database_v2(conn, vkey_argument(key), jobs)
         key_path = key or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
         try:
             payload_key = read_key_file(key_path)
@@ -2392,7 +2400,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="verifier.py",
         description="Verify a hermes-archive events.db or export bundle without the package.",
         usage="%(prog)s [bundle|database|proof] PATH [--key payload.key|VKEY] "
-        "[--witness WKEY ...] [--json]",
+        "[--witness WKEY ...] [--jobs N] [--json]",
     )
     parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
     parser.add_argument(
@@ -2406,6 +2414,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="WKEY",
         help="a proof file: a witness verifier key whose cosignature is checked (repeatable)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=usable_cores(),
+        metavar="N",
+        help="a v2 database: processes to use (default: the cores; v1: one, N is ignored)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
@@ -2422,7 +2437,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, "file"))
         return 1
     if kind == "database":
-        report = _verify_database_file(args.path, args.key)
+        report = _verify_database_file(args.path, args.key, max(1, args.jobs))
     elif kind == "proof":
         report = verify_proof(args.path, vkey_argument(args.key), args.witness)
     else:
