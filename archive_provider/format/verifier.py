@@ -1257,7 +1257,10 @@ def _helper_main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     path, fd, low, high = argv
     link = Connection(int(fd))
-    conn = _read_only(path)
+    try:
+        conn = _read_only(path)
+    except sqlite3.Error:
+        return  # the parent, which reads the same file, names what is wrong with it
     try:
         while True:
             conn.execute("BEGIN")
