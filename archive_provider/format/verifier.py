@@ -985,8 +985,9 @@ def verify_database_v2(
     if V2_UNAVAILABLE:
         return report.fail(None, f"cannot read the archive: {V2_UNAVAILABLE}", "unreadable")
     owns = not conn.in_transaction  # a writer checks inside its own write transaction
-    helpers = _Helpers.start(conn, jobs) if owns and jobs > 1 else None
+    helpers = None
     try:
+        helpers = _Helpers.start(conn, jobs) if owns and jobs > 1 else None
         if helpers is None or not helpers.share(conn):
             if helpers is not None:
                 helpers.close()
@@ -1137,9 +1138,11 @@ class _Helpers:
     def start(cls, conn: sqlite3.Connection, jobs: int) -> _Helpers | None:
         """``jobs - 1`` helpers on ``conn``'s database file; None for a database in memory
         (or where no interpreter can be started: one process verifies alone)."""
-        path = next(
-            (row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), ""
-        )
+        try:
+            listed = conn.execute("PRAGMA database_list").fetchall()
+        except sqlite3.Error:  # the verification names it
+            return None
+        path = next((row[2] for row in listed if row[1] == "main"), "")
         if not path or not sys.executable:
             return None
         module = __name__ if __name__ != "__main__" else pathlib.Path(__file__).stem
