@@ -199,6 +199,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     section(f"2 verify @ {label}")
                     verify_rows = s2_verify.run(folder, size, config.verify_repeats, _say)
                     rows += verify_rows
+                    rows += s2_verify.jobs_rows(folder, 2, config.verify_repeats, _say)
                     first = min(homes)  # the first stage: its turns and seed, built in v1
                     section(f"2 verify v2 vs v1, same content @ {first:,} events")
                     rows.append(

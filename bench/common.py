@@ -161,7 +161,7 @@ def peak_rss_mb() -> float:
 
 #: a child that runs one ``hermes-archive`` command in-process, then reports its own peak RSS
 _CLI_CHILD = """
-import resource, sys
+import os, resource, sys
 cap = int(sys.argv[1])
 if cap:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -175,41 +175,53 @@ except MemoryError:
 sys.stdout.flush()
 with open("/proc/self/status") as status:
     peak = [line.split()[1] for line in status if line.startswith("VmHWM:")]
-sys.stderr.write("\\nbench-peak-kib " + peak[0] + "\\n")
+sys.stderr.write(f"\\nbench-peak-kib {peak[0]} {os.getpid()}\\n")
 sys.exit(code or 0)
 """
 
 
 @dataclass
 class ChildRun:
-    """One command run in a child: exit code, peak RSS (MiB), wall seconds, output."""
+    """One command run in a child: exit code, peak RSS (MiB, its processes' peaks summed),
+    wall seconds, output, and how many processes it ran (``verify --jobs`` starts helpers)."""
 
     returncode: int
     peak_mib: float
     seconds: float
     stdout: str
     stderr: str
+    processes: int = 1
 
 
 def cli_child(home: Path, *args: str, address_cap_mib: int = 0) -> ChildRun:
     """Run ``hermes-archive --home HOME ARGS`` in a fresh interpreter and read its peak RSS.
 
     The child reports ``VmHWM`` of its own image (a fork's ``ru_maxrss`` starts at the
-    parent's peak on Linux, so the parent's size would leak into it). ``address_cap_mib``
+    parent's peak on Linux, so the parent's size would leak into it), and every Python
+    process it starts writes its own at exit (``bench/peak/sitecustomize.py``): the peak is
+    their sum, as if all peaked at once. ``address_cap_mib``
     caps the child's address space (``RLIMIT_AS``), so a path that grows with the archive
     fails with MemoryError (exit 99) instead of pressing a shared machine into swap.
     """
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _CLI_CHILD, str(address_cap_mib << 20), "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    seconds = time.perf_counter() - started
-    marks = [line for line in done.stderr.splitlines() if line.startswith("bench-peak-kib ")]
-    peak = int(marks[-1].split()[1]) / 1024 if marks else float("nan")
-    return ChildRun(done.returncode, peak, seconds, done.stdout, done.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench-peaks-") as peaks:
+        path = os.pathsep.join(
+            [str(Path(__file__).parent / "peak"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", _CLI_CHILD, str(address_cap_mib << 20), "--home", str(home)]
+            + list(args),
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": path, "BENCH_PEAK_DIR": peaks},
+        )
+        seconds = time.perf_counter() - started
+        marks = [line for line in done.stderr.splitlines() if line.startswith("bench-peak-kib ")]
+        main_kib, main_pid = marks[-1].split()[1:3] if marks else ("nan", "")
+        helpers = [int(f.read_text()) for f in Path(peaks).iterdir() if f.name != main_pid]
+    peak = (float(main_kib) + sum(helpers)) / 1024
+    return ChildRun(done.returncode, peak, seconds, done.stdout, done.stderr, 1 + len(helpers))
 
 
 def folder_bytes(folder: Path) -> int:

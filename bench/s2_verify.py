@@ -13,6 +13,8 @@ not and reports only a count of mismatches.
 
 from __future__ import annotations
 
+import os
+import resource
 import sqlite3
 import time
 from collections.abc import Callable
@@ -210,6 +212,71 @@ def run(folder: Path, events: int, repeats: int, say: Report) -> list[Row]:
             absolute_kind="min",
             absolute_value=300_000,
             extra={"events": n, "seconds": all_ours, "loop_seconds": all_theirs},
+        )
+    ]
+
+
+def jobs_rows(folder: Path, jobs: int, repeats: int, say: Report) -> list[Row]:
+    """``verify --jobs`` (v2: the payload merge in helper processes) beside the same floor.
+
+    On a shared machine the wall time shows the load as much as the code, so the CPU time
+    of this process and of its helpers is recorded too: with one helper, the larger of the
+    two is what the verify would take with two free cores. None for a v1 log."""
+    conn = sqlite3.connect(folder / "events.db", isolation_level=None)
+    if format_version(conn) != 2:
+        conn.close()
+        return []
+    conn.execute("PRAGMA cache_size = -262144")
+    cpu: dict[str, list[float]] = {"parent": [], "helpers": [], "floor": []}
+
+    def spent(who: int) -> float:
+        used = resource.getrusage(who)
+        return used.ru_utime + used.ru_stime
+
+    def counted(action: Callable[[], Any], *names: str) -> Callable[[], Any]:
+        def run() -> Any:
+            start = [spent(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+            result = action()
+            end = [spent(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+            for name, before, after in zip(names, start, end, strict=False):
+                cpu[name].append(after - before)
+            return result
+
+        return run
+
+    try:
+        n, ours, theirs, all_ours, all_theirs = against_floor(
+            counted(lambda: verify_database(conn, b"", jobs=jobs), "parent", "helpers"),
+            counted(lambda: floor_v2(conn), "floor"),
+            folder,
+            repeats,
+            "log",
+        )
+    finally:
+        conn.close()
+    load = os.getloadavg()[0]
+    parent, helpers, floor = (median(cpu[name]) for name in ("parent", "helpers", "floor"))
+    cpu_text = f"CPU: this process {parent:.2f} s, helpers {helpers:.2f} s, floor {floor:.2f} s"
+    say(
+        f"  verify --jobs {jobs}: {n / ours:,.0f}/s vs the floor {n / theirs:,.0f}/s; "
+        f"{cpu_text} (load {load:.1f})"
+    )
+    return [
+        Row(
+            "2",
+            f"verify {n / 1000:,.0f}k events --jobs {jobs}",
+            n / ours,
+            "events/s",
+            n / theirs,
+            "sequential pass, no lookups",
+            note=f"{cpu_text}; load {load:.1f}",
+            extra={
+                "events": n,
+                "seconds": all_ours,
+                "loop_seconds": all_theirs,
+                "cpu_seconds": cpu,
+                "load": load,
+            },
         )
     ]
 

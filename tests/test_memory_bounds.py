@@ -2,7 +2,8 @@
 
 Issue 18 point 3. Two archives are built once with the corpus builder: SMALL_TURNS and
 LARGE_TURNS turns (7x as many events). Each command runs on both in a child process
-(``bench.common.cli_child``: the child reports its own ``VmHWM``), and the larger archive's
+(``bench.common.cli_child``: the child reports its own ``VmHWM``, and each process it starts
+its own: their sum is the command's), and the larger archive's
 peak RSS must stay within GROWTH_MIB of the smaller's and under CEILING_MIB. An O(n) path is
 caught: GROWTH_MIB spread over the ~26k extra events is about 240 bytes per event, less than
 any per-event or per-payload Python object costs. SQLite's page caches are filled at both
@@ -87,7 +88,21 @@ def test_replay_runs_in_bounded_memory(archives: Archives) -> None:
 
 
 def test_verify_runs_in_bounded_memory(archives: Archives) -> None:
-    Pair(cli_child(archives.small, "verify"), cli_child(archives.large, "verify")).check()
+    Pair(
+        cli_child(archives.small, "verify", "--jobs", "1"),
+        cli_child(archives.large, "verify", "--jobs", "1"),
+    ).check()
+
+
+def test_verify_with_jobs_runs_in_bounded_memory_counting_its_helper(archives: Archives) -> None:
+    """``verify --jobs 2``: the peak is the parent's plus its helper's (each process writes
+    its own at exit), and both stay flat."""
+    pair = Pair(
+        cli_child(archives.small, "verify", "--jobs", "2"),
+        cli_child(archives.large, "verify", "--jobs", "2"),
+    )
+    pair.check()
+    assert pair.small.processes == pair.large.processes == 2
 
 
 @pytest.fixture(scope="module")

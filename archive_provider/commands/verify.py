@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archive_provider.commands import CommandContext
+from archive_provider.commands import CommandContext, positive_int
 
 if TYPE_CHECKING:
     from archive_provider.format.verifier import Report
@@ -44,6 +44,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="format v2: ask the local and every remote witness what they cosigned and check "
         "it against this archive (lag, last error, a refused rewrite)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        metavar="N",
+        help="format v2: processes to use (default: the cores this process may run on; at "
+        "most 16): one checks the events while the others merge the payloads, each a range of "
+        "digests, and the report is the one a single process gives; a v1 archive is checked in "
+        "one process (N is accepted and ignored)",
     )
     parser.add_argument(
         "--lineage",
@@ -119,13 +128,14 @@ def _human(data: dict[str, Any]) -> str:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.format.verifier import verify_database
+    from archive_provider.format.verifier import usable_cores, verify_database
 
+    jobs = usable_cores() if ctx.args.jobs is None else ctx.args.jobs
     with ctx.store() as store:
         total = store.head().seq
         with ctx.progress("verify", total) as progress:
             report: Report = verify_database(
-                store.conn, store.key, progress=progress, vkey=ctx.args.key
+                store.conn, store.key, progress=progress, vkey=ctx.args.key, jobs=jobs
             )
     data: dict[str, Any] = {"ok": report.ok, "log": report.as_dict()}
     if ctx.args.lineage and report.ok:

@@ -5,7 +5,7 @@ and its two pure sibling modules ``merkle.py`` and ``signed_note.py``, so that a
 can read it, copy the three files into one folder and run it alone::
 
     python verifier.py path/to/archive/events.db [--key path/to/payload.key] [--json]  # v1
-    python verifier.py path/to/archive/events.db [--key VKEY] [--json]                  # v2
+    python verifier.py path/to/archive/events.db [--key VKEY] [--jobs N] [--json]       # v2
     python verifier.py bundle path/to/export.zip [--json]
 
 It is also the verifier the package itself uses, so there is one implementation of the
@@ -31,13 +31,18 @@ import json
 import os
 import pathlib
 import re
+import signal
+import socket
 import sqlite3
 import stat
+import subprocess
 import sys
+import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner
+from multiprocessing.connection import Connection, wait
 from typing import IO, Any, BinaryIO
 
 try:
@@ -321,20 +326,22 @@ def verify_database(
     key: bytes,
     progress: Callable[[int], None] | None = None,
     vkey: str | None = None,
+    jobs: int = 1,
 ) -> Report:
     """Verify a whole archive database through an open connection, in its own format.
 
     The head, the envelopes and the payloads are read in one read transaction, so a writer
     in another process appending meanwhile can never make the head look stale. A v1 archive
     needs its payload ``key``; a v2 archive needs no key and gives a :class:`ReportV2`
-    (``vkey``, the pinned verifier key, checks its signed checkpoints).
+    (``vkey``, the pinned verifier key, checks its signed checkpoints; ``jobs``, the
+    processes it may use; a v1 archive is checked in one).
     """
     problem = schema_problem(conn)
     if problem:
         return Report().fail(None, problem)
     version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
     if version is not None and version[0] == "2":
-        return verify_database_v2(conn, vkey)
+        return verify_database_v2(conn, vkey, jobs)
     payload_cursor = conn.cursor()
 
     def payload_of(digest: str) -> bytes | None:
@@ -832,19 +839,30 @@ class _V2Pass:
             report.last_seq = seq
         return prev_seq, prev_chain
 
-    def named(self, until: int) -> bool:
+    def named(self, until: int, low: bytes | None = None, high: bytes | None = None) -> bool:
         """Check every payload the events ``seq <= until`` name, each distinct digest once,
         without a lookup per digest (issue 18): the digests the events name, sorted and
         grouped by SQLite (in bounded memory, spilling to temporary files), are merged with
         the payloads table read in its stored (digest) order. False at the first thing that
         does not hold: the ordered pass then names it, as FORMAT.md 20.2 orders failures.
 
+        ``low <= digest < high`` (None: unbounded) takes one range of digests, so that
+        ``verify --jobs`` can merge ranges in several processes; every digest falls in one.
         Rows no event names are skipped unread, as the ordered pass never reads them."""
-        named = self.conn.execute(_NAMED, {"until": until})
+        bounds = {"until": until, "low": low, "high": high}
+        where = " AND ".join(
+            test
+            for test, bound in (("digest >= :low", low), ("digest < :high", high))
+            if bound is not None
+        )
+        named = self.conn.execute(_NAMED.format(where=where or "1"), bounds)
         want, last = next(named, (None, 0))
         covered, counts, checked, erased, previous = self.covered, self.erasure_counts, 0, 0, None
         for digest, salt, body, kind in self.conn.execute(
-            "SELECT digest, salt, body, typeof(body) FROM payloads ORDER BY digest"
+            "SELECT digest, salt, body, typeof(body) FROM payloads"
+            + (f" WHERE {where}" if where else "")
+            + " ORDER BY digest",
+            bounds,
         ):
             if digest != want:
                 if want is None:
@@ -880,7 +898,7 @@ class _V2Pass:
 _TEXT_COLUMNS = ("time", "type", "session", "key")
 _ALL_TEXT = ("text",) * 4
 #: every digest the events ``0 < seq <= :until`` name (payload, each part, author) with the
-#: last seq naming it, one row per distinct digest in digest order
+#: last seq naming it, one row per distinct digest in digest order; ``{where}``: its range
 _NAMED = """
 WITH RECURSIVE part(seq, i, n) AS (
     SELECT seq, 0, length(parts) / 32 FROM events
@@ -893,7 +911,7 @@ WITH RECURSIVE part(seq, i, n) AS (
     UNION ALL
     SELECT substr(e.parts, part.i * 32 + 1, 32), part.seq FROM part JOIN events e ON e.seq = part.seq
 )
-SELECT digest, max(seq) FROM named GROUP BY digest ORDER BY digest
+SELECT digest, max(seq) FROM named WHERE {where} GROUP BY digest ORDER BY digest
 """
 
 
@@ -958,31 +976,46 @@ def _v2_meta(conn: sqlite3.Connection, report: ReportV2) -> dict[str, Any]:
     return meta
 
 
-def verify_database_v2(conn: sqlite3.Connection, vkey: str | None = None) -> ReportV2:
+def verify_database_v2(
+    conn: sqlite3.Connection, vkey: str | None = None, jobs: int = 1
+) -> ReportV2:
     """Full verification of a v2 archive (FORMAT.md 20.2) in one read transaction.
 
     ``vkey`` is the pinned verifier key: with it every signed checkpoint's signature is
-    checked (``authenticity`` verified or failed); without it, ``not checked``.
+    checked (``authenticity`` verified or failed); without it, ``not checked``. With
+    ``jobs`` above 1 the payload merge runs in ``jobs - 1`` other processes, each on a
+    range of digests, while this one checks the events (:class:`_Helpers`); the report is
+    the one a single process gives.
     """
     report = ReportV2()
     if V2_UNAVAILABLE:
         return report.fail(None, f"cannot read the archive: {V2_UNAVAILABLE}", "unreadable")
     owns = not conn.in_transaction  # a writer checks inside its own write transaction
-    if owns:
-        conn.execute("BEGIN")
+    helpers = None
     try:
-        _verify_v2(conn, report, vkey)
+        helpers = _Helpers.start(conn, jobs) if owns and jobs > 1 else None
+        if helpers is None or not helpers.share(conn):
+            if helpers is not None:
+                helpers.close()
+                helpers = None
+            if owns:
+                conn.execute("BEGIN")
+        _verify_v2(conn, report, vkey, helpers)
     except _Failed as failure:
         report.fail(failure.seq, failure.problem, failure.code)
     except (sqlite3.Error, ValueError, TypeError) as exc:
         report.fail(None, f"cannot read the archive: {printable(exc)}", "unreadable")
     finally:
-        if owns:
+        if helpers is not None:
+            helpers.close()
+        if owns and conn.in_transaction:
             conn.execute("COMMIT")
     return report
 
 
-def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> None:
+def _verify_v2(
+    conn: sqlite3.Connection, report: ReportV2, vkey: str | None, helpers: _Helpers | None = None
+) -> None:
     meta = _v2_meta(conn, report)
     store_id = meta["store_id"]
     head = conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
@@ -995,9 +1028,11 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
         check.erasures()
         tree = _TreeCheck(conn)
         last_seq, last_chain = check.events(genesis_value, tree.append, payloads=False)
-        if not check.named(last_seq):
+        if not (check.named(last_seq) if helpers is None else helpers.merged(check, last_seq)):
             raise _Failed(None, "unreadable", "a payload does not hold")
     except _Failed:  # something does not hold: the ordered pass names the first failure
+        if helpers is not None:
+            helpers.close()  # their merge is not needed: the ordered pass checks every payload
         report.events_checked = report.payloads_checked = report.payloads_erased = 0
         report.last_seq = 0
         check = _V2Pass(conn, report)
@@ -1037,6 +1072,239 @@ def _verify_v2(conn: sqlite3.Connection, report: ReportV2, vkey: str | None) -> 
             f"tile {merkle.tile_path(level, index)} is not the tile of the events",
         )
     _check_checkpoints(conn, report, tree.stored, store_id, vkey)  # every row is as built
+
+
+_HEAD_ROW = "SELECT seq, chain, root FROM head WHERE id = 1"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    counted = getattr(os, "process_cpu_count", None)  # Python 3.13
+    if counted is not None:
+        return int(counted() or 1)
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _read_only(database: str) -> sqlite3.Connection:
+    """A read-only connection to ``database`` that runs none of its schema's SQL functions."""
+    uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
+    return conn
+
+
+#: the most processes ``verify --jobs`` uses (each helper takes some 30 MiB)
+MAX_JOBS = 16
+#: the events pass costs about half the payload merge (PERFORMANCE.md, 100k and 1M events)
+_EVENTS_PER_MERGE = 0.5
+
+_Range = tuple[bytes | None, bytes | None]
+
+
+def _digest_ranges(jobs: int) -> tuple[_Range | None, list[_Range]]:
+    """The digests the parent merges after its events pass (None: none) and each helper's, cut
+    by first byte so that ``jobs`` processes finish together; together every value."""
+    own = max(0.0, (1 + _EVENTS_PER_MERGE) / jobs - _EVENTS_PER_MERGE)  # the parent's share
+    starts = [own + (1 - own) * i / (jobs - 1) for i in range(jobs - 1)]
+    cuts = [bytes([min(255, round(256 * start))]) for start in starts[1 if own == 0 else 0 :]]
+    bounds: list[_Range] = list(zip([None, *cuts], [*cuts, None], strict=True))
+    return (bounds[0] if own else None), bounds[1 if own else 0 :]
+
+
+class _Helpers:
+    """The processes of ``verify --jobs``: each merges one range of digests (:meth:`_V2Pass.named`)
+    while the parent checks the events, on the parent's read snapshot.
+
+    The snapshot is shared by agreement: each helper starts its read transaction and sends its
+    head row; the parent starts its own and compares. A row in ``payloads`` an event names
+    changes only in an erasure (FORMAT.md 12.4: the triggers refuse anything else), which
+    appends an event and so moves the head, and events are only appended: equal heads are
+    the same events and the same payloads. Otherwise all start again (a writer committed
+    between), up to ``TRIES`` times, then the parent merges alone.
+
+    A helper is a fresh interpreter running this module (:func:`_helper_main`), never a fork
+    of a process holding SQLite connections and threads, and never a re-run of the caller's
+    main module; it ignores Ctrl-C (the parent, which gets it too, stops it) and exits as
+    soon as its link to the parent closes, the parent killed outright included.
+    """
+
+    TRIES = 8
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.links: list[Connection] = []
+        self.own: _Range | None = None  # the digests the parent merges itself
+        self.ranges: list[_Range] = []  # each helper's
+        self.answered: set[int] = set()  # helpers whose result was received
+
+    @classmethod
+    def start(cls, conn: sqlite3.Connection, jobs: int) -> _Helpers | None:
+        """``jobs - 1`` helpers on ``conn``'s database file; None for a database in memory
+        (or where no interpreter can be started: one process verifies alone)."""
+        try:
+            listed = conn.execute("PRAGMA database_list").fetchall()
+        except sqlite3.Error:  # the verification names it
+            return None
+        path = next((row[2] for row in listed if row[1] == "main"), "")
+        if not path or not sys.executable:
+            return None
+        module = __name__ if __name__ != "__main__" else pathlib.Path(__file__).stem
+        root = pathlib.Path(__file__).resolve().parents[module.count(".")]
+        helpers = cls()
+        helpers.own, helpers.ranges = _digest_ranges(min(jobs, MAX_JOBS))
+        try:
+            for low, high in helpers.ranges:
+                mine, theirs = socket.socketpair()
+                helpers.links.append(Connection(mine.detach()))
+                with theirs:
+                    helpers.processes.append(
+                        subprocess.Popen(
+                            [sys.executable, *_isolation(), "-c", _HELPER, str(root), module, path]
+                            + [str(theirs.fileno()), _bound(low), _bound(high)],
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            pass_fds=(theirs.fileno(),),
+                        )
+                    )
+        except (OSError, ValueError):  # no process to be had
+            helpers.close()
+            return None
+        except BaseException:
+            helpers.close()
+            raise
+        return helpers
+
+    def share(self, conn: sqlite3.Connection) -> bool:
+        """Begin ``conn``'s read transaction on the snapshot every helper reads (True), or
+        on none of theirs (False: the helpers are to be closed)."""
+        try:
+            for _ in range(self.TRIES):
+                heads = [link.recv() for link in self.links]
+                conn.execute("BEGIN")
+                mine = _head_of(conn)
+                if all(head == mine for head in heads):
+                    for link in self.links:
+                        link.send("go")
+                    return True
+                conn.execute("COMMIT")
+                for link in self.links:
+                    link.send("again")
+        except (EOFError, OSError):  # a helper did not start
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        return False
+
+    def merged(self, check: _V2Pass, until: int) -> bool:
+        """What :meth:`_V2Pass.named` gives for ``until``: the parent's range, the helpers'."""
+        if self.own is not None and not check.named(until, *self.own):
+            return False
+        for index, (link, (low, high)) in enumerate(zip(self.links, self.ranges, strict=True)):
+            try:
+                ok, last, checked, erased, counts = link.recv()
+                self.answered.add(index)
+            except (EOFError, OSError):  # the helper died: its range is merged here
+                if not check.named(until, low, high):
+                    return False
+                continue
+            if not (ok and last == until):
+                return False
+            check.report.payloads_checked += checked
+            check.report.payloads_erased += erased
+            for seq, count in counts.items():
+                check.erasure_counts[seq] = check.erasure_counts.get(seq, 0) + count
+        return True
+
+    def close(self) -> None:
+        """Stop every helper still running and wait for it: none is left behind. Those that
+        answered are ending on their own (each sends its range's result last)."""
+        for link in self.links:
+            link.close()  # a helper still merging sees its link close and exits
+        for index, process in enumerate(self.processes):
+            if index not in self.answered and process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes, self.links, self.ranges = [], [], []
+
+
+#: a helper's interpreter: this module from the folder it was loaded from, then its main
+_HELPER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import importlib; "
+    "importlib.import_module(sys.argv[2])._helper_main(sys.argv[3:])"
+)
+
+
+def _isolation() -> list[str]:
+    """The isolation flags this interpreter runs with, which a helper keeps."""
+    if sys.flags.isolated:
+        return ["-I"]
+    return ["-E"] * bool(sys.flags.ignore_environment) + ["-s"] * bool(sys.flags.no_user_site)
+
+
+def _bound(value: bytes | None) -> str:
+    return "-" if value is None else value.hex()
+
+
+def _head_of(conn: sqlite3.Connection) -> object:
+    try:
+        return conn.execute(_HEAD_ROW).fetchone()
+    except sqlite3.Error as exc:  # the verification names it; the snapshots agree on it
+        return str(exc)
+
+
+def _helper_main(argv: list[str]) -> None:
+    """A helper of ``verify --jobs`` (:class:`_Helpers`): ``DATABASE FD LOW HIGH``. Agree on
+    the parent's snapshot, then send ``(ok, until, payloads checked, erased, erasure
+    counts)`` of the digests ``LOW <= digest < HIGH`` (hex, or ``-``: open)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    path, fd, low, high = argv
+    link = Connection(int(fd))
+    try:
+        conn = _read_only(path)
+    except sqlite3.Error:
+        return  # the parent, which reads the same file, names what is wrong with it
+    try:
+        while True:
+            conn.execute("BEGIN")
+            link.send(_head_of(conn))
+            if link.recv() == "go":
+                break
+            conn.execute("COMMIT")
+        # the parent sends nothing more: the link readable means it closed it, or died
+        done = threading.Event()
+        threading.Thread(target=_exit_with, args=(link, done), daemon=True).start()
+        report = ReportV2()
+        check = _V2Pass(conn, report)
+        try:
+            check.erasures()
+            until = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+            ok = isinstance(until, int) and check.named(
+                until, *(None if b == "-" else bytes.fromhex(b) for b in (low, high))
+            )
+        except (_Failed, sqlite3.Error, ValueError, TypeError):
+            ok = False
+        counts = {seq: count for seq, count in check.erasure_counts.items() if count}
+        done.set()  # from here this helper ends on its own
+        link.send(
+            (ok, until if ok else None, report.payloads_checked, report.payloads_erased, counts)
+        )
+    except (EOFError, OSError, sqlite3.Error):
+        pass  # the parent merges alone, or is gone: it reports, not a helper
+    finally:
+        conn.close()
+
+
+def _exit_with(link: Connection, done: threading.Event) -> None:
+    wait([link])
+    if not done.is_set():
+        os._exit(1)
 
 
 def _check_checkpoints(
@@ -2209,18 +2477,17 @@ def vkey_argument(key: str | None) -> str | None:
     return key
 
 
-def _verify_database_file(database: str, key: str | None) -> Report:
+def _verify_database_file(database: str, key: str | None, jobs: int = 1) -> Report:
     """Verify ``database``: v1 with its payload key (``key``: the file, default beside it),
-    v2 with no key file (``key``: the pinned verifier key, or a file holding it)."""
+    v2 with no key file (``key``: the pinned verifier key, or a file holding it) in ``jobs``
+    processes."""
     try:
         if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
             raise ValueError(f"{database} is not a regular file")
-        uri = pathlib.Path(os.path.abspath(database)).as_uri() + "?mode=ro"  # quotes # ? %
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-        conn.execute("PRAGMA trusted_schema = OFF")  # the file may come from anywhere
+        conn = _read_only(database)
         version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
         if version is not None and version[0] == "2":
-            return verify_database_v2(conn, vkey_argument(key))
+            return verify_database_v2(conn, vkey_argument(key), jobs)
         key_path = key or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
         try:
             payload_key = read_key_file(key_path)
@@ -2368,7 +2635,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="verifier.py",
         description="Verify a hermes-archive events.db or export bundle without the package.",
         usage="%(prog)s [bundle|database|proof] PATH [--key payload.key|VKEY] "
-        "[--witness WKEY ...] [--json]",
+        "[--witness WKEY ...] [--jobs N] [--json]",
     )
     parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
     parser.add_argument(
@@ -2382,6 +2649,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="WKEY",
         help="a proof file: a witness verifier key whose cosignature is checked (repeatable)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=usable_cores(),
+        metavar="N",
+        help="a v2 database: processes to use (default: the cores; v1: one, N is ignored)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
@@ -2398,7 +2672,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report.as_dict(), indent=2) if args.json else describe(report, "file"))
         return 1
     if kind == "database":
-        report = _verify_database_file(args.path, args.key)
+        report = _verify_database_file(args.path, args.key, max(1, args.jobs))
     elif kind == "proof":
         report = verify_proof(args.path, vkey_argument(args.key), args.witness)
     else:
