@@ -157,6 +157,17 @@ def test_the_first_retry_finds_the_reader_open(make_provider, tmp_path: Path) ->
     assert _handles(db) == before
 
 
+def _sqlite_copy(source: Path, target: Path) -> None:
+    """Copy one database over another with SQLite's backup API (consistent while the writer
+    runs; connections open on ``target`` see the copy)."""
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
 def test_a_retry_after_the_archive_was_rolled_back_is_not_answered_from_memory(
     make_provider, tmp_path: Path
 ) -> None:
@@ -167,20 +178,10 @@ def test_a_retry_after_the_archive_was_rolled_back_is_not_answered_from_memory(
     provider = make_provider()
     db = archive_dir(tmp_path / "home") / "events.db"
     assert provider.core.writer is not None and provider.core.writer.flush(30)
-    backup = sqlite3.connect(tmp_path / "before.db")
-    live = sqlite3.connect(db)
-    try:
-        live.backup(backup)
-    finally:
-        live.close()
+    _sqlite_copy(db, tmp_path / "before.db")
     provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
     assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
-    live = sqlite3.connect(db)
-    try:
-        backup.backup(live)
-    finally:
-        live.close()
-        backup.close()
+    _sqlite_copy(tmp_path / "before.db", db)
     with pytest.raises(CheckpointError, match="rolled back"):  # the writer's verdict
         provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
 
@@ -195,13 +196,7 @@ def test_a_retry_after_the_archive_file_was_replaced_is_not_answered_from_the_ol
     provider = make_provider()
     db = archive_dir(tmp_path / "home") / "events.db"
     assert provider.core.writer is not None and provider.core.writer.flush(30)
-    backup = sqlite3.connect(tmp_path / "before.db")
-    live = sqlite3.connect(db)
-    try:
-        live.backup(backup)
-    finally:
-        live.close()
-        backup.close()
+    _sqlite_copy(db, tmp_path / "before.db")
     provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
     assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
     os.replace(tmp_path / "before.db", db)  # restored as an operator would, in place of it
