@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,6 +158,18 @@ def test_the_first_retry_finds_the_reader_open(make_provider, tmp_path: Path) ->
     assert _handles(db) == before
 
 
+def _retried_after_a_backup(make_provider: Any, tmp_path: Path) -> tuple[Any, Path]:
+    """A provider whose archive was backed up to ``before.db`` just before a checkpoint, and
+    that checkpoint retried once (answered "already archived")."""
+    provider = make_provider()
+    db = archive_dir(tmp_path / "home") / "events.db"
+    assert provider.core.writer is not None and provider.core.writer.flush(30)
+    _sqlite_copy(db, tmp_path / "before.db")
+    provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
+    assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    return provider, db
+
+
 def _sqlite_copy(source: Path, target: Path) -> None:
     """Copy one database over another with SQLite's backup API (consistent while the writer
     runs; connections open on ``target`` see the copy)."""
@@ -175,12 +188,7 @@ def test_a_retry_after_the_archive_was_rolled_back_is_not_answered_from_memory(
     a backup from before the checkpoint restored in place (SQLite's backup API, so every
     open connection sees it) makes the retry's read fail, so the full path decides: the
     writer finds the log went back and refuses, and nothing is claimed as archived."""
-    provider = make_provider()
-    db = archive_dir(tmp_path / "home") / "events.db"
-    assert provider.core.writer is not None and provider.core.writer.flush(30)
-    _sqlite_copy(db, tmp_path / "before.db")
-    provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
-    assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    provider, db = _retried_after_a_backup(make_provider, tmp_path)
     _sqlite_copy(tmp_path / "before.db", db)
     with pytest.raises(CheckpointError, match="rolled back"):  # the writer's verdict
         provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
@@ -193,12 +201,7 @@ def test_a_retry_after_the_archive_file_was_replaced_is_not_answered_from_the_ol
     the old file open, so the retry was answered "already archived" from a file no one will
     read again, and later turns were committed into it. Both now notice that the file at the
     path changed and reopen it; the writer's open-time proof finds it behind the witness."""
-    provider = make_provider()
-    db = archive_dir(tmp_path / "home") / "events.db"
-    assert provider.core.writer is not None and provider.core.writer.flush(30)
-    _sqlite_copy(db, tmp_path / "before.db")
-    provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
-    assert "already archived" in provider.on_pre_compress(list(EVIDENCE), require_checkpoint=True)
+    provider, db = _retried_after_a_backup(make_provider, tmp_path)
     os.replace(tmp_path / "before.db", db)  # restored as an operator would, in place of it
     for stale in ("-wal", "-shm"):
         Path(f"{db}{stale}").unlink(missing_ok=True)
