@@ -965,7 +965,8 @@ class EventStoreV2(EventStore):
             author = self._resolve((event.author,))[0][0] if event.author else None
             body_value, key_value = event.body, event.key
             if renamed:
-                body_value, key_value = _renamed(body_value, renamed), _renamed(key_value, renamed)
+                body_value = rename_digests(body_value, renamed)
+                key_value = rename_digests(key_value, renamed)
             key = key_text(key_value)
             part_list = parts_text([p.digest for p in parts])
             identity = digests_v2.identity(event.type, event.session, key, part_list).hex()
@@ -1190,14 +1191,15 @@ class EventStoreV2(EventStore):
 ENVELOPE_COLUMNS_V2 = "seq, time, type, session, key, identity, payload, parts, author, chain"
 
 
-def _renamed(value: Any, renamed: Mapping[str, str]) -> Any:
-    """``value`` with every text equal to a renamed digest replaced by its new name."""
+def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
+    """``value`` with every text equal to a renamed digest replaced by its new name (the
+    append's renaming; ``migrate`` checks a lineage with the same map from v1 to v2)."""
     if isinstance(value, str):
         return renamed.get(value, value)
     if isinstance(value, list):
-        return [_renamed(item, renamed) for item in value]
+        return [rename_digests(item, renamed) for item in value]
     if isinstance(value, dict):
-        return {name: _renamed(item, renamed) for name, item in value.items()}
+        return {name: rename_digests(item, renamed) for name, item in value.items()}
     return value
 
 
