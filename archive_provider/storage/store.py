@@ -56,6 +56,7 @@ from ..format.signed_note import (
 )
 from ..format.verifier import schema_problem
 from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
+from .sql import select_in
 from .store_v2 import (
     CHECKPOINT_INTERVAL_S,
     COMMITTED_ROOTS_KEPT,
@@ -628,17 +629,8 @@ class EventStore:
     def unstored(self, digests: Iterable[str]) -> set[str]:
         """The payload digests among ``digests`` that the payloads table does not hold yet."""
         wanted = set(digests)
-        chunk = list(wanted)
-        for start in range(0, len(chunk), 500):
-            part = chunk[start : start + 500]
-            wanted.difference_update(
-                row[0]
-                for row in self.conn.execute(
-                    f"SELECT digest FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
-                    part,
-                )
-            )
-        return wanted
+        sql = "SELECT digest FROM payloads WHERE digest IN ({})"
+        return wanted - {row[0] for row in select_in(self.conn, sql, wanted)}
 
     def identity_seq(self, identity: str) -> int | None:
         """The seq of the event with this identity digest, or None when it is not archived."""
@@ -780,18 +772,14 @@ class EventStore:
         hand are the ones the digest was computed from, so equality proves the row.
         """
         wanted = dict(rows)
-        digests = list(wanted)
-        for start in range(0, len(digests), 500):
-            part = digests[start : start + 500]
-            for digest, body in self.conn.execute(
-                f"SELECT digest, body FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
-                part,
-            ):
-                if bytes(body) != wanted[digest]:
-                    raise TamperedPayload(
-                        f"the payload stored under {digest} in {self.path} is not the bytes "
-                        "that digest names (the row was edited after it was written)"
-                    )
+        for digest, body in select_in(
+            self.conn, "SELECT digest, body FROM payloads WHERE digest IN ({})", wanted
+        ):
+            if bytes(body) != wanted[digest]:
+                raise TamperedPayload(
+                    f"the payload stored under {digest} in {self.path} is not the bytes "
+                    "that digest names (the row was edited after it was written)"
+                )
 
     def _finish_projections(self) -> None:
         """Before the commit: let projections that buffer within a transaction write it out."""
