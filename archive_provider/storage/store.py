@@ -883,6 +883,7 @@ class EventStoreV2(EventStore):
         self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
         self._signed_now = False
         self._growing: merkle.TileAppender | None = None  # inside a transaction
+        self._written_root: bytes | None = None  # the root _write_head wrote (once a commit)
         self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
         #: the roots of the trees this store committed, newest last (bounded): the serve-time
         #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
@@ -1073,7 +1074,7 @@ class EventStoreV2(EventStore):
             self.conn.executemany(
                 "INSERT OR REPLACE INTO tile_inner (idx, hashes) VALUES (?, ?)", inner.items()
             )
-        root = growing.root()
+        root = self._written_root = growing.root()
         self.conn.execute(
             "INSERT INTO head (id, seq, chain, root) VALUES (1, ?, ?, ?) ON CONFLICT(id) DO "
             "UPDATE SET seq = excluded.seq, chain = excluded.chain, root = excluded.root",
@@ -1089,10 +1090,12 @@ class EventStoreV2(EventStore):
 
     def _ended(self, committed: bool) -> None:
         growing, self._growing = self._growing, None
+        root, self._written_root = self._written_root, None
         self.parts_hasher.pending.clear()
         if committed and growing is not None:
             self._tree = TreeEdge(growing.size, growing.edge(), growing.compact())
-            self.committed_roots[growing.size] = growing.root()
+            # the root the head row took; hashed here only when nothing moved the head
+            self.committed_roots[growing.size] = root or growing.root()
             if len(self.committed_roots) > COMMITTED_ROOTS_KEPT:
                 del self.committed_roots[next(iter(self.committed_roots))]
         elif not committed:
