@@ -118,6 +118,8 @@ class Workdir:
     """A scratch folder for one run; every database lives under it."""
 
     def __init__(self, root: Path | None) -> None:
+        if root is not None:  # ``--workdir`` names a folder that need not exist yet
+            root.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="hermes-archive-bench-", dir=root))
         self._count = 0
 

@@ -118,7 +118,7 @@ def _label(events: int) -> str:
     return f"{events / 1e6:.1f}M events" if events >= 1_000_000 else f"{events / 1e3:.0f}k events"
 
 
-def _replay(home: Path, events: int, label: str) -> list[Row]:
+def _replay(home: Path, events: int, label: str, say: Report) -> list[Row]:
     from . import replay_bench
 
     rebuilt = replay_bench._child("replay", archive_dir(home))
@@ -128,7 +128,7 @@ def _replay(home: Path, events: int, label: str) -> list[Row]:
     ]
 
 
-def _verify(home: Path, events: int, label: str) -> list[Row]:
+def _verify(home: Path, events: int, label: str, say: Report) -> list[Row]:
     verified = cli_child(home, "verify")
     if verified.returncode != 0:
         raise RuntimeError(f"the huge log did not verify: {verified.stdout[-500:]}")
@@ -138,7 +138,7 @@ def _verify(home: Path, events: int, label: str) -> list[Row]:
     ]
 
 
-def _storage(home: Path, events: int, label: str) -> list[Row]:
+def _storage(home: Path, events: int, label: str, say: Report) -> list[Row]:
     from . import s7_storage
 
     db = archive_dir(home) / "events.db"
@@ -163,7 +163,7 @@ def _storage(home: Path, events: int, label: str) -> list[Row]:
     ]
 
 
-def _recall(home: Path, events: int, label: str) -> list[Row]:
+def _recall(home: Path, events: int, label: str, say: Report) -> list[Row]:
     from . import s3_provider, s6_recall
 
     text, _ = corpus(7)
@@ -174,7 +174,7 @@ def _recall(home: Path, events: int, label: str) -> list[Row]:
         ordinary = [text.query() for _ in range(200)]
         common = [text.common_query() for _ in range(200)]
         recall, _ = s6_recall.run(
-            provider, archive_dir(home) / "events.db", label, ordinary, common, _say
+            provider, archive_dir(home) / "events.db", label, ordinary, common, say
         )
         for row in recall:  # issue 18: the 1M targets, and <= 2x them beyond 1M events
             row.section = "huge"
@@ -186,16 +186,16 @@ def _recall(home: Path, events: int, label: str) -> list[Row]:
         provider.shutdown()
 
 
-def _open_after_crash(home: Path, events: int, label: str) -> list[Row]:
+def _open_after_crash(home: Path, events: int, label: str, say: Report) -> list[Row]:
     from . import s12_v2
 
-    rows = s12_v2.open_rows({events: archive_dir(home)}, 3, _say)
+    rows = s12_v2.open_rows({events: archive_dir(home)}, 3, say)
     for row in rows:
         row.section, row.baseline, row.target_kind = "huge", None, None
     return rows
 
 
-def _export(home: Path, events: int, label: str, cap_mib: int) -> list[Row]:
+def _export(home: Path, events: int, label: str, say: Report, cap_mib: int) -> list[Row]:
     bundle = home.parent / "huge-export.zip"
     exported = cli_child(home, "export", str(bundle), "--force", address_cap_mib=cap_mib)
     bundle.unlink(missing_ok=True)
@@ -214,7 +214,8 @@ def _export(home: Path, events: int, label: str, cap_mib: int) -> list[Row]:
     ]
 
 
-Step = Callable[[Path, int, str], list[Row]]
+#: a measurement: (home, events, label, how to report progress) -> its rows
+Step = Callable[[Path, int, str, Report], list[Row]]
 
 
 def steps(export_cap_mib: int) -> list[tuple[str, Step]]:
@@ -227,7 +228,7 @@ def steps(export_cap_mib: int) -> list[tuple[str, Step]]:
         ("open after a crash", _open_after_crash),
         (
             f"export under a {export_cap_mib} MiB address-space cap",
-            lambda home, events, label: _export(home, events, label, export_cap_mib),
+            lambda home, events, label, say: _export(home, events, label, say, export_cap_mib),
         ),
     ]
 
@@ -246,7 +247,7 @@ def measure(root: Path, target: int, events: int, export_cap_mib: int, say: Repo
         if name not in done["steps"]:
             say(name)
             started = time.perf_counter()
-            made = step(root / "home", events, _label(events))
+            made = step(root / "home", events, _label(events), say)
             done["steps"][name] = {
                 "seconds": round(time.perf_counter() - started, 1),
                 "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

@@ -47,3 +47,15 @@ def test_bench_smoke_produces_well_formed_json(tmp_path: Path) -> None:
         f"{r['section']} {r['name']}" for r in data["rows"] if r["met"] is False
     ]
     assert "| measurement" in done.stdout  # the table was printed
+
+
+def test_a_workdir_that_does_not_exist_yet_is_made(tmp_path: Path) -> None:
+    """``--workdir DIR`` made DIR's scratch folder with mkdtemp, which needs DIR to exist."""
+    from bench.common import Workdir
+
+    work = Workdir(tmp_path / "not" / "yet")
+    try:
+        assert work.root.is_dir() and work.root.parent == tmp_path / "not" / "yet"
+        assert work.fresh("log").is_dir()
+    finally:
+        work.cleanup()

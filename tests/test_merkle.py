@@ -295,6 +295,27 @@ def test_compact_range_reports_every_node_it_completes():
         CompactRange(5, compact.hashes)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=0, max_value=40), st.integers(min_value=0, max_value=4))
+def test_pushing_a_perfect_subtree_is_appending_its_leaves(units, height):
+    """``push`` (TileAppender's one step per full tile) merges as the leaves one by one
+    would: the same range and root, and the nodes completed at or above its height."""
+    width = 1 << height
+    leaves = leaves_of((units + 1) * width, seed=height)
+    pushed, appended = CompactRange(), CompactRange()
+    for start in range(0, len(leaves), width):
+        made = pushed.push(naive_mth(leaves[start : start + width]), height)
+        one_by_one = [
+            node for leaf in leaves[start : start + width] for node in appended.append(leaf)
+        ]
+        assert made == [node for node in one_by_one if node[0] >= height]
+        assert (pushed.size, pushed.hashes) == (appended.size, appended.hashes)
+    assert pushed.root() == naive_mth(leaves)
+    if height:
+        with pytest.raises(ProofError, match="cannot start at leaf"):
+            CompactRange(1, leaves[:1]).push(naive_mth(leaves[:width]), height)
+
+
 def test_tile_widths_and_paths_follow_the_c2sp_examples():
     # tlog-tiles: a tree of 70,000 has a level-0 partial of width 112 (after 273 full tiles),
     # a level-1 partial of width 17 (after 1 full tile) and a level-2 partial of width 1.

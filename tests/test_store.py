@@ -21,7 +21,14 @@ from archive_provider.format.digests import (
     payload_digest,
 )
 from archive_provider.format.events import NewEvent
-from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, StoreError
+from archive_provider.storage.sql import IN_CHUNK
+from archive_provider.storage.store import (
+    DB_NAME,
+    KEY_NAME,
+    EventStore,
+    StoreError,
+    TamperedPayload,
+)
 from tests.conftest import traced
 
 # The v1 store: its seqs from 1, chain rule, payload.key, triggers and files. The v2 store's own
@@ -129,6 +136,22 @@ def test_payloads_and_parts_are_stored_once(store: EventStore) -> None:
         ]
     )
     assert store.conn.execute("SELECT count(*) FROM payloads").fetchone()[0] == 2
+
+
+def test_payload_lookups_see_past_the_first_in_chunk(store: EventStore, folder: Path) -> None:
+    """``unstored`` and the stored-bytes check bind their digests a slice at a time
+    (storage/sql.py): both must look at every slice, not only the first."""
+    store.append([turn(n) for n in range(IN_CHUNK + 20)])
+    stored = [row[0] for row in store.conn.execute("SELECT digest FROM payloads")]
+    missing = [f"{n:064x}" for n in range(IN_CHUNK + 3)]
+    assert store.unstored([*stored, *missing]) == set(missing)
+    conn = raw(folder)
+    conn.execute("DROP TRIGGER payloads_immutable")
+    # slices are bound in sorted order: the largest digest is in the last one
+    conn.execute("UPDATE payloads SET body = X'00' WHERE digest = ?", (max(stored),))
+    conn.close()
+    with pytest.raises(TamperedPayload):  # its bytes are sent again under another identity
+        store.append([turn(n, session="s2") for n in range(IN_CHUNK + 20)])
 
 
 def test_an_unencodable_event_rolls_back_the_whole_batch(store: EventStore) -> None:

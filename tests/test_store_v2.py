@@ -271,6 +271,32 @@ def test_a_rolled_back_transaction_leaves_the_kept_edge_as_it_was(tmp_path: Path
     store.close()
 
 
+def test_a_commit_hashes_its_tree_root_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head row, the checkpoint and the committed roots (what serving trusts) take the
+    one root the commit hashed; they hashed it twice before."""
+    store = _open(tmp_path / "a")
+    hashed: list[int] = []
+    real = merkle.TileAppender.root
+
+    def counted(appender: merkle.TileAppender) -> bytes:
+        hashed.append(appender.size)
+        return real(appender)
+
+    monkeypatch.setattr(merkle.TileAppender, "root", counted)
+    with store.transaction(durable=True):  # durable: the commit signs a checkpoint too
+        (first,) = store.append_in_transaction([_turn(store, 1, "a")])
+    with store.transaction():  # nothing new: the head stays, its root is recorded again
+        store.append_in_transaction([_turn(store, 1, "a")])
+    (second,) = store.append([_turn(store, 2, "b")])
+    assert hashed == [first.seq, first.seq, second.seq]
+    signed = store.conn.execute("SELECT root FROM signed_checkpoints WHERE size = ?", (first.seq,))
+    assert store.committed_roots[first.seq] == signed.fetchone()[0]
+    assert store.committed_roots[second.seq].hex() == store.head().root
+    store.close()
+
+
 def _checkpoints(store: EventStoreV2) -> list[int]:
     return [r[0] for r in store.conn.execute("SELECT size FROM signed_checkpoints ORDER BY size")]
 

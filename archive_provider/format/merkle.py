@@ -219,7 +219,8 @@ class CompactRange:
     """The right edge of a tree of ``size`` leaves: one perfect-subtree root per set bit.
 
     ``append`` returns the perfect-subtree nodes each new leaf completes, lowest first, so a
-    node table (or a check against stored tiles) can take them.
+    node table (or a check against stored tiles) can take them; ``push`` does the same for
+    a whole perfect subtree (how :class:`TileAppender` adds a full tile in one step).
     """
 
     def __init__(self, size: int = 0, hashes: Sequence[bytes] = ()) -> None:
@@ -233,14 +234,23 @@ class CompactRange:
 
     def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
         _check_hash("leaf hash", leaf)
-        made = [(0, self.size, bytes(leaf))]
-        value, level, index = bytes(leaf), 0, self.size
-        while (self.size >> level) & 1:
-            value = node_hash(self.hashes.pop(), value)
-            level, index = level + 1, index >> 1
-            made.append((level, index, value))
-        self.hashes.append(value)
-        self.size += 1
+        return self.push(bytes(leaf), 0)
+
+    def push(self, value: bytes, height: int) -> list[tuple[int, int, bytes]]:
+        """Add the perfect subtree ``value`` of ``2**height`` leaves (``size`` must be a
+        multiple of that) and merge it up the range; returns ``(height, index, hash)`` of
+        every node it completes, itself first."""
+        size, hashes = self.size, self.hashes
+        if size & ((1 << height) - 1):
+            raise ProofError(f"a subtree of height {height} cannot start at leaf {size}")
+        index = size >> height
+        made = [(height, index, value)]
+        self.size = size + (1 << height)
+        while (size >> height) & 1:
+            value = node_hash(hashes.pop(), value)
+            height, index = height + 1, index >> 1
+            made.append((height, index, value))
+        hashes.append(value)
         return made
 
     def root(self) -> bytes:
@@ -509,38 +519,29 @@ class TileAppender:
                 tile = b"".join(chunk)
                 self._full[(0, size // TILE_WIDTH)] = tile
                 inner = self._inner[size // TILE_WIDTH] = inner_row(tile)
-                self._push(_row_root(inner), TILE_HEIGHT, size, TILE_WIDTH)
+                self._keep(self._range.push(_row_root(inner), TILE_HEIGHT))
                 at += TILE_WIDTH
             else:
                 _check_hash("leaf hash", leaves[at])
-                self._push(bytes(leaves[at]), 0, size, 1)
+                self._keep(self._range.push(bytes(leaves[at]), 0))
                 at += 1
 
-    def _push(self, value: bytes, height: int, size: int, width: int) -> None:
-        """Add the perfect subtree ``value`` of ``width = 2**height`` leaves at ``size`` (a
-        multiple of ``width``): merge it up the compact range, keeping every node of a tile
-        level in its tile."""
-        hashes = self._range.hashes
-        index = size >> height
-        while True:
-            if height % TILE_HEIGHT == 0:
-                level = height // TILE_HEIGHT
-                tile = self._edge.setdefault(level, bytearray())
-                tile += value
-                if len(tile) == FULL_TILE_BYTES:
-                    self._full[(level, index // TILE_WIDTH)] = bytes(tile)
-                    if level == 0:
-                        self._inner[index // TILE_WIDTH] = inner_row(bytes(tile))
-                    del self._edge[level]
-                    self._touched.discard(level)
-                else:
-                    self._touched.add(level)
-            if not (size >> height) & 1:
-                break
-            value = node_hash(hashes.pop(), value)
-            height, index = height + 1, index >> 1
-        hashes.append(value)
-        self._range.size = size + width
+    def _keep(self, made: list[tuple[int, int, bytes]]) -> None:
+        """Put each node the compact range completed at a tile level into its tile."""
+        for height, index, value in made:
+            if height % TILE_HEIGHT:
+                continue
+            level = height // TILE_HEIGHT
+            tile = self._edge.setdefault(level, bytearray())
+            tile += value
+            if len(tile) == FULL_TILE_BYTES:
+                self._full[(level, index // TILE_WIDTH)] = bytes(tile)
+                if level == 0:
+                    self._inner[index // TILE_WIDTH] = inner_row(bytes(tile))
+                del self._edge[level]
+                self._touched.discard(level)
+            else:
+                self._touched.add(level)
 
     def changed(self) -> dict[tuple[int, int], bytes]:
         """``{(level, index): hashes}`` of every tile row to write since the appender was made."""

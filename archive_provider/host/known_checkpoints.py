@@ -26,11 +26,10 @@ from typing import Any
 from blake3 import blake3
 
 from ..format import digests_v2
+from ..storage.sql import select_in
 
 #: how many recent checkpoints are remembered (a host retries its latest ones)
 KEPT = 64
-#: digests per ``IN (...)`` query (well under SQLite's bound on bound parameters)
-CHUNK = 500
 
 
 def recognition_key(session: str, redact: bool, evidence: list[dict[str, Any]]) -> bytes | None:
@@ -75,18 +74,14 @@ def still_stands(conn: sqlite3.Connection, seq: int, identity: str) -> bool:
         return False
     wanted = {blob[i : i + 32] for i in range(0, len(blob), 32)}
     found: set[bytes] = set()
-    digests = sorted(wanted)
-    for start in range(0, len(digests), CHUNK):
-        chunk = digests[start : start + CHUNK]
-        marks = ",".join("?" * len(chunk))
-        for digest, salt, body in conn.execute(
-            f"SELECT digest, salt, body FROM payloads WHERE digest IN ({marks})", chunk
-        ):
-            if not isinstance(salt, bytes) or not isinstance(body, bytes):
-                return False
-            if digests_v2.payload_digest(salt, body) != digest:
-                return False
-            found.add(bytes(digest))
+    for digest, salt, body in select_in(
+        conn, "SELECT digest, salt, body FROM payloads WHERE digest IN ({})", wanted
+    ):
+        if not isinstance(salt, bytes) or not isinstance(body, bytes):
+            return False
+        if digests_v2.payload_digest(salt, body) != digest:
+            return False
+        found.add(bytes(digest))
     return found == wanted
 
 

@@ -37,6 +37,7 @@ from .store import (
     Projection,
     StoreError,
     iter_events,
+    rename_digests,
 )
 from .witness import Witness
 
@@ -173,6 +174,10 @@ def migrate(
     )
     assert isinstance(new, EventStoreV2)
     try:
+        # a multi-row INSERT inside a transaction of up to BATCH_EVENTS events keeps a
+        # statement journal, spilled to a temporary file past 64 KiB; in memory it is freed
+        # at each statement's end (docs/PERFORMANCE.md, "migrate: the statement journal")
+        new.conn.execute("PRAGMA temp_store = MEMORY")
         new.conn.execute("INSERT INTO meta VALUES ('migrated_from', ?)", (v1_store_id,))
         # how far each waiting spill segment is in: its committed records are migrated
         new.conn.executemany("INSERT INTO meta VALUES (?, ?)", taken)
@@ -281,8 +286,8 @@ def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
                 same = same and mapping.setdefault(a, b) == b
             if (
                 not same
-                or _mapped(old.body, mapping) != new.body
-                or _mapped(decode(old.envelope.key), mapping) != decode(new.envelope.key)
+                or rename_digests(old.body, mapping) != new.body
+                or rename_digests(decode(old.envelope.key), mapping) != decode(new.envelope.key)
             ):
                 return Lineage(
                     False, matched, f"v1 event {old.seq} is not v2 event {new.seq}", old.seq
@@ -291,13 +296,3 @@ def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
         return Lineage(True, matched)
     finally:
         source.close()
-
-
-def _mapped(value: object, mapping: dict[str, str]) -> object:
-    if isinstance(value, str):
-        return mapping.get(value, value)
-    if isinstance(value, list):
-        return [_mapped(item, mapping) for item in value]
-    if isinstance(value, dict):
-        return {name: _mapped(item, mapping) for name, item in value.items()}
-    return value

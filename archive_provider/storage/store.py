@@ -56,6 +56,7 @@ from ..format.signed_note import (
 )
 from ..format.verifier import schema_problem
 from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
+from .sql import select_in
 from .store_v2 import (
     CHECKPOINT_INTERVAL_S,
     COMMITTED_ROOTS_KEPT,
@@ -628,17 +629,8 @@ class EventStore:
     def unstored(self, digests: Iterable[str]) -> set[str]:
         """The payload digests among ``digests`` that the payloads table does not hold yet."""
         wanted = set(digests)
-        chunk = list(wanted)
-        for start in range(0, len(chunk), 500):
-            part = chunk[start : start + 500]
-            wanted.difference_update(
-                row[0]
-                for row in self.conn.execute(
-                    f"SELECT digest FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
-                    part,
-                )
-            )
-        return wanted
+        sql = "SELECT digest FROM payloads WHERE digest IN ({})"
+        return wanted - {row[0] for row in select_in(self.conn, sql, wanted)}
 
     def identity_seq(self, identity: str) -> int | None:
         """The seq of the event with this identity digest, or None when it is not archived."""
@@ -780,18 +772,14 @@ class EventStore:
         hand are the ones the digest was computed from, so equality proves the row.
         """
         wanted = dict(rows)
-        digests = list(wanted)
-        for start in range(0, len(digests), 500):
-            part = digests[start : start + 500]
-            for digest, body in self.conn.execute(
-                f"SELECT digest, body FROM payloads WHERE digest IN ({','.join('?' * len(part))})",
-                part,
-            ):
-                if bytes(body) != wanted[digest]:
-                    raise TamperedPayload(
-                        f"the payload stored under {digest} in {self.path} is not the bytes "
-                        "that digest names (the row was edited after it was written)"
-                    )
+        for digest, body in select_in(
+            self.conn, "SELECT digest, body FROM payloads WHERE digest IN ({})", wanted
+        ):
+            if bytes(body) != wanted[digest]:
+                raise TamperedPayload(
+                    f"the payload stored under {digest} in {self.path} is not the bytes "
+                    "that digest names (the row was edited after it was written)"
+                )
 
     def _finish_projections(self) -> None:
         """Before the commit: let projections that buffer within a transaction write it out."""
@@ -895,6 +883,7 @@ class EventStoreV2(EventStore):
         self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
         self._signed_now = False
         self._growing: merkle.TileAppender | None = None  # inside a transaction
+        self._written_root: bytes | None = None  # the root _write_head wrote (once a commit)
         self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
         #: the roots of the trees this store committed, newest last (bounded): the serve-time
         #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
@@ -965,7 +954,8 @@ class EventStoreV2(EventStore):
             author = self._resolve((event.author,))[0][0] if event.author else None
             body_value, key_value = event.body, event.key
             if renamed:
-                body_value, key_value = _renamed(body_value, renamed), _renamed(key_value, renamed)
+                body_value = rename_digests(body_value, renamed)
+                key_value = rename_digests(key_value, renamed)
             key = key_text(key_value)
             part_list = parts_text([p.digest for p in parts])
             identity = digests_v2.identity(event.type, event.session, key, part_list).hex()
@@ -1084,7 +1074,7 @@ class EventStoreV2(EventStore):
             self.conn.executemany(
                 "INSERT OR REPLACE INTO tile_inner (idx, hashes) VALUES (?, ?)", inner.items()
             )
-        root = growing.root()
+        root = self._written_root = growing.root()
         self.conn.execute(
             "INSERT INTO head (id, seq, chain, root) VALUES (1, ?, ?, ?) ON CONFLICT(id) DO "
             "UPDATE SET seq = excluded.seq, chain = excluded.chain, root = excluded.root",
@@ -1100,10 +1090,12 @@ class EventStoreV2(EventStore):
 
     def _ended(self, committed: bool) -> None:
         growing, self._growing = self._growing, None
+        root, self._written_root = self._written_root, None
         self.parts_hasher.pending.clear()
         if committed and growing is not None:
             self._tree = TreeEdge(growing.size, growing.edge(), growing.compact())
-            self.committed_roots[growing.size] = growing.root()
+            # the root the head row took; hashed here only when nothing moved the head
+            self.committed_roots[growing.size] = root or growing.root()
             if len(self.committed_roots) > COMMITTED_ROOTS_KEPT:
                 del self.committed_roots[next(iter(self.committed_roots))]
         elif not committed:
@@ -1190,14 +1182,15 @@ class EventStoreV2(EventStore):
 ENVELOPE_COLUMNS_V2 = "seq, time, type, session, key, identity, payload, parts, author, chain"
 
 
-def _renamed(value: Any, renamed: Mapping[str, str]) -> Any:
-    """``value`` with every text equal to a renamed digest replaced by its new name."""
+def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
+    """``value`` with every text equal to a renamed digest replaced by its new name (the
+    append's renaming; ``migrate`` checks a lineage with the same map from v1 to v2)."""
     if isinstance(value, str):
         return renamed.get(value, value)
     if isinstance(value, list):
-        return [_renamed(item, renamed) for item in value]
+        return [rename_digests(item, renamed) for item in value]
     if isinstance(value, dict):
-        return {name: _renamed(item, renamed) for name, item in value.items()}
+        return {name: rename_digests(item, renamed) for name, item in value.items()}
     return value
 
 
