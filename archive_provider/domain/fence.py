@@ -19,14 +19,33 @@ _FENCE_PHRASE = re.compile(
 )
 
 
-def one_line(text: str, limit: int | None = None) -> str:
-    """``text`` as one line of printable characters with fence phrases defused, at most
-    ``limit`` characters (an ellipsis marks a cut)."""
-    kept = "".join(
+#: ASCII's control characters: whitespace becomes a space, the rest is dropped
+_ASCII_CONTROLS = {
+    code: " " if chr(code).isspace() else None
+    for code in range(128)
+    if chr(code).isspace() or unicodedata.category(chr(code)).startswith("C")
+}
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def _printable(run: re.Match[str]) -> str:
+    """A run of non-ASCII characters with whitespace made a space and control, format and
+    unassigned characters dropped (the same rule as :data:`_ASCII_CONTROLS`)."""
+    return "".join(
         " " if ch.isspace() else ch
-        for ch in unicodedata.normalize("NFKC", text)
+        for ch in run.group()
         if ch.isspace() or not unicodedata.category(ch).startswith("C")
     )
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """``text`` as one line of printable characters with fence phrases defused, at most
+    ``limit`` characters (an ellipsis marks a cut).
+
+    Every character is looked at once; ASCII through a translation table, since a Python
+    loop over each character of a 4,000-character excerpt cost ~0.6 ms (six a prefetch)."""
+    folded = unicodedata.normalize("NFKC", text).translate(_ASCII_CONTROLS)
+    kept = _NON_ASCII.sub(_printable, folded)
     flat = _FENCE_PHRASE.sub("(", " ".join(kept.split()))
     if limit is None or len(flat) <= limit:
         return flat
