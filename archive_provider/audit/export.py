@@ -66,6 +66,7 @@ from ..storage.store import (
     salted_payloads,
 )
 from ..storage.store_v2 import KeyFileError
+from ..storage.threads import context_thread
 
 CHAIN_FROM = ("genesis", "selection")
 _ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
@@ -143,7 +144,8 @@ class _Stream(_Member):
         self.pieces: queue.Queue[bytes | None] = queue.Queue(self.QUEUED)
         self.failure: BaseException | None = None
         self.stopped = False  # the reading thread failed: the pieces left are not written
-        self.thread = threading.Thread(target=self._deflate, name="export-deflate", daemon=True)
+        # the package's one thread factory (only the CLI exports: no host helper to go through)
+        self.thread = context_thread(self._deflate, name="export-deflate")
 
     def __enter__(self) -> _Stream:
         self.thread.start()
