@@ -4,7 +4,10 @@ Both floors are measured in the same run, interleaved with what they bound:
 
 * ``export`` (the bundle written, then checked by the exporter itself, as the command does)
   against a plain zip of the same bytes: ``zipfile`` deflating the bundle's three members,
-  read from files, at the same level. The row's unit is the uncompressed bytes per second.
+  read from files, at the same level. The row's unit is the uncompressed bytes per second,
+  by the wall clock. The export deflates in a second thread beside its reading (two cores
+  when the machine has them free), the plain zip in one: both sides' CPU seconds are in the
+  row's extras, so the ratio on one core is there too.
 * ``verify-bundle`` of that bundle against row 2's floor (``s2_verify.floor_v2``: one
   sequential pass over ``events`` and ``payloads`` hashing the same bytes, no lookups) on the
   archive it came from.
@@ -19,6 +22,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from statistics import median
 
 from archive_provider.audit.export import Selection, export_bundle
 from archive_provider.format.verifier import verify_bundle
@@ -30,11 +34,12 @@ from .s2_verify import against_floor, floor_v2
 Report = Callable[[str], None]
 
 
-def _plain_zip(members: list[Path], out: Path) -> float:
-    start = time.perf_counter()
+def _plain_zip(members: list[Path], out: Path, cpu: list[float]) -> float:
+    start, started = time.perf_counter(), time.process_time()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in members:
             archive.write(path, path.name)
+    cpu.append(time.process_time() - started)
     return time.perf_counter() - start
 
 
@@ -45,27 +50,34 @@ def run(
     scratch = work.fresh("bundle")
     bundle = scratch / "all.zip"
     store = EventStore.open(folder)
+    cpu: list[float] = []
+    zip_cpu: list[float] = []
     try:
 
         def export() -> float:
-            start = time.perf_counter()
+            start, started = time.perf_counter(), time.process_time()
             result = export_bundle(store, bundle, Selection())
             if not result.verification.ok:
                 raise RuntimeError(f"the bench export failed: {result.verification.problem}")
+            cpu.append(time.process_time() - started)
             return time.perf_counter() - start
 
         export()  # the members the plain zip compresses, and a warm page cache
+        cpu.clear()
         with zipfile.ZipFile(bundle) as archive:
             names = archive.namelist()
             archive.extractall(scratch / "members")
         members = [scratch / "members" / name for name in names]
         raw = sum(path.stat().st_size for path in members)
         ours, theirs, all_ours, all_theirs = interleaved(
-            export, lambda: _plain_zip(members, scratch / "plain.zip"), repeats
+            export, lambda: _plain_zip(members, scratch / "plain.zip", zip_cpu), repeats
         )
     finally:
         store.close()
-    say(f"  export {label}: {raw / ours / 1e6:,.1f} MB/s vs plain zip {raw / theirs / 1e6:,.1f}")
+    say(
+        f"  export {label}: {raw / ours / 1e6:,.1f} MB/s vs plain zip {raw / theirs / 1e6:,.1f}"
+        f" (CPU time: {median(zip_cpu) / median(cpu):.2f}x)"
+    )
 
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
     conn.execute("PRAGMA cache_size = -262144")
@@ -82,7 +94,7 @@ def run(
     return [
         Row(
             "13",
-            f"export @ {label} (its own check included)",
+            f"export @ {label} (its own check included; 2 threads)",
             raw / ours / 1e6,
             "MB/s",
             raw / theirs / 1e6,
@@ -90,7 +102,13 @@ def run(
             target_kind="min",
             target_value=0.5,
             target_text=">= 0.5x plain zip",
-            extra={"bytes": raw, "seconds": all_ours, "zip_seconds": all_theirs},
+            extra={
+                "bytes": raw,
+                "seconds": all_ours,
+                "zip_seconds": all_theirs,
+                "cpu_seconds": cpu,
+                "zip_cpu_seconds": zip_cpu,
+            },
         ),
         Row(
             "13",

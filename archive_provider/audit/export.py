@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import sqlite3
@@ -65,6 +66,7 @@ from ..storage.store import (
     salted_payloads,
 )
 from ..storage.store_v2 import KeyFileError
+from ..storage.threads import context_thread
 
 CHAIN_FROM = ("genesis", "selection")
 _ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
@@ -121,23 +123,67 @@ class _Member:
 
 
 class _Stream(_Member):
-    """A streamed member written in 64 KiB pieces: ``zipfile`` deflates every ``write`` on its
-    own, and a call per record (two per body) cost more than the deflating itself."""
+    """A streamed member written in 64 KiB pieces by a second thread.
+
+    ``zipfile`` deflates every ``write`` on its own, and a call per record (two per body) cost
+    more than the deflating itself, so records are gathered into pieces. Deflate, CRC-32 and
+    BLAKE3 release the GIL, so a second thread hashes, deflates and writes each piece while
+    this one reads and formats the next: the export's writing takes about the deflate's time
+    on two cores instead of their sum (the same pieces in the same order: the same bytes).
+    At most ``QUEUED`` pieces wait, so memory stays flat. Use as a context manager inside the
+    member's ``with``: leaving it writes the rest and waits for the thread; an error on
+    either side stops both and is raised here.
+    """
 
     PIECE = 1 << 16
+    QUEUED = 4
 
     def __init__(self, member: IO[bytes]) -> None:
         super().__init__()
         self.member, self.pending, self.waiting = member, list[bytes](), 0
+        self.pieces: queue.Queue[bytes | None] = queue.Queue(self.QUEUED)
+        self.failure: BaseException | None = None
+        self.stopped = False  # the reading thread failed: the pieces left are not written
+        # the package's one thread factory (only the CLI exports: no host helper to go through)
+        self.thread = context_thread(self._deflate, name="export-deflate")
+
+    def __enter__(self) -> _Stream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        try:
+            if kind is None:
+                self._send()
+        finally:
+            self.stopped = kind is not None
+            self.pieces.put(None)  # the thread takes pieces until this, whatever happened
+            self.thread.join()
+        if self.failure is not None and kind is None:
+            raise self.failure
+
+    def _deflate(self) -> None:
+        """The second thread: hash, deflate and write each piece until ``None``; after a
+        failure (its own or the reader's) it only empties the queue."""
+        while (piece := self.pieces.get()) is not None:
+            if self.failure is not None or self.stopped:
+                continue
+            try:
+                self.member.write(self.feed(piece))
+            except BaseException as exc:  # re-raised in the reading thread
+                self.failure = exc
 
     def write(self, *data: bytes) -> None:
         self.pending.extend(data)
         self.waiting += sum(map(len, data))
         if self.waiting >= self.PIECE:
-            self.flush()
+            self._send()
 
-    def flush(self) -> None:
-        self.member.write(self.feed(b"".join(self.pending)))
+    def _send(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if self.pending:
+            self.pieces.put(b"".join(self.pending))
         self.pending, self.waiting = [], 0
 
 
@@ -520,18 +566,21 @@ def _write_v2(
     members: dict[str, dict[str, object]] = {}
     envelopes = chosen = carried = erased = 0
     with zipfile.ZipFile(handle, "w") as archive:
-        with archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member:
-            lines = _Stream(member)
+        with (
+            archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member,
+            _Stream(member) as lines,
+        ):
             for row in store.conn.execute(_ROWS_SQL_V2, (head.seq,)):
                 lines.write(_envelope_line_v2(row))
                 envelopes += 1
                 chosen += selection.matches(row[3], row[1])
                 if progress and envelopes % 1000 == 0:
                     progress(envelopes)
-            lines.flush()
         members[ENVELOPES] = lines.entry()
-        with archive.open(_info(PAYLOADS, when), "w", force_zip64=True) as member:
-            bodies = _Stream(member)
+        with (
+            archive.open(_info(PAYLOADS, when), "w", force_zip64=True) as member,
+            _Stream(member) as bodies,
+        ):
             for batch in _batches(_named(store, selection, head)):
                 found = salted_payloads(store.conn, batch)
                 gone = [digest for digest in batch if digest not in found]
@@ -552,7 +601,6 @@ def _write_v2(
                     at = tombstones[digest].to_bytes(8, "big")
                     bodies.write(bytes([TOMBSTONE]) + digest + at)
                     erased += 1
-            bodies.flush()
         members[PAYLOADS] = bodies.entry()
         note = store.checkpoint_note(head.seq)
         assert note is not None  # _signed_head read it in this snapshot
