@@ -28,7 +28,7 @@ from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
 from ..format.events import LoadedEvent, StoredEvent
 from ..storage.sql import in_chunks, select_in
-from ..storage.store import payload_body, session_part_digests
+from ..storage.store import EventStore, payload_body, session_part_digests
 from .base import TableProjection, event_part, event_text, events_at
 
 
@@ -217,6 +217,58 @@ class SessionsProjection(TableProjection):
         if len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events:
             self.flush(conn)
 
+    def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        """Inside the append transaction a turn's counters and transcript rows are buffered
+        until :meth:`finish` (or until the store settles the projection before a build reads
+        its tables), so a group commit writes them with one statement each, not a savepoint,
+        an upsert and an insert per turn. Other events are applied at once.
+
+        A turn that fails leaves the buffer as it was before it; only a turn that rewrites
+        the transcript deletes the rows it replaces at once (applying it again gives the
+        same rows, so a catch-up from ``last_seq`` repairs a failure after that delete).
+        """
+        if not self.defers(event.type):
+            super().apply(conn, event)
+            return
+        session = event.session
+        counts = self._counts.get(session)
+        kept = (len(self._transcript), None if counts is None else list(counts))
+        length = self._lengths.get(session)
+        try:
+            self.reduce(conn, event)
+        except BaseException:
+            del self._transcript[kept[0] :]
+            if kept[1] is None:
+                self._counts.pop(session, None)
+            else:
+                self._counts[session] = kept[1]
+            if length is None:
+                self._lengths.pop(session, None)
+            else:
+                self._lengths[session] = length
+            raise
+        self._moved = event.seq
+
+    @staticmethod
+    def defers(event_type: str) -> bool:
+        """Whether :meth:`apply` only buffers this event's rows until :meth:`finish`: a turn."""
+        return event_type == "turn"
+
+    def buffered_turns(self, session: str) -> int:
+        """Turns of ``session`` applied in the open transaction and not written yet."""
+        counts = self._counts.get(session)
+        return 0 if counts is None else counts[2]
+
+    def buffered_tail(self, session: str) -> tuple[int, str] | None:
+        """The last transcript row of ``session`` buffered and not written yet (position,
+        digest): it is the session's last (a rewrite writes the buffer before it deletes)."""
+        if session not in self._counts:
+            return None
+        for name, position, digest, _ in reversed(self._transcript):
+            if name == session:
+                return position, digest_hex(digest)
+        return None
+
     def _record_transcript(
         self, conn: sqlite3.Connection, session: str, start: int, digests: list[str], seq: int
     ) -> None:
@@ -387,11 +439,43 @@ def rewound_at(conn: sqlite3.Connection, seq: int) -> int | None:
 
 
 def session_counters(conn: sqlite3.Connection, session: str) -> tuple[int, int]:
-    """(turns, memory writes) archived so far for ``session``."""
+    """(turns, memory writes) archived so far for ``session``, as the table holds them."""
     row = conn.execute(
         "SELECT turns, memory_writes FROM sessions WHERE session = ?", (session,)
     ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def settled(store: EventStore) -> sqlite3.Connection:
+    """The store's connection once the rows the sessions projection buffered in the open
+    transaction are written: a build reads ``transcript`` through it."""
+    store.settle(SessionsProjection.name)
+    return store.conn
+
+
+def transcript_tail(store: EventStore, session: str) -> tuple[int, str] | None:
+    """The last message of ``session``'s transcript (position, digest) as a build inside the
+    append transaction sees it, without writing what the sessions projection buffered."""
+    for projection in store.projections:
+        if isinstance(projection, SessionsProjection):
+            buffered = projection.buffered_tail(session)
+            if buffered is not None:
+                return buffered
+    row = store.conn.execute(
+        "SELECT position, digest FROM transcript WHERE session = ? ORDER BY position DESC LIMIT 1",
+        (session,),
+    ).fetchone()
+    return (int(row[0]), digest_hex(row[1])) if row else None
+
+
+def live_counters(store: EventStore, session: str) -> tuple[int, int]:
+    """(turns, memory writes) of ``session`` as a build inside the append transaction sees
+    them: the table's counters plus the turns the sessions projection has buffered."""
+    turns, writes = session_counters(store.conn, session)
+    for projection in store.projections:
+        if isinstance(projection, SessionsProjection):
+            turns += projection.buffered_turns(session)
+    return turns, writes
 
 
 @dataclass(frozen=True)
