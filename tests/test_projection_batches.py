@@ -138,15 +138,18 @@ def test_a_projection_failing_mid_transaction_is_left_at_the_event_before(
 def test_a_group_of_turns_writes_its_session_rows_once(store: EventStore) -> None:
     """A group commit's turns reach ``sessions`` and ``transcript`` with one statement each
     and no savepoint per turn (session 5; before: a savepoint, an upsert and an insert per
-    turn); a build in between sees them through ``live_counters`` and ``transcript_tail``."""
+    turn); a build in between sees them through ``live_counters`` (the session's row read
+    once) and ``transcript_tail``."""
     with traced(store.conn) as statements, store.transaction():
         for n in (1, 2, 3):
             store.append_in_transaction([turn(store, "s1", n)])
             tail = transcript_tail(store, "s1")
             assert tail is not None and tail[0] == n - 1
+            assert live_counters(store, "s1") == (n, 0)
+        reads = [s for s in statements if "FROM sessions WHERE" in s]
         assert session_counters(store.conn, "s1") == (0, 0)  # buffered, not written yet
-        assert live_counters(store, "s1") == (3, 0)
     assert [s for s in statements if s.startswith("SAVEPOINT projection")] == []
+    assert len(reads) == 1  # the session's row, read once
     rows = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO transcript")]
     events = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO events")]
     assert len(rows) == 3 and min(rows) > max(events)  # one executemany at the commit

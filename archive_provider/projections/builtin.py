@@ -152,6 +152,9 @@ class SessionsProjection(TableProjection):
         self._counts: dict[str, list[int]] = {}
         self._transcript: list[tuple[str, int, bytes | str, int]] = []
         self._lengths: dict[str, int] = {}  # transcript length per session, once read or written
+        #: (turns, memory writes) read from ``sessions`` in the open transaction, until a
+        #: flush changes the table: a group's builds read each session's row once
+        self._stored: dict[str, tuple[int, int]] = {}
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         kind, session, seq = event.type, event.session, event.seq
@@ -254,10 +257,16 @@ class SessionsProjection(TableProjection):
         """Whether :meth:`apply` only buffers this event's rows until :meth:`finish`: a turn."""
         return event_type == "turn"
 
-    def buffered_turns(self, session: str) -> int:
-        """Turns of ``session`` applied in the open transaction and not written yet."""
+    def counters(self, conn: sqlite3.Connection, session: str) -> tuple[int, int]:
+        """(turns, memory writes) of ``session`` as a build in the open transaction sees
+        them: the table's row (read once per transaction) plus the turns buffered."""
+        stored = self._stored.get(session)
+        if stored is None:
+            stored = session_counters(conn, session)
+            if conn.in_transaction:  # outside one, another process may write next
+                self._stored[session] = stored
         counts = self._counts.get(session)
-        return 0 if counts is None else counts[2]
+        return (stored[0] + counts[2], stored[1]) if counts else stored
 
     def buffered_tail(self, session: str) -> tuple[int, str] | None:
         """The last transcript row of ``session`` buffered and not written yet (position,
@@ -314,6 +323,7 @@ class SessionsProjection(TableProjection):
     def flush(self, conn: sqlite3.Connection) -> None:
         """Write the counters (they add up, so the order of batches does not matter) and rows."""
         if self._counts:
+            self._stored.clear()
             conn.executemany(
                 "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
                 " checkpoints) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
@@ -333,6 +343,7 @@ class SessionsProjection(TableProjection):
         self._counts.clear()
         self._transcript.clear()
         self._lengths.clear()
+        self._stored.clear()
 
     def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
         """Transcripts hold digests and stay; an event whose body went is gone from a replay:
@@ -353,6 +364,7 @@ class SessionsProjection(TableProjection):
 
     def _recount(self, conn: sqlite3.Connection, session: str) -> None:
         """The session's row from its events that a replay reads (the session's only)."""
+        self._stored.pop(session, None)
         kinds = sorted(self.handles)
         first, last, turns, writes, checkpoints = conn.execute(
             "SELECT min(e.seq), max(e.seq), sum(e.type = 'turn'), sum(e.type = 'memory_write'),"
@@ -471,11 +483,10 @@ def transcript_tail(store: EventStore, session: str) -> tuple[int, str] | None:
 def live_counters(store: EventStore, session: str) -> tuple[int, int]:
     """(turns, memory writes) of ``session`` as a build inside the append transaction sees
     them: the table's counters plus the turns the sessions projection has buffered."""
-    turns, writes = session_counters(store.conn, session)
     for projection in store.projections:
         if isinstance(projection, SessionsProjection):
-            turns += projection.buffered_turns(session)
-    return turns, writes
+            return projection.counters(store.conn, session)
+    return session_counters(store.conn, session)
 
 
 @dataclass(frozen=True)
