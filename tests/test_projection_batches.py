@@ -2,7 +2,9 @@
 
 The tracking record and the rows it vouches for still commit together: a process killed
 in the middle of a transaction leaves neither, and a projection failing in the middle of
-one is left behind exactly at the event before the failure.
+one is left behind exactly at the event before the failure. The sessions projection
+buffers a group commit's turns until the commit; the builds in between read through the
+buffer, so a group archives what one job a group does.
 """
 
 from __future__ import annotations

@@ -271,8 +271,9 @@ class Projection(Protocol):
     TableProjection`; the store calls these three (docs/DESIGN.md, "Projections"), and,
     when a projection has them, ``handles`` (the types it writes rows for: others get no
     savepoint), ``defers(type)`` (its ``apply`` for that type only buffers rows: no
-    savepoint; the recall index, the sessions projection's turns), ``finish(conn)`` (write the buffer and ``last_seq`` before
-    the commit, once per transaction) and ``discard()`` (forget both after a rollback).
+    savepoint; the recall index, the sessions projection's turns), ``finish(conn)`` (write
+    the buffer and ``last_seq`` before the commit, once per transaction) and ``discard()``
+    (forget both after a rollback).
     """
 
     name: str
