@@ -155,6 +155,7 @@ class SessionsProjection(TableProjection):
         #: (turns, memory writes) read from ``sessions`` in the open transaction, until a
         #: flush changes the table: a group's builds read each session's row once
         self._stored: dict[str, tuple[int, int]] = {}
+        self._writes = (0, 0)  # how often transcript rows and counters were written out
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         kind, session, seq = event.type, event.session, event.seq
@@ -228,7 +229,8 @@ class SessionsProjection(TableProjection):
 
         A turn that fails leaves the buffer as it was before it; only a turn that rewrites
         the transcript deletes the rows it replaces at once (applying it again gives the
-        same rows, so a catch-up from ``last_seq`` repairs a failure after that delete).
+        same rows, so a catch-up from ``last_seq`` repairs a failure after that delete), and
+        a buffer the turn itself wrote out (5,000 rows) stays written.
         """
         if not self.defers(event.type):
             super().apply(conn, event)
@@ -236,12 +238,16 @@ class SessionsProjection(TableProjection):
         session = event.session
         counts = self._counts.get(session)
         kept = (len(self._transcript), None if counts is None else list(counts))
-        length = self._lengths.get(session)
+        length, writes = self._lengths.get(session), self._writes
         try:
             self.reduce(conn, event)
         except BaseException:
-            del self._transcript[kept[0] :]
-            if kept[1] is None:
+            rows, counted = self._writes[0] != writes[0], self._writes[1] != writes[1]
+            # what was written out stays; what is left of the turn in the buffer goes
+            del self._transcript[0 if rows else kept[0] :]
+            if counted:
+                self._counts.clear()
+            elif kept[1] is None:
                 self._counts.pop(session, None)
             else:
                 self._counts[session] = kept[1]
@@ -317,6 +323,7 @@ class SessionsProjection(TableProjection):
 
     def _flush_transcript(self, conn: sqlite3.Connection) -> None:
         if self._transcript:
+            self._writes = (self._writes[0] + 1, self._writes[1])
             conn.executemany("INSERT INTO transcript VALUES (?, ?, ?, ?)", self._transcript)
             self._transcript.clear()
 
@@ -324,6 +331,7 @@ class SessionsProjection(TableProjection):
         """Write the counters (they add up, so the order of batches does not matter) and rows."""
         if self._counts:
             self._stored.clear()
+            self._writes = (self._writes[0], self._writes[1] + 1)
             conn.executemany(
                 "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
                 " checkpoints) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
