@@ -155,7 +155,8 @@ class SessionsProjection(TableProjection):
         #: (turns, memory writes) read from ``sessions`` in the open transaction, until a
         #: flush changes the table: a group's builds read each session's row once
         self._stored: dict[str, tuple[int, int]] = {}
-        self._writes = (0, 0)  # how often transcript rows and counters were written out
+        self._rows_written = 0  # how often transcript rows were written out
+        self._deferring = False  # in a deferred apply: the buffer waits for finish
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         kind, session, seq = event.type, event.session, event.seq
@@ -218,7 +219,9 @@ class SessionsProjection(TableProjection):
                 " ended_at = excluded.ended_at",
                 (session, seq, event.time),
             )
-        if len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events:
+        if not self._deferring and (
+            len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events
+        ):
             self.flush(conn)
 
     def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
@@ -227,10 +230,11 @@ class SessionsProjection(TableProjection):
         its tables), so a group commit writes them with one statement each, not a savepoint,
         an upsert and an insert per turn. Other events are applied at once.
 
-        A turn that fails leaves the buffer as it was before it; only a turn that rewrites
-        the transcript deletes the rows it replaces at once (applying it again gives the
-        same rows, so a catch-up from ``last_seq`` repairs a failure after that delete), and
-        a buffer the turn itself wrote out (5,000 rows) stays written.
+        A turn that fails leaves the buffer as it was before it (the buffer is not written
+        out by size here: it holds what the transaction appends); only a turn that rewrites
+        the transcript writes the rows before it and deletes those it replaces at once
+        (applying it again gives the same rows, so a catch-up from ``last_seq`` repairs a
+        failure after that delete).
         """
         if not self.defers(event.type):
             super().apply(conn, event)
@@ -238,16 +242,14 @@ class SessionsProjection(TableProjection):
         session = event.session
         counts = self._counts.get(session)
         kept = (len(self._transcript), None if counts is None else list(counts))
-        length, writes = self._lengths.get(session), self._writes
+        length, written = self._lengths.get(session), self._rows_written
+        self._deferring = True
         try:
             self.reduce(conn, event)
         except BaseException:
-            rows, counted = self._writes[0] != writes[0], self._writes[1] != writes[1]
-            # what was written out stays; what is left of the turn in the buffer goes
-            del self._transcript[0 if rows else kept[0] :]
-            if counted:
-                self._counts.clear()
-            elif kept[1] is None:
+            # rows written out before a rewrite are earlier turns': only this turn's go
+            del self._transcript[0 if self._rows_written != written else kept[0] :]
+            if kept[1] is None:
                 self._counts.pop(session, None)
             else:
                 self._counts[session] = kept[1]
@@ -256,6 +258,8 @@ class SessionsProjection(TableProjection):
             else:
                 self._lengths[session] = length
             raise
+        finally:
+            self._deferring = False
         self._moved = event.seq
 
     @staticmethod
@@ -323,7 +327,7 @@ class SessionsProjection(TableProjection):
 
     def _flush_transcript(self, conn: sqlite3.Connection) -> None:
         if self._transcript:
-            self._writes = (self._writes[0] + 1, self._writes[1])
+            self._rows_written += 1
             conn.executemany("INSERT INTO transcript VALUES (?, ?, ?, ?)", self._transcript)
             self._transcript.clear()
 
@@ -331,7 +335,6 @@ class SessionsProjection(TableProjection):
         """Write the counters (they add up, so the order of batches does not matter) and rows."""
         if self._counts:
             self._stored.clear()
-            self._writes = (self._writes[0], self._writes[1] + 1)
             conn.executemany(
                 "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
                 " checkpoints) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
