@@ -37,7 +37,7 @@ from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import AppendResult, NewEvent
 from ..projections.base import TableProjection
-from ..projections.builtin import session_counters
+from ..projections.builtin import live_counters
 from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
 from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
@@ -340,7 +340,7 @@ class ArchiveProvider(MemoryProviderBase):
         a rewind (``/undo``) the archived messages past the common prefix are first recorded
         as ``turns_rewound`` (docs/HOST.md §2.3).
         """
-        turns, _ = session_counters(store.conn, session)
+        turns, _ = live_counters(store, session)
         cached = None if legacy else self.core.transcripts.get(session)
         fast = cached is not None and cached.turns == turns and cached.is_prefix_of(messages)
         if fast and cached is not None:

@@ -19,7 +19,13 @@ from ..domain.evidence import archivable, archivable_message, new_messages_start
 from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
 from ..format.events import NewEvent
-from ..projections.builtin import digest_hex, pending_rewind, session_counters, transcript_rows
+from ..projections.builtin import (
+    live_counters,
+    pending_rewind,
+    settled,
+    transcript_rows,
+    transcript_tail,
+)
 from ..projections.registry import default_projections
 from ..storage.spill import Encoder, Record, in_use, segment_paths
 from ..storage.store import EventStore, archive_dir
@@ -65,7 +71,7 @@ def turn_event(
         if legacy:
             start = 0
         else:
-            archived = transcript_rows(store.conn, session)
+            archived = transcript_rows(settled(store), session)
             previous = [digest for digest, _ in archived]
             current = [p.digest for p in parts]
             roles = [r.get("role") for r in redacted]
@@ -173,14 +179,6 @@ class _Taken:
     last: str | None  # the digest of its last message, when this take-in hashed it
 
 
-def _archived_tail(store: EventStore, session: str) -> tuple[int, str] | None:
-    row = store.conn.execute(
-        "SELECT position, digest FROM transcript WHERE session = ? ORDER BY position DESC LIMIT 1",
-        (session,),
-    ).fetchone()
-    return (int(row[0]), digest_hex(row[1])) if row else None
-
-
 def _take_turn(
     store: EventStore | None,
     record: Record,
@@ -199,7 +197,7 @@ def _take_turn(
     events: list[NewEvent] = []
     if legacy:
         if store is not None:
-            turns = session_counters(store.conn, session)[0]
+            turns = live_counters(store, session)[0]
             events, _ = turn_event(store, session, turns, tail, None, True, redact, author)
         return events
     known = state.get(session)
@@ -208,12 +206,12 @@ def _take_turn(
     rows = (known.rows[:base] if base and known is not None else []) + tail
     last = None
     if store is not None:
-        turns = session_counters(store.conn, session)[0]
+        turns = live_counters(store, session)[0]
         fast = (
             known is not None
             and base == len(known.rows) > 0
             and known.last is not None
-            and _archived_tail(store, session) == (base - 1, known.last)
+            and transcript_tail(store, session) == (base - 1, known.last)
         )
         if fast:
             events, last = turn_event(store, session, turns, tail, base, False, redact, author)
@@ -252,7 +250,7 @@ def _take_session_end(
 
 def _take_memory_write(store: EventStore, a: dict[str, Any]) -> NewEvent:
     session = str(a["session"])
-    _, writes = session_counters(store.conn, session)
+    _, writes = live_counters(store, session)
     return builders.memory_write(
         store.hasher,
         session,

@@ -28,7 +28,7 @@ from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format.canonical import canonical_text, decode
 from ..format.events import LoadedEvent, StoredEvent
 from ..storage.sql import in_chunks, select_in
-from ..storage.store import payload_body, session_part_digests
+from ..storage.store import EventStore, payload_body, session_part_digests
 from .base import TableProjection, event_part, event_text, events_at
 
 
@@ -152,6 +152,11 @@ class SessionsProjection(TableProjection):
         self._counts: dict[str, list[int]] = {}
         self._transcript: list[tuple[str, int, bytes | str, int]] = []
         self._lengths: dict[str, int] = {}  # transcript length per session, once read or written
+        #: (turns, memory writes) read from ``sessions`` in the open transaction, until a
+        #: flush changes the table: a group's builds read each session's row once
+        self._stored: dict[str, tuple[int, int]] = {}
+        self._rows_written = 0  # how often transcript rows were written out
+        self._deferring = False  # in a deferred apply: the buffer waits for finish
 
     def reduce(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         kind, session, seq = event.type, event.session, event.seq
@@ -214,8 +219,74 @@ class SessionsProjection(TableProjection):
                 " ended_at = excluded.ended_at",
                 (session, seq, event.time),
             )
-        if len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events:
+        if not self._deferring and (
+            len(self._counts) >= self.batch_events or len(self._transcript) >= self.batch_events
+        ):
             self.flush(conn)
+
+    def apply(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        """Inside the append transaction a turn's counters and transcript rows are buffered
+        until :meth:`finish` (or until the store settles the projection before a build reads
+        its tables), so a group commit writes them with one statement each, not a savepoint,
+        an upsert and an insert per turn. Other events are applied at once.
+
+        A turn that fails leaves the buffer as it was before it (the buffer is not written
+        out by size here: it holds what the transaction appends); only a turn that rewrites
+        the transcript writes the rows before it and deletes those it replaces at once
+        (applying it again gives the same rows, so a catch-up from ``last_seq`` repairs a
+        failure after that delete).
+        """
+        if not self.defers(event.type):
+            super().apply(conn, event)
+            return
+        session = event.session
+        counts = self._counts.get(session)
+        kept = (len(self._transcript), None if counts is None else list(counts))
+        length, written = self._lengths.get(session), self._rows_written
+        self._deferring = True
+        try:
+            self.reduce(conn, event)
+        except BaseException:
+            # rows written out before a rewrite are earlier turns': only this turn's go
+            del self._transcript[0 if self._rows_written != written else kept[0] :]
+            if kept[1] is None:
+                self._counts.pop(session, None)
+            else:
+                self._counts[session] = kept[1]
+            if length is None:
+                self._lengths.pop(session, None)
+            else:
+                self._lengths[session] = length
+            raise
+        finally:
+            self._deferring = False
+        self._moved = event.seq
+
+    @staticmethod
+    def defers(event_type: str) -> bool:
+        """Whether :meth:`apply` only buffers this event's rows until :meth:`finish`: a turn."""
+        return event_type == "turn"
+
+    def counters(self, conn: sqlite3.Connection, session: str) -> tuple[int, int]:
+        """(turns, memory writes) of ``session`` as a build in the open transaction sees
+        them: the table's row (read once per transaction) plus the turns buffered."""
+        stored = self._stored.get(session)
+        if stored is None:
+            stored = session_counters(conn, session)
+            if conn.in_transaction:  # outside one, another process may write next
+                self._stored[session] = stored
+        counts = self._counts.get(session)
+        return (stored[0] + counts[2], stored[1]) if counts else stored
+
+    def buffered_tail(self, session: str) -> tuple[int, str] | None:
+        """The last transcript row of ``session`` buffered and not written yet (position,
+        digest): it is the session's last (a rewrite writes the buffer before it deletes)."""
+        if session not in self._counts:
+            return None
+        for name, position, digest, _ in reversed(self._transcript):
+            if name == session:
+                return position, digest_hex(digest)
+        return None
 
     def _record_transcript(
         self, conn: sqlite3.Connection, session: str, start: int, digests: list[str], seq: int
@@ -256,12 +327,14 @@ class SessionsProjection(TableProjection):
 
     def _flush_transcript(self, conn: sqlite3.Connection) -> None:
         if self._transcript:
+            self._rows_written += 1
             conn.executemany("INSERT INTO transcript VALUES (?, ?, ?, ?)", self._transcript)
             self._transcript.clear()
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Write the counters (they add up, so the order of batches does not matter) and rows."""
         if self._counts:
+            self._stored.clear()
             conn.executemany(
                 "INSERT INTO sessions (session, first_seq, last_seq, turns, memory_writes,"
                 " checkpoints) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session) DO UPDATE SET"
@@ -281,6 +354,7 @@ class SessionsProjection(TableProjection):
         self._counts.clear()
         self._transcript.clear()
         self._lengths.clear()
+        self._stored.clear()
 
     def forget(self, conn: sqlite3.Connection, seqs: frozenset[int]) -> bool:
         """Transcripts hold digests and stay; an event whose body went is gone from a replay:
@@ -301,6 +375,7 @@ class SessionsProjection(TableProjection):
 
     def _recount(self, conn: sqlite3.Connection, session: str) -> None:
         """The session's row from its events that a replay reads (the session's only)."""
+        self._stored.pop(session, None)
         kinds = sorted(self.handles)
         first, last, turns, writes, checkpoints = conn.execute(
             "SELECT min(e.seq), max(e.seq), sum(e.type = 'turn'), sum(e.type = 'memory_write'),"
@@ -387,11 +462,42 @@ def rewound_at(conn: sqlite3.Connection, seq: int) -> int | None:
 
 
 def session_counters(conn: sqlite3.Connection, session: str) -> tuple[int, int]:
-    """(turns, memory writes) archived so far for ``session``."""
+    """(turns, memory writes) archived so far for ``session``, as the table holds them."""
     row = conn.execute(
         "SELECT turns, memory_writes FROM sessions WHERE session = ?", (session,)
     ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def settled(store: EventStore) -> sqlite3.Connection:
+    """The store's connection once the rows the sessions projection buffered in the open
+    transaction are written: a build reads ``transcript`` through it."""
+    store.settle(SessionsProjection.name)
+    return store.conn
+
+
+def transcript_tail(store: EventStore, session: str) -> tuple[int, str] | None:
+    """The last message of ``session``'s transcript (position, digest) as a build inside the
+    append transaction sees it, without writing what the sessions projection buffered."""
+    for projection in store.projections:
+        if isinstance(projection, SessionsProjection):
+            buffered = projection.buffered_tail(session)
+            if buffered is not None:
+                return buffered
+    row = store.conn.execute(
+        "SELECT position, digest FROM transcript WHERE session = ? ORDER BY position DESC LIMIT 1",
+        (session,),
+    ).fetchone()
+    return (int(row[0]), digest_hex(row[1])) if row else None
+
+
+def live_counters(store: EventStore, session: str) -> tuple[int, int]:
+    """(turns, memory writes) of ``session`` as a build inside the append transaction sees
+    them: the table's counters plus the turns the sessions projection has buffered."""
+    for projection in store.projections:
+        if isinstance(projection, SessionsProjection):
+            return projection.counters(store.conn, session)
+    return session_counters(store.conn, session)
 
 
 @dataclass(frozen=True)

@@ -272,8 +272,9 @@ class Projection(Protocol):
     TableProjection`; the store calls these three (docs/DESIGN.md, "Projections"), and,
     when a projection has them, ``handles`` (the types it writes rows for: others get no
     savepoint), ``defers(type)`` (its ``apply`` for that type only buffers rows: no
-    savepoint; the recall index), ``finish(conn)`` (write the buffer and ``last_seq`` before
-    the commit, once per transaction) and ``discard()`` (forget both after a rollback).
+    savepoint; the recall index, the sessions projection's turns), ``finish(conn)`` (write
+    the buffer and ``last_seq`` before the commit, once per transaction) and ``discard()``
+    (forget both after a rollback).
     """
 
     name: str
@@ -780,6 +781,13 @@ class EventStore:
                     f"the payload stored under {digest} in {self.path} is not the bytes "
                     "that digest names (the row was edited after it was written)"
                 )
+
+    def settle(self, name: str) -> None:
+        """Write out what projection ``name`` buffered in the open transaction, as before an
+        event it does not defer: a build is about to read its tables."""
+        for projection in self.projections:
+            if projection.name == name:
+                self._finish(projection)
 
     def _finish_projections(self) -> None:
         """Before the commit: let projections that buffer within a transaction write it out."""
