@@ -2083,7 +2083,7 @@ class _Once:
     MOST = 1 << 14  # digests read back into one dict
     RECORD, FLAGGED, NAMED = 0, 1, 2
     _ENTRY = struct.Struct(">32sBQ")  # digest, what (above), seq
-    _WAITING = 1 << 15  # entries buffered before they are written out
+    _WAITING = 1 << 12  # entries buffered (168 KiB) before they go to the files
 
     def __init__(self) -> None:
         self.mask = (1 << self.BITS) - 1
