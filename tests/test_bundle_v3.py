@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
 import re
 import shutil
 import sqlite3
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
