@@ -2188,7 +2188,7 @@ class _Once:
 
 class _CarriedV3:
     """A version-3 bundle's ``payloads.bin`` (FORMAT.md 21.3), read as one stream beside the
-    envelopes: a digest not met for the first time must be the next record. Memory: the
+    envelopes: a named digest not kept at hand must be the next record. Memory: the
     digests whose records say they are named again (:class:`_Seen`, bounded), a read
     buffer, the tombstones (they grow with erasures only); every record also goes to
     :class:`_Once`, on disk, which checks at the end that no flag lied."""
