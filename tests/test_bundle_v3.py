@@ -15,6 +15,7 @@ import re
 import shutil
 import sqlite3
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +29,28 @@ from archive_provider.storage.store import archive_dir
 from tests.conftest import verifier_key
 from tests.test_export import export, members, reseal
 
-#: one record of payloads.bin: (kind, digest, salt or erasure seq, body)
+#: one record of payloads.bin: (kind byte, digest, salt or erasure seq, body)
 Record = tuple[int, bytes, bytes | int, bytes]
+#: the kind byte's "named again later" flag (FORMAT.md 21.3)
+AGAIN = 0x80
 
 
 def records(data: bytes) -> list[Record]:
     """``payloads.bin`` parsed from FORMAT.md 21.3: ``1 ‖ digest ‖ salt ‖ length ‖ body`` or
-    ``0 ‖ digest ‖ erasure seq``, lengths and seqs 8-byte big-endian."""
+    ``0 ‖ digest ‖ erasure seq``, lengths and seqs 8-byte big-endian, the kind byte plus
+    0x80 when the digest is named again later (kept in the record's first field)."""
     found: list[Record] = []
     at = 0
     while at < len(data):
         kind, digest = data[at], data[at + 1 : at + 33]
-        if kind == 1:
+        assert kind in (0, 1, AGAIN, AGAIN | 1), f"record kind {kind}"
+        if kind & 1:
             salt = data[at + 33 : at + 65]
             length = int.from_bytes(data[at + 65 : at + 73], "big")
-            found.append((1, digest, salt, data[at + 73 : at + 73 + length]))
+            found.append((kind, digest, salt, data[at + 73 : at + 73 + length]))
             at += 73 + length
         else:
-            assert kind == 0, f"record kind {kind}"
-            found.append((0, digest, int.from_bytes(data[at + 33 : at + 41], "big"), b""))
+            found.append((kind, digest, int.from_bytes(data[at + 33 : at + 41], "big"), b""))
             at += 41
     return found
 
@@ -55,25 +59,34 @@ def pack(items: list[Record]) -> bytes:
     """The inverse of :func:`records`: what a forger writes."""
     out = b""
     for kind, digest, extra, body in items:
-        if kind == 1:
+        if kind & 1:
             assert isinstance(extra, bytes)
-            out += b"\x01" + digest + extra + len(body).to_bytes(8, "big") + body
+            out += bytes([kind]) + digest + extra + len(body).to_bytes(8, "big") + body
         else:
             assert isinstance(extra, int)
-            out += b"\x00" + digest + extra.to_bytes(8, "big")
+            out += bytes([kind]) + digest + extra.to_bytes(8, "big")
     return out
 
 
-def named_in_order(envelopes: bytes, session: str | None) -> list[tuple[bytes, int]]:
-    """(digest, seq of the first selected event naming it), in the order 21.3 prescribes."""
-    order: dict[bytes, int] = {}
+def names(envelopes: bytes, session: str | None) -> list[tuple[bytes, int]]:
+    """(digest, seq) of every name of the selected events, in the order 21.3 prescribes."""
+    found: list[tuple[bytes, int]] = []
     for line in envelopes.splitlines():
         value = json.loads(line)
         if session is not None and value["session"] != session:
             continue
         author = [value["author"]] if value["author"] else []
-        for digest in [value["payload"], *value["parts"], *author]:
-            order.setdefault(bytes.fromhex(digest), value["seq"])
+        found += [
+            (bytes.fromhex(d), value["seq"]) for d in [value["payload"], *value["parts"], *author]
+        ]
+    return found
+
+
+def named_in_order(envelopes: bytes, session: str | None) -> list[tuple[bytes, int]]:
+    """(digest, seq of the first selected event naming it), in the order 21.3 prescribes."""
+    order: dict[bytes, int] = {}
+    for digest, seq in names(envelopes, session):
+        order.setdefault(digest, seq)
     return list(order.items())
 
 
@@ -105,8 +118,10 @@ def test_a_bundle_is_three_members_with_each_body_once_in_first_use_order(
         found = records(content["payloads.bin"])
         order = named_in_order(content["envelopes.jsonl"], session)
         assert [r[1] for r in found] == [digest for digest, _ in order]
+        counts = Counter(digest for digest, _ in names(content["envelopes.jsonl"], session))
         for kind, digest, salt, body in found:
-            assert kind == 1 and isinstance(salt, bytes)
+            assert kind & 1 and isinstance(salt, bytes)
+            assert bool(kind & AGAIN) == (counts[digest] > 1)  # the flag: named again later
             assert blake3(V2_PAYLOAD + salt + body).digest() == digest
         assert manifest["payloads"] == len(found) > 0
         report = verify_bundle(bundle, vkey=vkey)
@@ -218,7 +233,7 @@ def test_a_record_of_an_unknown_kind_and_a_forged_tombstone_are_refused(
 
     def tombstone(items: list[Record], manifest: dict[str, Any]) -> None:
         """A body withheld as if erased by a later event that is no erasure."""
-        items[1] = (0, items[1][1], order[-1][1], b"")
+        items[1] = (items[1][0] & AGAIN, items[1][1], order[-1][1], b"")
         manifest["payloads"] -= 1
         manifest["erased"] = 1
 
@@ -428,3 +443,104 @@ def test_the_envelope_line_pattern_reads_what_the_full_parse_reads() -> None:
     assert read == full
     fast = sum(1 for line in lines if verifier._LINE_V2.fullmatch(line[:-1].decode("ascii")))
     assert fast == len(lines) - 1
+
+
+@pytest.fixture(params=["windows", "tiny windows"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The reader as shipped, and with every window tiny: the flagged digests spill to disk
+    at once (2 at hand) and the end check's files split into two, then two again, past one
+    digest each, so each verdict below is also reached through the spilling paths."""
+    if request.param == "tiny windows":
+        monkeypatch.setattr(verifier._Seen, "RECENT", 2)
+        monkeypatch.setattr(verifier._Once, "BITS", 1)
+        monkeypatch.setattr(verifier._Once, "MOST", 1)
+    return str(request.param)
+
+
+def test_every_record_once_and_its_flag_true_passes_through_any_window(
+    bundle: Path, vkey: str, reader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spreads: list[int] = []
+    spread = verifier._Once._spread
+
+    def counted(self: verifier._Once, file: Any, level: int) -> Any:
+        spreads.append(level)
+        return spread(self, file, level)
+
+    monkeypatch.setattr(verifier._Once, "_spread", counted)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert report.ok, report.problem
+    assert report.payloads_checked == len(records(members(bundle)["payloads.bin"]))
+    assert (max(spreads, default=0) >= 2) == (reader == "tiny windows")
+
+
+def flagged(bundle: Path) -> tuple[int, list[tuple[bytes, int]]]:
+    """The index in payloads.bin of the first record flagged "named again", and every name."""
+    content = members(bundle)
+    found = records(content["payloads.bin"])
+    index = next(i for i, record in enumerate(found) if record[0] & AGAIN)
+    return index, names(content["envelopes.jsonl"], None)
+
+
+def test_a_named_again_flag_left_off_is_refused_where_the_digest_is_named_again(
+    bundle: Path, vkey: str, reader: str
+) -> None:
+    """The reader keeps only flagged digests at hand: a digest named again whose record says
+    otherwise finds no record at its second name, and is named for what it is."""
+    index, every = flagged(bundle)
+
+    def change(items: list[Record], manifest: dict[str, Any]) -> None:
+        kind, digest, salt, body = items[index]
+        items[index] = (kind & ~AGAIN, digest, salt, body)
+
+    digest = records(members(bundle)["payloads.bin"])[index][1]
+    first, second = [seq for named, seq in every if named == digest][:2]
+    report = verify_bundle(forged(bundle, change), vkey=vkey)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle", second)
+    assert (
+        f"payload {digest.hex()} is named again, but its record in payloads.bin (read at seq "
+        f"{first}) does not say so" in (report.problem or "")
+    )
+
+
+def test_a_body_carried_again_under_a_flag_left_off_is_refused(
+    bundle: Path, vkey: str, reader: str
+) -> None:
+    """A forger clears the flag and carries the body a second time where it is named again:
+    every record is read where a name asks for it, so only the exact check at the end
+    (every record once) can see it, and does."""
+    index, every = flagged(bundle)
+    digest = records(members(bundle)["payloads.bin"])[index][1]
+    at = [i for i, (named, _) in enumerate(every) if named == digest][1]  # its second name
+    before = len({named for named, _ in every[:at]})  # records read before that name
+
+    def change(items: list[Record], manifest: dict[str, Any]) -> None:
+        kind, name, salt, body = items[index]
+        items[index] = (kind & ~AGAIN, name, salt, body)
+        items.insert(before, items[index])
+        manifest["payloads"] += 1
+
+    report = verify_bundle(forged(bundle, change), vkey=vkey)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle", every[at][1])
+    assert f"payload {digest.hex()} has a second record in payloads.bin" in (report.problem or "")
+
+
+def test_a_named_again_flag_on_a_digest_named_once_is_refused(
+    bundle: Path, vkey: str, reader: str
+) -> None:
+    content = members(bundle)
+    counts = Counter(named for named, _ in names(content["envelopes.jsonl"], None))
+    found = records(content["payloads.bin"])
+    index = next(i for i, record in enumerate(found) if counts[record[1]] == 1)
+    digest, seq = found[index][1], first_use(bundle)[index][1]
+
+    def change(items: list[Record], manifest: dict[str, Any]) -> None:
+        kind, name, salt, body = items[index]
+        items[index] = (kind | AGAIN, name, salt, body)
+
+    report = verify_bundle(forged(bundle, change), vkey=vkey)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle", seq)
+    assert (
+        f"the record of payload {digest.hex()} in payloads.bin says it is named again, but no "
+        "later name of a selected event names it" in (report.problem or "")
+    )

@@ -40,6 +40,7 @@ from ..format import digests_v2
 from ..format.digests import FORMAT_VERSION, genesis_chain
 from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
 from ..format.verifier import (
+    AGAIN,
     BUNDLE_NAME,
     BUNDLE_VERSION,
     BUNDLE_VERSION_V3,
@@ -492,9 +493,10 @@ def _envelope_line_v2(row: Sequence[Any]) -> bytes:
 
 
 #: the digests the selected events ``seq <= :head`` name (payload, each part, author), each
-#: once, in the order of its first use (FORMAT.md 21.3): sorted by SQLite, which spills to
-#: temporary files past its cache, so the exporter keeps nothing per digest. ``:width``
-#: exceeds any event's count of digests, so ``seq * :width + place`` orders them.
+#: once, in the order of its first use (FORMAT.md 21.3), with whether a later name names it
+#: again (the record's flag): sorted by SQLite, which spills to temporary files past its
+#: cache, so the exporter keeps nothing per digest. ``:width`` exceeds any event's count of
+#: digests, so ``seq * :width + place`` orders them.
 _NAMED_SQL_V2 = """
 WITH chosen(seq, payload, parts, author) AS (
     SELECT seq, payload, parts, author FROM events
@@ -510,25 +512,28 @@ WITH chosen(seq, payload, parts, author) AS (
     UNION ALL
     SELECT author, seq * :width + 1 + length(parts) / 32 FROM chosen WHERE author IS NOT NULL
 )
-SELECT digest FROM named GROUP BY digest ORDER BY min(place)
+SELECT digest, count(*) > 1 FROM named GROUP BY digest ORDER BY min(place)
 """
 
 
-def _named(store: EventStoreV2, selection: Selection, head: Head) -> Iterator[bytes]:
-    """The digests the selected events name, each once, in the order of ``payloads.bin``."""
+def _named(store: EventStoreV2, selection: Selection, head: Head) -> Iterator[tuple[bytes, int]]:
+    """The digests the selected events name, each once, in the order of ``payloads.bin``,
+    each with what its record's kind adds: :data:`AGAIN` when a later name names it again."""
     widest = store.conn.execute(
         "SELECT max(length(parts)) FROM events WHERE seq <= ?", (head.seq,)
     ).fetchone()[0]
     width = (widest or 0) // 32 + 2
-    for (digest,) in store.conn.execute(
+    for digest, again in store.conn.execute(
         _NAMED_SQL_V2, {"head": head.seq, "width": width, **selection.as_dict()}
     ):
-        yield bytes(digest)
+        yield bytes(digest), AGAIN if again else 0
 
 
-def _batches(digests: Iterator[bytes], size: int = 500) -> Iterator[list[bytes]]:
+def _batches(
+    digests: Iterator[tuple[bytes, int]], size: int = 500
+) -> Iterator[list[tuple[bytes, int]]]:
     """``digests`` in lists of ``size`` (under SQLite's limit of bound parameters)."""
-    batch: list[bytes] = []
+    batch: list[tuple[bytes, int]] = []
     for digest in digests:
         batch.append(digest)
         if len(batch) == size:
@@ -582,14 +587,15 @@ def _write_v2(
             _Stream(member) as bodies,
         ):
             for batch in _batches(_named(store, selection, head)):
-                found = salted_payloads(store.conn, batch)
-                gone = [digest for digest in batch if digest not in found]
+                found = salted_payloads(store.conn, [digest for digest, _ in batch])
+                gone = [digest for digest, _ in batch if digest not in found]
                 tombstones = _tombstones(store.conn, gone) if gone else {}
-                for digest in batch:
+                for digest, again in batch:
                     if digest in found:
                         salt, body = found[digest]
                         bodies.write(
-                            bytes([CARRIED]) + digest + salt + len(body).to_bytes(8, "big"), body
+                            bytes([CARRIED | again]) + digest + salt + len(body).to_bytes(8, "big"),
+                            body,
                         )
                         carried += 1
                         continue
@@ -599,7 +605,7 @@ def _write_v2(
                             "`hermes-archive verify` names the event"
                         )
                     at = tombstones[digest].to_bytes(8, "big")
-                    bodies.write(bytes([TOMBSTONE]) + digest + at)
+                    bodies.write(bytes([TOMBSTONE | again]) + digest + at)
                     erased += 1
         members[PAYLOADS] = bodies.entry()
         note = store.checkpoint_note(head.seq)

@@ -35,8 +35,10 @@ import signal
 import socket
 import sqlite3
 import stat
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -1751,6 +1753,8 @@ SALT_BYTES = 32
 BUNDLE_VERSION_V3 = 3
 PAYLOADS = "payloads.bin"
 CARRIED, TOMBSTONE = 1, 0  # the first byte of a payloads.bin record
+#: added to a record's first byte when a later name (in 21.3's order) names its digest again
+AGAIN = 0x80
 
 
 class _BundleErrorV2(BundleError):
@@ -2061,26 +2065,147 @@ def _check_body(
         )
 
 
+class _Once:
+    """That each digest of a version-3 bundle has exactly one record and that each record's
+    "named again" flag (:data:`AGAIN`) tells the truth: checked exactly, once the envelopes
+    end, in memory that does not grow with the bundle.
+
+    The reader keeps only the flagged digests at hand, so a flag left off a digest that is
+    named again, with its body carried a second time where it is, would pass the reading
+    itself. So every record read (digest, flag, seq), and every later name of a flagged
+    digest, is written to one of 2**BITS temporary files chosen by Python's keyed hash of
+    the digest (salted per process: a bundle cannot aim its digests at one file); at the end
+    each file is read back into one dict, and a file holding more than MOST digests is
+    spread again by the hash's next bits. Appending costs a fraction of asking a set of every
+    digest at each name (a Bloom filter, a temporary B-tree), which the flag spares."""
+
+    BITS = 6
+    MOST = 1 << 14  # digests read back into one dict
+    RECORD, FLAGGED, NAMED = 0, 1, 2
+    _ENTRY = struct.Struct(">32sBQ")  # digest, what (above), seq
+    _WAITING = 1 << 12  # entries buffered (168 KiB) before they go to the files
+
+    def __init__(self) -> None:
+        self.mask = (1 << self.BITS) - 1
+        self.pending = [bytearray() for _ in range(self.mask + 1)]
+        self.files: list[IO[bytes] | None] = [None] * (self.mask + 1)
+        self.waiting = 0
+
+    def add(self, digest: bytes, what: int, seq: int) -> None:
+        self.pending[hash(digest) & self.mask] += self._ENTRY.pack(digest, what, seq)
+        self.waiting += 1
+        if self.waiting >= self._WAITING:
+            self._flush()
+
+    def _flush(self) -> None:
+        for i, data in enumerate(self.pending):
+            if data:
+                file = self.files[i]
+                if file is None:
+                    file = self.files[i] = tempfile.TemporaryFile()  # noqa: SIM115 (close())
+                file.write(data)
+                data.clear()
+        self.waiting = 0
+
+    def _entries(self, file: IO[bytes]) -> Iterator[tuple[bytes, int, int]]:
+        file.seek(0)
+        while chunk := file.read(self._ENTRY.size << 12):
+            yield from self._ENTRY.iter_unpack(chunk)
+        file.seek(0, os.SEEK_END)
+
+    def record_of(self, digest: bytes) -> int | None:
+        """The seq of the event whose name read ``digest``'s record, if one was read (to
+        explain a failure; a whole file is read)."""
+        self._flush()
+        file = self.files[hash(digest) & self.mask]
+        for named, what, seq in self._entries(file) if file is not None else ():
+            if named == digest and what != self.NAMED:
+                return seq
+        return None
+
+    def problem(self) -> tuple[int, str] | None:
+        """(seq, message) of the first digest, by seq, with a second record or whose flag is
+        untrue; None when every record is once and every flag true."""
+        self._flush()
+        found = [self._problem(file, 1) for file in self.files if file is not None]
+        return min((p for p in found if p is not None), default=None)
+
+    def _problem(self, file: IO[bytes], level: int) -> tuple[int, str] | None:
+        state: dict[bytes, int] = {}  # seq << 2 | named again (2) | flagged (1)
+        worst: tuple[int, str] | None = None
+        spread = level * self.BITS + self.BITS <= 64  # the hash has bits left
+        for digest, what, seq in self._entries(file):
+            known = state.get(digest)
+            if what == self.NAMED:
+                if known is not None:  # always: only a flagged digest read before is named
+                    state[digest] = known | 2
+                continue
+            if known is None:
+                if len(state) >= self.MOST and spread:
+                    return self._spread(file, level)
+                state[digest] = seq << 2 | what
+                continue
+            found = (
+                seq,
+                f"seq {seq}: payload {digest.hex()} has a second record in {PAYLOADS} (the "
+                f"first, read at seq {known >> 2}, does not say it is named again)",
+            )
+            worst = found if worst is None else min(worst, found)
+        for digest, known in state.items():
+            if known & 3 == self.FLAGGED:
+                found = (
+                    known >> 2,
+                    f"seq {known >> 2}: the record of payload {digest.hex()} in {PAYLOADS} says "
+                    "it is named again, but no later name of a selected event names it",
+                )
+                worst = found if worst is None else min(worst, found)
+        return worst
+
+    def _spread(self, file: IO[bytes], level: int) -> tuple[int, str] | None:
+        """A file of more than MOST digests, spread over more files by the hash's next bits
+        (each digest's entries stay together, in their order)."""
+        shift, size, mask = self.BITS * level, self._ENTRY.size, self.mask
+        parts = [tempfile.TemporaryFile() for _ in range(mask + 1)]  # noqa: SIM115 (below)
+        try:
+            file.seek(0)
+            while chunk := file.read(size << 12):
+                spread = [bytearray() for _ in parts]
+                for at in range(0, len(chunk), size):
+                    spread[hash(chunk[at : at + 32]) >> shift & mask] += chunk[at : at + size]
+                for part, data in zip(parts, spread, strict=True):
+                    part.write(data)
+            found = [self._problem(part, level + 1) for part in parts]
+            return min((p for p in found if p is not None), default=None)
+        finally:
+            for part in parts:
+                part.close()
+
+    def close(self) -> None:
+        for file in self.files:
+            if file is not None:
+                file.close()
+
+
 class _CarriedV3:
     """A version-3 bundle's ``payloads.bin`` (FORMAT.md 21.3), read as one stream beside the
-    envelopes: a digest met for the first time must be the next record. Memory: the digests
-    already met (:class:`_Seen`, bounded), a read buffer, and the tombstones (they grow with
-    erasures only)."""
+    envelopes: a named digest not kept at hand must be the next record. Memory: the
+    digests whose records say they are named again (:class:`_Seen`, bounded), a read
+    buffer, the tombstones (they grow with erasures only); every record also goes to
+    :class:`_Once`, on disk, which checks at the end that no flag lied."""
 
     CHUNK = 1 << 16
-    #: the filter is sized for the manifest's count, but never larger than 5 MB up front
-    MOST_EXPECTED = 1 << 22
     _HEAD = 1 + 32 + SALT_BYTES + 8  # a carried record before its body
+    _KINDS = (CARRIED, TOMBSTONE, CARRIED | AGAIN, TOMBSTONE | AGAIN)
 
     def __init__(
         self,
         member: _ReadOnce,
-        claimed: int,
         report: ReportV2,
         fail: Callable[..., _BundleErrorV2],
     ) -> None:
         self.member, self.report, self.fail = member, report, fail
-        self.seen = _Seen(min(claimed, self.MOST_EXPECTED))  # the manifest's count: a hint
+        self.again = _Seen()  # the flagged digests: those later names may name again
+        self.once = _Once()
         self.erased: dict[bytes, int] = {}
         self.records = 0
         self.buffer, self.at = b"", 0
@@ -2110,17 +2235,19 @@ class _CarriedV3:
 
     def check(self, digest: bytes, seq: int) -> None:
         """One digest a selected event names: its body carried and matching, or erased later."""
-        at = self.erased.get(digest) if self.erased else None
-        if at is None:
-            seen = self.seen
-            if digest in seen.recent or seen.older is not None and digest in seen:
+        again = self.again
+        if digest in again.recent or again.older is not None and digest in again:
+            self.once.add(digest, _Once.NAMED, seq)
+            at = self.erased.get(digest) if self.erased else None
+            if at is None:
                 return
+        else:
             # the usual case, in one step: the next record, whole in the buffer, carries it
             buffer, start = self.buffer, self.at
             body = start + self._HEAD
             if (
                 body <= len(buffer)
-                and buffer[start] == CARRIED
+                and buffer[start] | AGAIN == CARRIED | AGAIN
                 and buffer[start + 1 : start + 33] == digest
             ):
                 end = body + int.from_bytes(buffer[body - 8 : body], "big")
@@ -2130,7 +2257,7 @@ class _CarriedV3:
                     _check_body(
                         digest, buffer[start + 33 : body - 8], buffer[body:end], seq, self.fail
                     )
-                    seen.add(digest)
+                    self._read(digest, buffer[start], seq)
                     self.report.payloads_checked += 1
                     return
             at = self._next(digest, seq)
@@ -2143,30 +2270,44 @@ class _CarriedV3:
                 "missing_payload",
             )
 
+    def _read(self, digest: bytes, kind: int, seq: int) -> None:
+        """A record read at ``seq``: kept for :class:`_Once`, and at hand if flagged."""
+        flagged = kind >> 7
+        self.once.add(digest, flagged, seq)
+        if flagged:
+            self.again.add(digest)
+
+    def _missing(self, digest: bytes, seq: int, more: str = "") -> _BundleErrorV2:
+        """``digest`` has no record where it must: a flag that lied, or a payload missing."""
+        first = self.once.record_of(digest)
+        if first is not None:
+            return self.fail(
+                f"seq {seq}: payload {digest.hex()} is named again, but its record in "
+                f"{PAYLOADS} (read at seq {first}) does not say so",
+                seq,
+            )
+        return self.fail(
+            f"seq {seq}: payload {digest.hex()} is missing from the bundle{more}",
+            seq,
+            "missing_payload",
+        )
+
     def _next(self, digest: bytes, seq: int) -> int | None:
         """Read the next record, which must name ``digest``: None for a body that matched, the
         erasure seq of a tombstone."""
         if not self._fill(1):
-            raise self.fail(
-                f"seq {seq}: payload {digest.hex()} is missing from the bundle",
-                seq,
-                "missing_payload",
-            )
+            raise self._missing(digest, seq)
         head = self._take(33, seq)
         kind, named = head[0], head[1:]
-        if kind not in (CARRIED, TOMBSTONE):
+        if kind not in self._KINDS:
             raise self.fail(f"{PAYLOADS} record {self.records + 1} is of no known kind", seq)
         self.records += 1
         if named != digest:
-            raise self.fail(
-                f"seq {seq}: payload {digest.hex()} is missing from the bundle (the next "
-                f"record of {PAYLOADS} is {named.hex()})",
-                seq,
-                "missing_payload",
-            )
-        if kind == TOMBSTONE:
+            raise self._missing(digest, seq, f" (the next record of {PAYLOADS} is {named.hex()})")
+        if kind & ~AGAIN == TOMBSTONE:
             at = int.from_bytes(self._take(8, seq), "big")
             self.erased[digest] = at
+            self._read(digest, kind, seq)
             self.report.payloads_erased += 1
             return at
         rest = self._take(SALT_BYTES + 8, seq)
@@ -2176,7 +2317,7 @@ class _CarriedV3:
                 f"{PAYLOADS} record {self.records} is larger than any archive can hold", seq
             )
         _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
-        self.seen.add(digest)
+        self._read(digest, kind, seq)
         self.report.payloads_checked += 1
         return None
 
@@ -2232,18 +2373,22 @@ def _verify_bundle_v2(
         _check_bundle_end(manifest, handle, sealed, vkey, report, fail)
         return report
     readers: dict[str, _ReadOnce] = {}
+    stream: _CarriedV3 | None = None
     try:
         for name in names:
             readers[name] = _ReadOnce(archive, name, manifest["members"][name])
-        carried = _CarriedV3(readers[PAYLOADS], manifest["payloads"], report, fail)
+        stream = _CarriedV3(readers[PAYLOADS], report, fail)
         rows = _envelope_lines_v3(readers[ENVELOPES])
-        _check_bundle_v2(manifest, rows, carried, report, fail, progress)
+        _check_bundle_v2(manifest, rows, stream, report, fail, progress)
         for name in names:
             readers[name].finish()
     except Exception:  # a check failed, or a changed member held what no check expects
         for reader in readers.values():  # a member unlike the manifest first, in zip order
             reader.finish()
         raise
+    finally:
+        if stream is not None:
+            stream.once.close()
     _check_bundle_end(manifest, handle, sealed, vkey, report, fail)
     return report
 
@@ -2337,6 +2482,10 @@ def _check_bundle_v2(
     for name, found, claimed in counts:
         if found != claimed:
             raise fail(f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}")
+    if isinstance(carried, _CarriedV3):
+        untrue = carried.once.problem()  # a record twice, or a "named again" flag that lied
+        if untrue is not None:
+            raise fail(untrue[1], untrue[0])
 
 
 def _check_bundle_end(
