@@ -112,3 +112,20 @@ def test_a_bad_tile_behind_the_window_is_found(
     monkeypatch.setattr(verifier._TreeCheck, "CHUNK", 300)
     report = _report(_tampered(corpus_db, tmp_path / "events.db", sql))
     assert (report["ok"], report["code"], report["first_bad_seq"]) == (False, "tiles", first_bad)
+
+
+def test_the_seen_filter_stops_growing_at_its_cap_and_stays_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MOST_BITS the filter only fills: its size is capped, and every answer is exact."""
+    monkeypatch.setattr(verifier._Seen, "RECENT", 64)
+    monkeypatch.setattr(verifier._Seen, "MOST_BITS", 1 << 16)
+    seen = verifier._Seen(expected=10)
+    added = [bytes([i % 256, i // 256]) * 16 for i in range(40_000)]  # 40k distinct digests
+    for digest in added:
+        seen.add(digest)
+    assert seen.bits == 1 << 16 and len(seen.bloom) == (1 << 16) // 8  # 8 KiB, not ~50 KiB
+    assert seen.entries > (1 << 16) // 10  # well past what the cap sizes for
+    assert all(digest in seen for digest in added)
+    absent = [bytes([i % 256, i // 256, 1]) + bytes(29) for i in range(5_000)]
+    assert not any(digest in seen for digest in absent)

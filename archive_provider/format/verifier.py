@@ -555,11 +555,13 @@ class _Seen:
     A set of every digest costs about 100 bytes each (a gigabyte at 10M events), so only the
     newest RECENT stay in a set; older ones move to a private temporary database on disk and
     are asked for only when a Bloom filter of them says "maybe" (a repeat from long ago, or
-    about 1 in 60 new digests). The filter holds 10 bits per digest ``expected`` (about
-    4 bytes per event; rebuilt larger if more come).
+    about 1 in 60 new digests). The filter holds 10 bits per digest ``expected`` (rebuilt
+    larger if more come) up to MOST_BITS (8 MiB, about 6.7M digests); past that it only
+    fills, so more new digests are looked up on disk: time grows, memory does not.
     """
 
     RECENT = 1 << 14
+    MOST_BITS = 1 << 26
     _BITS_PER_ENTRY = 10
 
     def __init__(self, expected: int = 0) -> None:
@@ -608,9 +610,9 @@ class _Seen:
         self.older.executemany("INSERT OR IGNORE INTO seen VALUES (?)", ((d,) for d in batch))
         self.recent.clear()
         self.entries += len(batch)
-        if self.entries * self._BITS_PER_ENTRY > self.bits:
+        if self.entries * self._BITS_PER_ENTRY > self.bits and self.bits < self.MOST_BITS:
             wanted = max(self.entries * 2, self.expected) * self._BITS_PER_ENTRY
-            self.bits = max(wanted // 8 * 8, 1 << 16)
+            self.bits = min(max(wanted // 8 * 8, 1 << 16), self.MOST_BITS)
             self.bloom = bytearray(self.bits // 8)
             self._mark(digest for (digest,) in self.older.execute("SELECT d FROM seen"))
         else:
