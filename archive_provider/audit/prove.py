@@ -16,6 +16,7 @@ from ..format import merkle, tlog_proof
 from ..format.digests_v2 import envelope_of_row
 from ..format.signed_note import Verifier
 from ..storage.store import ENVELOPE_COLUMNS_V2, EventStore, EventStoreV2, salted_payload
+from ..storage.store_v2 import split_parts
 
 
 class ProveError(InvalidRequest):
@@ -52,7 +53,7 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> b
         ).fetchone()
         _, time, type_, session, key, identity, payload, parts, author, _ = found
         envelope = envelope_of_row(seq, time, type_, session, key, identity, payload, parts, author)
-        named = [bytes(payload), *(bytes(parts[i : i + 32]) for i in range(0, len(parts), 32))]
+        named = [bytes(payload), *split_parts(parts)]
         named += [bytes(author)] if author is not None else []
         disclosed = []
         for digest in dict.fromkeys(named):

@@ -27,6 +27,7 @@ from blake3 import blake3
 
 from ..format import digests_v2
 from ..storage.sql import select_in
+from ..storage.store_v2 import split_parts
 
 #: how many recent checkpoints are remembered (a host retries its latest ones)
 KEPT = 64
@@ -72,7 +73,7 @@ def still_stands(conn: sqlite3.Connection, seq: int, identity: str) -> bool:
         type_, session, key, digests_v2.parts_from_blob(blob)
     ) != bytes(stored):
         return False
-    wanted = {blob[i : i + 32] for i in range(0, len(blob), 32)}
+    wanted = set(split_parts(blob))
     found: set[bytes] = set()
     for digest, salt, body in select_in(
         conn, "SELECT digest, salt, body FROM payloads WHERE digest IN ({})", wanted

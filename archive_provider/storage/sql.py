@@ -23,8 +23,11 @@ def in_chunks(values: Iterable[Any]) -> Iterator[tuple[str, list[Any]]]:
         yield ", ".join("?" * len(chunk)), chunk
 
 
-def select_in(conn: sqlite3.Connection, sql: str, values: Iterable[Any]) -> Iterator[Any]:
+def select_in(
+    conn: sqlite3.Connection | sqlite3.Cursor, sql: str, values: Iterable[Any]
+) -> Iterator[Any]:
     """The rows of ``sql`` for every slice of ``values``, its ``{}`` standing for the
-    placeholders (``... WHERE seq IN ({})``); read lazily, a slice at a time."""
+    placeholders (``... WHERE seq IN ({})``); read lazily, a slice at a time (on a cursor
+    of its own when given one, beside another statement still being read)."""
     for marks, chunk in in_chunks(values):
         yield from conn.execute(sql.format(marks), chunk)

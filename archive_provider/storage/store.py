@@ -76,6 +76,7 @@ from .store_v2 import (
     quoted_by,
     read_signer,
     signing_key_path,
+    split_parts,
     write_private,
 )
 
@@ -1478,11 +1479,10 @@ def _iter_events_v2(
         )
         carried: dict[str, bytes] = {}
         if parts and (carry is None or type_ in carry):
-            digests = [bytes(parts[i : i + 32]) for i in range(0, len(parts), 32)]
-            marks = ", ".join("?" * len(digests))
-            for digest, part in lookup.execute(
-                f"SELECT digest, body FROM payloads WHERE digest IN ({marks}) AND body IS NOT NULL",
-                digests,
+            for digest, part in select_in(
+                lookup,
+                "SELECT digest, body FROM payloads WHERE digest IN ({}) AND body IS NOT NULL",
+                split_parts(parts),
             ):
                 carried[bytes(digest).hex()] = bytes(part)
         yield LoadedEvent(envelope, bytes(chain).hex(), bytes(body), carried)
@@ -1554,7 +1554,7 @@ def session_part_digests(
         (session, *types, before_seq),
     ):
         if isinstance(parts, bytes):
-            yield from (parts[i : i + 32].hex() for i in range(0, len(parts), 32))
+            yield from (digest.hex() for digest in split_parts(parts))
         else:
             yield from (str(d) for d in json.loads(parts))
 
