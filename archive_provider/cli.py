@@ -18,6 +18,7 @@ from typing import Any
 from archive_provider.commands import COMMANDS, CommandContext, UsageError
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 
 def _add_version(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C: one word, the shell's code for SIGINT
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,33 @@ class ProveError(InvalidRequest):
     """The proof cannot be made as asked (a v1 archive, an unknown seq, nothing signed)."""
 
 
+def proof_size(store: EventStoreV2, last: int) -> int:
+    """The checkpoint a proof of events up to ``last`` names: the newest one a witness has
+    cosigned that covers them, else the newest signed one (0: none is signed)."""
+    cosigned = store.conn.execute(
+        "SELECT max(s.size) FROM signed_checkpoints s WHERE s.size >= ? "
+        "AND EXISTS (SELECT 1 FROM cosignatures c WHERE c.size = s.size)",
+        (last,),
+    ).fetchone()[0]
+    if cosigned is not None:
+        return int(cosigned)
+    return int(store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()[0] or 0)
+
+
+def uncosigned(store: EventStoreV2, last: int) -> str | None:
+    """Why a proof of events up to ``last`` carries no cosignature; None when it does."""
+    size = proof_size(store, last)
+    if store.conn.execute("SELECT 1 FROM cosignatures WHERE size = ?", (size,)).fetchone():
+        return None
+    newest = store.conn.execute("SELECT max(size) FROM cosignatures").fetchone()[0]
+    cosigned = f"the newest cosigned is size {newest}" if newest else "none is cosigned yet"
+    return (
+        f"no witness has cosigned a checkpoint that covers seq {last} ({cosigned}): witnesses "
+        "cosign the checkpoints the provider signs while the agent runs, not those of a "
+        "command's own writes; prove it again after the agent's next turn for a cosigned proof"
+    )
+
+
 def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> bytes:
     """The proof file for ``seqs`` (every body named, or only the digests in ``only``).
 
@@ -37,8 +64,7 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> b
     if not seqs:
         raise ProveError("name at least one seq to prove")
     store.checkpoint()
-    row = store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()
-    size = int(row[0] or 0)
+    size = proof_size(store, max(seqs))
     note = store.checkpoint_note(size) if size else None
     if note is None:
         raise ProveError("the archive has no signed checkpoint yet")

@@ -29,6 +29,7 @@ import sqlite_utils
 from ..domain.clock import now_text
 from ..format.verifier import Report, verify_database
 from ..storage.store import AUDIT_VIEWS, AUDIT_VIEWS_V2, EventStore
+from ..storage.store_v2 import write_private
 
 BATCH = 1000
 
@@ -266,6 +267,8 @@ def write_copy(
     }
     rows: dict[str, int] = {}
     try:
+        # 0600 before a byte is written: the copy holds every message text, as a bundle does
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         db = sqlite_utils.Database(tmp)
         try:
             db.execute("PRAGMA journal_mode = OFF")  # a new file, renamed only when complete
@@ -279,7 +282,8 @@ def write_copy(
             os.fsync(handle.fileno())
         document = _metadata(out, summary, rows)
         meta_tmp = tmp.with_name(tmp.name + ".json")
-        meta_tmp.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", "utf-8")
+        meta_tmp.unlink(missing_ok=True)
+        write_private(meta_tmp, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
         os.replace(meta_tmp, metadata_path(out))
         os.replace(tmp, out)
     except BaseException:

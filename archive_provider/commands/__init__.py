@@ -64,6 +64,14 @@ def time_arg(text: str) -> str:
         ) from None
 
 
+def time_range(args: Namespace) -> tuple[str | None, str | None]:
+    """``--since`` and ``--until``; a range that ends before it starts is a usage error."""
+    since, until = getattr(args, "since", None), getattr(args, "until", None)
+    if since and until and since > until:  # envelope time text sorts as time
+        raise UsageError(f"--since {since} is after --until {until}")
+    return since, until
+
+
 def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
@@ -191,10 +199,7 @@ class CommandContext:
 
 
 def _message(exc: Exception) -> str:
-    from archive_provider.storage.central import CentralError
-    from archive_provider.storage.store import StoreError
-
-    if isinstance(exc, (CommandError, StoreError, CentralError)):
+    if isinstance(exc, ArchiveError):  # the archive's own errors say what, and what to do
         return str(exc)
     if type(exc).__module__.startswith("psycopg"):
         return f"the central store refused ({type(exc).__name__}: {str(exc).strip()})"

@@ -125,9 +125,9 @@ def _what(store: Archive, event: StoredEvent) -> str:
     if kind == "session_switched":
         flags = [name for name in ("reset", "rewound") if body.get(name)]
         reason = f" ({body['reason']})" if body.get("reason") else ""
-        return f"from {body.get('from') or '?'}{reason}" + (
-            f" [{', '.join(flags)}]" if flags else ""
-        )
+        came = body.get("from")  # the host may keep the id (a compression in place)
+        where = "same session id kept" if came and came == event.session else f"from {came or '?'}"
+        return where + reason + (f" [{', '.join(flags)}]" if flags else "")
     if kind == "session_ended":
         return f"{body.get('message_count')} messages at the end"
     if kind == "turns_rewound":
@@ -147,7 +147,23 @@ def _what(store: Archive, event: StoredEvent) -> str:
         )
     if kind == "write_failed":
         return f"{body.get('hook')}: {preview(body.get('error', ''), 80)}"
-    return preview(dict(body), 80)
+    if kind == "store_created":
+        return f"archive created: store {body.get('store_id')}, format {body.get('format_version')}"
+    if kind == "witness_accepted":
+        head = body.get("accepted_head")
+        at = f"head seq {head.get('seq')}" if isinstance(head, Mapping) else "the head"
+        return f"witness accepted {at}: {body.get('reason')}"
+    return fields(body, 80)
+
+
+def fields(body: Mapping[str, Any], width: int | None = None) -> str:
+    """``name=value`` for each field, values as plain text (nested values as compact JSON),
+    cut to ``width`` characters if given: how people read a scope, a selector or a body."""
+    text = " ".join(
+        f"{name}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for name, value in body.items()
+    )
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError
-from archive_provider.commands._render import preview, record, short_time
+from archive_provider.commands._render import fields, preview, record, short_time
 
 if TYPE_CHECKING:
     from archive_provider.storage.store import EventStore
@@ -104,16 +104,25 @@ def status(ctx: CommandContext) -> int:
     return 0
 
 
+def _chosen(conn: Any, ctx: CommandContext) -> list[Any]:
+    """The stores ``--store`` names (all without it); naming none that exists is an error of
+    its own, never "nothing matches" about what was asked of it."""
+    from archive_provider.storage.central import stores
+
+    chosen = stores(conn, ctx.central_store)
+    if ctx.central_store and not chosen:
+        raise CommandError(f"no store {ctx.central_store!r} in the central store")
+    return chosen
+
+
 def verify(ctx: CommandContext) -> int:
-    from archive_provider.storage.central import stores, verify_store
+    from archive_provider.storage.central import verify_store
 
     if getattr(ctx.args, "projections", False):
         raise UsageError("--projections applies to a local archive; the central store has none")
     results = []
     with _connection(ctx) as conn:
-        chosen = stores(conn, ctx.central_store)
-        if ctx.central_store and not chosen:
-            raise CommandError(f"no store {ctx.central_store!r} in the central store")
+        chosen = _chosen(conn, ctx)
         if ctx.args.key and len(chosen) != 1:
             raise UsageError("--key pins one archive's key: name it with --store ID")
         for store in chosen:
@@ -199,6 +208,7 @@ def show(ctx: CommandContext) -> int:
 
     ref = ctx.args.event
     with _connection(ctx) as conn:
+        _chosen(conn, ctx)
         if ref.isdigit() and len(ref) <= 18:
             if not ctx.central_store:
                 raise UsageError("with --db, a sequence number needs --store ID")
@@ -224,6 +234,20 @@ def show(ctx: CommandContext) -> int:
     return 0
 
 
+def _text(body: bytes | None) -> str:
+    """A matched body as people read it: a message's text, a memory entry, a value's text
+    (never its JSON encoding, nor markup), as the local search prints it."""
+    from archive_provider.domain.evidence import message_text
+    from archive_provider.format.canonical import decode
+
+    if body is None:
+        return ""
+    value = decode(bytes(body))
+    if isinstance(value, dict):
+        return message_text(value) or fields(value)
+    return value if isinstance(value, str) else str(value)
+
+
 def search(ctx: CommandContext) -> int:
     """PostgreSQL full-text search (english configuration) over payload bodies."""
     text = " ".join(ctx.args.query)
@@ -237,9 +261,7 @@ def search(ctx: CommandContext) -> int:
             filters.append(clause)
             args.append(value)
     sql = f"""
-        SELECT h.store_id, e.seq, e.time, e.type, e.session, h.rank,
-               ts_headline('english', convert_from(h.body, 'UTF8'), h.q,
-                           'MaxFragments=1, MaxWords=30, MinWords=10')
+        SELECT h.store_id, e.seq, e.time, e.type, e.session, h.rank, h.body
           FROM (SELECT p.store_id, p.digest, p.body, q, ts_rank(p.search, q) AS rank
                   FROM hermes_archive.payloads p, plainto_tsquery('english', %s) q
                  WHERE p.search @@ q AND p.store_id LIKE %s) h
@@ -255,7 +277,12 @@ def search(ctx: CommandContext) -> int:
             sql, [text, (ctx.central_store or "").lower() + "%", *args, ctx.args.limit or 10]
         ).fetchall()
     results = [
-        dict(zip(("store_id", "seq", "time", "type", "session", "rank", "text"), row, strict=True))
+        {
+            **dict(
+                zip(("store_id", "seq", "time", "type", "session", "rank"), row[:6], strict=True)
+            ),
+            "text": _text(row[6]),
+        }
         for row in rows
     ]
     data = {"query": text, "results": results}

@@ -10,7 +10,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archive_provider.commands import CommandContext, CommandError, UsageError, expanded, time_arg
+from archive_provider.commands import (
+    CommandContext,
+    CommandError,
+    UsageError,
+    expanded,
+    time_arg,
+    time_range,
+)
 
 NAME = "export"
 HELP = "export events (all, one session, a time range) to a sealed bundle an auditor can verify"
@@ -68,9 +75,7 @@ def run(ctx: CommandContext) -> int:
         raise UsageError(f"{out} is not a regular file; give a new file name for the bundle")
     if out.exists() and not args.force:
         raise UsageError(f"{out} exists; choose another path or pass --force")
-    if args.since and args.until and args.since > args.until:
-        raise UsageError("--since is after --until")
-    selection = Selection(args.session, args.since, args.until)
+    selection = Selection(args.session, *time_range(args))
     with ctx.store() as store:
         total = store.head().seq
         with ctx.progress("export", total) as progress:

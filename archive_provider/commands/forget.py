@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, time_arg
+from archive_provider.commands._render import fields
 
 if TYPE_CHECKING:
     from archive_provider.audit.erasure import Receipt, Scope
@@ -129,7 +130,7 @@ def render(receipt: Receipt) -> str:
     lines = [
         f"erased {receipt.payloads} payloads touching {receipt.events} events",
         f"erasure event: seq {receipt.seq} at {receipt.time}, chain {receipt.chain}",
-        f"scope: {receipt.scope}  reason: {receipt.reason}  by: {receipt.who}",
+        f"scope: {fields(receipt.scope)}  reason: {receipt.reason}  by: {receipt.who}",
     ]
     if receipt.kept_shared:
         lines.append(f"kept: {receipt.kept_shared} payloads events outside the scope name")
@@ -197,7 +198,7 @@ def run(ctx: CommandContext) -> int:
                 confirm(
                     ctx,
                     f"Erase {preview.payloads} payloads touching {preview.events} events "
-                    f"({scope.record()}) for good?",
+                    f"({fields(scope.record())}) for good?",
                 )
         receipt = forget(
             store,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from archive_provider.commands import CommandContext, UsageError, time_arg
+from archive_provider.commands._render import fields
 
 NAME = "hold"
 HELP = "legal holds: add (--session | --since/--until | --author), list, release ID"
@@ -32,7 +33,8 @@ def run(ctx: CommandContext) -> int:
         ctx.emit(
             {"ok": True, "holds": found},
             "\n".join(
-                f"{h['hold']} (seq {h['seq']}): {h['selector']}: {h['reason']}" for h in found
+                f"{h['hold']} (seq {h['seq']}): {fields(h['selector'])}: {h['reason']}"
+                for h in found
             )
             or "no legal holds in force",
         )

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archive_provider.commands import CommandContext, UsageError, count_or_all, time_arg
+from archive_provider.commands import (
+    CommandContext,
+    UsageError,
+    count_or_all,
+    time_arg,
+    time_range,
+)
 from archive_provider.commands._render import record, short_time
 from archive_provider.format.events import EVENT_TYPES
 
@@ -42,14 +48,15 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
         raise UsageError(
             f"unknown event type {unknown[0]!r}; known: {', '.join(sorted(EVENT_TYPES))}"
         )
+    since, until = time_range(args)
     clauses, params = [], []
     if args.types:
         clauses.append(f"e.type IN ({', '.join('?' * len(args.types))})")
         params.extend(args.types)
     for clause, value in (
         ("e.session = ?", args.session),
-        ("e.time >= ?", args.since),
-        ("e.time <= ?", args.until),
+        ("e.time >= ?", since),
+        ("e.time <= ?", until),
     ):
         if value is not None:
             clauses.append(clause)

@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.audit.prove import ProveError, prove
+    from archive_provider.audit.prove import ProveError, prove, uncosigned
     from archive_provider.storage.store import EventStoreV2
 
     out = expanded(ctx.args.out)
@@ -46,7 +46,8 @@ def run(ctx: CommandContext) -> int:
             data = prove(store, ctx.args.seqs, ctx.args.only)
         except ProveError as exc:
             raise CommandError(str(exc)) from None
-        vkey = store.note_vkey() if isinstance(store, EventStoreV2) else ""  # v1 was refused
+        assert isinstance(store, EventStoreV2)  # prove refused a v1 archive
+        vkey, why = store.note_vkey(), uncosigned(store, max(ctx.args.seqs))
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # disclosed text: private
     try:
@@ -60,10 +61,19 @@ def run(ctx: CommandContext) -> int:
         raise
     seqs = sorted(set(ctx.args.seqs))
     ctx.emit(
-        {"ok": True, "path": str(out), "bytes": len(data), "seqs": seqs, "vkey": vkey},
+        {
+            "ok": True,
+            "path": str(out),
+            "bytes": len(data),
+            "seqs": seqs,
+            "vkey": vkey,
+            "cosigned": why is None,
+            "uncosigned_because": why,
+        },
         lambda _: (
             f"Wrote {out} ({len(data):,} bytes): seq {', '.join(map(str, seqs))} with the signed "
             f"checkpoint. Check it with `python verifier.py proof {out} --key {vkey}`."
+            + (f"\nnote: {why}" if why else "")
         ),
     )
     return 0

@@ -43,7 +43,10 @@ def run(ctx: CommandContext) -> int:
         with ctx.store() as store:
             policy = retention_policy(store)
         days = policy.get("days") if policy else None
-        ctx.emit({"ok": True, "policy": policy}, f"retention: {days or 'keep forever'} days")
+        ctx.emit(
+            {"ok": True, "policy": policy},
+            f"retention: keep {days} days" if days else "retention: keep forever",
+        )
         return 0
     store = open_writer(ctx)
     try:

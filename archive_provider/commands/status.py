@@ -33,7 +33,7 @@ def _spill(ctx: CommandContext) -> dict[str, Any]:
 
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
-    from archive_provider.storage.ship import read_state
+    from archive_provider.storage.ship import at_local_head, read_state
     from archive_provider.storage.store import DB_NAME
 
     if not ctx.exists():
@@ -64,11 +64,13 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
                 f"session = 'archive' AND type IN {STORE_EVENTS})"  # v2's store-level events
             ).fetchone()[0]
             drain = last_drain(store) if counts.get("shutdown_drain") else None
+            shipping = read_state(ctx.archive)
+            if shipping is not None:  # the lag from the local head, not the last pass's
+                shipping = at_local_head(shipping, store)
         finally:
             conn.execute("COMMIT")
         witnesses = witness_status(ctx, store)
     size = sum(p.stat().st_size for p in ctx.archive.iterdir() if p.name.startswith(DB_NAME))
-    shipping = read_state(ctx.archive)
     return {
         "archive": str(ctx.archive),
         "exists": True,
@@ -331,9 +333,11 @@ def witness_lines(data: dict[str, Any]) -> list[str]:
         if row.get("consistent") is False:
             lines.append(f"Remote witness {name}: REFUSES this archive: {row['error']}")
         elif row.get("error"):
+            cosigned = row["cosigned_size"]
             lines.append(
                 f"Remote witness {name}: behind by {row['behind']} "
-                f"(cosigned size {row['cosigned_size']}); last error: {printable(row['error'])}"
+                + ("(nothing cosigned yet)" if cosigned is None else f"(cosigned size {cosigned})")
+                + f"; last error: {printable(row['error'])}"
             )
         else:
             lines.append(

@@ -19,6 +19,19 @@ NAME = "verify"
 HELP = "check every identity, payload digest and chain value (--projections: projections too)"
 
 
+def verifier_key(text: str) -> str:
+    """argparse type for --key and --witness-key: a verifier key (``name+hex ID+base64``)."""
+    from archive_provider.format.signed_note import NoteError, Verifier
+
+    try:
+        Verifier.from_vkey(text)
+    except NoteError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a verifier key ({exc}); `hermes-archive key` prints the archive's"
+        ) from None
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--projections",
@@ -27,6 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--key",
+        type=verifier_key,
         metavar="VKEY",
         help="format v2: the archive's verifier key, pinned outside it (`hermes-archive key` "
         "printed it), to check every signed checkpoint",
@@ -34,6 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--witness-key",
         action="append",
+        type=verifier_key,
         metavar="VKEY",
         help="with --db: a witness's cosigner key; its cosignatures on the central "
         "checkpoints are checked (repeatable; keys the log's witness_added events name are "
@@ -96,6 +111,8 @@ def _human(data: dict[str, Any]) -> str:
             f"erasure at seq {e['seq']}: {e['payloads']} payloads erased"
             for e in report.get("erasures") or []
         ]
+        if report.get("authenticity") == "verified":  # v2; unchecked, a note says so
+            lines.append("signed checkpoints: verified with the given verifier key")
     else:
         where = (
             f"seq {report['first_bad_seq']}"
@@ -103,6 +120,7 @@ def _human(data: dict[str, Any]) -> str:
             else "the archive"
         )
         lines = [f"FAILED at {where}: {report['problem']}"]
+    lines += [f"note: {warning}" for warning in report.get("warnings") or []]
     if "lineage" in data:
         found = data["lineage"]
         lines.append(

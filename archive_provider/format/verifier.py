@@ -1770,11 +1770,12 @@ class _BundleErrorV2(BundleError):
 def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
     """Validate a version-2 or -3 manifest's shape (FORMAT.md 21.2, 21.3); return it."""
     where = MANIFEST
-    v3 = manifest.get("bundle_version") == BUNDLE_VERSION_V3
+    version = manifest.get("bundle_version")  # 2 or 3: the caller read it
+    v3 = version == BUNDLE_VERSION_V3
     if manifest.get("bundle") != BUNDLE_NAME or manifest.get("format_version") != 2:
-        raise BundleError(f"{where}: not a {BUNDLE_NAME} version 2 of a format-2 archive")
+        raise BundleError(f"{where}: not a {BUNDLE_NAME} version {version} of a format-2 archive")
     if V2_UNAVAILABLE:
-        raise BundleError(f"cannot check a version-2 bundle: {V2_UNAVAILABLE}")
+        raise BundleError(f"cannot check a version-{version} bundle: {V2_UNAVAILABLE}")
     store_id = _field(manifest, "store_id", str, where)
     if not _STORE_ID.fullmatch(store_id):
         raise BundleError(f"{where}: store_id is not 32 lowercase hex digits")
@@ -2684,6 +2685,10 @@ def verify_proof(
         "cosigned_by": sorted(set(proven[0].cosigners)),
     }
     report.authenticity = "verified"
+    if not witnesses:  # the cosignature lines are there, but whose they are was not checked
+        report.warnings.append(
+            "cosignatures were not checked: give --witness WKEY for each witness you trust"
+        )
     report.events_checked = len(proven)
     report.payloads_checked = sum(len(p.disclosed) for p in proven)
     report.last_seq = max(p.seq for p in proven)
@@ -2741,7 +2746,10 @@ def describe(report: Report, kind: str) -> str:
         where = f"seq {report.first_bad_seq}" if report.first_bad_seq is not None else f"the {kind}"
         return f"FAILED at {where}: {printable(report.problem)}"
     if kind == "proof" and isinstance(report, ReportV2):
-        cosigned = ", ".join((report.checkpoint or {}).get("cosigned_by") or []) or "no witness"
+        cosigned = (
+            ", ".join((report.checkpoint or {}).get("cosigned_by") or [])
+            or "none of the witnesses given"
+        )
         text = (
             f"ok: {report.events_checked} events of store {report.store_id} proven in its tree "
             f"of size {report.tree_size} (root {report.root}), checkpoint signed by the log key "
@@ -2780,6 +2788,15 @@ def describe(report: Report, kind: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; Ctrl-C says "interrupted" and exits 130, as hermes-archive does."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     mode = args_in.pop(0) if args_in and args_in[0] in ("bundle", "database", "proof") else None
     parser = argparse.ArgumentParser(

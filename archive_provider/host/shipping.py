@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..domain.clock import utc_now
-from ..storage.central import fleet_missing
+from ..storage.central import fleet_install_hint, fleet_missing
 from ..storage.ship import STATE_NAME, behind, read_state
 from .settings import Settings
 
@@ -53,8 +53,7 @@ def unshippable(settings: Settings) -> str:
     if missing:
         return (
             f"shipping is required (ship_required) but {' and '.join(missing)} cannot be "
-            "imported: pip install 'hermes-archive[fleet]' where Hermes runs, or set "
-            "ship_required to false"
+            f"imported: {fleet_install_hint()} where Hermes runs, or set ship_required to false"
         )
     return ""
 

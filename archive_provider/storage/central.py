@@ -62,7 +62,20 @@ class CentralError(ArchiveUnavailable):
 
 
 def missing_extra() -> CentralError:
-    return CentralError("the central store needs psycopg 3: pip install 'hermes-archive[fleet]'")
+    return CentralError(f"the central store needs psycopg 3: {fleet_install_hint()}")
+
+
+def fleet_install_hint() -> str:
+    """The pip line that installs the ``fleet`` extra's packages, read from this package's
+    own metadata (``hermes-archive[fleet]`` installs only once the package is published)."""
+    from importlib import metadata
+
+    try:
+        required = metadata.requires("hermes-archive") or []
+    except metadata.PackageNotFoundError:  # run from a source tree
+        required = []
+    fleet = sorted(r.split(";")[0].strip() for r in required if "extra == 'fleet'" in r)
+    return "pip install " + " ".join(f"'{r}'" for r in fleet or ("psycopg[binary]", "psycopg-pool"))
 
 
 #: the modules the ``fleet`` extra installs
@@ -121,13 +134,13 @@ def redacted(target: str) -> str:
     except ImportError:
         return scrub(target)
     except Exception:
-        return "(an unreadable connection string)"
+        return "an unreadable connection string"
     shown = [
         f"{name}={params[name]}"
         for name in ("service", "host", "port", "dbname", "user", "sslmode")
         if params.get(name)
     ]
-    return " ".join(shown) or "(libpq defaults: PGHOST, PGSERVICE, …)"
+    return " ".join(shown) or "libpq defaults: PGHOST, PGSERVICE, …"
 
 
 def _connect_kwargs(target: str) -> dict[str, Any]:

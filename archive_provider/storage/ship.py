@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import socket
+import sqlite3
 import threading
 from bisect import bisect_right
 from collections.abc import Callable
@@ -56,6 +57,7 @@ from .central import (
     witness_keys,
 )
 from .store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
+from .store_v2 import write_private
 
 if TYPE_CHECKING:
     import psycopg
@@ -126,6 +128,23 @@ def lag_seconds(state: dict[str, Any]) -> float:
     return float(state.get("lag_seconds") or 0)
 
 
+def _lag(conn: sqlite3.Connection, central_seq: int, local_seq: int) -> tuple[int, int, str | None]:
+    """The local head, the events after the central head and the oldest one's time."""
+    lag = max(0, local_seq - central_seq)
+    row = conn.execute("SELECT time FROM events WHERE seq = ?", (central_seq + 1,)).fetchone()
+    return local_seq, lag, str(row[0]) if row and lag else None
+
+
+def at_local_head(state: dict[str, Any], store: EventStore) -> dict[str, Any]:
+    """``state`` (written at the shipper's last pass) with the lag counted from the local
+    head now: events appended since that pass wait too. A state of another store is kept."""
+    if state.get("store_id") != store.store_id:
+        return state
+    central = int(state.get("central_seq") or 0)
+    local, lag, oldest = _lag(store.conn, central, store.head().seq)
+    return {**state, "local_seq": local, "lag_events": lag, "oldest_unshipped_time": oldest}
+
+
 def describe_state(state: dict[str, Any]) -> str:
     """The one line ``status`` and ``hermes memory status`` show about shipping."""
     return (
@@ -164,8 +183,9 @@ def behind(state: dict[str, Any] | None, max_lag_s: float) -> str | None:
 
 
 def _write_state(folder: Path, state: ShipState) -> None:
-    tmp = folder / (STATE_NAME + ".tmp")
-    tmp.write_text(json.dumps(state.as_dict(), indent=2) + "\n", "utf-8")
+    tmp = folder / f"{STATE_NAME}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    write_private(tmp, json.dumps(state.as_dict(), indent=2) + "\n")  # 0600, as the archive's
     os.replace(tmp, folder / STATE_NAME)
 
 
@@ -294,8 +314,12 @@ class Shipper:
         *,
         batch: int = DEFAULT_BATCH,
         label: str = "",
+        record_state: bool = True,
     ) -> None:
         self.folder = Path(folder)
+        #: write ``shipping.json`` (False: a run to another target than the provider's,
+        #: whose state is not this archive's shipping)
+        self.record_state = record_state
         self.target = target
         self.batch = max(1, batch)
         # which machine and profile an archive came from, for people reading the fleet
@@ -614,12 +638,10 @@ class Shipper:
 
     def _note_lag(self, store: EventStore, central_seq: int, local_seq: int) -> None:
         state = self.state
-        state.store_id, state.local_seq, state.central_seq = store.store_id, local_seq, central_seq
-        state.lag_events = max(0, local_seq - central_seq)
-        row = store.conn.execute(
-            "SELECT time FROM events WHERE seq = ?", (central_seq + 1,)
-        ).fetchone()
-        state.oldest_unshipped_time = str(row[0]) if row and state.lag_events else None
+        state.store_id, state.central_seq = store.store_id, central_seq
+        state.local_seq, state.lag_events, state.oldest_unshipped_time = _lag(
+            store.conn, central_seq, local_seq
+        )
         state.lag_seconds = lag_seconds(state.as_dict())
 
     def _failed(self, exc: BaseException) -> None:
@@ -637,7 +659,7 @@ class Shipper:
 
     def _save(self) -> None:
         try:
-            if self.folder.exists():
+            if self.record_state and self.folder.exists():
                 _write_state(self.folder, self.state)
         except OSError as exc:
             log.warning("archive: cannot record the shipping state: %s", exc)

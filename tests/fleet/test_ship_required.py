@@ -140,7 +140,8 @@ def test_required_without_the_fleet_extra_is_unavailable(home: Path, blocked: li
     discovered, available, reason = _host_child(home, *blocked)
     assert (discovered, available) == (False, False)
     assert f"{' and '.join(blocked)} cannot be imported" in reason
-    assert "hermes-archive[fleet]" in reason and "dead-pw" not in reason
+    assert "pip install 'psycopg-pool>=3.2' 'psycopg[binary]>=3.2'" in reason
+    assert "hermes-archive[fleet]" not in reason and "dead-pw" not in reason
     # the same child with everything importable: available, so the block is the only cause
     assert _host_child(home) == [True, True, ""]
     # and without the requirement a missing extra only stops shipping, never the archive
