@@ -23,7 +23,7 @@ from archive_provider.commands.status import witness_lines
 from archive_provider.format.signed_note import Signer
 from archive_provider.host.settings import save_settings
 from archive_provider.storage.proof_v2 import cosigner
-from archive_provider.storage.ship import STATE_NAME, Shipper, read_state
+from archive_provider.storage.ship import STATE_NAME, Shipper, describe_state, read_state
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 from tests.test_cli import assistant, build_archive, user
@@ -261,6 +261,12 @@ def test_a_manual_ship_elsewhere_leaves_the_providers_shipping_state(
     code, _, _ = run(capsys, "--home", str(fresh), "ship", "--to", other)
     assert code == 1
     assert read_state(archive_dir(fresh)) == recorded
+
+
+def test_the_shipping_line_is_one_line_whatever_the_error() -> None:
+    error = "connection failed: refused\n\tIs the server running on that host?"
+    line = describe_state({"target": "host=db", "central_seq": 3, "last_error": error})
+    assert "\n" not in line and "Is the server running" in line
 
 
 # -- recipes that work -------------------------------------------------------------------------

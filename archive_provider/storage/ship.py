@@ -151,7 +151,11 @@ def describe_state(state: dict[str, Any]) -> str:
         f"to {state.get('target')}: central seq {state.get('central_seq')}, lag "
         f"{state.get('lag_events')} events / {lag_seconds(state):.1f} s"
         + (f"; last shipped {state['last_success_time']}" if state.get("last_success_time") else "")
-        + (f"; last error: {state['last_error']}" if state.get("last_error") else "")
+        + (
+            f"; last error: {one_line(str(state['last_error']), 300)}"
+            if state.get("last_error")
+            else ""
+        )
     )
 
 
