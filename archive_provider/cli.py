@@ -2,7 +2,8 @@
 
 Both doors build the same parser from :mod:`archive_provider.commands` and print the same
 output. Human text by default, ``--json`` for machines; exit codes follow the one rule of
-docs/AUDIT.md section 2 (0 done and found, 1 the data says no, 2 the command line is wrong).
+docs/AUDIT.md section 2 (0 done and found, 1 the data says no, 2 the command line is wrong,
+130 interrupted).
 
 This file is also what Hermes imports *by path* to wire ``hermes archive`` (only for the
 active memory provider), so it uses absolute imports only.
