@@ -755,6 +755,9 @@ EXIT_CODES: list[tuple[list[str], int]] = [
     (["log", "--type", "bogus"], USAGE),
     (["log", "--limit", "-1"], USAGE),
     (["export", "--since", "2026-12-02", "--until", "2026-12-01", "{tmp}/y.zip"], USAGE),
+    (["log", "--since", "2026-12-02", "--until", "2026-12-01"], USAGE),
+    (["verify", "--key", "garbage"], USAGE),  # not a verifier key: not "verification failed"
+    (["verify", "--witness-key", "garbage"], USAGE),
 ]
 
 

@@ -93,22 +93,6 @@ def test_the_standalone_verifier_says_interrupted_without_a_traceback(tmp_path: 
     assert done.stderr.strip() == "interrupted"
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["log", "--since", "2026-12-02", "--until", "2026-12-01"],
-        ["verify", "--key", "garbage"],
-        ["verify", "--witness-key", "garbage"],
-    ],
-    ids=["log since after until", "verify --key garbage", "verify --witness-key garbage"],
-)
-def test_a_wrong_command_line_exits_2(
-    home: Path, capsys: pytest.CaptureFixture[str], args: list[str]
-) -> None:
-    code, _, err = run(capsys, "--home", str(home), *args)
-    assert code == 2 and err
-
-
 def test_an_unknown_hold_is_an_ordinary_error(
     fresh: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
