@@ -186,6 +186,7 @@ def log(ctx: CommandContext) -> int:
         + " ORDER BY e.time DESC, e.store_id, e.seq DESC LIMIT %s"
     )
     with _connection(ctx) as conn:
+        _chosen(conn, ctx)
         rows = conn.execute(sql, [*params, ctx.args.limit or None]).fetchall()
         events = [_record(conn, row) for row in reversed(rows)]
 
@@ -273,6 +274,7 @@ def search(ctx: CommandContext) -> int:
                ORDER BY e.seq LIMIT 1) e
          ORDER BY h.rank DESC, e.time DESC LIMIT %s"""
     with _connection(ctx) as conn:
+        _chosen(conn, ctx)
         rows = conn.execute(
             sql, [text, (ctx.central_store or "").lower() + "%", *args, ctx.args.limit or 10]
         ).fetchall()

@@ -23,9 +23,10 @@ def test_a_store_that_is_not_there_is_named_not_the_seq(
     shipped: tuple[Path, str, str], central_db: Central, capsys: pytest.CaptureFixture[str]
 ) -> None:
     reader = central_db.url("read_login")
-    assert main(["--db", reader, "--store", "ffff", "show", "1"]) == 1
-    err = capsys.readouterr().err
-    assert "no store 'ffff' in the central store" in err and "'1'" not in err
+    for command in (["show", "1"], ["log"], ["search", "heron"]):
+        assert main(["--db", reader, "--store", "ffff", *command]) == 1
+        err = capsys.readouterr().err
+        assert "no store 'ffff' in the central store" in err and "'1'" not in err, command
 
 
 def test_central_search_prints_the_text_it_found(
