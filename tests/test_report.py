@@ -36,7 +36,8 @@ SECRET = "Zorblax Quimby lives at 42 Wallaby Way"
 def build_archive(home: Path) -> dict[str, Any]:
     """A v2 archive over three days: a hostile session (name, author, text), a quiet one
     that recalls from it, memory writes, checkpoints, a hold, a retention policy and an
-    erasure of a third session's secret. Returns the seqs the tests look for."""
+    erasure of a third session's secret. Returns the seqs the tests look for (and the
+    store's id and verifier key)."""
     with freeze_time("2026-11-01T09:00:00Z"):  # its store_created event
         store = open_v2(home / "archive")
     assert isinstance(store, EventStoreV2)
@@ -115,6 +116,7 @@ def build_archive(home: Path) -> dict[str, Any]:
             seqs["erasure"] = receipt.seq
         store.checkpoint()
         seqs["head"] = store.head().seq
+        seqs["store_id"], seqs["vkey"] = store.store_id, store.vkey
     finally:
         store.close()
     return seqs
@@ -288,7 +290,7 @@ def test_the_report_of_a_real_archive(
     home, seqs = archive
     out = tmp_path / "report.html"
     with freeze_time("2026-11-04T12:00:00Z"):
-        assert main(["--home", str(home), "--json", "report", str(out)]) == 0
+        assert main(["--home", str(home), "--json", "report", str(out), "--key", seqs["vkey"]]) == 0
     said = json.loads(capsys.readouterr().out)
     assert said["ok"] is True and said["path"] == str(out)
     page = out.read_text("utf-8")
@@ -296,6 +298,7 @@ def test_the_report_of_a_real_archive(
     assert data["generated"].startswith("2026-11-04T12:00:00")
     assert data["verification"]["ok"] is True
     assert data["verification"]["last_seq"] == seqs["head"]
+    assert data["verification"]["warnings"] == []  # the signed checkpoints checked with the key
     assert data["checkpoint"]["size"] == seqs["head"]
     assert data["archive"]["head_seq"] == seqs["head"]
     assert [d for d, _ in data["timeline"]["days"]] == ["2026-11-01", "2026-11-02", "2026-11-03"]

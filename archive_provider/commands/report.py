@@ -30,6 +30,12 @@ AUTHOR_CACHE = 4096
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", metavar="OUT.html", help="the page to write")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    parser.add_argument(
+        "--key",
+        metavar="VKEY",
+        help="format v2: the archive's verifier key, pinned outside it (`hermes-archive key` "
+        "printed it), to check every signed checkpoint, as `verify --key` does",
+    )
 
 
 def _facts(store: EventStore) -> Iterator[Fact]:
@@ -151,7 +157,9 @@ def build_model(ctx: CommandContext, store: EventStore) -> dict[str, Any]:
     generated = now_text()
     head = store.head()
     with ctx.progress("verify", head.seq) as progress:
-        verified = verify_database(store.conn, store.key, progress=progress, jobs=usable_cores())
+        verified = verify_database(
+            store.conn, store.key, progress=progress, vkey=ctx.args.key, jobs=usable_cores()
+        )
     reducer = ReportReducer()
     for fact in _facts(store):
         reducer.add(fact)
