@@ -33,9 +33,9 @@ DETAIL_ITEMS = 2_000
 #: erasures, holds, retention passes, witness changes and refusals kept in detail apart
 NOTABLE_ITEMS = 500
 #: sessions kept in detail (the most recently active)
-SESSIONS = 300
+SESSIONS = 200
 #: turns, memory changes, recalls and checkpoints listed per session (the newest)
-PER_SESSION = 50
+PER_SESSION = 25
 #: days (before the newest event) counted per hour, so the newest days zoom to hours
 HOUR_DAYS = 31
 #: characters of any text from the archive shown in one place
