@@ -357,3 +357,22 @@ def test_a_report_of_a_damaged_log_says_so_and_exits_1(
     data = page_data(out.read_text("utf-8"))
     assert data["verification"]["ok"] is False
     assert data["verification"]["first_bad_seq"] == seqs["recall"]
+
+
+def test_a_format_1_archive_reports_without_a_signed_checkpoint(tmp_path: Path) -> None:
+    from archive_provider.storage.store import EventStore
+
+    home = tmp_path / "home"
+    store = EventStore.open(home / "archive", format_version=1)
+    author = {"id": "u1", "name": "Ann"}
+    parts = [store.hasher.part({"role": "user", "content": "hello"})]
+    store.append(
+        [builders.turn(store.hasher, "s1", 1, parts, start=0, legacy=False, author=author)]
+    )
+    store.close()
+    out = tmp_path / "v1.html"
+    assert main(["--home", str(home), "report", str(out)]) == 0
+    data = page_data(out.read_text("utf-8"))
+    assert data["archive"]["format_version"] == 1 and data["checkpoint"] is None
+    assert data["witnesses"] == [] and data["verification"]["ok"] is True
+    assert data["sessions"][0]["authors"] == [{"author": "Ann <u1>", "turns": 1}]
