@@ -228,6 +228,27 @@ def test_a_session_seen_again_after_eviction_is_marked_partial(
     assert model["sessions_total"] == 3
 
 
+def test_huge_names_and_receipts_from_the_archive_are_cut() -> None:
+    huge = "x" * 1_000_000
+    reducer = ReportReducer()
+    for seq in range(1, 4):  # the same huge session three times: one session, not three
+        reducer.add(turn_fact(seq, "2026-11-01T10:00:00Z", huge + "tail", author=huge))
+    reducer.add(
+        fact_of(
+            4,
+            "2026-11-01T10:00:00Z",
+            "legal_hold",
+            "archive",
+            {"hold": "H4", "selector": {"session": huge}, "reason": huge, "who": [huge] * 10_000},
+        )
+    )
+    model = reducer.model()
+    assert len(json.dumps(model)) < 200_000  # of some 10 GB given
+    (session,) = model["sessions"]
+    assert session["turns"] == 3 and len(session["session"]) == report_module.NAME_CHARS
+    assert len(model["holds"][0]["who"]) == report_module.RECEIPT_ITEMS + 1  # "… 9900 more"
+
+
 def test_receipts_hold_counts_and_reasons_never_the_erased_digests() -> None:
     body = {
         "scope": {"kind": "session", "session": "s"},

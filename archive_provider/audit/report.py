@@ -40,6 +40,10 @@ PER_SESSION = 25
 HOUR_DAYS = 31
 #: characters of any text from the archive shown in one place
 TEXT_CHARS = 160
+#: characters of a session name or an author shown (cut, never reflowed)
+NAME_CHARS = 200
+#: items of a list in a receipt shown (an erasure's list of memory writes, say)
+RECEIPT_ITEMS = 100
 
 #: the timeline's categories, in the order the page stacks them
 CATEGORIES = (
@@ -98,6 +102,26 @@ def clip(value: Any, width: int = TEXT_CHARS) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def cut(text: str, width: int = NAME_CHARS) -> str:
+    """A name from the archive as it is, only cut at ``width`` characters."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def bounded(value: Any) -> Any:
+    """A receipt's value with every string cut and every list shortened, so no record
+    event can make the page (or the reducer) as large as itself."""
+    if isinstance(value, str):
+        return cut(value, 4 * NAME_CHARS)
+    if isinstance(value, Mapping):
+        return {cut(str(k)): bounded(v) for k, v in list(value.items())[:RECEIPT_ITEMS]}
+    if isinstance(value, (list, tuple)):
+        more = len(value) - RECEIPT_ITEMS
+        return [bounded(v) for v in value[:RECEIPT_ITEMS]] + (
+            [f"… {more} more"] if more > 0 else []
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Fact:
     """What the report keeps of one event: its envelope, category and a line to show."""
@@ -140,7 +164,7 @@ def _receipt(event_type: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         keys = ("name", "vkey", "url", "peer", "reason", "who")
     else:
         return None
-    return {key: body[key] for key in keys if key in body}
+    return {key: bounded(body[key]) for key in keys if key in body}
 
 
 def _describe(event_type: str, body: Any, fact: dict[str, Any]) -> str:
@@ -202,6 +226,7 @@ def fact_of(
     what the caller read from the archive for it (a turn's author label, a memory write's
     content, a recall's source events with their sessions)."""
     category = category_of(event_type, body)
+    author = None if author is None else cut(author)
     mapping: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
     memory = None
     if event_type == "memory_write":
@@ -213,12 +238,12 @@ def fact_of(
         seq,
         time,
         event_type,
-        session,
+        cut(session),
         category,
         clip(_describe(event_type, body, fields)),
         author=author,
         turn=turn if isinstance(turn, int) and not isinstance(turn, bool) else None,
-        sources=sources,
+        sources=tuple((seq, cut(where)) for seq, where in sources[:RECEIPT_ITEMS]),
         memory=memory,
         receipt=_receipt(event_type, mapping),
     )
@@ -310,7 +335,7 @@ class ReportReducer:
         self.detail: deque[dict[str, Any]] = deque(maxlen=DETAIL_ITEMS)
         self.notable: deque[dict[str, Any]] = deque(maxlen=NOTABLE_ITEMS)
         self.sessions: OrderedDict[str, _Session] = OrderedDict()
-        self.evicted: set[str] = set()  # names only, capped: to mark a returning session
+        self.evicted: set[int] = set()  # names' hashes, capped: to mark a returning session
         self.sessions_seen = 0
         self.receipts: deque[dict[str, Any]] = deque(maxlen=NOTABLE_ITEMS)
         self.holds: dict[str, dict[str, Any]] = {}
@@ -353,13 +378,14 @@ class ReportReducer:
     def _session(self, fact: Fact) -> None:
         found = self.sessions.get(fact.session)
         if found is None:
-            self.sessions_seen += fact.session not in self.evicted
-            found = _Session(first=fact.time, partial=fact.session in self.evicted)
+            returning = hash(fact.session) in self.evicted
+            self.sessions_seen += not returning
+            found = _Session(first=fact.time, partial=returning)
             self.sessions[fact.session] = found
             if len(self.sessions) > SESSIONS:
                 gone, _ = self.sessions.popitem(last=False)
                 if len(self.evicted) < 50 * SESSIONS:
-                    self.evicted.add(gone)
+                    self.evicted.add(hash(gone))
         else:
             self.sessions.move_to_end(fact.session)
         found.add(fact)
