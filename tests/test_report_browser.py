@@ -128,3 +128,46 @@ def test_a_hostile_session_name_author_and_text_stay_text(
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
     assert driver.execute_script("return document.scripts.length") == 2
     assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_timeline_zooms_from_the_whole_archive_to_one_day(browser: Any, tmp_path: Path) -> None:
+    """A year and more of events: by month, a month by week, a week by day, a day by hour."""
+    from datetime import datetime, timedelta, timezone
+
+    from archive_provider.audit.report import ReportReducer, fact_of, render_html
+
+    reducer = ReportReducer()
+    start = datetime(2025, 10, 1, 6, tzinfo=timezone.utc)
+    for seq in range(1, 427):  # a turn every day at 06:00, and one at 18:00 on the last
+        at = start + timedelta(days=seq - 1)
+        reducer.add(fact_of(seq, at.isoformat(), "turn", "s", {"turn": seq, "messages": []}))
+    last = (start + timedelta(days=425, hours=12)).isoformat()
+    reducer.add(fact_of(427, last, "memory_write", "s", {"action": "add"}, memory_content="x"))
+    path = tmp_path / "year.html"
+    path.write_text(render_html(reducer.model(verification={"ok": True})), "utf-8")
+    driver = opened(browser, path)
+
+    def bars() -> list[str]:
+        return [
+            b.get_attribute("data-from")
+            for b in driver.find_elements(By.CSS_SELECTOR, "#timeline rect.bar")
+        ]
+
+    months = sorted(set(bars()))  # a bar per category: one start per bucket
+    assert len(months) == 14 and months[0].startswith("2025-10-01")  # Oct 2025 .. Nov 2026
+    steps = []
+    while not driver.find_element(By.ID, "range").text.startswith("2026-11-30 00:00 to 2026-12-01"):
+        assert len(steps) < 4, steps  # month, week, day: each a click on the newest bar
+        driver.find_elements(By.CSS_SELECTOR, "#timeline rect.bar")[-1].click()
+        steps.append(sorted(set(bars())))
+    assert steps[0][0].startswith("2026-11-01") and len(steps[0]) == 5  # November by week
+    hours = sorted(h[11:13] for h in bars())
+    assert hours == ["06", "18"]  # the last day hour by hour: the turn, the memory change
+    links = driver.find_elements(By.CSS_SELECTOR, "#events a.seq")
+    assert [int(a.get_attribute("data-seq")) for a in links] == [427, 426]
+    before = sorted(set(bars()))
+    driver.find_element(By.ID, "zoom-out").click()
+    assert sorted(set(bars())) == steps[-2] != before
+    driver.find_element(By.ID, "zoom-all").click()
+    assert sorted(set(bars())) == months
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
