@@ -22,7 +22,7 @@ from .workload import build_log
 
 
 def _label(events: int) -> str:
-    return f"{events / 1e6:g}M events" if events >= 1_000_000 else f"{events / 1e3:g}k events"
+    return f"{events / 1e6:.1f}M events" if events >= 1_000_000 else f"{events / 1e3:.0f}k events"
 
 
 def run(homes: dict[int, Path], say: Callable[[str], None]) -> list[Row]:
