@@ -397,3 +397,34 @@ def test_a_format_1_archive_reports_without_a_signed_checkpoint(tmp_path: Path) 
     assert data["archive"]["format_version"] == 1 and data["checkpoint"] is None
     assert data["witnesses"] == [] and data["verification"]["ok"] is True
     assert data["sessions"][0]["authors"] == [{"author": "Ann <u1>", "turns": 1}]
+
+
+def test_events_whose_body_was_erased_are_counted_and_shown_as_erased(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with freeze_time("2026-11-01T09:00:00Z"):
+        store = open_v2(home / "archive")
+        store.append([builders.session_started("s-gone", at="t0", details={"platform": SECRET})])
+        store.append(
+            [builders.memory_write(store.hasher, "s-gone", 1, "add", "memory", SECRET, {})]
+        )
+        store.append([builders.session_started("s-kept", at="t1", details={})])
+        receipt = erasure.forget(
+            store, Scope("session", {"session": "s-gone"}), reason="asked", who="dpo"
+        )
+        head = store.head().seq
+    store.close()
+    out = tmp_path / "erased.html"
+    assert main(["--home", str(home), "report", str(out)]) == 0
+    page = out.read_text("utf-8")
+    data = page_data(page)
+    assert data["events"] == head  # every event of the log, its body erased or not
+    assert [i["seq"] for i in data["items"]] == list(range(1, head + 1))
+    gone = {i["type"]: i["text"] for i in data["items"] if i["session"] == "s-gone"}
+    assert gone == {
+        "session_started": "session started: its body was erased",
+        "memory_write": "memory write: its body was erased",
+    }
+    (session,) = (s for s in data["sessions"] if s["session"] == "s-gone")
+    assert session["memory_changes"] == 1 and session["memory"][0]["content"] == "(erased)"
+    assert data["erasures"][0]["seq"] == receipt.seq
+    assert SECRET not in page

@@ -221,10 +221,18 @@ def fact_of(
     author: str | None = None,
     memory_content: Any = None,
     sources: tuple[tuple[int, str], ...] = (),
+    erased: bool = False,
 ) -> Fact:
     """The fact of one event (pure): ``author``, ``memory_content`` and ``sources`` are
     what the caller read from the archive for it (a turn's author label, a memory write's
-    content, a recall's source events with their sessions)."""
+    content, a recall's source events with their sessions); ``erased``: an event whose body
+    an erasure removed (its envelope is all there is)."""
+    if erased:
+        memory = ("(erased)", "", "(erased)") if event_type == "memory_write" else None
+        text = f"{event_type.replace('_', ' ')}: its body was erased"
+        return Fact(
+            seq, time, event_type, cut(session), category_of(event_type, None), text, memory=memory
+        )
     category = category_of(event_type, body)
     author = None if author is None else cut(author)
     mapping: Mapping[str, Any] = body if isinstance(body, Mapping) else {}

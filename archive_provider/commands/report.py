@@ -48,7 +48,11 @@ def _facts(store: EventStore) -> Iterator[Fact]:
 
     authors: dict[str, str] = {}
     lookup = store.conn.cursor()
+    last = 0
     for event in iter_events(store.conn, part_types=("memory_write",)):
+        if event.seq > last + 1:  # the reader skips events whose body was erased
+            yield from _erased_facts(store, last, event.seq)
+        last = event.seq
         body, author, content = event.body, None, None
         sources: tuple[tuple[int, str], ...] = ()
         if event.type == "turn" and event.author_digest:
@@ -82,6 +86,21 @@ def _facts(store: EventStore) -> Iterator[Fact]:
             memory_content=content,
             sources=sources,
         )
+    yield from _erased_facts(store, last)
+
+
+def _erased_facts(store: EventStore, after: int, before: int | None = None) -> Iterator[Fact]:
+    """The events between two read ones whose body an erasure removed: the envelope stays,
+    so the report still counts and shows them (as erased)."""
+    from archive_provider.audit.report import fact_of
+
+    sql = "SELECT seq, time, type, session FROM events WHERE seq > ?"
+    args: list[int] = [after]
+    if before is not None:
+        sql += " AND seq < ?"
+        args.append(before)
+    for seq, time, kind, session in store.conn.execute(sql + " ORDER BY seq", args).fetchall():
+        yield fact_of(int(seq), str(time), str(kind), str(session), None, erased=True)
 
 
 def _checkpoint(store: EventStore) -> dict[str, Any] | None:
