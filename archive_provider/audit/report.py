@@ -462,7 +462,7 @@ def render_html(model: Mapping[str, Any]) -> str:
     policy = (
         "default-src 'none'; "
         f"script-src {_sha256(script)}; style-src {_sha256(style)}; "
-        "img-src data:; base-uri 'none'; form-action 'none'"
+        "base-uri 'none'; form-action 'none'"
     )
     data = f'<script type="application/json" id="report-data">{script_json(model)}</script>'
     return template.replace(_CSP, policy).replace(_DATA, data)
