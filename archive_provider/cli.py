@@ -39,7 +39,7 @@ def _add_common(parser: argparse.ArgumentParser, *, nested: bool = False) -> Non
         "--db",
         metavar="URL",
         help="read a central PostgreSQL store instead (libpq URL, key=value or service name; "
-        "status, verify, log, show, search, history, as-of, export, prove)",
+        "status, verify, log, show, search, history, as-of, export, prove, report)",
         **default,
     )
     parser.add_argument(

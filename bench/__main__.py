@@ -35,6 +35,7 @@ from . import (
     s10_witness,
     s12_v2,
     s13_bundle,
+    s14_report,
 )
 from .common import Row, Workdir, machine, quiet_logging, table
 from .config import MODES, Config
@@ -155,7 +156,7 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                 section("7 storage: re-sent transcripts")
                 rows += s7_storage.resend(work, text, config.resend_turns, _say)
 
-            uses_logs = {"2", "3", "5", "6", "7", "8", "12", "13"}
+            uses_logs = {"2", "3", "5", "6", "7", "8", "12", "13", "14"}
             big = uses_logs & (only or uses_logs)
             homes: dict[int, Path] = {}
             if big:
@@ -222,6 +223,9 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                             _say,
                         )
                     )
+                if want("14"):
+                    section("14 the audit report (hermes-archive report) on each big log")
+                    rows += s14_report.run(homes, _say)
                 # the big log was appended without projections; the replay (row 5) builds them
                 section(f"5 replay @ {label} (builds the projections the next rows read)")
                 replay_rows, info["replay"] = _replay_rows(folder, label, size)

@@ -33,7 +33,7 @@ def test_bench_smoke_produces_well_formed_json(tmp_path: Path) -> None:
     assert data["mode"] == "smoke"
     assert {"date", "cpu", "cores", "python", "sqlite", "revision"} <= set(data["machine"])
     sections = {row["section"] for row in data["rows"]}
-    assert sections == {str(n) for n in (*range(1, 11), 12, 13)}, sections
+    assert sections == {str(n) for n in (*range(1, 11), 12, 13, 14)}, sections
     for row in data["rows"]:
         assert isinstance(row["name"], str) and row["name"]
         assert isinstance(row["figure"], (int, float)) and math.isfinite(row["figure"]), row

@@ -570,6 +570,7 @@ def test_errors_are_clean_in_every_door(tmp_path: Path, capsys: pytest.CaptureFi
         ["history", "x"],
         ["replay"],
         ["export", str(tmp_path / "out.zip")],
+        ["report", str(tmp_path / "out.html")],
         ["key"],
         ["migrate"],
     ):

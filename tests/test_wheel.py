@@ -83,6 +83,7 @@ def test_a_built_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path)
     )
     assert all(line.startswith(str(site)) for line in where.splitlines()), where
     assert (site / "archive_provider" / "schemas" / "envelope.json").is_file()
+    assert (site / "archive_provider" / "audit" / "report.html").is_file()  # the report's page
     tool = venv / "bin" / "hermes-archive"
     assert run(tool, "--version", cwd=tmp_path) == f"hermes-archive {__version__}\n"
 
@@ -98,6 +99,8 @@ def test_a_built_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path)
         cwd=tmp_path,
     )
     assert run(tool, "--home", home, "verify", cwd=tmp_path).startswith("ok")
+    run(tool, "--home", home, "report", tmp_path / "report.html", cwd=tmp_path)
+    assert 'id="report-data"' in (tmp_path / "report.html").read_text()
     status = run(tool, "--home", home, cwd=tmp_path)  # v2 also counts its store_created
     assert re.search(r"^Events: \d+ \((.+, )?turn 1\)$", status, re.MULTILINE), status
     # the central store's schema is a package resource beside storage/central.py

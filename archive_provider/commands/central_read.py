@@ -306,6 +306,8 @@ class _LaidOut(CommandContext):
     """A context whose archive is a central store laid out in a temporary folder."""
 
     registered_vkey: str = ""
+    #: the central store's id (a report names it in the commands it links)
+    central_store_id: str = ""
 
     def open_store(self) -> EventStore:
         from archive_provider.storage.store import EventStoreV2
@@ -363,6 +365,7 @@ def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
             db.close()
         local = _LaidOut(**{**vars(replace(ctx, home=Path(tmp), db=None, central_store=None))})
         local.registered_vkey = store.vkey or ""
+        local.central_store_id = store.store_id
         yield local
 
 
@@ -400,6 +403,7 @@ RUNNERS: dict[str, Callable[[CommandContext], int]] = {
     "hold": _on_copy("hold", reading=("list",)),
     "retention": _on_copy("retention", reading=("show",)),
     "erasures": _on_copy("erasures"),
+    "report": _on_copy("report"),
 }
 
 
