@@ -270,7 +270,8 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     }
     if scope.kind != "session":
         sessions = set()  # a child session is forgotten only with its whole session
-    covered |= _quoting(conn, covered, sessions)
+    quoters = _quoting(conn, covered, sessions)
+    covered |= quoters
     author_scope = scope.kind == "author"
     bodies: set[bytes] = set()
     read: dict[int, set[bytes]] = {}  # the parts of the events read so far, by seq
@@ -278,6 +279,11 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
         read[int(seq)] = set(split_parts(parts))
+        if kind == "recall_served" and int(seq) in quoters:
+            # what it showed goes (its result, and every echo of it: FORMAT.md 13.4); its
+            # query is the later user's own words, erased only with its own event
+            result.digests.update(split_parts(parts)[1:])
+            continue
         result.digests.update(read[int(seq)])
         if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
             bodies.add(bytes(payload))

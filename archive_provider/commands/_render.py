@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from archive_provider.domain.authors import author_label
+from archive_provider.domain.echoes import render_echoes
 from archive_provider.domain.evidence import message_text
 from archive_provider.format.canonical import decode
 from archive_provider.format.events import StoredEvent
@@ -86,7 +87,7 @@ def _what(store: Archive, event: StoredEvent) -> str:
     if not isinstance(body, Mapping):
         return preview(body)
     if kind == "turn":
-        messages = [part(store, d) for d in body.get("messages", [])]
+        messages = [part(store, d) for d in event.messages]
         first = next(
             (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
         )
@@ -174,7 +175,25 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
                 for d in event.part_digests
             ],
         )
+        echoes = event.body.get("echoes") if isinstance(event.body, Mapping) else None
+        if event.type == "turn" and isinstance(echoes, list) and echoes:
+            for index, shown in enumerate(data["parts"]):
+                shown["as_sent"] = render_echoes(
+                    shown["value"], index, echoes, lambda seq: _recall_result(store, seq)
+                )
     return data
+
+
+def _recall_result(store: Archive, seq: Any) -> str | None:
+    """The result text of the ``recall_served`` at ``seq`` (None: erased or not there)."""
+    read = getattr(store, "event", None)
+    event = read(seq) if callable(read) and isinstance(seq, int) else None
+    if event is None or event.type != "recall_served" or not isinstance(event.body, Mapping):
+        return None
+    digest = event.body.get("result")
+    body = store.payload(digest) if isinstance(digest, str) else None
+    value = decode(body) if body is not None else None
+    return value if isinstance(value, str) else None
 
 
 def short_time(time: str) -> str:

@@ -65,8 +65,12 @@ def turn(
     redactions: Sequence[Mapping[str, Any]] = (),
     author: Mapping[str, Any] | None = None,
     host_masks: Sequence[Mapping[str, Any]] = (),
+    echoes: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
     """A completed turn: its new messages (all roles, as the host sent them, after redaction).
+
+    Format v2 names the messages by position (they are the parts, FORMAT.md 13.4) and
+    records the recall ``echoes`` cut out of them (domain/echoes.py).
 
     ``author`` (domain/authors.py) is a payload of its own, carried as :attr:`NewEvent.author`:
     format v2 names it in the envelope's ``author`` field; format v1 stores it as one more
@@ -75,12 +79,11 @@ def turn(
     """
     digests = [part.digest for part in parts]
     v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
-    body: dict[str, Any] = {
-        "turn": ordinal,
-        "messages": digests,
-        "start": start,
-        "legacy_shape": legacy,
-    }
+    body: dict[str, Any] = {"turn": ordinal, "start": start, "legacy_shape": legacy}
+    if not v2:
+        body["messages"] = digests
+    if echoes:
+        body["echoes"] = [dict(echo) for echo in echoes]
     stored = tuple(parts)
     author_part = hasher.part(dict(author)) if author is not None else None
     if author_part is not None and not v2:  # v2: the envelope's own author field (13.1)
