@@ -794,6 +794,16 @@ def scope_text(scope: dict[str, Any]) -> str:
 MAX_RETENTION_DAYS = 365_250
 
 
+def erased_texts(store: EventStore, scope: Scope) -> list[str]:
+    """The texts forgetting ``scope`` would erase (those of QUOTE_MIN_CHARS or more), read
+    before it does: what ``forget`` looks for in the host's files (audit/host_copies.py)."""
+    v2 = require_v2(store)
+    found = plan(v2, scope)
+    return sorted(
+        {t for d in found.digests for t in texts(_body(v2.conn, d)) if len(t) >= QUOTE_MIN_CHARS}
+    )
+
+
 def _secure(store: EventStore) -> EventStoreV2:
     """The store, with ``secure_delete`` on: SQLite then zeroes the bytes every row, index
     entry and merged segment of an erasure frees (the one place it is set)."""

@@ -195,12 +195,14 @@ def spill_lines(spill: dict[str, Any]) -> list[str]:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.audit.erasure import forget, scope_text
+    from archive_provider.audit import host_copies
+    from archive_provider.audit.erasure import erased_texts, forget, scope_text
 
     scope = scope_of(ctx.args)
     spill = take_in_spill_first(ctx)
     store = open_writer(ctx)
     try:
+        held_by_host = host_copies.scan(ctx.home, erased_texts(store, scope))
         if not ctx.args.dry_run:
             preview = forget(store, scope, reason=ctx.args.reason, dry_run=True)
             if preview.held:
@@ -225,17 +227,18 @@ def run(ctx: CommandContext) -> int:
         )
     finally:
         store.close()
+    host = {"host_copies": held_by_host.as_dict()}
     if receipt.dry_run and receipt.held:  # as the real run would: refused, naming the hold
         hold = receipt.held[0]
         error = (
             f"legal hold {hold['hold']} ({hold['reason']}) covers {hold['events']} of these "
             "events: the erasure would be refused (hermes-archive hold list)"
         )
-        data = {"ok": False, "error": error, **receipt.as_dict(), **spill}
-        ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill)]))
+        data = {"ok": False, "error": error, **receipt.as_dict(), **spill, **host}
+        ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill), *held_by_host.lines()]))
         if not ctx.json:
             ctx.err.write(f"error: {error}\n")
         return EXIT_PROBLEM
-    data = {"ok": True, **receipt.as_dict(), **spill}
-    ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill)]))
+    data = {"ok": True, **receipt.as_dict(), **spill, **host}
+    ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill), *held_by_host.lines()]))
     return 0

@@ -102,8 +102,16 @@ def test_forgetting_the_first_demo_session_leaves_no_byte_of_it_anywhere(
     assert shown["events"][0]["payload"]["echoes"][0]["recall"] == recall["seq"]
     assert FACT in json.dumps(shown)  # rendered from the recall while it stands
 
-    done = cli(home, "forget", "--session", first, "--reason", "data-subject request", "--yes")
+    # the host's own copies are named, never touched (the scan reads only)
+    host_files = {n: (home / n).read_bytes() for n in ("logs/agent.log", "memories/USER.md")}
+    scope = ("forget", "--session", first, "--reason", "data-subject request")
+    dry = json.loads(cli(home, "--json", *scope, "--dry-run").stdout)
+    named = {f["path"] for f in dry["host_copies"]["files"]}
+    assert set(host_files) <= named and not any(n.startswith("archive/") for n in named), named
+    done = cli(home, *scope, "--yes")
     assert done.returncode == 0, done.stderr
+    assert "memories/USER.md" in done.stdout and "logs/agent.log" in done.stdout
+    assert all((home / n).read_bytes() == data for n, data in host_files.items())
 
     assert holders(archive) == []
     assert cli(home, "export", str(tmp_path / "after.zip")).returncode == 0
