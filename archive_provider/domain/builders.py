@@ -144,8 +144,11 @@ def checkpoint(
     received_roles: Mapping[str, int] | None = None,
     summaries_skipped: int = 0,
     host_masks: Sequence[Mapping[str, Any]] = (),
+    echoes: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
     """A pre-compress checkpoint: the ordered evidence digests; identity = session + list.
+
+    ``echoes`` are the recalls cut out of the evidence (FORMAT.md 13.4, as in a turn).
 
     The receipt also says what the host handed over (``received_roles``) and how many
     prior compaction summaries (``_compressed_summary`` rows) were left out as not evidence.
@@ -169,6 +172,7 @@ def checkpoint(
                 "received_roles": dict(received_roles or {}),
                 "summaries_skipped": summaries_skipped,
                 **({"host_masks": [dict(m) for m in host_masks]} if host_masks else {}),
+                **({"echoes": [dict(e) for e in echoes]} if echoes else {}),
             },
             redactions,
         ),
