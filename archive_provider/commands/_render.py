@@ -176,7 +176,13 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
             ],
         )
         echoes = event.body.get("echoes") if isinstance(event.body, Mapping) else None
-        if event.type == "turn" and isinstance(echoes, list) and echoes:
+        readable = callable(getattr(store, "event", None))  # a central view reads no events
+        if (
+            event.type in ("turn", "checkpoint")
+            and isinstance(echoes, list)
+            and echoes
+            and readable
+        ):
             for index, shown in enumerate(data["parts"]):
                 shown["as_sent"] = render_echoes(
                     shown["value"], index, echoes, lambda seq: _recall_result(store, seq)
@@ -186,8 +192,7 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
 
 def _recall_result(store: Archive, seq: Any) -> str | None:
     """The result text of the ``recall_served`` at ``seq`` (None: erased or not there)."""
-    read = getattr(store, "event", None)
-    event = read(seq) if callable(read) and isinstance(seq, int) else None
+    event = store.event(seq) if isinstance(seq, int) else None  # type: ignore[attr-defined]
     if event is None or event.type != "recall_served" or not isinstance(event.body, Mapping):
         return None
     digest = event.body.get("result")
