@@ -131,15 +131,17 @@ def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
     receipt = erasure.forget(
         store, Scope("session", {"session": "s-secret"}), reason="GDPR request", who="dpo"
     )
-    # the turn's messages, the recall's result (quotes it) and query (same event)
-    assert receipt.payloads == 4
+    # the turn's messages and the recall's result (quotes it); its query is the later
+    # session's own words and stays (FORMAT.md 13.4)
+    assert receipt.payloads == 3
+    assert b"where does he live" in (home / "archive" / "events.db").read_bytes()
     assert receipt.seq is not None and receipt.checkpoint is not None
     assert int(receipt.checkpoint.split("\n")[1]) >= receipt.seq  # the size line covers it
     assert_gone(home, store, SECRET, SECRET_TERM)
     assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()  # the rest stays
     report = verify_database(store.conn, store.key, vkey=store.vkey)
-    assert report.payloads_erased == 4
-    assert report.erasures == [{"seq": receipt.seq, "payloads": 4}]
+    assert report.payloads_erased == 3
+    assert report.erasures == [{"seq": receipt.seq, "payloads": 3}]
     body = json.loads(
         store.payload(
             store.conn.execute(
@@ -148,7 +150,7 @@ def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
         )
         or b"{}"
     )
-    assert body["reason"] == "GDPR request" and body["payloads"] == 4
+    assert body["reason"] == "GDPR request" and body["payloads"] == 3
     assert SECRET not in json.dumps(body)
 
 
@@ -157,7 +159,7 @@ def test_forget_is_idempotent(home: Path, store: EventStoreV2) -> None:
     scope = Scope("session", {"session": "s-secret"})
     first = erasure.forget(store, scope, reason="r")
     again = erasure.forget(store, scope, reason="r")
-    assert first.payloads == 4 and again.payloads == 0 and again.seq is None
+    assert first.payloads == 3 and again.payloads == 0 and again.seq is None
     assert store.conn.execute("SELECT count(*) FROM events WHERE type = 'erasure'").fetchone() == (
         1,
     )
@@ -257,7 +259,7 @@ def test_a_legal_hold_blocks_forget_until_released(home: Path, store: EventStore
         erasure.forget(store, scope, reason="r")
     assert raw_hits(home, SECRET)
     dry = erasure.forget(store, scope, reason="r", dry_run=True)
-    assert dry.held and dry.held[0]["hold"] == hold and dry.payloads == 4
+    assert dry.held and dry.held[0]["hold"] == hold and dry.payloads == 3
     erasure.release_hold(store, hold, "case closed", "counsel")
     erasure.forget(store, scope, reason="r")
     assert_gone(home, store, SECRET, SECRET_TERM)
@@ -327,10 +329,10 @@ def test_sigkill_during_erasure_leaves_before_or_after_and_a_rerun_completes(
     again = open_v2(folder)
     try:
         erased = again.conn.execute("SELECT count(*) FROM erased").fetchone()[0]
-        assert erased == (0 if where == "tombstone" else 4)  # before, or after: nothing between
+        assert erased == (0 if where == "tombstone" else 3)  # before, or after: nothing between
         assert verify_database(again.conn, again.key, vkey=again.vkey).ok
         receipt = erasure.forget(again, Scope("session", {"session": "s-secret"}), reason="r")
-        assert receipt.payloads == (4 if where == "tombstone" else 0)
+        assert receipt.payloads == (3 if where == "tombstone" else 0)
         assert_gone(home, again, SECRET, SECRET_TERM)
         assert (
             again.conn.execute("SELECT count(*) FROM events WHERE type = 'erasure'").fetchone()[0]
@@ -363,18 +365,18 @@ def test_forget_command_needs_yes_off_a_terminal_and_dry_run_changes_nothing(
     code, data, _ = cli(
         capsys, home, "forget", "--session", "s-secret", "--reason", "r", "--dry-run"
     )
-    assert code == 0 and data["dry_run"] and data["payloads"] == 4
+    assert code == 0 and data["dry_run"] and data["payloads"] == 3
     assert raw_hits(home, SECRET)
     code, data, _ = cli(
         capsys, home, "forget", "--session", "s-secret", "--reason", "GDPR", "--yes"
     )
-    assert code == 0 and data["seq"] and data["payloads"] == 4 and data["checkpoint"]
+    assert code == 0 and data["seq"] and data["payloads"] == 3 and data["checkpoint"]
     assert raw_hits(home, SECRET) == []
     code, listed, _ = cli(capsys, home, "erasures")
     assert code == 0 and [e["seq"] for e in listed["erasures"]] == [data["seq"]]
     code, report, _ = cli(capsys, home, "verify")
-    assert code == 0 and report["log"]["payloads_erased"] == 4
-    assert report["log"]["erasures"] == [{"seq": data["seq"], "payloads": 4}]
+    assert code == 0 and report["log"]["payloads_erased"] == 3
+    assert report["log"]["erasures"] == [{"seq": data["seq"], "payloads": 3}]
 
 
 def test_hold_commands_block_forget_with_the_hold_named(
@@ -449,7 +451,7 @@ def test_show_log_and_verify_name_the_erased_slot_never_the_text(
         if args[0] == "show":
             assert f"(erased at {receipt.time} by seq {receipt.seq}: GDPR)" in out
         if args[0] == "verify":
-            assert f"erasure at seq {receipt.seq}: 4 payloads erased" in out
+            assert f"erasure at seq {receipt.seq}: 3 payloads erased" in out
     code, data, _ = cli(capsys, home, "replay")
     assert code == 0
     assert raw_hits(home, SECRET) == []  # a rebuild from the log does not bring it back
@@ -573,8 +575,8 @@ def test_the_standalone_verifier_alone_passes_an_erased_archive_and_fails_a_bare
         return dict(json.loads(done.stdout))
 
     report = standalone()
-    assert report["ok"] and report["payloads_erased"] == 4
-    assert report["erasures"] == [{"seq": receipt.seq, "payloads": 4}]
+    assert report["ok"] and report["payloads_erased"] == 3
+    assert report["erasures"] == [{"seq": receipt.seq, "payloads": 3}]
     store.conn.execute("DROP TRIGGER payloads_erase_only")
     store.conn.execute(
         "UPDATE payloads SET salt = NULL, lookup = NULL, body = NULL WHERE digest = ("

@@ -165,8 +165,8 @@ def test_every_projection_forgets_a_session_in_place(home: Path, store: EventSto
     )
     assert conn.execute("SELECT count(*) FROM checkpoint_failures").fetchone()[0] == 0
     assert conn.execute(
-        "SELECT query, result FROM recalls_served WHERE seq = ?", (seqs["recall"],)
-    ).fetchone() == ("", "")
+        "SELECT result FROM recalls_served WHERE seq = ?", (seqs["recall"],)
+    ).fetchone() == ("",)  # its query, the later session's own words, stays (FORMAT.md 13.4)
     assert conn.execute("SELECT content FROM memory_entries").fetchall() == [
         ("prefers tea over coffee",)
     ]
@@ -247,7 +247,7 @@ def test_a_rewound_message_is_forgotten_where_the_rewind_moved_it(
     store.append([turn(store, "s1", 1, ["the first words of the session"])])
     said = store.append([turn(store, "s1", 2, [SECRET], start=1)])[0].seq
     (event,) = iter_events(store.conn, said - 1, said)
-    digest = event.body["messages"][0]
+    digest = event.messages[0]
     store.append(
         [
             builders.turns_rewound(
@@ -279,7 +279,7 @@ class Words(TableProjection):
     def reduce(self, conn: sqlite3.Connection, event: Any) -> None:
         from archive_provider.projections.base import event_part
 
-        for digest in event.body.get("messages") or []:
+        for digest in event.messages:
             message = event_part(conn, event, digest)
             if isinstance(message, dict):
                 conn.execute(

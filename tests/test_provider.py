@@ -39,7 +39,7 @@ def turn_messages(home: Path) -> list[list[dict[str, object]]]:
     store = open_log(home)
     try:
         return [
-            [decode(store.payload(d) or b"") for d in event.body["messages"]]
+            [decode(store.payload(d) or b"") for d in event.messages]
             for event in store.events()
             if event.type == "turn"
         ]
@@ -389,7 +389,7 @@ def archived_turns(home: Path) -> list[tuple[list[dict[str, object]], list[objec
     try:
         return [
             (
-                [decode(store.payload(d) or b"") for d in e.body["messages"]],
+                [decode(store.payload(d) or b"") for d in e.messages],
                 e.body.get("redactions", []),
             )
             for e in store.events()

@@ -113,7 +113,7 @@ def test_a_payload_larger_than_a_query_may_prove_is_withheld_unread(
     assert [h.text for h in prover.proven(hits)] == [short], prover.withheld
     assert len(prover.withheld) == 1 and "larger than this query may prove" in prover.withheld[0]
     monkeypatch.setattr(recall, "PROVE_PART_BYTES", 1 << 20)
-    monkeypatch.setattr(recall, "PROVE_QUERY_BYTES", 3300)  # one turn's payloads fit
+    monkeypatch.setattr(recall, "PROVE_QUERY_BYTES", 3150)  # one turn's payloads fit
     prover = recall.Prover(store.conn, store.key, getattr(store, "vkey", None))
     assert len(prover.proven(hits)) == 1 and len(prover.withheld) == 1
 

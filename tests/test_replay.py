@@ -529,7 +529,7 @@ def test_iter_events_carries_parts_and_filters_by_type(tmp_path: Path, version: 
     fill(store, 3)
     turns = list(iter_events(store.conn, 0, None, {"turn"}))
     assert [e.seq for e in turns] == [first + 1, first + 2, first + 3]
-    assert all(set(e.parts) == set(e.body["messages"]) for e in turns)
+    assert all(set(e.parts) == set(e.messages) for e in turns)
     assert [e.seq for e in iter_events(store.conn, first + 1, first + 2)] == [first + 2]
     assert list(iter_events(store.conn, 0, None, set())) == []
     store.conn.execute("DROP TRIGGER payloads_no_delete")

@@ -291,13 +291,14 @@ def test_the_plan_in_a_provider_driven_archive_reads_no_more_when_it_is_ten_time
         s: kind
         for s, kind in store.conn.execute("SELECT seq, type FROM events WHERE session = 's6'")
     }
-    # s6's recalls showed s5 (sources): they go whole, and the checkpoint evidence holding
-    # their queries' texts with them; s7's recalls quote s6's turns, which stay, so they do
-    assert {s for s, kind in s6.items() if kind in ("recall_served", "checkpoint")} <= found.touched
-    assert not {s for s, kind in s6.items() if kind == "turn"} & found.touched
+    # s6's recalls showed s5 (sources): their results go; their queries are s6's own words
+    # and stay, so does s6's checkpoint evidence repeating them (FORMAT.md 13.4); s7's
+    # recalls quote s6's turns, which stay, so they do
+    assert {s for s, kind in s6.items() if kind == "recall_served"} <= found.touched
+    assert not {s for s, kind in s6.items() if kind in ("turn", "checkpoint")} & found.touched
     # s5: start, 3 sentences, 3 recalls (query, result), checkpoint evidence (3);
-    # s6: 3 recalls (query, result), checkpoint evidence (3)
-    assert len(found.digests) == 1 + 3 + 6 + 3 + 6 + 3, len(found.digests)
+    # s6: 3 recall results
+    assert len(found.digests) == 1 + 3 + 6 + 3 + 3, len(found.digests)
 
 
 def test_forgetting_in_a_provider_driven_archive_leaves_no_byte_and_no_key_of_the_text(
@@ -374,8 +375,8 @@ def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
         store.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", owed)
         receipt = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
         assert store_v2.index_owed(store.conn, store_v2.QUOTING_FROM, store.head().seq) == 0
-        # s1 and s2's recalls (they showed s1) and the evidence holding their queries
-        assert receipt.payloads == 1 + 3 + 6 + 3 + 6 + 3
+        # s1, and the results of s2's recalls (they showed s1; FORMAT.md 13.4)
+        assert receipt.payloads == 1 + 3 + 6 + 3 + 3
         assert raw_hits(home, "s1 said sentence") == []
         left = set(store.conn.execute("SELECT quoted, seq FROM quoting").fetchall())
         # what the one-time pass listed is what the appends had, less the erased texts' keys

@@ -92,7 +92,7 @@ def test_digests_are_blobs_in_the_database_and_hex_in_the_api(tmp_path: Path) ->
     event = store.event(result.seq)
     assert event is not None and event.envelope.identity == result.identity
     assert len(event.part_digests) == 2 and all(len(d) == 64 for d in event.part_digests)
-    assert event.body["messages"] == event.part_digests
+    assert event.messages == event.part_digests
     for digest in event.part_digests:
         assert store.payload(digest) is not None
     store.close()
@@ -151,7 +151,7 @@ def test_a_part_made_before_another_transaction_stored_it_is_renamed(tmp_path: P
     stored = store.event(result.seq - 1)
     assert event is not None and stored is not None
     assert event.part_digests == stored.part_digests
-    assert event.body["messages"] == stored.part_digests
+    assert event.messages == stored.part_digests
     assert (
         store.conn.execute("SELECT count(*) FROM payloads WHERE lookup IS NOT NULL").fetchone()[0]
         == 1

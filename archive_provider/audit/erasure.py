@@ -87,6 +87,10 @@ class Held(ErasureError):
     """Data under a legal hold was asked to be erased; the message names the hold."""
 
 
+class NotInArchive(ErasureError):
+    """The session or event to forget was never in this archive (an erased one still is)."""
+
+
 @dataclass(frozen=True)
 class Scope:
     """What to forget, as the operator gave it (recorded without the data that selected it)."""
@@ -190,17 +194,12 @@ def _scope_events(conn: sqlite3.Connection, scope: Scope) -> list[int]:
                 f" OR substr(hex(identity), 1, ?) = ?) AND {not_records}",
                 (len(prefix), prefix, len(prefix), prefix, *skip),
             )
-    elif kind == "time":
+    elif kind == "time":  # until: inclusive, as ``log`` (AUDIT §2); before: retention's cutoff
+        end, bound = ("<=", value["until"]) if "until" in value else ("<", value["before"])
         rows = conn.execute(
-            f"SELECT seq FROM events WHERE time >= ? AND time < ? AND seq BETWEEN ? AND ?"
+            f"SELECT seq FROM events WHERE time >= ? AND time {end} ? AND seq BETWEEN ? AND ?"
             f" AND {not_records}",
-            (
-                value["since"],
-                value["until"],
-                value.get("from_seq", 0),
-                value.get("to_seq", 2**62),
-                *skip,
-            ),
+            (value["since"], bound, value.get("from_seq", 0), value.get("to_seq", 2**62), *skip),
         )
     elif kind == "author":
         wanted = str(value["author"])
@@ -270,7 +269,8 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
     }
     if scope.kind != "session":
         sessions = set()  # a child session is forgotten only with its whole session
-    covered |= _quoting(conn, covered, sessions)
+    quoters = _quoting(conn, covered, sessions)
+    covered |= quoters
     author_scope = scope.kind == "author"
     bodies: set[bytes] = set()
     read: dict[int, set[bytes]] = {}  # the parts of the events read so far, by seq
@@ -278,6 +278,11 @@ def plan(store: EventStoreV2, scope: Scope) -> Plan:
         conn, "SELECT seq, type, payload, parts, author FROM events WHERE seq IN ({})", covered
     ):
         read[int(seq)] = set(split_parts(parts))
+        if kind == "recall_served" and int(seq) in quoters:
+            # what it showed goes (its result, and every echo of it: FORMAT.md 13.4); its
+            # query is the later user's own words, erased only with its own event
+            result.digests.update(split_parts(parts)[1:])
+            continue
         result.digests.update(read[int(seq)])
         if kind in BODY_TEXT_TYPES:  # the host's own text is in the body: it goes whole
             bodies.add(bytes(payload))
@@ -455,7 +460,7 @@ def _held_by(conn: sqlite3.Connection, hold: dict[str, Any], seqs: set[int]) -> 
         conn, "SELECT seq, time, session, author FROM events WHERE seq IN ({})", seqs
     ):
         by_session = "session" in selector and session == selector["session"]
-        by_time = "since" in selector and selector["since"] <= time < selector["until"]
+        by_time = "since" in selector and selector["since"] <= time <= selector["until"]
         if by_session or by_time:
             hit.append(int(seq))
         elif "author" in selector and author is not None:
@@ -494,11 +499,21 @@ def retention_policy(store: EventStore) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+def check_retention_days(days: int | None) -> None:
+    """Refuse a period :func:`retention_cutoff` could not compute (before year 1)."""
+    if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
+        raise ErasureError(
+            f"retention of {days} days is outside 1 to {MAX_RETENTION_DAYS} (1,000 years): "
+            "use --keep to keep forever"
+        )
+
+
 def set_retention(
     store: EventStore, days: int | None, reason: str, who: str, *, confirmed: bool
 ) -> int:
     """Record a retention policy; a shorter one than in force needs ``confirmed``."""
     v2 = require_v2(store)
+    check_retention_days(days)
     current = retention_policy(v2)
     old = current.get("days") if current else None
     shorter = days is not None and (old is None or days < old)
@@ -522,9 +537,12 @@ def retention_cutoff(store: EventStore, now: str) -> str | None:
 
     policy = retention_policy(store)
     days = policy.get("days") if policy else None
-    if not isinstance(days, int):
+    if not isinstance(days, int) or isinstance(days, bool):
         return None
-    return format_time(parse_time(now) - timedelta(days=days))
+    try:
+        return format_time(parse_time(now) - timedelta(days=days))
+    except (OverflowError, ValueError):  # a policy recorded before the bound: before year 1
+        return None  # nothing is that old
 
 
 def apply_retention(
@@ -559,7 +577,7 @@ def apply_retention(
         if not seqs:
             break
         scope = Scope(
-            "time", {"since": "", "until": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
+            "time", {"since": "", "before": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
         )
         if projections is None:
             v2, projections = _prepared(v2)
@@ -694,6 +712,7 @@ def forget(
     the merge costs the whole index, a batch only what it erases).
     """
     v2, projections = _prepared(store)
+    _require_present(v2.conn, scope)
     return _forget(
         v2,
         projections,
@@ -704,6 +723,84 @@ def forget(
         dry_run=dry_run,
         skip_held=skip_held,
         merge=merge,
+    )
+
+
+def _require_present(conn: sqlite3.Connection, scope: Scope) -> None:
+    """Refuse a session or event scope that names nothing in the log (a typo must not read
+    as "already erased"). An erased session or event is still in the log: it passes."""
+    value = scope.value
+    if scope.kind == "session":
+        found = conn.execute(
+            "SELECT 1 FROM events WHERE session = ? LIMIT 1", (value["session"],)
+        ).fetchone()
+        if found is None:
+            raise NotInArchive(f"no session {value['session']} in this archive: nothing erased")
+    elif scope.kind == "event" and "seq" in value:
+        found = conn.execute("SELECT 1 FROM events WHERE seq = ?", (value["seq"],)).fetchone()
+        if found is None:
+            raise NotInArchive(f"no event at seq {value['seq']} in this archive: nothing erased")
+    elif scope.kind == "event":
+        prefix = str(value["digest"]).upper()
+        found = conn.execute(
+            "SELECT 1 FROM events WHERE substr(hex(payload), 1, ?) = ?"
+            " OR substr(hex(identity), 1, ?) = ? LIMIT 1",
+            (len(prefix), prefix, len(prefix), prefix),
+        ).fetchone()
+        if found is None:
+            raise NotInArchive(
+                f"no event with an identity or payload digest starting {value['digest']} in "
+                "this archive: nothing erased"
+            )
+
+
+def scope_text(scope: dict[str, Any]) -> str:
+    """An erasure's scope as a person reads it (never a Python repr)."""
+    kind = scope.get("kind")
+    shared = " (shared texts too)" if scope.get("shared") else ""
+    if kind == "session":
+        said = f"session {scope.get('session')}"
+    elif kind == "event" and "seq" in scope:
+        said = f"event seq {scope['seq']}"
+    elif kind == "event":
+        said = f"events with digest {scope.get('digest')}…"
+    elif kind == "time" and "until" in scope:
+        said = f"events from {scope.get('since')} to {scope['until']} (inclusive)"
+    elif kind == "time":
+        since = scope.get("since") or "the start"
+        said = f"events from {since} to before {scope.get('before')}"
+        if "from_seq" in scope:
+            said += f", seq {scope['from_seq']} to {scope.get('to_seq')}"
+    elif kind == "author":
+        authors = scope.get("authors")
+        said = (
+            f"turns of {len(authors)} author payload(s)"
+            if isinstance(authors, list)
+            else f"turns of author {scope.get('author')}"
+        )
+    elif kind == "memory":
+        writes = scope.get("writes")
+        said = (
+            "memory writes at seq " + ", ".join(str(w) for w in writes)
+            if isinstance(writes, list)
+            else "the memory entry holding the given text, every version"
+        )
+    else:
+        said = str(kind)
+    return said + shared
+
+
+#: retention's longest period: now minus this many days is a time at any date up to 9999
+MAX_RETENTION_DAYS = 365_250
+
+
+def erased_texts(store: EventStore, scope: Scope) -> list[str]:
+    """The texts forgetting ``scope`` would erase (those of QUOTE_MIN_CHARS or more), read
+    before it does: what ``forget`` looks for in the host's files (audit/host_copies.py)."""
+    v2 = require_v2(store)
+    found = plan(v2, scope)
+    return sorted(
+        {t for d in found.digests for t in texts(_body(v2.conn, d)) if len(t) >= QUOTE_MIN_CHARS}
     )
 
 

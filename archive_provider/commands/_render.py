@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from archive_provider.domain.authors import author_label
+from archive_provider.domain.echoes import render_echoes
 from archive_provider.domain.evidence import message_text
 from archive_provider.format.canonical import decode
 from archive_provider.format.events import StoredEvent
@@ -86,7 +87,7 @@ def _what(store: Archive, event: StoredEvent) -> str:
     if not isinstance(body, Mapping):
         return preview(body)
     if kind == "turn":
-        messages = [part(store, d) for d in body.get("messages", [])]
+        messages = [part(store, d) for d in event.messages]
         first = next(
             (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
         )
@@ -190,7 +191,30 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
                 for d in event.part_digests
             ],
         )
+        echoes = event.body.get("echoes") if isinstance(event.body, Mapping) else None
+        readable = callable(getattr(store, "event", None))  # a central view reads no events
+        if (
+            event.type in ("turn", "checkpoint")
+            and isinstance(echoes, list)
+            and echoes
+            and readable
+        ):
+            for index, shown in enumerate(data["parts"]):
+                shown["as_sent"] = render_echoes(
+                    shown["value"], index, echoes, lambda seq: _recall_result(store, seq)
+                )
     return data
+
+
+def _recall_result(store: Archive, seq: Any) -> str | None:
+    """The result text of the ``recall_served`` at ``seq`` (None: erased or not there)."""
+    event = store.event(seq) if isinstance(seq, int) else None  # type: ignore[attr-defined]
+    if event is None or event.type != "recall_served" or not isinstance(event.body, Mapping):
+        return None
+    digest = event.body.get("result")
+    body = store.payload(digest) if isinstance(digest, str) else None
+    value = decode(body) if body is not None else None
+    return value if isinstance(value, str) else None
 
 
 def short_time(time: str) -> str:

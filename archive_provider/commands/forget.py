@@ -12,8 +12,13 @@ import getpass
 import sys
 from typing import TYPE_CHECKING, Any
 
-from archive_provider.commands import CommandContext, CommandError, UsageError, time_arg
-from archive_provider.commands._render import fields
+from archive_provider.commands import (
+    EXIT_PROBLEM,
+    CommandContext,
+    CommandError,
+    UsageError,
+    time_arg,
+)
 
 if TYPE_CHECKING:
     from archive_provider.audit.erasure import Receipt, Scope
@@ -30,12 +35,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", help="every event of this session")
     which.add_argument("--event", metavar="SEQ|DIGEST", help="one event: seq or digest prefix")
-    which.add_argument("--since", type=time_arg, help="events at or after this time (with --until)")
+    which.add_argument(
+        "--since", type=time_arg, help="events at or after this time (with --until), as log"
+    )
     which.add_argument("--author", help="every turn of this author id (as the host gave it)")
     which.add_argument(
         "--memory", metavar="TEXT", help="the memory entry holding TEXT, every version"
     )
-    parser.add_argument("--until", type=time_arg, help="events before this time (with --since)")
+    parser.add_argument(
+        "--until", type=time_arg, help="events at or before this time (with --since), as log"
+    )
     parser.add_argument("--reason", required=True, help="why (recorded in the erasure event)")
     parser.add_argument(
         "--shared",
@@ -74,6 +83,8 @@ def _scope(args: argparse.Namespace) -> Scope:
     if args.since is not None:
         if args.until is None:
             raise UsageError("--since needs --until")
+        if args.since > args.until:
+            raise UsageError("--since is after --until")
         return Scope("time", {"since": args.since, "until": args.until})
     if args.author is not None:
         return Scope("author", {"author": args.author})
@@ -116,6 +127,8 @@ def open_writer(ctx: CommandContext) -> EventStore:
 
 
 def render(receipt: Receipt) -> str:
+    from archive_provider.audit.erasure import scope_text
+
     if receipt.dry_run:
         lines = [f"would erase {receipt.payloads} payloads touching {receipt.events} events"]
         if receipt.kept_shared:
@@ -130,7 +143,9 @@ def render(receipt: Receipt) -> str:
     lines = [
         f"erased {receipt.payloads} payloads touching {receipt.events} events",
         f"erasure event: seq {receipt.seq} at {receipt.time}, chain {receipt.chain}",
-        f"scope: {fields(receipt.scope)}  reason: {receipt.reason}  by: {receipt.who}",
+        f"scope: {scope_text(receipt.scope)}",
+        f"reason: {receipt.reason}  by: {receipt.who}",
+        f"legal basis: {receipt.legal_basis or '(none given)'}",
     ]
     if receipt.kept_shared:
         lines.append(f"kept: {receipt.kept_shared} payloads events outside the scope name")
@@ -180,12 +195,14 @@ def spill_lines(spill: dict[str, Any]) -> list[str]:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.audit.erasure import forget
+    from archive_provider.audit import host_copies
+    from archive_provider.audit.erasure import erased_texts, forget, scope_text
 
     scope = scope_of(ctx.args)
     spill = take_in_spill_first(ctx)
     store = open_writer(ctx)
     try:
+        held_by_host = host_copies.scan(ctx.home, erased_texts(store, scope))
         if not ctx.args.dry_run:
             preview = forget(store, scope, reason=ctx.args.reason, dry_run=True)
             if preview.held:
@@ -198,7 +215,7 @@ def run(ctx: CommandContext) -> int:
                 confirm(
                     ctx,
                     f"Erase {preview.payloads} payloads touching {preview.events} events "
-                    f"({fields(scope.record())}) for good?",
+                    f"({scope_text(scope.record())}) for good?",
                 )
         receipt = forget(
             store,
@@ -210,6 +227,18 @@ def run(ctx: CommandContext) -> int:
         )
     finally:
         store.close()
-    data: dict[str, Any] = {"ok": True, **receipt.as_dict(), **spill}
-    ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill)]))
+    host = {"host_copies": held_by_host.as_dict()}
+    if receipt.dry_run and receipt.held:  # as the real run would: refused, naming the hold
+        hold = receipt.held[0]
+        error = (
+            f"legal hold {hold['hold']} ({hold['reason']}) covers {hold['events']} of these "
+            "events: the erasure would be refused (hermes-archive hold list)"
+        )
+        data = {"ok": False, "error": error, **receipt.as_dict(), **spill, **host}
+        ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill), *held_by_host.lines()]))
+        if not ctx.json:
+            ctx.err.write(f"error: {error}\n")
+        return EXIT_PROBLEM
+    data = {"ok": True, **receipt.as_dict(), **spill, **host}
+    ctx.emit(data, "\n".join([render(receipt), *spill_lines(spill), *held_by_host.lines()]))
     return 0

@@ -25,6 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.erasure import (
         apply_retention,
+        check_retention_days,
         retention_policy,
         set_retention,
     )
@@ -53,6 +54,7 @@ def run(ctx: CommandContext) -> int:
         if args.action == "set":
             if not args.reason or (args.days is None) == (not args.keep):
                 raise UsageError("retention set needs --days N or --keep, and --reason")
+            check_retention_days(args.days)
             current = retention_policy(store)
             old = current.get("days") if current else None
             shorter = args.days is not None and (old is None or args.days < old)

@@ -108,6 +108,9 @@ def _human(data: dict[str, Any]) -> str:
                     else json.dumps(p["value"], ensure_ascii=False, sort_keys=True)
                 )
                 lines.append(f"  {p['digest'][:16]}…  {value}")
+                if "as_sent" in p:  # recall echoes filled in (FORMAT.md 13.4)
+                    sent = json.dumps(p["as_sent"], ensure_ascii=False, sort_keys=True)
+                    lines.append(f"    as sent, with the recall it echoes: {sent}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

@@ -347,7 +347,7 @@ def _audit(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 "time": e.time,
                 "type": e.type,
                 "session": e.session,
-                "summary": summarize(store, e.type, e.body),
+                "summary": summarize(store, e.type, e.body, e.messages),
             }
             for e in store.events()
         ]
@@ -356,7 +356,7 @@ def _audit(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return report, timeline
 
 
-def summarize(store: EventStore, event_type: str, body: Any) -> str:
+def summarize(store: EventStore, event_type: str, body: Any, messages: list[str]) -> str:
     """One line a person can read for an event (quoted text, never a Python repr)."""
 
     def part(digest: str) -> Any:
@@ -364,7 +364,7 @@ def summarize(store: EventStore, event_type: str, body: Any) -> str:
         return json.loads(raw) if raw else None
 
     if event_type == "turn":
-        rows = [part(d) or {} for d in body["messages"]]
+        rows = [part(d) or {} for d in messages]
         roles = ", ".join(str(r.get("role")) for r in rows)
         first_user = next((str(r.get("content")) for r in rows if r.get("role") == "user"), "")
         return f"turn {body['turn']}: {_count(len(rows), 'message')} ({roles}) {_quote(first_user)}"

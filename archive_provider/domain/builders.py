@@ -65,8 +65,12 @@ def turn(
     redactions: Sequence[Mapping[str, Any]] = (),
     author: Mapping[str, Any] | None = None,
     host_masks: Sequence[Mapping[str, Any]] = (),
+    echoes: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
     """A completed turn: its new messages (all roles, as the host sent them, after redaction).
+
+    Format v2 names the messages by position (they are the parts, FORMAT.md 13.4) and
+    records the recall ``echoes`` cut out of them (domain/echoes.py).
 
     ``author`` (domain/authors.py) is a payload of its own, carried as :attr:`NewEvent.author`:
     format v2 names it in the envelope's ``author`` field; format v1 stores it as one more
@@ -75,12 +79,11 @@ def turn(
     """
     digests = [part.digest for part in parts]
     v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
-    body: dict[str, Any] = {
-        "turn": ordinal,
-        "messages": digests,
-        "start": start,
-        "legacy_shape": legacy,
-    }
+    body: dict[str, Any] = {"turn": ordinal, "start": start, "legacy_shape": legacy}
+    if not v2:
+        body["messages"] = digests
+    if echoes:
+        body["echoes"] = [dict(echo) for echo in echoes]
     stored = tuple(parts)
     author_part = hasher.part(dict(author)) if author is not None else None
     if author_part is not None and not v2:  # v2: the envelope's own author field (13.1)
@@ -141,8 +144,11 @@ def checkpoint(
     received_roles: Mapping[str, int] | None = None,
     summaries_skipped: int = 0,
     host_masks: Sequence[Mapping[str, Any]] = (),
+    echoes: Sequence[Mapping[str, Any]] = (),
 ) -> NewEvent:
     """A pre-compress checkpoint: the ordered evidence digests; identity = session + list.
+
+    ``echoes`` are the recalls cut out of the evidence (FORMAT.md 13.4, as in a turn).
 
     The receipt also says what the host handed over (``received_roles``) and how many
     prior compaction summaries (``_compressed_summary`` rows) were left out as not evidence.
@@ -166,6 +172,7 @@ def checkpoint(
                 "received_roles": dict(received_roles or {}),
                 "summaries_skipped": summaries_skipped,
                 **({"host_masks": [dict(m) for m in host_masks]} if host_masks else {}),
+                **({"echoes": [dict(e) for e in echoes]} if echoes else {}),
             },
             redactions,
         ),

@@ -154,6 +154,12 @@ class StoredEvent:
         return list(decode(self.envelope.parts))
 
     @property
+    def messages(self) -> list[str]:
+        """A turn's message digests: its body's ``messages`` (format 1, migrated events),
+        else its parts in order (a v2 turn names its messages by position, FORMAT.md 13.4)."""
+        return turn_messages(self.body, self.part_digests)
+
+    @property
     def author_digest(self) -> str | None:
         """A turn's author payload: the envelope's (v2, 13.1), or the part its body names (v1)."""
         if self.envelope.author is not None:
@@ -161,6 +167,15 @@ class StoredEvent:
         body = self.body
         named = body.get("author") if isinstance(body, Mapping) else None
         return named if isinstance(named, str) else None
+
+
+def turn_messages(body: Any, parts: list[str]) -> list[str]:
+    """The message digests of a turn with this body and these parts (FORMAT.md 13.4): the
+    body's ``messages`` where it has them, else the parts, which are the messages in order."""
+    listed = body.get("messages") if isinstance(body, Mapping) else None
+    if isinstance(listed, list):
+        return [d for d in listed if isinstance(d, str)]
+    return list(parts)
 
 
 @dataclass(frozen=True)

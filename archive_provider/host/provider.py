@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 from ..domain import builders
 from ..domain.authors import normalize_author
 from ..domain.clock import now_text
+from ..domain.echoes import cut_echoes
 from ..domain.evidence import (
     archivable,
     archivable_message,
@@ -41,7 +42,7 @@ from ..projections.builtin import live_counters
 from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
 from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from ..storage.store_v2 import STORE_KEY_NAME, signing_key_path
+from ..storage.store_v2 import STORE_KEY_NAME, served_results, signing_key_path
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
@@ -534,6 +535,9 @@ class ArchiveProvider(MemoryProviderBase):
 
         def build(store: EventStore) -> list[NewEvent]:
             rows, redactions, masks = redact_rows(evidence, redact, "/evidence")
+            echoes: list[dict[str, Any]] = []
+            if store.hasher.format_version == 2:  # recalls handed back: by reference (13.4)
+                rows, echoes = cut_echoes(rows, served_results(store.conn, session), FENCE_OPEN)
             parts = [store.hasher.part(row) for row in rows]
             fresh[:] = [len(store.unstored(part.digest for part in parts))]
             return [
@@ -549,6 +553,7 @@ class ArchiveProvider(MemoryProviderBase):
                     received_roles=roles,
                     summaries_skipped=summaries,
                     host_masks=renumber(masks, 0, "/evidence"),
+                    echoes=echoes,
                 )
             ]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..domain import builders
+from ..domain.echoes import cut_echoes
 from ..domain.evidence import archivable, archivable_message, new_messages_start
 from ..domain.redaction import redact_rows, renumber
 from ..errors import ArchiveUnavailable
@@ -26,9 +27,11 @@ from ..projections.builtin import (
     transcript_rows,
     transcript_tail,
 )
+from ..projections.recall import FENCE_OPEN
 from ..projections.registry import default_projections
 from ..storage.spill import Encoder, Record, in_use, segment_paths
 from ..storage.store import EventStore, archive_dir
+from ..storage.store_v2 import served_results
 from ..storage.witness import Witness
 from ..storage.writer import Taker, Writer, WriterUnavailable
 
@@ -60,7 +63,11 @@ def turn_event(
     events: the author as the host stated it and the host's masks included.
     """
     redacted, redactions, row_masks = redact_rows(rows, redact, "/messages")
+    echoes: list[dict[str, Any]] = []
+    if store.hasher.format_version == 2:  # the recalls it echoes, by reference (FORMAT 13.4)
+        redacted, echoes = cut_echoes(redacted, served_results(store.conn, session), FENCE_OPEN)
     rewind: list[NewEvent] = []
+    known_start = start is not None  # ``rows`` is then only the new tail
     if start is not None:
         new_parts = [store.hasher.part(row) for row in redacted]
         found = renumber(redactions, 0, "/messages")  # the tail is the event's own list
@@ -96,6 +103,7 @@ def turn_event(
         last = parts[-1].digest if parts else None
     if not new_parts:
         return rewind, last  # nothing new: the host re-sent what is archived
+    first = 0 if known_start else start  # the index in ``redacted`` of the first new message
     event = builders.turn(
         store.hasher,
         session,
@@ -106,6 +114,11 @@ def turn_event(
         redactions=found,
         author=author,
         host_masks=masks,
+        echoes=[
+            {**echo, "message": echo["message"] - first}
+            for echo in echoes
+            if echo["message"] >= first
+        ],
     )
     return [*rewind, event], last
 

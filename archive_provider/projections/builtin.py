@@ -171,7 +171,7 @@ class SessionsProjection(TableProjection):
             body = _mapping(event.body)
             start = body.get("start")
             start = start if isinstance(start, int) and start >= 0 else 0
-            self._record_transcript(conn, session, start, _digests(body.get("messages")), seq)
+            self._record_transcript(conn, session, start, event.messages, seq)
         elif kind == "session_started":
             body = _mapping(event.body)
             conn.execute(
@@ -1163,7 +1163,11 @@ def _messages(
     """Each user/assistant message of the event that has prose."""
     carried = event.parts if isinstance(event, LoadedEvent) else {}
     if digests is None:
-        digests = _digests(_mapping(event.body).get(field_name))
+        digests = (
+            event.messages
+            if field_name == "messages"
+            else _digests(_mapping(event.body).get(field_name))
+        )
     positions: dict[str, int] | None = None
     for digest in digests:
         body = carried.get(digest)

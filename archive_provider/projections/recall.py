@@ -53,6 +53,7 @@ from ..format.digests import (
     identity_of_key_text,
     payload_digest,
 )
+from ..format.events import turn_messages
 from ..format.signed_note import Checkpoint, NoteError, checked_checkpoint, log_signed_note
 from ..storage.store import ENVELOPE_COLUMNS, ENVELOPE_COLUMNS_V2
 from .builtin import TOKENIZER
@@ -523,7 +524,11 @@ class Prover:
         if hit.kind == "memory":
             wanted = [body.get("content")] if envelope.type == "memory_write" else []
         elif envelope.type in ("turn", "checkpoint"):
-            wanted = body.get("messages" if envelope.type == "turn" else "evidence") or []
+            wanted = (
+                turn_messages(body, parts)
+                if envelope.type == "turn"
+                else body.get("evidence") or []
+            )
         else:
             wanted = []
         for digest in wanted:

@@ -111,7 +111,7 @@ SELECT e.seq, e.time, e.session, json_extract(e.payload, '$.turn') AS turn,
                 json_extract(CAST(p.body AS TEXT), '$.tool_calls')) AS text,
        json_extract(CAST(p.body AS TEXT), '$.tool_call_id') AS tool_call_id,
        m.value AS message_digest, e.payload_digest, e.chain
-FROM audit_events e, json_each(e.payload, '$.messages') m
+FROM audit_events e, json_each(coalesce(json_extract(e.payload, '$.messages'), e.parts)) m
 JOIN payloads p ON p.digest = {part("m.value")}
 LEFT JOIN payloads a ON a.digest = {author}
 WHERE e.type = 'turn';

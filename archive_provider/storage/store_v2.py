@@ -527,3 +527,22 @@ def tombstone(conn: sqlite3.Connection, digests: list[bytes], erasure_seq: int) 
         )
         done += 1
     return done
+
+
+def served_results(conn: sqlite3.Connection, session: str) -> Iterator[tuple[int, str]]:
+    """(seq, result text) of each ``recall_served`` of ``session``, newest first, read from the
+    log as it is consumed (FORMAT.md 13.4: the recalls a turn's messages may echo). An
+    erased result is skipped: its text is gone, so nothing can be cut for it."""
+    rows = conn.execute(
+        "SELECT seq, parts FROM events WHERE session = ? AND type = 'recall_served'"
+        " ORDER BY seq DESC",
+        (session,),
+    )
+    try:
+        for seq, parts in rows:
+            named = split_parts(parts)
+            result = decoded(_stored_body(conn, named[1])) if len(named) > 1 else None
+            if isinstance(result, str):
+                yield int(seq), result
+    finally:
+        rows.close()

@@ -170,7 +170,7 @@ def is_first_witness(event: Any) -> bool:
 
 def messages_of(hermes_home: Path, event: Any) -> list[Any]:
     """The decoded messages a turn or checkpoint event names (by digest)."""
-    digests = event.body["messages"] if event.type == "turn" else event.body["evidence"]
+    digests = event.messages if event.type == "turn" else event.body["evidence"]
     with open_view(hermes_home) as store:
         out = []
         for digest in digests:

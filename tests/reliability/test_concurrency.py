@@ -52,7 +52,7 @@ def turn_texts(home: Path) -> dict[str, list[str]]:
     texts: dict[str, list[str]] = collections.defaultdict(list)
     for event in events(home):
         if event.type == "turn":
-            for row in part_values(home, event.body["messages"]):
+            for row in part_values(home, event.messages):
                 texts[event.session].append(row["content"])
     return texts
 

@@ -68,7 +68,7 @@ def landed(home: Path, tag: str) -> None:
         memory = []
         for event in store.events():
             if event.type == "turn":
-                for digest in event.body["messages"]:
+                for digest in event.messages:
                     texts.append(decode(store.payload(digest) or b"null")["content"])
             if event.type == "memory_write":
                 memory.append(decode(store.payload(event.body["content"]) or b"null"))

@@ -122,7 +122,7 @@ def test_secrets_are_redacted_before_anything_is_written(
             kinds_seen.add(item["kind"])
     assert kinds_seen >= set(SECRETS) | set(CONTEXTUAL)
     turn = next(e for e in events(home) if e.type == "turn")
-    rows = part_values(home, turn.body["messages"])
+    rows = part_values(home, turn.messages)
     for item in turn.body["redactions"]:  # every listed marker is where the list says
         _, _, index, *path = item["path"].split("/")
         value = rows[int(index)]

@@ -853,8 +853,63 @@ def make_reports() -> dict[str, Any]:
     }
 
 
+def make_echoes() -> dict[str, Any]:
+    """FORMAT.md 13.4: turns whose messages hand a served recall back, each with the messages
+    as sent, as stored (the recall cut out), the turn body's ``echoes``, and the rendering
+    once the recall is erased."""
+    from archive_provider.domain.echoes import cut_echoes, render_echoes
+    from archive_provider.projections.recall import FENCE_OPEN
+
+    first = f"{FENCE_OPEN}\n- (turn, 2026-11-30) user: My codename is BLUE HERON.\n[end of archive recall]"
+    second = f"{FENCE_OPEN}\n- (memory) user: prefers tea, 🍵 green\n[end of archive recall]"
+    block = "<memory-context>\n[System note: recalled memory context.]\n\n{}\n</memory-context>"
+    recalls = [(14, first), (20, second)]
+    turns = [
+        [
+            {
+                "role": "user",
+                "content": "What was it?",
+                "api_content": "What was it?\n\n" + block.format(first),
+            }
+        ],
+        [
+            {
+                "role": "user",
+                "content": "Both, again?",
+                "api_content": "Both, again?\n\n" + block.format(second + "\n" + first),
+            },
+            {"role": "assistant", "content": "Sure."},
+        ],
+        [{"role": "user", "content": "Trimmed: " + first[:40], "api_content": first[:-5]}],
+    ]
+    cases = []
+    for sent in turns:
+        stored, echoes = cut_echoes(sent, sorted(recalls, reverse=True), FENCE_OPEN)
+        results = dict(recalls)
+        cases.append(
+            {
+                "sent": sent,
+                "stored": stored,
+                "echoes": echoes,
+                "rendered": [
+                    render_echoes(m, i, echoes, results.get) for i, m in enumerate(stored)
+                ],
+                "rendered_erased": [
+                    render_echoes(m, i, echoes, lambda seq: None) for i, m in enumerate(stored)
+                ],
+            }
+        )
+    return {
+        "marker": FENCE_OPEN,
+        "recalls": [{"seq": s, "result": r} for s, r in recalls],
+        "erased": "[erased]",
+        "cases": cases,
+    }
+
+
 FILES = {
     "merkle.json": make_merkle,
+    "echoes.json": make_echoes,
     "notes.json": make_notes,
     "proofs.json": make_proofs,
     "chain_v2.json": make_chain_v2,
