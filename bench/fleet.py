@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 import threading
@@ -208,9 +209,8 @@ def steady_lag(
     for name in ("alpha", "beta"):
         home = workdir.fresh(f"lag-{name}")
         (home / "archive").mkdir()
-        (home / "archive" / "config.json").write_text(
-            json.dumps({"ship_to": target, "ship_interval_s": interval})
-        )
+        (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": interval}))
+        os.environ["ARCHIVE_SHIP_TO"] = target  # read from the environment only
         provider = ArchiveProvider()
         provider.initialize(name, hermes_home=str(home), platform="cli", agent_context="primary")
         providers.append(provider)
@@ -243,6 +243,7 @@ def steady_lag(
         rows = conn.execute("SELECT time, shipped FROM hermes_archive.events").fetchall()
     for provider in providers:
         provider.shutdown()
+    del os.environ["ARCHIVE_SHIP_TO"]
     return sorted((shipped - parse_time(local)).total_seconds() for local, shipped in rows)
 
 

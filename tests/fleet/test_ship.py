@@ -180,14 +180,17 @@ def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) 
 
 
 def test_two_profiles_ship_concurrently_through_their_providers(
-    tmp_path: Path, central_db: Central, make_provider: Callable[..., object], fmt: int
+    tmp_path: Path,
+    central_db: Central,
+    make_provider: Callable[..., object],
+    fmt: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     homes = [tmp_path / "alpha", tmp_path / "beta"]
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", central_db.url())  # never from inside the profile
     for home in homes:
         (home / "archive").mkdir(parents=True)
-        (home / "archive" / "config.json").write_text(
-            json.dumps({"ship_to": central_db.url(), "ship_interval_s": 0.1})
-        )
+        (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": 0.1}))
     providers = [make_provider(home, session=f"s-{home.name}") for home in homes]
 
     def talk(provider: object, name: str) -> None:
@@ -270,15 +273,15 @@ def test_a_dead_central_store_never_blocks_a_checkpoint_or_leaks_its_password(
     make_provider: Callable[..., object],
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     password = "do-not-print-me-0451"
     home = tmp_path / "home"
     (home / "archive").mkdir(parents=True)
     dead = f"postgresql://shipper:{password}@127.0.0.1:9/nowhere?sslmode=disable&connect_timeout=1"
-    (home / "archive" / "config.json").write_text(
-        json.dumps({"ship_to": dead, "ship_interval_s": 0.1})
-    )
+    (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": 0.1}))
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", dead)
     provider = make_provider(home)
     provider.sync_turn("hello", "hi")  # type: ignore[attr-defined]
     receipt = provider.on_pre_compress(  # type: ignore[attr-defined]
@@ -353,7 +356,7 @@ def test_passwords_are_redacted_in_every_form() -> None:
 
 
 def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
-    tmp_path: Path, make_provider: Callable[..., object]
+    tmp_path: Path, make_provider: Callable[..., object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server that accepts the connection and never answers: the worst network case."""
     with socket.socket() as silent:
@@ -363,9 +366,8 @@ def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
         home = tmp_path / "home"
         (home / "archive").mkdir(parents=True)
         target = f"postgresql://x:pw@127.0.0.1:{port}/db?sslmode=disable&connect_timeout=60"
-        (home / "archive" / "config.json").write_text(
-            json.dumps({"ship_to": target, "ship_interval_s": 0.1})
-        )
+        (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": 0.1}))
+        monkeypatch.setenv("ARCHIVE_SHIP_TO", target)
         provider = make_provider(home)
         silent.settimeout(120)
         caller, _ = silent.accept()  # the shipper connected and now waits for an answer

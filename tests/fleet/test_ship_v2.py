@@ -444,7 +444,6 @@ def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
     from types import SimpleNamespace
 
     from archive_provider.host.install import activate, install_plugin
-    from archive_provider.host.settings import save_settings
 
     home = tmp_path / "home"
     store = _v2(home)
@@ -453,7 +452,7 @@ def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
     url = central_db.url()
     install_plugin(home, "archive")
     activate(home, "archive")
-    save_settings(home, {"ship_to": url})
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", url)  # never from inside the profile
     with (home / "config.yaml").open("a") as config:  # also where the host keeps its section
         config.write(f"  archive:\n    ship_to: '{url}'\n")
     monkeypatch.setenv("HERMES_HOME", str(home))

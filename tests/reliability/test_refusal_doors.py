@@ -22,7 +22,7 @@ from .test_faults import EVIDENCE
 #: each command that appends to the log, as an operator would run it on the copy
 WRITES = (
     ("forget", "--session", "s1", "--reason", "r", "--yes"),
-    ("retention", "set", "--days", "400", "--reason", "r"),
+    ("retention", "set", "--days", "400", "--reason", "r", "--yes"),
     ("retention", "apply", "--yes"),
     ("hold", "add", "--session", "s1", "--reason", "r"),
     ("witness", "add", "https://w.example/", "w+00000000+AAAA", "--reason", "r"),
