@@ -37,7 +37,7 @@ import psycopg
 from archive_provider.format import digests_v2
 from archive_provider.format.verifier import genesis
 from archive_provider.storage import central
-from archive_provider.storage.ship import Shipper
+from archive_provider.storage.ship import Shipper, registration
 from archive_provider.storage.store import DB_NAME, EventStore
 
 from .common import Row, Workdir, machine, percentile, quiet_logging, table
@@ -180,7 +180,18 @@ def raw_copy(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
     return len(rows), seconds
 
 
+def register(dsn: str, folder: Path, shipper: str) -> None:
+    """Register the archive in ``folder`` to ``shipper``, as the administrator does."""
+    store = EventStore.open(folder, create=False, readonly=True)
+    try:
+        found = registration(store)
+    finally:
+        store.close()
+    central.register(dsn, found, shipper, folder.parent.name)
+
+
 def ship(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
+    register(dsn, folder, "hermes_archive_shipper")  # the superuser is a member of it
     shipper = Shipper(folder, dsn, batch=batch)
     try:
         began = time.perf_counter()
@@ -208,7 +219,8 @@ def steady_lag(
     providers = []
     for name in ("alpha", "beta"):
         home = workdir.fresh(f"lag-{name}")
-        (home / "archive").mkdir()
+        EventStore.open(home / "archive").close()
+        register(dsn, home / "archive", "bench_ship")
         (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": interval}))
         os.environ["ARCHIVE_SHIP_TO"] = target  # read from the environment only
         provider = ArchiveProvider()

@@ -29,7 +29,7 @@ from archive_provider.host.install import activate, install_plugin
 from archive_provider.host.settings import save_settings
 from archive_provider.storage.ship import read_state
 from archive_provider.storage.store import archive_dir
-from tests.fleet.conftest import PASSWORDS, Central, central_rows, local_rows
+from tests.fleet.conftest import PASSWORDS, Central, central_rows, local_rows, make_archive
 from tests.fleet.pgserver import PgServer
 from tests.host import hostkit
 
@@ -174,6 +174,8 @@ def test_lag_beyond_the_bound_is_said_everywhere_and_never_blocks(
     url = central_db.url()
     ship_env(monkeypatch, ship_to=url, ship_required=True, ship_max_lag_s=60)
     save_settings(home, {"ship_interval_s": 0.1})
+    make_archive(home).close()
+    central_db.register(home)
     provider = make_provider(home)
     assert provider.is_available()
     _turns(provider, "tulips", "roses")
