@@ -145,8 +145,8 @@ def raw_copy(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
         with conn.cursor() as cursor:
             cursor.execute(
                 "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, "
-                "payload_key, vkey, label) VALUES (%(store_id)s, %(format_version)s, "
-                "%(genesis)s, %(payload_key)s, %(vkey)s, %(label)s)",
+                "payload_key, vkey, label, shipper) VALUES (%(store_id)s, %(format_version)s, "
+                "%(genesis)s, %(payload_key)s, %(vkey)s, %(label)s, 'hermes_archive_shipper')",
                 store,
             )
             conn.commit()
