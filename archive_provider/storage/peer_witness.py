@@ -54,6 +54,9 @@ from .witness_server import (
 PEERS_FOLDER = "peers"
 PINS_FILE = "pins.json"  # peer -> the log key first cosigned for it
 MAX_PINS_BYTES = 1024 * 1024
+#: a peer's refusal evidence longer than this is not parsed (parsing costs ~0.3 ms a KB):
+#: a checkpoint note with MAX_SIGNATURES signatures under 30-character key names is 13.7 KB
+MAX_EVIDENCE_CHARS = 16 * 1024
 #: the answer statuses: cosigned, conflict (send again from ``size``), refused, stale
 COSIGNED, CONFLICT, REFUSED, STALE = "cosigned", "conflict", "refused", "stale"
 
@@ -145,7 +148,9 @@ def refusal_checks(folder: Path, peer: str, vkey: str, evidence: str) -> bool:
     worth archiving: ``vkey`` is a key the log names for that peer, and ``evidence`` is a
     checkpoint this archive's key signed, cosigned by ``vkey``, that the tree does not hold
     (the archive was rolled back or rewritten after it). Anything else a peer can say for
-    free, as often as it likes."""
+    free, as often as it likes, so what fails is refused at the least cost."""
+    if len(evidence) > MAX_EVIDENCE_CHARS:
+        return False
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
         if vkey not in peer_witness_keys(reader.conn, peer):
