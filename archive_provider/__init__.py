@@ -62,6 +62,7 @@ _EXPORTS = {
     "accept_cosignature": "archive_provider.storage.peer_witness",
     "checkpoint_request": "archive_provider.storage.peer_witness",
     "cosigned_size": "archive_provider.storage.peer_witness",
+    "refusal_checks": "archive_provider.storage.peer_witness",
     "witness_added": "archive_provider.storage.remote_witnesses",
     "witness_refused": "archive_provider.storage.remote_witnesses",
     "witness_set": "archive_provider.storage.remote_witnesses",
@@ -131,6 +132,7 @@ __all__ = [
     "parse_time",
     "part_body",
     "redact_value",
+    "refusal_checks",
     "register",
     "register_cli",
     "save_settings",
@@ -190,6 +192,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
         accept_cosignature,
         checkpoint_request,
         cosigned_size,
+        refusal_checks,
     )
     from .storage.remote_witnesses import witness_added, witness_refused, witness_set
     from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body

@@ -8,7 +8,6 @@ hermes allows this file to import only from ``plugins.memory.config_schema``. St
 from plugins.memory.config_schema import (
     KIND_BOOL,
     KIND_NUMBER,
-    KIND_TEXT,
     STORAGE_FLAT_JSON,
     ProviderConfigSchema,
     ProviderField,
@@ -48,29 +47,6 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             default="true",
             inline=True,
             description="Mask secret-shaped strings (API keys, tokens, private keys) before archiving.",
-        ),
-        ProviderField(
-            key="ship_to",
-            label="Central store",
-            kind=KIND_TEXT,
-            default="",
-            description="A PostgreSQL URL or service name to ship the archive to in the background (keep the password in PGPASSFILE).",
-        ),
-        ProviderField(
-            key="ship_required",
-            label="Shipping required",
-            kind=KIND_BOOL,
-            default="false",
-            description="The provider is unavailable without a central store or the fleet "
-            "extra, and lag beyond the bound below shows in status (it never blocks a turn).",
-        ),
-        ProviderField(
-            key="ship_max_lag_s",
-            label="Most shipping lag (s)",
-            kind=KIND_NUMBER,
-            default="300",
-            description="Seconds the oldest unshipped event may wait before required shipping "
-            "counts as behind.",
         ),
         ProviderField(
             key="journal_every_event",

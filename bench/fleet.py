@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 import threading
@@ -36,7 +37,7 @@ import psycopg
 from archive_provider.format import digests_v2
 from archive_provider.format.verifier import genesis
 from archive_provider.storage import central
-from archive_provider.storage.ship import Shipper
+from archive_provider.storage.ship import Shipper, registration
 from archive_provider.storage.store import DB_NAME, EventStore
 
 from .common import Row, Workdir, machine, percentile, quiet_logging, table
@@ -144,8 +145,8 @@ def raw_copy(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
         with conn.cursor() as cursor:
             cursor.execute(
                 "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, "
-                "payload_key, vkey, label) VALUES (%(store_id)s, %(format_version)s, "
-                "%(genesis)s, %(payload_key)s, %(vkey)s, %(label)s)",
+                "payload_key, vkey, label, shipper) VALUES (%(store_id)s, %(format_version)s, "
+                "%(genesis)s, %(payload_key)s, %(vkey)s, %(label)s, 'hermes_archive_shipper')",
                 store,
             )
             conn.commit()
@@ -179,7 +180,18 @@ def raw_copy(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
     return len(rows), seconds
 
 
+def register(dsn: str, folder: Path, shipper: str) -> None:
+    """Register the archive in ``folder`` to ``shipper``, as the administrator does."""
+    store = EventStore.open(folder, create=False, readonly=True)
+    try:
+        found = registration(store)
+    finally:
+        store.close()
+    central.register(dsn, found, shipper, folder.parent.name)
+
+
 def ship(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
+    register(dsn, folder, "hermes_archive_shipper")  # the superuser is a member of it
     shipper = Shipper(folder, dsn, batch=batch)
     try:
         began = time.perf_counter()
@@ -207,10 +219,10 @@ def steady_lag(
     providers = []
     for name in ("alpha", "beta"):
         home = workdir.fresh(f"lag-{name}")
-        (home / "archive").mkdir()
-        (home / "archive" / "config.json").write_text(
-            json.dumps({"ship_to": target, "ship_interval_s": interval})
-        )
+        EventStore.open(home / "archive").close()
+        register(dsn, home / "archive", "bench_ship")
+        (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": interval}))
+        os.environ["ARCHIVE_SHIP_TO"] = target  # read from the environment only
         provider = ArchiveProvider()
         provider.initialize(name, hermes_home=str(home), platform="cli", agent_context="primary")
         providers.append(provider)
@@ -243,6 +255,7 @@ def steady_lag(
         rows = conn.execute("SELECT time, shipped FROM hermes_archive.events").fetchall()
     for provider in providers:
         provider.shutdown()
+    del os.environ["ARCHIVE_SHIP_TO"]
     return sorted((shipped - parse_time(local)).total_seconds() for local, shipped in rows)
 
 

@@ -15,6 +15,13 @@ Matrix (:data:`.matrix_backend.WITNESS_MSGTYPE`) and records what must be record
   rewrite) is refused and archived with both signed notes (``peer_witness_refused``); the
   ``## Peers`` block then says so.
 
+A refusal is archived only when it carries evidence that checks, at most once per
+checkpoint per peer: on the log side a checkpoint this archive signed, cosigned by the key
+the log names for that peer, that the tree does not hold (``refusal_checks``); on the
+witness side a checkpoint of the peer's log we cosigned before. The rest is counted
+(``refusals_counted``), never archived: a chosen peer could otherwise fill the log with
+refusals as fast as it can send them.
+
 Only peers listed on both sides take part; messages from anyone else are ignored. Nothing
 here raises into the loop for anything a peer sends.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timezone
@@ -39,6 +47,7 @@ from archive_provider import (
     checkpoint_request,
     cosigned_size,
     format_time,
+    refusal_checks,
     witness_added,
     witness_refused,
     witness_set,
@@ -87,6 +96,10 @@ class PeerWitnessing:
         self._from: dict[str, int] = {}  # peer -> the size it asked us to prove from (409)
         self._sent: dict[str, int] = {}  # peer -> the size we sent last
         self._answered: dict[str, int] = {}  # peer -> the size it answered last
+        #: (peer, checkpoint) of each refusal archived: at most one per checkpoint per peer
+        self._refusals: set[tuple[str, str]] = set()
+        #: peer -> refusals it sent or earned that were not archived (no evidence, or again)
+        self.refusals_counted: Counter[str] = Counter()
 
     def close(self) -> None:
         self._witness.close()
@@ -137,7 +150,7 @@ class PeerWitnessing:
         if answer.status == "stale":
             return
         offered = body.partition("\n\n")[2]
-        if answer.status == "refused" and offered:
+        if answer.status == "refused" and self._first_refusal(message.sender, answer.checkpoint):
             log.warning("hivemind: refused to cosign %s: %s", message.sender, answer.reason)
             event = events.witness_refused(
                 message.sender, answer.reason, answer.checkpoint, offered, redact=self._redact
@@ -185,11 +198,22 @@ class PeerWitnessing:
                 self._submit(lambda store: self._added(store, peer, vkey), "peer witness")
         elif status == "refused":
             reason, evidence = _field(payload, "reason"), _field(payload, "checkpoint")
-            log.warning("hivemind: %s refuses to cosign this archive: %s", peer, reason)
             self._answered[peer] = self._sent.get(peer, 0)
-            if evidence:
+            checks = bool(evidence) and refusal_checks(self._archive, peer, vkey, evidence)
+            if self._first_refusal(peer, evidence if checks else ""):
+                log.warning("hivemind: %s refuses to cosign this archive: %s", peer, reason)
                 event = witness_refused(vkey, peer, reason, evidence)
                 self._submit(lambda store: [event], "peer witness refused")
+
+    def _first_refusal(self, peer: str, evidence: str) -> bool:
+        """Whether a refusal with ``evidence`` (a checkpoint note that checks; "" when
+        there is none) is archived: once per checkpoint per peer. Otherwise it is counted."""
+        checkpoint = evidence.partition("\n\n")[0]  # the checkpoint, not its signatures
+        if not evidence or (peer, checkpoint) in self._refusals:
+            self.refusals_counted[peer] += 1
+            return False
+        self._refusals.add((peer, checkpoint))
+        return True
 
     @staticmethod
     def _added(store: EventStore, peer: str, vkey: str) -> list[NewEvent]:

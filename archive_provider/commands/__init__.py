@@ -145,6 +145,30 @@ class CommandContext:
             )
         return EventStore.open(self.archive, create=False, readonly=True)
 
+    def open_writable(self) -> EventStore:
+        """Open to append, after the provider's own open-time proof and witness rule: what
+        the provider refuses, every command that writes refuses, in the same words (a
+        second signed history of a refused copy is never started here)."""
+        from archive_provider.projections.registry import default_projections
+        from archive_provider.storage.store import DB_NAME, EventStore
+        from archive_provider.storage.witness import Witness, fast_path_ok
+        from archive_provider.storage.writer import open_time_proof, refusal
+
+        if not self.exists():
+            self.open_store()  # raises the "no archive" message
+        witness = Witness.for_home(self.home)
+        fast = fast_path_ok(self.archive / DB_NAME, witness)
+        store = EventStore.open(self.archive, create=False, projections=default_projections)
+        try:
+            proof = open_time_proof(store, witness, fast=fast)
+        except BaseException:
+            store.close()
+            raise
+        if not proof.ok:
+            store.close()
+            raise CommandError(refusal(store.path, proof))
+        return store
+
     @contextmanager
     def store(self) -> Iterator[EventStore]:
         """The archive, read-only, closed afterwards."""

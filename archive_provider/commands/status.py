@@ -348,13 +348,14 @@ def witness_lines(data: dict[str, Any]) -> list[str]:
 
 
 def run(ctx: CommandContext) -> int:
-    """0; 1 without an archive (nothing found, as for every command); 3 when shipping is
-    required by setting and is behind its bound or cannot run (docs/AUDIT.md)."""
+    """0; 1 without an archive (nothing found, as for every command) or when the witness
+    refuses it (the provider and every command that writes refuse it too); 3 when shipping
+    is required by setting and is behind its bound or cannot run (docs/AUDIT.md)."""
     from archive_provider.host.shipping import EXIT_SHIPPING_BEHIND
 
     data = collect(ctx)
     ctx.emit(data, _human)
-    if not data["exists"]:
+    if not data["exists"] or not data.get("local_witness", {"ok": True})["ok"]:
         return 1
     required = data.get("shipping_required")
     return EXIT_SHIPPING_BEHIND if required and not required["met"] else 0

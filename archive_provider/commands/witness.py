@@ -167,7 +167,7 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
         witness_removed,
         witness_set,
     )
-    from archive_provider.storage.store import EventStore, EventStoreV2
+    from archive_provider.storage.store import EventStoreV2
     from archive_provider.storage.witness import who
 
     action, target = ctx.args.action, list(ctx.args.target)
@@ -180,11 +180,7 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
             "removing a witness weakens the archive's protection: say so with --yes "
             '(and --reason "why")'
         )
-    if not ctx.exists():
-        raise CommandError(f"no archive at {ctx.archive}")
-    from archive_provider.projections.registry import default_projections
-
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
+    store = ctx.open_writable()
     try:
         if not isinstance(store, EventStoreV2):
             raise CommandError(

@@ -7,9 +7,16 @@ override it for deployments.
 
 Every value is checked (type and range). A bad one is reported in one line naming the key
 and the default is used instead: the defaults are the archive's safe values, so a typo can
-never switch a protection off (``redact_secrets: "enabled"`` keeps redaction on). The
-witness location is not a setting here: that file sits inside the folder the witness
-protects (DESIGN.md invariant 13), so it comes from ``ARCHIVE_WITNESS_DIR`` only.
+never switch a protection off (``redact_secrets: "enabled"`` keeps redaction on).
+
+Whoever can write the profile can write that file (DESIGN.md invariant 13), so nothing that
+weakens a protection is read from it: the witness location comes from
+``ARCHIVE_WITNESS_DIR`` only, and the shipping requirement (``ship_to``, ``ship_required``,
+``ship_max_lag_s``) from ``ARCHIVE_<KEY>`` only. Retention and holds are events in the log.
+What the file may still set bounds service, not protection: recall size, timeouts, queue
+bounds, the spill's fsync interval and journal (which bound what a crash loses; whoever can
+write the profile can delete the spill anyway), and ``redact_secrets``, the one named
+exception (DESIGN.md invariant 13).
 """
 
 from __future__ import annotations
@@ -27,10 +34,20 @@ log = logging.getLogger(__name__)
 CONFIG_SECTION = "archive"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-#: keys that would weaken protection if read from inside the profile (invariant 13)
+_SHIPPING_OUTSIDE = (
+    "switching it weakens a protection (required shipping off, another central store, a "
+    "longer bound), so it cannot come from inside the folder it protects; set ARCHIVE_{key} "
+    "in the environment of the service that starts Hermes instead"
+)
+#: keys that would weaken protection if read from inside the profile (invariant 13): never
+#: read from config.json; the settings among them come from ``ARCHIVE_<KEY>`` only
 _OUTSIDE_ONLY = {
     "witness_dir": "the witness location cannot be set from inside the folder it protects; "
-    "set ARCHIVE_WITNESS_DIR in the environment of the Hermes process instead"
+    "set ARCHIVE_WITNESS_DIR in the environment of the Hermes process instead",
+    **{
+        key: _SHIPPING_OUTSIDE.format(key=key.upper())
+        for key in ("ship_to", "ship_required", "ship_max_lag_s")
+    },
 }
 
 
@@ -84,26 +101,6 @@ class Settings:
                 "choices": [True, False],
             },
             {
-                "key": "ship_to",
-                "description": "Central PostgreSQL store to ship the archive to in the background "
-                "(libpq URL or service name; keep the password in PGPASSFILE)",
-                "default": Settings.ship_to,
-            },
-            {
-                "key": "ship_required",
-                "description": "Shipping to the central store is required: the provider is "
-                "unavailable without ship_to or the fleet extra, and lag beyond ship_max_lag_s "
-                "is shown in status (it never blocks a turn or a checkpoint)",
-                "default": Settings.ship_required,
-                "choices": [True, False],
-            },
-            {
-                "key": "ship_max_lag_s",
-                "description": "Seconds the oldest unshipped event may wait before required "
-                "shipping counts as behind",
-                "default": Settings.ship_max_lag_s,
-            },
-            {
                 "key": "journal_every_event",
                 "description": "Write every accepted event to the spill journal before the hook "
                 "returns (a SIGKILL then loses nothing accepted; costs a write per turn)",
@@ -112,6 +109,8 @@ class Settings:
             },
         ]
 
+
+_NAMES = frozenset(f.name for f in fields(Settings))
 
 #: (low, high) inclusive bounds of each numeric setting; a low of 0.0 with ``positive``
 #: means strictly above zero
@@ -129,10 +128,15 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
 }
 
 
+def outside_only(name: str) -> SettingError:
+    """The refusal of a key that is never read from inside the profile."""
+    return SettingError(f"archive setting {name} is ignored: {_OUTSIDE_ONLY[name]}")
+
+
 def check_value(name: str, raw: Any) -> Any:
     """``raw`` as the type of setting ``name``, or :class:`SettingError` naming the key."""
-    if name in _OUTSIDE_ONLY:
-        raise SettingError(f"archive setting {name} is ignored: {_OUTSIDE_ONLY[name]}")
+    if name not in _NAMES:
+        raise outside_only(name)
     default = getattr(Settings, name)
     if isinstance(default, str):
         if not isinstance(raw, str):
@@ -169,13 +173,18 @@ def check_value(name: str, raw: Any) -> Any:
     return int(number) if isinstance(default, int) else float(number)
 
 
-def _coerce(settings: Settings, values: dict[str, Any], problems: list[str]) -> Settings:
+def _coerce(
+    settings: Settings, values: dict[str, Any], problems: list[str], *, inside: bool
+) -> Settings:
+    """``settings`` with ``values`` applied; from ``inside`` the profile (config.json), a key
+    of :data:`_OUTSIDE_ONLY` is refused, named in ``problems``."""
     changes: dict[str, Any] = {}
-    names = {f.name for f in fields(Settings)} | set(_OUTSIDE_ONLY)
-    for name in sorted(names & values.keys()):
+    for name in sorted((_NAMES | set(_OUTSIDE_ONLY)) & values.keys()):
         if values[name] is None:
             continue
         try:
+            if inside and name in _OUTSIDE_ONLY:
+                raise outside_only(name)
             changes[name] = check_value(name, values[name])
         except SettingError as exc:
             problems.append(str(exc))
@@ -207,14 +216,14 @@ def _read_config(home: Path, problems: list[str] | None = None) -> dict[str, Any
 def settings_and_problems(home: Path) -> tuple[Settings, list[str]]:
     """The settings of ``home`` (file, then ``ARCHIVE_<KEY>`` env) and one line per bad value."""
     problems: list[str] = []
-    settings = _coerce(Settings(), _read_config(home, problems), problems)
+    settings = _coerce(Settings(), _read_config(home, problems), problems, inside=True)
     prefix = "ARCHIVE_"
     env = {
         f.name: os.environ[prefix + f.name.upper()]
         for f in fields(Settings)
         if prefix + f.name.upper() in os.environ
     }
-    return _coerce(settings, env, problems), problems
+    return _coerce(settings, env, problems, inside=False), problems
 
 
 def load_settings(home: Path) -> Settings:
@@ -226,12 +235,11 @@ def load_settings(home: Path) -> Settings:
 
 
 def save_settings(home: Path, values: dict[str, Any]) -> None:
-    """Merge ``values`` into the profile's config.json; a bad value raises, naming its key."""
-    checked = {
-        name: check_value(name, values[name])
-        for name in values
-        if name in {f.name for f in fields(Settings)} | set(_OUTSIDE_ONLY)
-    }
+    """Merge ``values`` into the profile's config.json; a bad value or a key that is never
+    read from there raises, naming its key."""
+    for name in _OUTSIDE_ONLY.keys() & values.keys():
+        raise outside_only(name)
+    checked = {name: check_value(name, values[name]) for name in _NAMES & values.keys()}
     merged = {**_read_config(home), **checked}
     path = config_path(home)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

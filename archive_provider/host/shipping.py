@@ -14,9 +14,12 @@ Two different failures, two different answers (DESIGN invariant 12, docs/HOST.md
   ``unavailable_reason``, the recall label, ``hermes memory status`` and ``status`` (which
   then exits 3).
 
-Both read only the settings and ``archive/shipping.json``: no database, no thread, no
-network. The lag line is asked every turn (prefetch's recall label), so the state file is
-read again only when it changed (:func:`current_state`).
+The three settings come from the environment only (``ARCHIVE_SHIP_TO``,
+``ARCHIVE_SHIP_REQUIRED``, ``ARCHIVE_SHIP_MAX_LAG_S``, host/settings.py): a file inside the
+profile could otherwise switch the requirement off. Both read only the settings and
+``archive/shipping.json``: no database, no thread, no network. The lag line is asked
+every turn (prefetch's recall label), so the state file is read again only when it
+changed (:func:`current_state`).
 """
 
 from __future__ import annotations
@@ -46,14 +49,16 @@ def unshippable(settings: Settings) -> str:
         return ""
     if not settings.ship_to:
         return (
-            "shipping is required (ship_required) but ship_to is empty: set ship_to to the "
-            "central PostgreSQL store, or set ship_required to false"
+            "shipping is required (ship_required) but ship_to is empty: set ARCHIVE_SHIP_TO "
+            "to the central PostgreSQL store, or ARCHIVE_SHIP_REQUIRED to false, in the "
+            "environment of the service that starts Hermes"
         )
     missing = fleet_missing()
     if missing:
         return (
             f"shipping is required (ship_required) but {' and '.join(missing)} cannot be "
-            f"imported: {fleet_install_hint()} where Hermes runs, or set ship_required to false"
+            f"imported: {fleet_install_hint()} where Hermes runs, or set "
+            "ARCHIVE_SHIP_REQUIRED to false"
         )
     return ""
 

@@ -231,6 +231,52 @@ def init(target: str) -> None:
         conn.execute(schema_sql())  # a trusted file of ours
 
 
+@dataclass(frozen=True)
+class Registration:
+    """What the central store registers of an archive: its format, genesis and key (the
+    payload key of format 1, the verifier key of format 2)."""
+
+    store_id: str
+    format_version: int
+    genesis: str
+    payload_key: str | None
+    vkey: str | None
+
+    @property
+    def hashed(self) -> str:
+        """The key whose SHA-256 ``hermes_archive.head()`` reports."""
+        return self.vkey if self.vkey is not None else str(self.payload_key)
+
+
+def register(target: str, found: Registration, shipper: str, label: str) -> None:
+    """Register a store to the login role ``shipper`` (as an administrator: the server
+    refuses anyone else, and a store id registered once stays registered)."""
+    with connect(target) as conn:
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.stores (store_id, format_version, genesis, payload_key, "
+            "vkey, label, shipper) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [
+                found.store_id,
+                found.format_version,
+                found.genesis,
+                found.payload_key,
+                found.vkey,
+                label,
+                shipper,
+            ],
+        )
+
+
+def release_hold(target: str, store_id: str, hold: str, reason: str) -> None:
+    """Record that an administrator released the legal hold ``hold`` of ``store_id``: until
+    then the server refuses an erasure of what it holds, whatever the shipped log says."""
+    with connect(target) as conn:
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.hold_releases (store_id, hold, reason) VALUES (%s, %s, %s)",
+            [store_id, hold, reason],
+        )
+
+
 # -- reading --------------------------------------------------------------------------------
 
 _EVENT_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain"

@@ -28,13 +28,18 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hermes_archive_eraser') THEN
         CREATE ROLE hermes_archive_eraser NOLOGIN;
     END IF;
+    -- registers each store (id, genesis, key) to the shipping login that may ship it, and
+    -- releases legal holds centrally: nothing a shipper may do
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'hermes_archive_admin') THEN
+        CREATE ROLE hermes_archive_admin NOLOGIN;
+    END IF;
 END
 $roles$;
 
 CREATE SCHEMA IF NOT EXISTS hermes_archive AUTHORIZATION hermes_archive_owner;
 REVOKE ALL ON SCHEMA hermes_archive FROM PUBLIC;
 GRANT USAGE ON SCHEMA hermes_archive
-    TO hermes_archive_shipper, hermes_archive_reader, hermes_archive_eraser;
+    TO hermes_archive_shipper, hermes_archive_reader, hermes_archive_eraser, hermes_archive_admin;
 
 SET LOCAL ROLE hermes_archive_owner;
 SET LOCAL search_path = pg_catalog, hermes_archive;
@@ -49,12 +54,31 @@ CREATE TABLE IF NOT EXISTS hermes_archive.stores (
     -- format 2: the verifier key the store was first shipped with (meta.vkey)
     vkey           text,
     label          text NOT NULL DEFAULT '',
-    -- the login role that registered the store; only it (or a role it is granted to)
-    -- may append to this store. Set by the server, whatever the client sends.
-    shipper        name NOT NULL DEFAULT session_user,
+    -- the login role that may append to this store (or a role it is granted to), named
+    -- by the administrator who registered it
+    shipper        name NOT NULL,
     registered     timestamptz NOT NULL DEFAULT now(),
+    -- the administrator's login role; set by the server, whatever the client sends
+    registered_by  name NOT NULL DEFAULT session_user,
     CHECK ((format_version = 1) = (payload_key IS NOT NULL)),
     CHECK ((format_version = 2) = (vkey IS NOT NULL))
+);
+
+-- a store table made before stores were registered by an administrator
+ALTER TABLE hermes_archive.stores ALTER COLUMN shipper DROP DEFAULT;
+ALTER TABLE hermes_archive.stores
+    ADD COLUMN IF NOT EXISTS registered_by name NOT NULL DEFAULT session_user;
+
+-- Legal holds released centrally: a shipped `legal_hold_released` event is the host's word,
+-- which the server cannot authenticate, so a hold keeps its data here until an
+-- administrator records its release (`hermes-archive central release-hold`).
+CREATE TABLE IF NOT EXISTS hermes_archive.hold_releases (
+    store_id    text NOT NULL REFERENCES hermes_archive.stores,
+    hold        text NOT NULL,
+    reason      text NOT NULL CHECK (reason <> ''),
+    released_by name NOT NULL DEFAULT session_user,
+    released    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (store_id, hold)
 );
 
 CREATE TABLE IF NOT EXISTS hermes_archive.payloads (
@@ -160,8 +184,37 @@ $fn$;
 CREATE OR REPLACE FUNCTION hermes_archive.stores_before_insert() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
 BEGIN
-    NEW.shipper := session_user;
+    IF NOT pg_has_role(session_user, 'hermes_archive_admin', 'MEMBER') THEN
+        RAISE EXCEPTION 'store %: only hermes_archive_admin registers stores (% may not)',
+            NEW.store_id, session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = NEW.shipper) THEN
+        RAISE EXCEPTION 'store %: the shipping role % does not exist', NEW.store_id, NEW.shipper
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    NEW.registered_by := session_user;
     NEW.registered := now();
+    RETURN NEW;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION hermes_archive.hold_releases_before_insert() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
+BEGIN
+    IF NOT pg_has_role(session_user, 'hermes_archive_admin', 'MEMBER') THEN
+        RAISE EXCEPTION 'store %: only hermes_archive_admin releases a legal hold centrally',
+            NEW.store_id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM 1 FROM hermes_archive.events e
+      JOIN hermes_archive.payloads p ON p.store_id = e.store_id AND p.digest = e.payload
+     WHERE e.store_id = NEW.store_id AND e.type = 'legal_hold' AND p.body IS NOT NULL
+       AND convert_from(p.body, 'UTF8')::jsonb ->> 'hold' = NEW.hold;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'store %: no shipped legal hold %', NEW.store_id, NEW.hold
+            USING ERRCODE = 'check_violation';
+    END IF;
+    NEW.released_by := session_user;
+    NEW.released := now();
     RETURN NEW;
 END
 $fn$;
@@ -472,9 +525,10 @@ BEGIN
 END
 $fn$;
 
--- The legal hold in force before seq p_before (a `legal_hold` event not released by a later
--- `legal_hold_released`) that covers an event naming one of p_digests, if any: the same
--- selectors as `hermes-archive hold add` (session, time range, author id).
+-- The legal hold in force before seq p_before (a `legal_hold` event not released by an
+-- administrator in hold_releases: a shipped `legal_hold_released` does not count) that
+-- covers an event naming one of p_digests, if any: the same selectors as
+-- `hermes-archive hold add` (session, time range, author id).
 CREATE OR REPLACE FUNCTION hermes_archive.holding(
     p_store_id text, p_before bigint, p_digests text[]
 ) RETURNS text
@@ -492,11 +546,8 @@ BEGIN
                  WHERE e.store_id = p_store_id AND e.type = 'legal_hold' AND e.seq < p_before
                    AND p.body IS NOT NULL) b
          WHERE NOT EXISTS (
-             SELECT 1 FROM hermes_archive.events r
-               JOIN hermes_archive.payloads q ON q.store_id = r.store_id AND q.digest = r.payload
-              WHERE r.store_id = p_store_id AND r.type = 'legal_hold_released'
-                AND r.seq > b.seq AND r.seq < p_before AND q.body IS NOT NULL
-                AND convert_from(q.body, 'UTF8')::jsonb ->> 'hold' = b.body ->> 'hold')
+             SELECT 1 FROM hermes_archive.hold_releases r
+              WHERE r.store_id = p_store_id AND r.hold = b.body ->> 'hold')
     LOOP
         sel := h.selector;
         PERFORM 1 FROM hermes_archive.events ev
@@ -572,7 +623,8 @@ BEGIN
 END
 $fn$;
 
--- Where a store stands: (0, genesis) when registered and empty, no row when unknown.
+-- Where a store stands: (0, genesis) when registered and empty, no row when unknown or
+-- when the caller may not see it (a shipper sees only the stores registered to it).
 -- key_sha256 (of the format 1 payload key, or the format 2 verifier key) lets a shipper
 -- confirm the registered store is its own without reading the key; checkpoint is the
 -- largest shipped checkpoint size (-1: none), cosignatures how many were shipped.
@@ -591,6 +643,9 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, hermes_archiv
           SELECT e.seq, e.chain FROM hermes_archive.events e
            WHERE e.store_id = s.store_id ORDER BY e.seq DESC LIMIT 1) h ON true
      WHERE s.store_id = p_store_id
+       AND (hermes_archive.may_ship(s.store_id)
+            OR pg_has_role(session_user, 'hermes_archive_reader', 'MEMBER')
+            OR pg_has_role(session_user, 'hermes_archive_admin', 'MEMBER'))
 $fn$;
 
 -- The cosignatures a store has centrally (a shipper sends only the missing ones).
@@ -615,6 +670,12 @@ CREATE TRIGGER events_erasure AFTER INSERT ON hermes_archive.events
 DROP TRIGGER IF EXISTS stores_insert ON hermes_archive.stores;
 CREATE TRIGGER stores_insert BEFORE INSERT ON hermes_archive.stores
     FOR EACH ROW EXECUTE FUNCTION hermes_archive.stores_before_insert();
+DROP TRIGGER IF EXISTS hold_releases_insert ON hermes_archive.hold_releases;
+CREATE TRIGGER hold_releases_insert BEFORE INSERT ON hermes_archive.hold_releases
+    FOR EACH ROW EXECUTE FUNCTION hermes_archive.hold_releases_before_insert();
+DROP TRIGGER IF EXISTS hold_releases_update ON hermes_archive.hold_releases;
+CREATE TRIGGER hold_releases_update BEFORE UPDATE OR DELETE ON hermes_archive.hold_releases
+    FOR EACH ROW EXECUTE FUNCTION hermes_archive.refuse_change();
 DROP TRIGGER IF EXISTS payloads_insert ON hermes_archive.payloads;
 CREATE TRIGGER payloads_insert BEFORE INSERT ON hermes_archive.payloads
     FOR EACH ROW EXECUTE FUNCTION hermes_archive.payloads_before_insert();
@@ -661,7 +722,7 @@ DECLARE
     t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['events', 'payloads', 'stores', 'erased', 'trees', 'checkpoints',
-                             'cosignatures'] LOOP
+                             'cosignatures', 'hold_releases'] LOOP
         EXECUTE format('DROP TRIGGER IF EXISTS %I ON hermes_archive.%I', t || '_truncate', t);
         EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON hermes_archive.%I '
                        'FOR EACH STATEMENT EXECUTE FUNCTION hermes_archive.refuse_change()',
@@ -670,10 +731,15 @@ BEGIN
 END
 $truncate$;
 
--- Grants: shippers insert (and learn only their head); readers read; erasers erase.
+-- Grants: administrators register stores and release holds; shippers insert into the
+-- stores registered to them (and learn only their heads); readers read; erasers erase.
 REVOKE ALL ON ALL TABLES IN SCHEMA hermes_archive FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA hermes_archive FROM PUBLIC;
-GRANT INSERT ON hermes_archive.stores, hermes_archive.events, hermes_archive.payloads,
+REVOKE INSERT ON hermes_archive.stores FROM hermes_archive_shipper;  -- granted before 0.2
+GRANT INSERT, SELECT ON hermes_archive.stores, hermes_archive.hold_releases
+    TO hermes_archive_admin;
+GRANT EXECUTE ON FUNCTION hermes_archive.head(text) TO hermes_archive_admin;
+GRANT INSERT ON hermes_archive.events, hermes_archive.payloads,
     hermes_archive.checkpoints, hermes_archive.cosignatures
     TO hermes_archive_shipper;
 GRANT EXECUTE ON FUNCTION hermes_archive.head(text)

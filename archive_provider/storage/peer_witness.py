@@ -31,7 +31,13 @@ from ..format.signed_note import (
     parse_checkpoint,
     parse_note,
 )
-from .remote_witnesses import cosigner_key, latest_checkpoint, store_cosignature
+from .remote_witnesses import (
+    cosigner_key,
+    latest_checkpoint,
+    peer_witness_keys,
+    store_cosignature,
+    tree_contains,
+)
 from .store import DB_NAME, EventStore, connect
 from .witness import witness_dir_for
 from .witness_client import BadCosignature, _cosignature
@@ -48,6 +54,9 @@ from .witness_server import (
 PEERS_FOLDER = "peers"
 PINS_FILE = "pins.json"  # peer -> the log key first cosigned for it
 MAX_PINS_BYTES = 1024 * 1024
+#: a peer's refusal evidence longer than this is not parsed (parsing costs ~0.3 ms a KB):
+#: a checkpoint note with MAX_SIGNATURES signatures under 30-character key names is 13.7 KB
+MAX_EVIDENCE_CHARS = 16 * 1024
 #: the answer statuses: cosigned, conflict (send again from ``size``), refused, stale
 COSIGNED, CONFLICT, REFUSED, STALE = "cosigned", "conflict", "refused", "stale"
 
@@ -132,6 +141,27 @@ def accept_cosignature(folder: Path, vkey: str, checkpoint: str, line: str) -> i
         return None
     store_cosignature(folder, cosigned.size, signature)
     return cosigned.size
+
+
+def refusal_checks(folder: Path, peer: str, vkey: str, evidence: str) -> bool:
+    """Whether ``peer``'s refusal of this archive carries evidence that checks, and so is
+    worth archiving: ``vkey`` is a key the log names for that peer, and ``evidence`` is a
+    checkpoint this archive's key signed, cosigned by ``vkey``, that the tree does not hold
+    (the archive was rolled back or rewritten after it). Anything else a peer can say for
+    free, as often as it likes, so what fails is refused at the least cost."""
+    if len(evidence) > MAX_EVIDENCE_CHARS:
+        return False
+    reader = EventStore.open(folder, create=False, readonly=True)
+    try:
+        if vkey not in peer_witness_keys(reader.conn, peer):
+            return False
+        log_key = Verifier.from_vkey(reader.note_vkey())  # type: ignore[attr-defined]
+        checkpoint, _, cosigned = open_checkpoint(evidence, log_key, [cosigner_key(vkey)])
+        return bool(cosigned) and not tree_contains(reader, checkpoint)  # type: ignore[arg-type]
+    except ValueError:  # NoteError, BadWitness: a note or key that does not check
+        return False
+    finally:
+        reader.close()
 
 
 class PeerWitness:

@@ -113,7 +113,24 @@ def refused_checkpoint(conn: sqlite3.Connection, vkey: str) -> str | None:
 
 def witness_set(conn: sqlite3.Connection) -> list[WitnessEndpoint]:
     """The remote witnesses the log names now: every addition not removed later, in order."""
-    found: dict[str, WitnessEndpoint] = {}
+    return [WitnessEndpoint(body["url"], vkey) for vkey, body in _witnesses(conn).items()]
+
+
+def peer_witness_keys(conn: sqlite3.Connection, peer: str) -> set[str]:
+    """The cosigner keys the log names now for the hivemind peer ``peer`` (each added on the
+    peer's first verified cosignature with it): the keys its word is checked against."""
+    return {
+        vkey
+        for vkey, body in _witnesses(conn).items()
+        if body["url"] is None
+        and isinstance(body.get("who"), dict)
+        and body["who"].get("peer") == peer
+    }
+
+
+def _witnesses(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """The ``witness_added`` body of every witness the log names now, by key, in order."""
+    found: dict[str, dict[str, Any]] = {}
     rows = conn.execute(
         "SELECT type, payload FROM events WHERE type IN ('witness_added', 'witness_removed') "
         "ORDER BY seq"
@@ -125,10 +142,10 @@ def witness_set(conn: sqlite3.Connection) -> list[WitnessEndpoint]:
             continue  # an erased body names no witness
         body = json.loads(raw)
         if type_ == "witness_added":
-            found[body["vkey"]] = WitnessEndpoint(body["url"], body["vkey"])
+            found[body["vkey"]] = body
         else:
             found.pop(body["vkey"], None)
-    return list(found.values())
+    return found
 
 
 def cosigned_sizes(
@@ -229,7 +246,7 @@ def check_remote(
             row["consistent"] = False
             continue
         row["witness_size"] = checkpoint.size
-        row["consistent"] = _contains(store, checkpoint)
+        row["consistent"] = tree_contains(store, checkpoint)
         if not row["consistent"]:
             row["error"] = (
                 f"the witness cosigned size {checkpoint.size} with a root this archive "
@@ -239,7 +256,8 @@ def check_remote(
     return rows
 
 
-def _contains(store: EventStoreV2, checkpoint: Checkpoint) -> bool:
+def tree_contains(store: EventStoreV2, checkpoint: Checkpoint) -> bool:
+    """Whether this archive's tree holds ``checkpoint`` (its size, with that root)."""
     head = store.head()
     if checkpoint.size > head.seq:
         return False

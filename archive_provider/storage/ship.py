@@ -4,9 +4,10 @@ The local log is the commit point (DESIGN invariant 12): shipping reads the arch
 its own read-only connection on its own thread, so a turn or a checkpoint never waits on
 the network. Each pass
 
-1. registers the store (id, format, genesis; the payload key of a format 1 archive, the
-   verifier key of a format 2 one) if the server does not know it, and reads the central
-   head through ``hermes_archive.head()``;
+1. reads the central head through ``hermes_archive.head()``, which answers only for a
+   store an administrator registered to this login (id, format, genesis; the payload key
+   of a format 1 archive, the verifier key of a format 2 one: :func:`registration`), and
+   checks the registered genesis and key are this archive's;
 2. checks the local chain value at that seq equals the central one (same history);
 3. verifies the next batch of local events from the central head with the verifier's own
    checks (format 1: :func:`verify_rows`; format 2: :func:`verify_range_v2`, and each
@@ -31,7 +32,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import sqlite3
 import threading
 from bisect import bisect_right
@@ -50,6 +50,7 @@ from .central import (
     COSIGNATURES_SQL,
     SCHEMA,
     CentralError,
+    Registration,
     cosignature_verifies,
     pool,
     redacted,
@@ -308,6 +309,20 @@ def _batch_v2(
     return batch
 
 
+def registration(store: EventStore) -> Registration:
+    """The registration of the archive ``store`` (read by the administrator who registers
+    it, and compared by its shipper with what the server holds)."""
+    if isinstance(store, EventStoreV2):
+        try:
+            vkey = store.vkey
+        except KeyFileError:  # the key lives elsewhere: the one the archive recorded
+            vkey = str(
+                store.conn.execute("SELECT value FROM meta WHERE name = 'vkey'").fetchone()[0]
+            )
+        return Registration(store.store_id, 2, digests_v2.genesis(store.store_id).hex(), None, vkey)
+    return Registration(store.store_id, 1, genesis(store.store_id), store.key.hex(), None)
+
+
 class Shipper:
     """Ships one archive folder to one central target; :meth:`ship_once` or :meth:`follow`."""
 
@@ -317,7 +332,6 @@ class Shipper:
         target: str,
         *,
         batch: int = DEFAULT_BATCH,
-        label: str = "",
         record_state: bool = True,
     ) -> None:
         self.folder = Path(folder)
@@ -326,12 +340,9 @@ class Shipper:
         self.record_state = record_state
         self.target = target
         self.batch = max(1, batch)
-        # which machine and profile an archive came from, for people reading the fleet
-        self.label = label or f"{socket.gethostname()}:{self.folder.resolve().parent.name}"
         self._pool: ConnectionPool | None = None
         self._store: EventStore | None = None
         self.state = ShipState(target=redacted(target))
-        self._registered = False
         self._vkey = ""  # format 2: the key its signed checkpoints are checked with
 
     # -- resources -------------------------------------------------------------------------
@@ -427,46 +438,28 @@ class Shipper:
             )
         return central, checkpoint
 
-    @staticmethod
-    def _registration(store: EventStore) -> tuple[int, str, str | None, str | None, str]:
-        """(format, genesis hex, payload key hex, verifier key, what the server hashes)."""
-        if isinstance(store, EventStoreV2):
-            try:
-                vkey = store.vkey
-            except KeyFileError:  # the key lives elsewhere: the one the archive recorded
-                vkey = str(
-                    store.conn.execute("SELECT value FROM meta WHERE name = 'vkey'").fetchone()[0]
-                )
-            return 2, digests_v2.genesis(store.store_id).hex(), None, vkey, vkey
-        key_hex = store.key.hex()
-        return 1, genesis(store.store_id), key_hex, None, key_hex
-
     def _central_head(
         self, conn: psycopg.Connection[Any], store: EventStore
     ) -> tuple[tuple[int, str], int]:
-        """Register the store if needed; return the central (seq, chain) and checkpoint."""
-        version, first, key_hex, vkey, hashed = self._registration(store)
-        self._vkey = vkey or ""
-        if not self._registered:
-            conn.execute(
-                f"INSERT INTO {SCHEMA}.stores (store_id, format_version, genesis, payload_key, "
-                "vkey, label) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [store.store_id, version, first, key_hex, vkey, self.label],
-            )
-            conn.commit()
+        """The central (seq, chain) and checkpoint of a store registered to this login."""
+        found = registration(store)
+        self._vkey = found.vkey or ""
         row = conn.execute(
             f"SELECT seq, chain, genesis, key_sha256, checkpoint FROM {SCHEMA}.head(%s)",
             [store.store_id],
         ).fetchone()
         conn.commit()
         if row is None:
-            raise ShipError(f"the central store did not register store {store.store_id}")
-        if row[2] != first or row[3] != sha256(hashed.encode()).hexdigest():
             raise ShipError(
-                f"store {store.store_id} is registered centrally with another genesis or key: "
-                "someone registered this id first. Nothing is shipped until someone looks."
+                f"store {store.store_id} is not registered to this login in the central "
+                "store: an administrator registers it (`hermes-archive central register "
+                '--shipper ROLE`, docs/OPERATIONS.md "Fleet")'
             )
-        self._registered = True
+        if row[2] != found.genesis or row[3] != sha256(found.hashed.encode()).hexdigest():
+            raise ShipError(
+                f"store {store.store_id} is registered centrally with another genesis or key "
+                "than this archive's. Nothing is shipped until someone looks."
+            )
         return (int(row[0]), str(row[1])), int(row[4])
 
     @staticmethod

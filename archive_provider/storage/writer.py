@@ -233,6 +233,30 @@ class WriterUnavailable(ArchiveUnavailable):
     """The writer cannot accept or complete work; the message says why and what to do."""
 
 
+def open_time_proof(store: EventStore, witness: Witness | None, *, fast: bool) -> Proof:
+    """The proof every door that appends runs on the store it opened, before its first
+    append: the writer and each command that writes (invariant 11). ``fast`` is
+    :func:`fast_path_ok`, taken before the store was opened."""
+    proof = None
+    if isinstance(store, EventStoreV2) and witness is not None and not fast:
+        proof = open_proof_v2(store, witness)
+    if proof is None:
+        proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=witness)
+    return proof
+
+
+def refusal(path: Path, proof: Proof) -> str:
+    """The one line every door gives for a log that failed :func:`open_time_proof`."""
+    if not proof.witness:
+        return (
+            f"the archive at {path} failed verification at seq {proof.first_bad_seq}: "
+            f"{proof.problem}. Appends are refused so the damage is not built upon; run "
+            "`hermes-archive verify` and restore the archive folder from backup "
+            "(docs/RECOVER.md, 'Tamper detected')."
+        )
+    return f"{proof.problem} Appends are refused until then (docs/RECOVER.md, 'Witness mismatch')."
+
+
 def diagnose(exc: BaseException, folder: Path, busy_timeout_ms: int = 5000) -> str:
     """What went wrong, in words an operator can act on (docs/RECOVER.md has the same list)."""
     text = f"{type(exc).__name__}: {exc}"
@@ -683,14 +707,9 @@ class Writer:
         if self._verify_on_open:
             self.proving = True
             try:
-                proof = None
                 if isinstance(store, EventStoreV2) and self.witness is not None and not fast:
                     walk_from = store.checkpoint_note()
-                    proof = open_proof_v2(store, self.witness)
-                if proof is None:
-                    proof = open_proof(
-                        store.conn, store.key, store.store_id, fast=fast, witness=self.witness
-                    )
+                proof = open_time_proof(store, self.witness, fast=fast)
                 if (
                     proof.ok
                     and isinstance(store, EventStoreV2)
@@ -711,18 +730,7 @@ class Writer:
                 self.proving = False
             self.last_proof = proof
             if not proof.ok:
-                if not proof.witness:
-                    self.refused = (
-                        f"the archive at {store.path} failed verification at seq {proof.first_bad_seq}: "
-                        f"{proof.problem}. Appends are refused so the damage is not built upon; run "
-                        "`hermes-archive verify` and restore the archive folder from backup "
-                        "(docs/RECOVER.md, 'Tamper detected')."
-                    )
-                else:
-                    self.refused = (
-                        f"{proof.problem} Appends are refused until then (docs/RECOVER.md, "
-                        "'Witness mismatch')."
-                    )
+                self.refused = refusal(store.path, proof)
                 if self.refused != self.last_error:
                     log.error("%s", self.refused)
                 self.last_error = self.refused

@@ -18,6 +18,7 @@ import pytest
 
 from archive_provider.format.events import NewEvent
 from archive_provider.storage import central
+from archive_provider.storage.ship import registration
 from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.pgserver import PgServer
 
@@ -26,12 +27,14 @@ PASSWORDS = {
     "ship_other": "other-pw-5a3e",
     "read_login": "read-pw-9e2a",
     "erase_login": "erase-pw-4b6f",
+    "admin_login": "admin-pw-2d8c",
 }
 GROUPS = {
     "ship_login": "hermes_archive_shipper",
     "ship_other": "hermes_archive_shipper",
     "read_login": "hermes_archive_reader",
     "erase_login": "hermes_archive_eraser",
+    "admin_login": "hermes_archive_admin",
 }
 _databases = itertools.count(1)
 
@@ -61,6 +64,20 @@ class Central:
 
     def url(self, login: str = "ship_login", *, password: bool = True) -> str:
         return self.server.url(login, PASSWORDS[login] if password else None, self.dbname)
+
+    def register(self, home: Path, login: str = "ship_login") -> str:
+        """Register the archive of ``home`` to ``login``, as the administrator does before
+        a store may ship (once: a registered store stays registered); its store id."""
+        store = EventStore.open(archive_dir(home), create=False, readonly=True)
+        try:
+            found = registration(store)
+        finally:
+            store.close()
+        if not self.query(
+            "SELECT 1 FROM hermes_archive.stores WHERE store_id = %s", [found.store_id]
+        ):
+            central.register(self.url("admin_login"), found, login, f"test:{home.name}")
+        return found.store_id
 
     def query(self, sql: str, args: list[object] | None = None) -> list[tuple[object, ...]]:
         with psycopg.connect(self.admin, autocommit=True) as conn:

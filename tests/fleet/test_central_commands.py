@@ -28,6 +28,7 @@ def shipped(tmp_path: Path, central_db: Central) -> tuple[Path, str, str]:
     """A provider-made v2 archive (turns, memory writes, a checkpoint), shipped."""
     home = tmp_path / "home"
     build_archive(home)
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         shipper.ship_once()

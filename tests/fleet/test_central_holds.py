@@ -21,6 +21,7 @@ pytestmark = pytest.mark.postgres
 
 
 def _ship(home: Path, db: Central) -> int:
+    db.register(home)
     shipper = Shipper(archive_dir(home), db.url())
     try:
         return shipper.ship_once()
@@ -102,15 +103,36 @@ def test_the_server_refuses_an_erasure_that_reaches_held_data(
         "SELECT max(seq) FROM hermes_archive.events WHERE store_id = %s", [store_id]
     ) == [(4,)]
 
-    # once the hold is released (an event, shipped before it), the erasure goes through
-    other = tmp_path / "other"
-    store = make_archive(other)
+
+def test_a_shipped_hold_release_does_not_release_the_hold_centrally(
+    tmp_path: Path, central_db: Central, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 point 8: the host's `legal_hold_released`, shipped before the erasure, is its
+    word only; the server keeps held data until an administrator released the hold."""
+    home = tmp_path / "home"
+    store = make_archive(home)
     assert isinstance(store, EventStoreV2)
     append_turns(store, 2, session="held", text="counselword")
-    released = erasure.add_hold(store, {"session": "held"}, "audit", "counsel")
-    erasure.release_hold(store, released, "case closed", "counsel")
+    hold = erasure.add_hold(store, {"session": "held"}, "audit", "counsel")
+    store_id = store.store_id
+    assert _ship(home, central_db) == 4
+    erasure.release_hold(store, hold, "case closed", "counsel")
     erasure.forget(store, Scope("session", {"session": "held"}), reason="request")
-    other_id = store.store_id
     store.close()
-    assert _ship(other, central_db) == 6
-    assert _bodies_with(central_db, other_id, "counselword") == 0
+    shipper = Shipper(archive_dir(home), central_db.url())
+    try:
+        with pytest.raises(ShipError, match=f"legal hold {hold}"):
+            shipper.ship_once()
+        assert _bodies_with(central_db, store_id, "counselword") == 2
+
+        # releasing takes the administrator's role: the shipping and reading logins cannot
+        release = ["central", "release-hold", hold, "--store", store_id, "--reason", "closed"]
+        for login in ("ship_login", "read_login"):
+            assert main(["--db", central_db.url(login), *release]) == 1
+            assert "release" in capsys.readouterr().err
+        assert main(["--db", central_db.url("admin_login"), *release]) == 0
+        assert f"released legal hold {hold}" in capsys.readouterr().out
+        assert shipper.ship_once() == 2  # the release event and the erasure
+    finally:
+        shipper.close()
+    assert _bodies_with(central_db, store_id, "counselword") == 0

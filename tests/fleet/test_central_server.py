@@ -8,6 +8,8 @@ bypasses the triggers is caught by central verify.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import psycopg
@@ -16,7 +18,7 @@ import pytest
 from archive_provider.cli import main
 from archive_provider.format.verifier import envelope_bytes
 from archive_provider.storage import central
-from archive_provider.storage.ship import Shipper
+from archive_provider.storage.ship import ShipError, Shipper
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
 
@@ -34,6 +36,7 @@ def shipped(tmp_path: Path, central_db: Central) -> tuple[str, Path]:
     append_turns(store, 6)
     store_id = store.store_id
     store.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         assert shipper.ship_once() == 6
@@ -66,7 +69,7 @@ def test_init_is_idempotent_and_needs_no_ownership_change(central_db: Central) -
     )
     central.init(central_db.admin)
     after = central_db.query("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY tgname")
-    assert before == after and len(after) == 24
+    assert before == after and len(after) == 27
     owners = central_db.query(
         "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'hermes_archive'"
     )
@@ -108,11 +111,11 @@ def test_a_hostile_shipper_cannot_fork_rewrite_gap_or_replay(
             _insert_as_shipper(central_db, row)
         assert central_rows(central_db, store_id) == before, name
 
-    # a new store whose first event does not start at its registered genesis
-    with psycopg.connect(central_db.url()) as conn:
+    # a new store (registered to it) whose first event does not start at its genesis
+    with psycopg.connect(central_db.url("admin_login")) as conn:
         conn.execute(
-            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key) "
-            "VALUES (%s, 1, %s, %s)",
+            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key, "
+            "shipper) VALUES (%s, 1, %s, %s, 'ship_login')",
             ["0" * 32, "11" * 32, "22" * 32],
         )
     with pytest.raises(psycopg.errors.CheckViolation):
@@ -145,16 +148,66 @@ def test_another_host_cannot_append_to_a_store_it_did_not_register(
             [store_id, "44" * 32],
         )
     assert central_rows(central_db, store_id) == before
-    # a store's shipper is whoever registered it, whatever the client claims
-    with psycopg.connect(central_db.url("ship_other")) as conn:
+
+
+def test_only_the_administrator_registers_a_store_and_a_shipper_sees_only_its_own(
+    tmp_path: Path, central_db: Central, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29 point 7: a shipping login registered a victim's store id (public: it is the
+    checkpoint origin) with its own genesis and key first, so the victim could never ship
+    and an auditor without a pinned key read a forged history that verified; and any
+    shipper read every store's head."""
+    victim = tmp_path / "victim"
+    store = make_archive(victim)
+    append_turns(store, 3)
+    store_id = store.store_id
+    store.close()
+    # the attacker's claim of the id, with a genesis and key of its own
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"),
+        psycopg.connect(central_db.url("ship_other")) as conn,
+    ):
         conn.execute(
-            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key, "
-            "shipper) VALUES (%s, 1, %s, %s, 'ship_login')",
-            ["1" * 32, "11" * 32, "22" * 32],
+            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, vkey, "
+            "shipper) VALUES (%s, 2, %s, 'attacker+00000000+AAAA', 'ship_other')",
+            [store_id, "11" * 32],
         )
+    register = ["--home", str(victim), "central", "register", "--shipper", "ship_login"]
+    assert main(["--db", central_db.url("ship_other"), *register]) == 1  # nor by the command
+    assert "permission denied for table stores" in capsys.readouterr().err
+    assert central_db.query("SELECT count(*) FROM hermes_archive.stores") == [(0,)]
+
+    # the administrator registers it to its host's login, with the archive's own key
+    assert main(["--db", central_db.url("admin_login"), "--json", *register]) == 0
+    registered = json.loads(capsys.readouterr().out)
+    assert (registered["store_id"], registered["shipper"]) == (store_id, "ship_login")
     assert central_db.query(
-        "SELECT shipper FROM hermes_archive.stores WHERE store_id = %s", ["1" * 32]
-    ) == [("ship_other",)]
+        "SELECT shipper, registered_by FROM hermes_archive.stores WHERE store_id = %s",
+        [store_id],
+    ) == [("ship_login", "admin_login")]
+
+    # another shipping login can neither ship it nor see its head
+    copy = tmp_path / "copy"
+    shutil.copytree(victim, copy)
+    intruder = Shipper(archive_dir(copy), central_db.url("ship_other"))
+    try:
+        with pytest.raises(ShipError, match="not registered to this login"):
+            intruder.ship_once()
+    finally:
+        intruder.close()
+    head = "SELECT seq FROM hermes_archive.head(%s)"
+    with psycopg.connect(central_db.url("ship_other")) as conn:
+        assert conn.execute(head, [store_id]).fetchall() == []
+    assert central_rows(central_db, store_id) == []
+    # its own login ships it; it and the auditors see its head
+    shipper = Shipper(archive_dir(victim), central_db.url())
+    try:
+        assert shipper.ship_once() == 3
+    finally:
+        shipper.close()
+    for login in ("ship_login", "read_login", "admin_login"):
+        with psycopg.connect(central_db.url(login)) as conn:
+            assert conn.execute(head, [store_id]).fetchall() == [(3,)], login
 
 
 @pytest.mark.parametrize(
@@ -254,7 +307,7 @@ def test_central_init_from_the_command_line(
     assert "central store ready" in capsys.readouterr().out
     assert central_db.query(
         "SELECT count(*) FROM pg_tables WHERE schemaname = 'hermes_archive'"
-    ) == [(7,)]
+    ) == [(8,)]
     assert main(["central", "sql"]) == 0
     assert "CREATE TABLE IF NOT EXISTS hermes_archive.events" in capsys.readouterr().out
 
@@ -269,6 +322,7 @@ def test_the_server_builds_the_same_envelope_bytes_as_the_verifier(
     append_turns(store, 2, session='a "quoted" \\ session\t\x01\x7f \u2028 😀 é/')
     store_id = store.store_id
     store.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         shipper.ship_once()

@@ -84,6 +84,7 @@ def test_ship_is_idempotent_and_central_reads_match_the_archive(
     append_turns(store, 25, text="tulip")
     store.close()
     url = central_db.url()
+    central_db.register(home)
     assert main(["--home", str(home), "ship", "--to", url, "--batch", "7"]) == 0
     assert "shipped 25 events" in capsys.readouterr().out
     assert main(["--home", str(home), "ship", "--to", url]) == 0
@@ -125,6 +126,7 @@ def test_only_what_the_local_archive_verifies_is_shipped(
     )
     conn.commit()
     conn.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url(), batch=4)
     try:
         with pytest.raises(ShipError, match="fails verification at seq 7"):
@@ -146,6 +148,7 @@ def test_a_session_postgresql_cannot_hold_stops_shipping_before_it(
     append_turns(store, 1, session="odd\x00id")
     append_turns(store, 2)
     store.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         with pytest.raises(ShipError, match="event 4 has a NUL character"):
@@ -164,12 +167,14 @@ def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) 
     store = make_archive(home)
     append_turns(store, 5)
     store.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     assert shipper.ship_once() == 10
     shipper.close()
     older = make_archive(copy)
     append_turns(older, 7, text="another history")
     older.close()
+    central_db.register(copy)
     shipper = Shipper(archive_dir(copy), central_db.url())
     try:
         with pytest.raises(ShipError, match="diverged"):
@@ -180,14 +185,18 @@ def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) 
 
 
 def test_two_profiles_ship_concurrently_through_their_providers(
-    tmp_path: Path, central_db: Central, make_provider: Callable[..., object], fmt: int
+    tmp_path: Path,
+    central_db: Central,
+    make_provider: Callable[..., object],
+    fmt: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     homes = [tmp_path / "alpha", tmp_path / "beta"]
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", central_db.url())  # never from inside the profile
     for home in homes:
-        (home / "archive").mkdir(parents=True)
-        (home / "archive" / "config.json").write_text(
-            json.dumps({"ship_to": central_db.url(), "ship_interval_s": 0.1})
-        )
+        make_archive(home).close()
+        central_db.register(home)
+        (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": 0.1}))
     providers = [make_provider(home, session=f"s-{home.name}") for home in homes]
 
     def talk(provider: object, name: str) -> None:
@@ -229,6 +238,7 @@ def test_follow_survives_the_server_killed_and_restarted(
     first = int(fmt == 2)  # format 2's store_created
     append_turns(store, 20)
     url = central_db.url()
+    central_db.register(home)
     follower = subprocess.Popen(
         [sys.executable, "-m", "archive_provider.cli", "--home", str(home), "ship"]
         + ["--to", url, "--follow", "--interval", "0.1", "--batch", "6"],
@@ -270,15 +280,15 @@ def test_a_dead_central_store_never_blocks_a_checkpoint_or_leaks_its_password(
     make_provider: Callable[..., object],
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     password = "do-not-print-me-0451"
     home = tmp_path / "home"
     (home / "archive").mkdir(parents=True)
     dead = f"postgresql://shipper:{password}@127.0.0.1:9/nowhere?sslmode=disable&connect_timeout=1"
-    (home / "archive" / "config.json").write_text(
-        json.dumps({"ship_to": dead, "ship_interval_s": 0.1})
-    )
+    (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": 0.1}))
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", dead)
     provider = make_provider(home)
     provider.sync_turn("hello", "hi")  # type: ignore[attr-defined]
     receipt = provider.on_pre_compress(  # type: ignore[attr-defined]
@@ -321,6 +331,7 @@ def test_pgpassfile_and_a_service_name_are_honoured(
     store.close()
     no_password = central_db.url(password=False)
     assert PASSWORDS["ship_login"] not in no_password
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), no_password)
     assert shipper.ship_once() == 3
     shipper.close()
@@ -353,7 +364,7 @@ def test_passwords_are_redacted_in_every_form() -> None:
 
 
 def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
-    tmp_path: Path, make_provider: Callable[..., object]
+    tmp_path: Path, make_provider: Callable[..., object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server that accepts the connection and never answers: the worst network case."""
     with socket.socket() as silent:
@@ -363,9 +374,8 @@ def test_a_hanging_central_store_never_holds_up_a_turn_or_a_checkpoint(
         home = tmp_path / "home"
         (home / "archive").mkdir(parents=True)
         target = f"postgresql://x:pw@127.0.0.1:{port}/db?sslmode=disable&connect_timeout=60"
-        (home / "archive" / "config.json").write_text(
-            json.dumps({"ship_to": target, "ship_interval_s": 0.1})
-        )
+        (home / "archive" / "config.json").write_text(json.dumps({"ship_interval_s": 0.1}))
+        monkeypatch.setenv("ARCHIVE_SHIP_TO", target)
         provider = make_provider(home)
         silent.settimeout(120)
         caller, _ = silent.accept()  # the shipper connected and now waits for an answer

@@ -19,6 +19,8 @@ def test_ship_runs_in_bounded_memory(tmp_path: Path, central_db: Central) -> Non
     small = build_archive(tmp_path / "small", SMALL_TURNS)
     large = build_archive(tmp_path / "large", LARGE_TURNS)
     url = central_db.url()
+    for home in (small, large):
+        central_db.register(home)
     Pair(cli_child(small, "ship", "--to", url), cli_child(large, "ship", "--to", url)).check()
     shipped = central_db.query("SELECT count(*) FROM hermes_archive.events")[0][0]
     assert shipped == _head(small) + _head(large)

@@ -29,7 +29,7 @@ from archive_provider.host.install import activate, install_plugin
 from archive_provider.host.settings import save_settings
 from archive_provider.storage.ship import read_state
 from archive_provider.storage.store import archive_dir
-from tests.fleet.conftest import PASSWORDS, Central, central_rows, local_rows
+from tests.fleet.conftest import PASSWORDS, Central, central_rows, local_rows, make_archive
 from tests.fleet.pgserver import PgServer
 from tests.host import hostkit
 
@@ -48,6 +48,12 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     hostkit.purge_user_plugin_modules()
     yield home
     hostkit.purge_user_plugin_modules()
+
+
+def ship_env(monkeypatch: pytest.MonkeyPatch, **values: object) -> None:
+    """Set shipping settings where they are read from: the environment only (issue 29)."""
+    for key, value in values.items():
+        monkeypatch.setenv(f"ARCHIVE_{key.upper()}", str(value))
 
 
 def memory_status(capsys: pytest.CaptureFixture[str]) -> str:
@@ -83,13 +89,13 @@ def test_required_without_ship_to_is_unavailable_through_the_host(
 ) -> None:
     from plugins.memory import discover_memory_providers, load_memory_provider
 
-    save_settings(home, {"ship_required": True})
+    ship_env(monkeypatch, ship_required=True)
     entry = next(e for e in discover_memory_providers() if e[0] == "archive")
     assert entry[2] is False
     provider = load_memory_provider("archive")
     assert provider is not None and not provider.is_available()
     reason = provider.unavailable_reason()
-    assert "ship_to is empty" in reason and "set ship_to" in reason and "\n" not in reason
+    assert "ship_to is empty" in reason and "set ARCHIVE_SHIP_TO" in reason and "\n" not in reason
     out = memory_status(capsys)
     assert "not available" in out
     assert f"shipping_required: {reason}" in out
@@ -97,10 +103,10 @@ def test_required_without_ship_to_is_unavailable_through_the_host(
 
     # the environment says it too; and a target makes it available again (no server needed:
     # whether the server answers is run time, never availability)
-    save_settings(home, {"ship_to": DEAD})
+    ship_env(monkeypatch, ship_to=DEAD)
     assert load_memory_provider("archive").is_available()
     assert load_memory_provider("archive").unavailable_reason() == ""
-    save_settings(home, {"ship_required": False, "ship_to": ""})
+    ship_env(monkeypatch, ship_required=False, ship_to="")
     assert next(e for e in discover_memory_providers() if e[0] == "archive")[2] is True
     monkeypatch.setenv("ARCHIVE_SHIP_REQUIRED", "yes")
     assert not ArchiveProvider().is_available()
@@ -135,8 +141,10 @@ def _host_child(home: Path, *blocked: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("blocked", [["psycopg"], ["psycopg_pool"], ["psycopg", "psycopg_pool"]])
-def test_required_without_the_fleet_extra_is_unavailable(home: Path, blocked: list[str]) -> None:
-    save_settings(home, {"ship_required": True, "ship_to": DEAD})
+def test_required_without_the_fleet_extra_is_unavailable(
+    home: Path, blocked: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ship_env(monkeypatch, ship_required=True, ship_to=DEAD)
     discovered, available, reason = _host_child(home, *blocked)
     assert (discovered, available) == (False, False)
     assert f"{' and '.join(blocked)} cannot be imported" in reason
@@ -145,7 +153,7 @@ def test_required_without_the_fleet_extra_is_unavailable(home: Path, blocked: li
     # the same child with everything importable: available, so the block is the only cause
     assert _host_child(home) == [True, True, ""]
     # and without the requirement a missing extra only stops shipping, never the archive
-    save_settings(home, {"ship_required": False})
+    ship_env(monkeypatch, ship_required=False)
     assert _host_child(home, *blocked) == [True, True, ""]
 
 
@@ -162,12 +170,13 @@ def test_lag_beyond_the_bound_is_said_everywhere_and_never_blocks(
     pg: PgServer,
     make_provider: Callable[..., ArchiveProvider],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = central_db.url()
-    save_settings(
-        home,
-        {"ship_to": url, "ship_required": True, "ship_max_lag_s": 60, "ship_interval_s": 0.1},
-    )
+    ship_env(monkeypatch, ship_to=url, ship_required=True, ship_max_lag_s=60)
+    save_settings(home, {"ship_interval_s": 0.1})
+    make_archive(home).close()
+    central_db.register(home)
     provider = make_provider(home)
     assert provider.is_available()
     _turns(provider, "tulips", "roses")
@@ -245,9 +254,13 @@ def read_state_when(home: Path, condition: Callable[[dict[str, Any]], Any]) -> d
 
 
 def test_lag_without_the_requirement_changes_nothing(
-    home: Path, make_provider: Callable[..., ArchiveProvider], capsys: pytest.CaptureFixture[str]
+    home: Path,
+    make_provider: Callable[..., ArchiveProvider],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    save_settings(home, {"ship_to": DEAD, "ship_max_lag_s": 1, "ship_interval_s": 0.1})
+    ship_env(monkeypatch, ship_to=DEAD, ship_max_lag_s=1)
+    save_settings(home, {"ship_interval_s": 0.1})
     provider = make_provider(home)
     _turns(provider, "tulips")
     state = read_state_when(home, lambda s: s.get("last_error") and s.get("lag_events"))

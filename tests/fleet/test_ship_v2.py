@@ -29,6 +29,7 @@ pytestmark = pytest.mark.postgres
 
 
 def _ship(home: Path, db: Central, *, batch: int = 1000) -> int:
+    db.register(home)
     shipper = Shipper(archive_dir(home), db.url(), batch=batch)
     try:
         return shipper.ship_once()
@@ -399,6 +400,7 @@ def test_a_v2_archive_damaged_locally_ships_up_to_the_damage(
     )
     conn.commit()
     conn.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url(), batch=4)
     try:
         with pytest.raises(ShipError, match="fails verification at seq 6"):
@@ -444,7 +446,6 @@ def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
     from types import SimpleNamespace
 
     from archive_provider.host.install import activate, install_plugin
-    from archive_provider.host.settings import save_settings
 
     home = tmp_path / "home"
     store = _v2(home)
@@ -453,7 +454,7 @@ def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
     url = central_db.url()
     install_plugin(home, "archive")
     activate(home, "archive")
-    save_settings(home, {"ship_to": url})
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", url)  # never from inside the profile
     with (home / "config.yaml").open("a") as config:  # also where the host keeps its section
         config.write(f"  archive:\n    ship_to: '{url}'\n")
     monkeypatch.setenv("HERMES_HOME", str(home))
@@ -464,6 +465,7 @@ def test_hermes_memory_status_shows_the_shipping_lag_and_never_the_password(
     cmd_status(SimpleNamespace())
     before = capsys.readouterr().out
     assert "shipping: configured; nothing shipped yet" in before
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), url, batch=2)
     try:
         shipper.ship_once()
@@ -502,6 +504,7 @@ def test_a_checkpoint_not_signed_by_the_archives_key_is_not_shipped(
     )
     conn.commit()
     conn.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url(), batch=4)
     try:
         with pytest.raises(ShipError, match="checkpoint at size 6 is not signed by this archive"):
@@ -548,6 +551,7 @@ def test_a_cosignature_that_does_not_verify_with_its_witness_key_is_not_shipped(
         )  # fmt: skip
     conn.commit()
     conn.close()
+    central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         with pytest.raises(ShipError, match=f"size {old_size} does not verify with the key"):
