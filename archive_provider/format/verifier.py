@@ -177,7 +177,7 @@ def _check_payloads(
     payload: str,
     parts: str,
     key: bytes,
-    payload_of: Callable[[str], bytes | None],
+    payload_of: Callable[[str], bytes | Iterable[bytes] | None],
     seen: set[str],
 ) -> Report | None:
     """Check one event's payload and parts; return the failed report, or None when all hold.
@@ -207,7 +207,7 @@ def _check_payload(
     what: str,
     digest: str,
     key: bytes,
-    payload_of: Callable[[str], bytes | None],
+    payload_of: Callable[[str], bytes | Iterable[bytes] | None],
     seen: set[str],
 ) -> Report | None:
     if digest in seen:
@@ -215,7 +215,10 @@ def _check_payload(
     body = payload_of(digest)
     if body is None:
         return report.fail(seq, f"{what} {digest} is missing")
-    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != digest:
+    hasher = blake3(DOMAIN_PAYLOAD, key=key)
+    for piece in (body,) if isinstance(body, bytes) else body:  # a bundle's: streamed
+        hasher.update(piece)
+    if hasher.hexdigest() != digest:
         return report.fail(seq, f"{what} {digest} does not match its bytes (changed or swapped)")
     seen.add(digest)
     report.payloads_checked += 1
@@ -227,7 +230,7 @@ def verify_rows(
     *,
     store_id: str,
     key: bytes,
-    payload_of: Callable[[str], bytes | None],
+    payload_of: Callable[[str], bytes | Iterable[bytes] | None],
     head: tuple[int, str] | None,
     start: tuple[int, str] | None = None,
     progress: Callable[[int], None] | None = None,
@@ -238,9 +241,10 @@ def verify_rows(
     ``start`` is the (seq, chain) just before the first row (default: the genesis), so a
     partial export can be checked from any point of the chain. ``head`` is the recorded
     (seq, chain) the run must end at (``None`` when the source records no head).
-    ``payload_needed`` says which rows must come with their payload and parts (default:
-    all); the others are checked for identity and chain only, as a partial export carries
-    just their envelopes.
+    ``payload_of`` gives a body whole or as the pieces of a stream (a bundle member, which
+    may claim any size, is never read whole). ``payload_needed`` says which rows must come
+    with their payload and parts (default: all); the others are checked for identity and
+    chain only, as a partial export carries just their envelopes.
     """
     report = Report(head_seq=head[0] if head else None)
     prev_seq, prev_chain = start if start else (0, genesis(store_id))
@@ -303,24 +307,49 @@ _ROWS_SQL = (
 
 
 ARCHIVE_TABLES = ("meta", "events", "payloads", "head")
+#: the tables a v2 verification reads besides those
+ARCHIVE_TABLES_V2 = (*ARCHIVE_TABLES, "tiles", "signed_checkpoints")
 
 
-def schema_problem(conn: sqlite3.Connection) -> str | None:
+def schema_problem(
+    conn: sqlite3.Connection, tables: tuple[str, ...] = ARCHIVE_TABLES
+) -> str | None:
     """Why this database cannot be an archive to read, checked before any query of its data.
 
     A database under audit may come from a compromised system: a view named like one of
     our tables could run any query (a recursive one never ends), so each must be a table.
     """
+    marks = ", ".join("?" * len(tables))
     kinds = dict(
         conn.execute(
-            "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?, ?)", ARCHIVE_TABLES
+            f"SELECT name, type FROM sqlite_master WHERE name IN ({marks})", tables
         ).fetchall()
     )
-    for name in ARCHIVE_TABLES:
+    for name in tables:
         if kinds.get(name) != "table":
             found = f"a {kinds[name]}" if name in kinds else "nothing"
             return f"{name} is {found}, not a table: this is not a hermes-archive database"
     return None
+
+
+def database_format(conn: sqlite3.Connection) -> tuple[int, ReportV2 | None]:
+    """The archive's format (1 or 2), or the failed report that refuses it: the schema is
+    checked before any query of its data (FORMAT.md 20.1), then ``meta.format_version``."""
+    problem = schema_problem(conn)
+    if problem:
+        return 0, ReportV2().fail(None, problem, "unreadable")
+    row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+    version = None if row is None else row[0]
+    if version in ("1", 1):
+        return 1, None
+    if version == "2":
+        return 2, None
+    found = "missing" if version is None else f"{printable(version)!r}"
+    return 0, ReportV2().fail(
+        None,
+        f"meta.format_version is {found}: this verifier reads formats 1 and 2",
+        "format_version",
+    )
 
 
 def verify_database(
@@ -338,11 +367,10 @@ def verify_database(
     (``vkey``, the pinned verifier key, checks its signed checkpoints; ``jobs``, the
     processes it may use; a v1 archive is checked in one).
     """
-    problem = schema_problem(conn)
-    if problem:
-        return Report().fail(None, problem)
-    version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    if version is not None and version[0] == "2":
+    version, refused = database_format(conn)
+    if refused is not None:
+        return refused
+    if version == 2:
         return verify_database_v2(conn, vkey, jobs)
     payload_cursor = conn.cursor()
 
@@ -994,6 +1022,9 @@ def verify_database_v2(
     report = ReportV2()
     if V2_UNAVAILABLE:
         return report.fail(None, f"cannot read the archive: {V2_UNAVAILABLE}", "unreadable")
+    problem = schema_problem(conn, ARCHIVE_TABLES_V2)  # a view named like a table never runs
+    if problem:
+        return report.fail(None, problem, "unreadable")
     owns = not conn.in_transaction  # a writer checks inside its own write transaction
     helpers = None
     try:
@@ -1483,6 +1514,20 @@ def _member_digest(archive: zipfile.ZipFile, name: str, limit: int) -> tuple[int
     return size, hasher.hexdigest()
 
 
+def _member_pieces(archive: zipfile.ZipFile, name: str, first: int = 1 << 20) -> Iterator[bytes]:
+    """A member's content: ``first`` bytes (fewer only at its end), then pieces of at most
+    1 MiB, so a body is hashed as a stream, in the memory the other checks keep, whatever
+    size it claims."""
+    try:
+        with archive.open(name) as member:
+            piece = member.read(first)
+            while piece:
+                yield piece
+                piece = member.read(1 << 20)
+    except Exception as exc:  # CRC, zlib, header and encryption-flag errors
+        raise BundleError(f"member {printable(name)} cannot be read: {exc}") from None
+
+
 def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = data.get(name)
     if not isinstance(value, kind) or isinstance(value, bool):
@@ -1666,14 +1711,14 @@ def _verify_open_bundle(
     referenced: set[str] = set()
     selection, chosen = manifest["selection"], [0]
 
-    def payload_of(digest: str) -> bytes | None:
+    def payload_of(digest: str) -> Iterator[bytes] | None:
         name = PAYLOAD_PREFIX + digest
         if name not in payload_names:
             return None
         if members[name]["size"] > _MAX_PAYLOAD:  # checked against the content above
             raise BundleError(f"member {printable(name)} is larger than any archive can hold")
         referenced.add(name)
-        return archive.read(name)
+        return _member_pieces(archive, name)
 
     def payload_needed(row: Row) -> bool:
         if selected(selection, row[3], row[1]):
@@ -2041,8 +2086,8 @@ class _CarriedV2:
             return
         if self.members[name]["size"] > _MAX_PAYLOAD + SALT_BYTES:
             raise self.fail(f"member {printable(name)} is larger than any archive can hold", seq)
-        stored = self.archive.read(name)
-        _check_body(digest, stored[:SALT_BYTES], stored[SALT_BYTES:], seq, self.fail)
+        pieces = _member_pieces(self.archive, name, SALT_BYTES)  # salt, then the body
+        _check_body(digest, next(pieces, b""), pieces, seq, self.fail)
         self.referenced.add(name)
         self.report.payloads_checked += 1
 
@@ -2057,9 +2102,17 @@ class _CarriedV2:
 
 
 def _check_body(
-    digest: bytes, salt: bytes, body: bytes, seq: int, fail: Callable[..., _BundleErrorV2]
+    digest: bytes,
+    salt: bytes,
+    body: bytes | Iterable[bytes],
+    seq: int,
+    fail: Callable[..., _BundleErrorV2],
 ) -> None:
-    if len(salt) != SALT_BYTES or blake3(V2_PAYLOAD + salt + body).digest() != digest:
+    """The body (whole, or the pieces of a stream) with its salt gives ``digest``."""
+    hasher = blake3(V2_PAYLOAD + salt)
+    for piece in (body,) if isinstance(body, bytes) else body:
+        hasher.update(piece)
+    if len(salt) != SALT_BYTES or hasher.digest() != digest:
         raise fail(
             f"seq {seq}: payload {digest.hex()} does not match its salt and body",
             seq,
@@ -2318,10 +2371,18 @@ class _CarriedV3:
             raise self.fail(
                 f"{PAYLOADS} record {self.records} is larger than any archive can hold", seq
             )
-        _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
+        _check_body(digest, rest[:SALT_BYTES], self._pieces(length, seq), seq, self.fail)
         self._read(digest, kind, seq)
         self.report.payloads_checked += 1
         return None
+
+    def _pieces(self, size: int, seq: int) -> Iterator[bytes]:
+        """The next ``size`` bytes in pieces of at most :data:`CHUNK` (a record may claim a
+        body of any size: it is hashed as it is read, never held whole)."""
+        while size > 0:
+            piece = self._take(min(size, self.CHUNK), seq)
+            size -= len(piece)
+            yield piece
 
     def held(self) -> int:
         return self.report.payloads_checked
@@ -2636,8 +2697,10 @@ def _verify_database_file(database: str, key: str | None, jobs: int = 1) -> Repo
         if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
             raise ValueError(f"{database} is not a regular file")
         conn = _read_only(database)
-        version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-        if version is not None and version[0] == "2":
+        version, refused = database_format(conn)
+        if refused is not None:
+            return refused
+        if version == 2:
             return verify_database_v2(conn, vkey_argument(key), jobs)
         key_path = key or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
         try:
