@@ -665,8 +665,10 @@ class _TreeCheck:
             self._compare(final=False)
 
     def stored(self, level: int, index: int) -> Any:
-        row = self.conn.execute(
-            "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+        row = self.conn.execute(  # a row that is not a BLOB is no tile (never decoded)
+            "SELECT CASE typeof(hashes) WHEN 'blob' THEN hashes END FROM tiles "
+            "WHERE level = ? AND idx = ?",
+            (level, index),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -1005,6 +1007,12 @@ def _v2_meta(conn: sqlite3.Connection, report: ReportV2) -> dict[str, Any]:
             None, "store_id_malformed", "meta.store_id is not 32 lowercase hex characters"
         )
     report.store_id = store_id
+    origin = meta.get("origin")  # the note is rebuilt from the origin (FORMAT.md 15.5)
+    if origin != f"hermes-archive.invalid/{store_id}":
+        found = "missing" if origin is None else f"{printable(origin)!r}"
+        raise _Failed(
+            None, "origin", f"meta.origin is {found}, not hermes-archive.invalid/{store_id}"
+        )
     return meta
 
 
@@ -1055,9 +1063,9 @@ def _verify_v2(
     store_id = meta["store_id"]
     head = conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
     genesis_value = blake3(V2_GENESIS + store_id.encode("ascii")).digest()
+    report.head_seq = None if head is None else head[0]
     if head is None:
         head = (0, genesis_value, merkle.EMPTY_ROOT)
-    report.head_seq = head[0]
     try:  # the pass that holds on an intact archive: payloads merged, not looked up
         check = _V2Pass(conn, report)
         check.erasures()
