@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import collections
 import json
 import os
 import pathlib
@@ -1441,11 +1442,13 @@ _MAX_ENVELOPE_LINE = 1 << 30
 
 
 class BundleError(Exception):
-    """The bundle is damaged or inconsistent; the message names what, ``seq`` where known."""
+    """The bundle is damaged or inconsistent; the message names what, ``seq`` where known,
+    ``code`` which rule (FORMAT.md 21.4; a manifest's by default)."""
 
-    def __init__(self, message: str, seq: int | None = None) -> None:
+    def __init__(self, message: str, seq: int | None = None, code: str = "bundle_manifest") -> None:
         super().__init__(message)
-        self.seq = seq
+        self.seq, self.code = seq, code
+        self.store_id: str | None = None  # the manifest's, once it was read
 
 
 def seal_comment(manifest_digest: str, seal: str = "0" * 64) -> bytes:
@@ -1493,16 +1496,22 @@ def _read_seal(handle: BinaryIO) -> tuple[str, str, int]:
     """(manifest digest, seal digest, file size) from the comment of the end-of-zip record."""
     size = handle.seek(0, os.SEEK_END)
     if size < SEAL_LENGTH + _END_RECORD:
-        raise BundleError("the file is too short to be a hermes-archive bundle")
+        raise BundleError(
+            "the file is too short to be a hermes-archive bundle", None, "bundle_seal"
+        )
     handle.seek(size - SEAL_LENGTH - _END_RECORD)
     tail = handle.read()
     if tail[:4] != _END_OF_ZIP or int.from_bytes(tail[20:22], "little") != SEAL_LENGTH:
         raise BundleError(
-            "the end-of-zip record before the seal is damaged (or this is not a bundle)"
+            "the end-of-zip record before the seal is damaged (or this is not a bundle)",
+            None,
+            "bundle_seal",
         )
     match = _SEAL.match(tail[_END_RECORD:])
     if match is None:
-        raise BundleError("the seal (the zip comment at the end of the bundle) is damaged")
+        raise BundleError(
+            "the seal (the zip comment at the end of the bundle) is damaged", None, "bundle_seal"
+        )
     return match.group(1).decode(), match.group(2).decode(), size
 
 
@@ -1518,7 +1527,9 @@ def _member_digest(archive: zipfile.ZipFile, name: str, limit: int) -> tuple[int
                 hasher.update(chunk)
                 size += len(chunk)
     except Exception as exc:  # CRC, zlib, header and encryption-flag errors all land here
-        raise BundleError(f"member {printable(name)} cannot be read: {exc}") from None
+        raise BundleError(
+            f"member {printable(name)} cannot be read: {exc}", None, "bundle_member"
+        ) from None
     return size, hasher.hexdigest()
 
 
@@ -1533,7 +1544,9 @@ def _member_pieces(archive: zipfile.ZipFile, name: str, first: int = 1 << 20) ->
                 yield piece
                 piece = member.read(1 << 20)
     except Exception as exc:  # CRC, zlib, header and encryption-flag errors
-        raise BundleError(f"member {printable(name)} cannot be read: {exc}") from None
+        raise BundleError(
+            f"member {printable(name)} cannot be read: {exc}", None, "bundle_member"
+        ) from None
 
 
 def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -1608,10 +1621,14 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
                 value = json.loads(raw.decode("ascii"))
             except (UnicodeDecodeError, ValueError) as exc:
                 raise BundleError(
-                    f"{ENVELOPES} line {number} is not JSON: {exc}", seq_hint
+                    f"{ENVELOPES} line {number} is not JSON: {exc}", seq_hint, "bundle_envelope"
                 ) from None
             if not raw.endswith(b"\n") or not isinstance(value, dict) or set(value) != expected:
-                raise BundleError(f"{ENVELOPES} line {number} is not an envelope record", seq_hint)
+                raise BundleError(
+                    f"{ENVELOPES} line {number} is not an envelope record",
+                    seq_hint,
+                    "bundle_envelope",
+                )
             seq = value["seq"]
             if (
                 not isinstance(seq, int)
@@ -1619,9 +1636,43 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
                 or any(not isinstance(value[name], str) for name in ENVELOPE_FIELDS[1:])
             ):
                 raise BundleError(
-                    f"{ENVELOPES} line {number}: a field has the wrong type", seq_hint
+                    f"{ENVELOPES} line {number}: a field has the wrong type",
+                    seq_hint,
+                    "bundle_envelope",
                 )
             yield tuple(value[name] for name in ENVELOPE_FIELDS)
+
+
+def _check_members(archive: zipfile.ZipFile, names: list[str], manifest: dict[str, Any]) -> None:
+    """The zip holds exactly the members the manifest lists, each as listed (version 3: as the
+    checks read them)."""
+    members: dict[str, dict[str, Any]] = manifest["members"]
+    present = set(names) - {MANIFEST}
+    missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
+    if missing:
+        raise BundleError(
+            f"member {printable(missing[0])} is listed in the manifest but missing",
+            None,
+            "bundle_member",
+        )
+    if unlisted:
+        raise BundleError(
+            f"member {printable(unlisted[0])} is not listed in the manifest", None, "bundle_member"
+        )
+    if manifest.get("bundle_version") == BUNDLE_VERSION_V3:
+        return
+    for name in names:
+        entry = members.get(name)
+        if entry is not None and _member_digest(archive, name, entry["size"]) != (
+            entry["size"],
+            entry["blake3"],
+        ):
+            raise BundleError(
+                f"member {printable(name)} was changed: its size or BLAKE3 differs from the "
+                "manifest",
+                None,
+                "bundle_member",
+            )
 
 
 def _verify_open_bundle(
@@ -1634,12 +1685,14 @@ def _verify_open_bundle(
     try:
         archive = zipfile.ZipFile(handle)
     except Exception as exc:
-        raise BundleError(f"the zip directory is damaged: {exc}") from None
+        raise BundleError(f"the zip directory is damaged: {exc}", None, "bundle_seal") from None
     names = archive.namelist()
     seen: set[str] = set()
     for name in names:  # linear: one set lookup per member
         if name in seen:
-            raise BundleError(f"member {printable(name)} appears more than once")
+            raise BundleError(
+                f"member {printable(name)} appears more than once", None, "bundle_member"
+            )
         seen.add(name)
     if MANIFEST not in seen:
         raise BundleError(f"{MANIFEST} is missing")
@@ -1658,7 +1711,11 @@ def _verify_open_bundle(
         )
     with archive.open(MANIFEST) as member:
         try:
-            manifest = json.loads(member.read(manifest_size).decode("utf-8"))
+            manifest = _ONCE.decode(member.read(manifest_size).decode("utf-8"))
+        except _Twice as twice:  # never "last one wins" (FORMAT.md 20.1)
+            raise BundleError(
+                f'{MANIFEST} has the member "{printable(twice.name)}" twice', None, "duplicate_key"
+            ) from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise BundleError(f"{MANIFEST} is not valid JSON: {exc}") from None
     v2 = isinstance(manifest, dict) and manifest.get("bundle_version") in (
@@ -1666,26 +1723,17 @@ def _verify_open_bundle(
         BUNDLE_VERSION_V3,
     )
     manifest = _check_manifest_v2(manifest) if v2 else _check_manifest(manifest)
-    members: dict[str, dict[str, Any]] = manifest["members"]
-    present = set(names) - {MANIFEST}
-    missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
-    if missing:
-        raise BundleError(f"member {printable(missing[0])} is listed in the manifest but missing")
-    if unlisted:
-        raise BundleError(f"member {printable(unlisted[0])} is not listed in the manifest")
-    v3 = v2 and manifest["bundle_version"] == BUNDLE_VERSION_V3
-    for name in names:
-        if name == MANIFEST or v3:  # version 3: compared as the checks read them
-            continue
-        entry = members[name]
-        if _member_digest(archive, name, entry["size"]) != (entry["size"], entry["blake3"]):
-            raise BundleError(
-                f"member {printable(name)} was changed: its size or BLAKE3 differs from the manifest"
+    try:
+        _check_members(archive, names, manifest)
+        if v2:
+            contents = [name for name in names if name != MANIFEST]
+            return _verify_bundle_v2(
+                archive, manifest, contents, handle, (size, seal), vkey, progress
             )
-
-    if v2:
-        contents = [name for name in names if name != MANIFEST]
-        return _verify_bundle_v2(archive, manifest, contents, handle, (size, seal), vkey, progress)
+    except BundleError as failure:  # the report names the store the manifest names
+        failure.store_id = manifest["store_id"]
+        raise
+    members: dict[str, dict[str, Any]] = manifest["members"]
     store_id, head, proof = manifest["store_id"], manifest["head"], manifest["proof"]
     start = (proof["start_seq"], proof["start_chain"])
     report.details = {
@@ -1816,8 +1864,8 @@ class _BundleErrorV2(BundleError):
     """A v2 bundle check failed: the report so far and the failure's code travel with it."""
 
     def __init__(self, report: ReportV2, message: str, seq: int | None, code: str) -> None:
-        super().__init__(message, seq)
-        self.report, self.code = report, code
+        super().__init__(message, seq, code)
+        self.report = report
 
 
 def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
@@ -1883,10 +1931,14 @@ def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
         value = _ONCE.decode(raw.decode("ascii"))
     except _Twice as twice:
         raise BundleError(
-            f'{ENVELOPES} line {number} has the member "{twice.name}" twice', number
+            f'{ENVELOPES} line {number} has the member "{printable(twice.name)}" twice',
+            number,
+            "duplicate_key",
         ) from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
+        raise BundleError(
+            f"{ENVELOPES} line {number} is not JSON: {exc}", number, "bundle_envelope"
+        ) from None
     if (
         not raw.endswith(b"\n")
         or not isinstance(value, dict)
@@ -1905,7 +1957,9 @@ def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
             and _HEX64.fullmatch(value["author"])
         )
     ):
-        raise BundleError(f"{ENVELOPES} line {number} is not a v2 envelope record", number)
+        raise BundleError(
+            f"{ENVELOPES} line {number} is not a v2 envelope record", number, "bundle_envelope"
+        )
     return value
 
 
@@ -2029,13 +2083,17 @@ class _ReadOnce:
             raise self._unreadable(exc) from None
 
     def _unreadable(self, exc: Exception) -> BundleError:
-        self.broken = BundleError(f"member {printable(self.name)} cannot be read: {exc}")
+        self.broken = BundleError(
+            f"member {printable(self.name)} cannot be read: {exc}", None, "bundle_member"
+        )
         return self.broken
 
     def _changed(self) -> BundleError:
         self.broken = BundleError(
             f"member {printable(self.name)} was changed: its size or BLAKE3 differs from the "
-            "manifest"
+            "manifest",
+            None,
+            "bundle_member",
         )
         return self.broken
 
@@ -2101,6 +2159,12 @@ class _CarriedV2:
 
     def held(self) -> int:
         return sum(1 for n in self.members if n.startswith(PAYLOAD_PREFIX))
+
+    def erasures(self) -> dict[int, int]:
+        """Tombstones met, by the seq of the erasure that made them."""
+        return collections.Counter(
+            at for d, at in self.erased.items() if PAYLOAD_PREFIX + d.hex() in self.referenced
+        )
 
     def unreferenced(self) -> str | None:
         names = sorted(
@@ -2395,6 +2459,10 @@ class _CarriedV3:
     def held(self) -> int:
         return self.report.payloads_checked
 
+    def erasures(self) -> dict[int, int]:
+        """Tombstones met (each read once), by the seq of the erasure that made them."""
+        return collections.Counter(self.erased.values())
+
     def unreferenced(self) -> str | None:
         if not self._fill(1):
             return None
@@ -2433,7 +2501,7 @@ def _verify_bundle_v2(
         "payloads": manifest["payloads"],
     }
 
-    def fail(message: str, seq: int | None = None, code: str = "bundle") -> _BundleErrorV2:
+    def fail(message: str, seq: int | None = None, code: str = "bundle_record") -> _BundleErrorV2:
         return _BundleErrorV2(report, message, seq, code)
 
     if manifest["bundle_version"] != BUNDLE_VERSION_V3:
@@ -2523,16 +2591,29 @@ def _check_bundle_v2(
             progress(seq)
     root = tree.root()
     report.tree_size, report.root = tree.size, root.hex()
-    if prev_seq != head["seq"] or prev_chain.hex() != head["chain"]:
+    if head["seq"] > prev_seq:  # the head as in FORMAT.md 20.2 step 4
         raise fail(
             f"the envelopes end at seq {prev_seq}, not at the head {head['seq']} the manifest names",
             prev_seq + 1,
             "truncated",
         )
+    if head["seq"] < prev_seq:
+        raise fail(
+            f"envelopes after the head {head['seq']} the manifest names",
+            head["seq"] + 1,
+            "after_head",
+        )
+    if prev_chain.hex() != head["chain"]:
+        raise fail(
+            "the head's chain in the manifest does not match the last envelope",
+            prev_seq or None,
+            "head_chain",
+        )
     if root.hex() != head["root"]:
         raise fail(
             "the head's Merkle root is not the root of the envelopes", prev_seq or None, "head_root"
         )
+    report.erasures = [{"seq": e, "payloads": n} for e, n in sorted(carried.erasures().items())]
     for digest, at in carried.erased.items():
         if at not in erasures_seen:
             raise fail(
@@ -2552,7 +2633,11 @@ def _check_bundle_v2(
         counts.append(("erased payloads", report.payloads_erased, manifest["erased"]))
     for name, found, claimed in counts:
         if found != claimed:
-            raise fail(f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}")
+            raise fail(
+                f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}",
+                None,
+                "bundle_count",
+            )
     if isinstance(carried, _CarriedV3):
         untrue = carried.once.problem()  # a record twice, or a "named again" flag that lied
         if untrue is not None:
@@ -2570,7 +2655,9 @@ def _check_bundle_end(
     """The seal over every byte, then the checkpoint."""
     if seal_digest(handle, sealed[0]) != sealed[1]:
         raise fail(
-            "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed"
+            "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed",
+            None,
+            "bundle_seal",
         )
     assert report.root is not None
     _bundle_checkpoint(manifest, report, bytes.fromhex(report.root), vkey, fail)
@@ -2646,18 +2733,17 @@ def verify_bundle(
     A version-2 bundle (FORMAT.md 21.2) also carries the signed checkpoint: with ``vkey`` its
     signature is checked (``authenticity`` verified), without it integrity only.
     """
-    report = Report()
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
-            return report.fail(None, f"{printable(path)} is not a regular file")
+            return ReportV2().fail(None, f"{printable(path)} is not a regular file")
         with open(path, "rb") as handle:
-            return _verify_open_bundle(handle, report, progress, vkey)
+            return _verify_open_bundle(handle, Report(), progress, vkey)
     except BundleError as exc:
         if isinstance(exc, _BundleErrorV2):
             return exc.report.fail(exc.seq, str(exc), exc.code)
-        return report.fail(exc.seq, str(exc))
+        return ReportV2(store_id=exc.store_id).fail(exc.seq, str(exc), exc.code)
     except Exception as exc:  # an unreadable file or a zip damaged in a way zipfile did not foresee
-        return report.fail(None, f"cannot read the bundle: {type(exc).__name__}: {exc}")
+        return ReportV2().fail(None, f"cannot read the bundle: {printable(exc)}")
 
 
 # -- command line ---------------------------------------------------------------------------
