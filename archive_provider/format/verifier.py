@@ -2828,8 +2828,12 @@ def verify_proof(
             signed_note.Verifier.from_vkey(vkey),
             [signed_note.Verifier.from_vkey(w) for w in witnesses],
         )
-    except (tlog_proof.ProofFileError, signed_note.NoteError) as exc:
-        return report.fail(None, printable(exc), "proof")
+    except tlog_proof.ProofFileError as exc:
+        if exc.code == "checkpoint_signature":
+            report.authenticity = "failed"
+        return report.fail(exc.seq, printable(exc), exc.code)
+    except signed_note.NoteError as exc:  # a --key or --witness that is no verifier key
+        return report.fail(None, f"a key given is not usable: {printable(exc)}", "key")
     except (OSError, ValueError) as exc:
         return report.fail(None, f"cannot read the proof: {printable(exc)}", "unreadable")
     checkpoint = proven[0].checkpoint
@@ -2842,7 +2846,7 @@ def verify_proof(
     }
     report.authenticity = "verified"
     report.events_checked = len(proven)
-    report.payloads_checked = sum(len(p.disclosed) for p in proven)
+    report.payloads_checked = len({d for p in proven for d in p.disclosed})  # distinct, 20.3
     report.last_seq = max(p.seq for p in proven)
     report.details = {
         "events": [
