@@ -1384,6 +1384,14 @@ def _check_checkpoints(
         raise _Failed(
             None, "checkpoint_signature", f"the verifier key is for {log_key.name}, not {origin}"
         )
+    if not rows and report.tree_size:
+        report.authenticity = "failed"
+        raise _Failed(
+            None,
+            "checkpoint_signature",
+            f"no signed checkpoint: none of the {report.tree_size} events is signed by the "
+            "pinned key",
+        )
     reader = merkle.TileReader(read_tile, report.tree_size)
     for size, root, signature in rows:
         if size > report.tree_size:
@@ -1412,6 +1420,13 @@ def _check_checkpoints(
         report.authenticity = "verified"
         assert report.checkpoint is not None
         report.checkpoint["signature"] = "verified"
+        signed = rows[-1][0]
+        if signed < report.tree_size:  # what the signature covers, and what it does not
+            report.warnings.append(
+                f"events 1 to {signed} are signed (the newest checkpoint, size {signed}); "
+                f"events {signed + 1} to {report.tree_size} are after it: their chain and tree "
+                "hold, but no signature covers them yet"
+            )
 
 
 # -- export bundles (docs/AUDIT.md "The export bundle") -----------------------------------
