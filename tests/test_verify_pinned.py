@@ -108,3 +108,14 @@ def test_the_witness_record_is_named_and_shaped_as_format_16_1_says(home: Path) 
     }  # fmt: skip
     assert first["archive"] == archive
     assert first["log_vkey"].split("+")[0] == f"hermes-archive.invalid/{store_id}"
+
+
+def test_export_help_offers_chain_from_selection_for_format_1_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What --help offers a format-2 archive refuses: the help says whom it is for."""
+    from tests.test_cli import via_main
+
+    code, out, _ = via_main(capsys, ["export", "--help"])
+    assert code == 0
+    assert "format-1 archive only" in " ".join(out.split())
