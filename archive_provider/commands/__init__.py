@@ -263,6 +263,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     status,
     verify,
     verify_bundle,
+    verify_proof,
     witness,
 )
 
@@ -281,6 +282,7 @@ COMMANDS = [
         verify_bundle,
         readable_copy,
         prove,
+        verify_proof,
         witness,
         key,
         migrate,

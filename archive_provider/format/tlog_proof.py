@@ -38,6 +38,9 @@ DOMAIN_PAYLOAD = b"hermes-archive/v2/payload\x00"
 ENVELOPE_FIELDS = frozenset(
     {"author", "identity", "key", "parts", "payload", "seq", "session", "time", "type"}
 )
+#: the longest line a stock parser reads, its newline included: Go's ``bufio.Scanner``
+#: (the C2SP reference code's reader) stops at 64 KiB by default
+MAX_LINE = 64 * 1024
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _HEX32 = re.compile(r"[0-9a-f]{64}")
 
@@ -115,6 +118,11 @@ def parse_tlog_proofs(data: bytes) -> list[TlogProof]:
         raise ProofFileError("a proof file is UTF-8 text") from None
     if not text.startswith(HEADER + "\n"):
         raise ProofFileError(f"a proof file starts with the line {HEADER}")
+    longest = max(len(line.encode("utf-8")) + 1 for line in text.split("\n"))
+    if longest > MAX_LINE:
+        raise ProofFileError(
+            f"a line of the proof file is {longest} bytes; stock parsers read at most {MAX_LINE}"
+        )
     documents = text.split("\n" + HEADER + "\n")
     last = len(documents) - 1
     return [  # the split took the final newline of each note but the last one's

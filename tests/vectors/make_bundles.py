@@ -57,7 +57,7 @@ def main() -> None:
         assert isinstance(store, EventStoreV2)
         vkey = store.vkey
         export_bundle(store, BUNDLES / "tiny.zip", Selection(session="sess-2"))
-        (PROOFS / "turn.proof").write_bytes(prove(store, [3]))
+        (PROOFS / "turn.proof").write_bytes(prove(store, [3])[3])
         store.close()
     write_json(BUNDLES / "keys.json", {"log_vkey": vkey})
     write_json(PROOFS / "keys.json", {"log_vkey": vkey})
