@@ -313,3 +313,15 @@ def test_a_file_without_its_final_newline_is_refused(tmp_path: Path) -> None:
     report = _report(tmp_path, FILE[:-1])
     assert _code(report) == (False, "proof_format", None), report.problem
     assert _report(tmp_path, FILE).ok
+
+
+def test_a_witness_key_in_its_ed25519_form_counts_its_cosignature(tmp_path: Path) -> None:
+    """C2SP allows a witness's Ed25519 key in type 0x01 or 0x04: both check its cosignature."""
+    from archive_provider.format.verifier import verify_proof
+
+    path = tmp_path / "file.proof"
+    path.write_bytes(FILE)
+    ed25519 = Verifier(WITNESS.name, 0x01, WITNESS.public_key).vkey
+    for given in (PROOFS["witness_vkey"], ed25519):
+        report = verify_proof(path, PROOFS["log_vkey"], [given])
+        assert report.ok and report.checkpoint["cosigned_by"] == [WITNESS.name], report.problem

@@ -2841,7 +2841,7 @@ def verify_proof(
         proven = tlog_proof.verify_proof_file(
             data,
             signed_note.Verifier.from_vkey(vkey),
-            [signed_note.Verifier.from_vkey(w) for w in witnesses],
+            [signed_note.cosigner_verifier(w) for w in witnesses],
         )
     except tlog_proof.ProofFileError as exc:
         if exc.code == "checkpoint_signature":
