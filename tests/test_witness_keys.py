@@ -69,3 +69,22 @@ def test_a_witness_key_in_either_form_checks_a_cosignature() -> None:
     witness = Signer.generate("w.example/witness", ALG_COSIGNATURE_V1)
     ed25519 = Verifier(witness.name, ALG_ED25519, witness.verifier.public_key).vkey
     assert cosigner_verifier(ed25519).vkey == cosigner_verifier(witness.vkey).vkey == witness.vkey
+
+
+def test_checkpoint_prints_the_note_with_every_cosignature(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FORMAT.md 15.5's `hermes-archive checkpoint [SIZE]`: a note C2SP tools read."""
+    from archive_provider.format.signed_note import open_checkpoint
+
+    _, key = run_json(capsys, home, "key")
+    _, shown = run_json(capsys, home, "witness", "show")
+    local = Verifier.from_vkey(shown["keys"]["local"]["vkey"])
+    code, text, _ = run_text(capsys, home, "checkpoint")
+    assert code == 0
+    checkpoint, _, cosigned = open_checkpoint(text, Verifier.from_vkey(key["vkey"]), [local])
+    assert [s.name for s in cosigned] == [local.name]
+    code, data = run_json(capsys, home, "checkpoint", str(checkpoint.size))
+    assert code == 0 and data["note"] == text
+    code, data = run_json(capsys, home, "checkpoint", str(checkpoint.size + 1000))
+    assert code == 1 and "no checkpoint is signed at size" in data["error"]

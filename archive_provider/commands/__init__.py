@@ -243,6 +243,7 @@ class Command:
 from archive_provider.commands import (  # noqa: E402  (the modules import the context above)
     as_of,
     central,
+    checkpoint,
     demo,
     erasures,
     export,
@@ -285,6 +286,7 @@ COMMANDS = [
         verify_proof,
         witness,
         key,
+        checkpoint,
         migrate,
         forget,
         erasures,
