@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -191,7 +192,7 @@ def test_the_standalone_files_check_a_proof_and_a_bundle_with_only_their_depende
     alone.mkdir()
     for name in STANDALONE:
         shutil.copy(FORMAT / name, alone / name)
-    assert prove_cli(capsys, home, "3", "5", "--out", str(alone / "p.proof"))[0] == 0
+    assert prove_cli(capsys, home, "3", "5", "--out", str(alone / "p"))[0] == 0
     export(home, alone / "b.zip")
 
     def check(*args: str) -> tuple[int, dict[str, Any]]:
@@ -207,10 +208,67 @@ def test_the_standalone_files_check_a_proof_and_a_bundle_with_only_their_depende
 
     imports = subprocess.run([str(python), "-c", "import archive_provider"], cwd=alone)
     assert imports.returncode != 0  # only the copied files run
-    code, report = check("p.proof", "--key", vkey)  # detected as a proof by its first line
-    assert code == 0 and report["events_checked"] == 2 and report["authenticity"] == "verified"
+    code, report = check("p/3.proof", "--key", vkey)  # detected as a proof by its first line
+    assert code == 0 and report["events_checked"] == 1 and report["authenticity"] == "verified"
     other = Signer.generate(vkey.split("+")[0]).vkey
-    code, report = check("proof", "p.proof", "--key", other)
+    code, report = check("proof", "p/5.proof", "--key", other)
     assert code == 1 and not report["ok"]
     code, report = check("b.zip", "--key", vkey)
     assert code == 0 and report["authenticity"] == "verified"
+
+
+def test_prove_writes_one_proof_per_file(
+    home: Path, vkey: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A C2SP tlog-proof holds one proof: several seqs make a folder of files, each one
+    document that stock parsers read whole (a concatenation made them fail on a signature)."""
+    out = tmp_path / "proofs"
+    code, data = prove_cli(capsys, home, "5", "3", "--out", str(out))
+    assert code == 0 and data["paths"] == [str(out / "3.proof"), str(out / "5.proof")]
+    for seq in (3, 5):
+        text = (out / f"{seq}.proof").read_bytes()
+        assert text.count(b"c2sp.org/tlog-proof@v1\n") == 1
+        report = verify_proof(out / f"{seq}.proof", vkey)
+        assert report.ok and report.last_seq == seq, report.problem
+    assert prove_cli(capsys, home, "3", "5", "--out", str(out))[0] == 2  # not over a folder
+
+
+def test_a_proof_line_stays_within_what_stock_parsers_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Go's bufio.Scanner stops at 64 KiB: a turn whose bodies make a longer extra line is
+    refused with what to do; a file with such a line is refused by the reader too."""
+    from archive_provider import ArchiveProvider
+
+    home = tmp_path / "home"
+    with archive_format(2):
+        provider = ArchiveProvider()
+        provider.initialize("big", hermes_home=str(home), platform="cli", agent_context="primary")
+        big = "x" * 60_000  # two bodies of 60 kB: the line would be 160 kB of base64
+        provider.sync_turn(big, big + "y", session_id="big")
+        provider.shutdown()
+    seq = int(
+        sqlite3.connect(home / "archive" / "events.db")
+        .execute("SELECT max(seq) FROM events WHERE type = 'turn'")
+        .fetchone()[0]
+    )
+    code, data = prove_cli(capsys, home, str(seq), "--out", str(tmp_path / "big.proof"))
+    assert code == 1 and "64 KiB" in data["error"] and "--only" in data["error"]
+    assert not (tmp_path / "big.proof").exists()
+    long_line = b"c2sp.org/tlog-proof@v1\nextra " + b"A" * tlog_proof.MAX_LINE + b"\nindex 0\n\n"
+    with pytest.raises(tlog_proof.ProofFileError, match="stock parsers read at most"):
+        tlog_proof.parse_tlog_proofs(long_line)
+
+
+def test_verify_proof_checks_a_proof_file_from_the_cli(
+    home: Path, vkey: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An auditor with the package installed checks a proof file without a second tool."""
+    out = tmp_path / "turn.proof"
+    assert prove_cli(capsys, home, "3", "--out", str(out))[0] == 0
+    code, data = run_json(capsys, tmp_path / "nohome", "verify-proof", str(out), "--key", vkey)
+    assert code == 0 and data["ok"] and data["proof"]["authenticity"] == "verified"
+    assert data["proof"]["last_seq"] == 3
+    other = Signer.generate(vkey.split("+")[0]).vkey
+    code, data = run_json(capsys, tmp_path / "nohome", "verify-proof", str(out), "--key", other)
+    assert code == 1 and data["proof"]["code"] == "checkpoint_signature"

@@ -26,10 +26,17 @@ from archive_provider.format import verifier
 VECTORS = Path(__file__).parent / "vectors"
 PROOFS = VECTORS / "proof_v2"
 VERSIONS = {2: VECTORS / "bundle_v2", 3: VECTORS / "bundle_v3"}
+#: failures derived from tiny.zip (make_bundles.py --derived): one per rule of 20.1, 20.2
+#: step 4 and 21.4 a second verifier must name alike
+DERIVED = {
+    "duplicate-member": "duplicate_key",
+    "head-chain": "head_chain",
+    "changed-member": "bundle_member",
+}
 CASES = [
     (version, name, keyed)
     for version in VERSIONS
-    for name in ("tiny", "tampered")
+    for name in ("tiny", "tampered", *(DERIVED if version == 3 else ()))
     for keyed in (True, False)
 ]
 
@@ -83,6 +90,25 @@ def test_bundles_report_what_the_vector_expects(
         tmp_path, "bundle", str(bundles / f"{name}.zip"), *(("--key", key) if key else ())
     )
     assert report == want and code == (0 if want["ok"] else 1)
+
+
+def test_the_derived_vectors_say_what_they_are_for() -> None:
+    for name, code in DERIVED.items():
+        for suffix in ("", ".unkeyed"):
+            report = expected(VERSIONS[3], name + suffix)
+            assert (report["ok"], report["code"]) == (False, code)
+    proof = expected(PROOFS, "no-final-newline")
+    assert (proof["ok"], proof["code"]) == (False, "proof_format")
+
+
+def test_a_proof_without_its_final_newline_reports_what_the_vector_expects(tmp_path: Path) -> None:
+    want = expected(PROOFS, "no-final-newline")
+    key = vkey(PROOFS)
+    assert verifier.verify_proof(PROOFS / "no-final-newline.proof", key).as_dict() == want
+    code, report = standalone(
+        tmp_path, "proof", str(PROOFS / "no-final-newline.proof"), "--key", key
+    )
+    assert code == 1 and report == want
 
 
 def test_the_proof_reports_what_the_vector_expects(tmp_path: Path) -> None:

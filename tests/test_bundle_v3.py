@@ -190,7 +190,7 @@ def test_a_body_no_selected_event_names_is_refused(home: Path, vkey: str, tmp_pa
         manifest["payloads"] += 1
 
     report = verify_bundle(forged(bundle, change), vkey=vkey)
-    assert not report.ok and report.code == "bundle"
+    assert not report.ok and report.code == "bundle_record"
     assert f"({stranger[1].hex()}) is not a payload or part of any selected event" in (
         report.problem or ""
     )
@@ -496,7 +496,7 @@ def test_a_named_again_flag_left_off_is_refused_where_the_digest_is_named_again(
     digest = records(members(bundle)["payloads.bin"])[index][1]
     first, second = [seq for named, seq in every if named == digest][:2]
     report = verify_bundle(forged(bundle, change), vkey=vkey)
-    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle", second)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle_record", second)
     assert (
         f"payload {digest.hex()} is named again, but its record in payloads.bin (read at seq "
         f"{first}) does not say so" in (report.problem or "")
@@ -521,7 +521,7 @@ def test_a_body_carried_again_under_a_flag_left_off_is_refused(
         manifest["payloads"] += 1
 
     report = verify_bundle(forged(bundle, change), vkey=vkey)
-    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle", every[at][1])
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle_record", every[at][1])
     assert f"payload {digest.hex()} has a second record in payloads.bin" in (report.problem or "")
 
 
@@ -539,8 +539,140 @@ def test_a_named_again_flag_on_a_digest_named_once_is_refused(
         items[index] = (kind | AGAIN, name, salt, body)
 
     report = verify_bundle(forged(bundle, change), vkey=vkey)
-    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle", seq)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "bundle_record", seq)
     assert (
         f"the record of payload {digest.hex()} in payloads.bin says it is named again, but no "
         "later name of a selected event names it" in (report.problem or "")
     )
+
+
+# -- one report shape, a code for every failure (FORMAT.md 20.3, 21.4) ---------------------
+
+REPORT_FIELDS = set(verifier.ReportV2().as_dict())
+
+
+def write_manifest(bundle: Path, text: bytes) -> None:
+    """Reseal ``bundle`` with ``text`` as its manifest, verbatim (a forger's own JSON)."""
+    content = members(bundle)
+    content.pop("manifest.json", None)
+    with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, body in content.items():
+            archive.writestr(name, body)
+        archive.writestr("manifest.json", text)
+        archive.comment = seal_comment(blake3(text).hexdigest())
+    with open(bundle, "r+b") as handle:
+        size = handle.seek(0, 2)
+        seal = verifier.seal_digest(handle, size)
+        handle.seek(size - 64)
+        handle.write(seal.encode())
+
+
+def test_a_manifest_naming_a_member_twice_is_refused(bundle: Path, vkey: str) -> None:
+    """Last-one-wins would let one reader see ``payloads`` 999 and another the true count."""
+    text = members(bundle)["manifest.json"]
+    write_manifest(bundle, b'{"payloads": 999, ' + text.lstrip()[1:])
+    report = verify_bundle(bundle, vkey=vkey)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "duplicate_key", None)
+    assert set(report.as_dict()) == REPORT_FIELDS
+    assert report.problem == 'manifest.json has the member "payloads" twice'
+
+
+def test_an_envelope_line_naming_a_field_twice_has_its_code(bundle: Path, vkey: str) -> None:
+    def twice(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        lines = content["envelopes.jsonl"].splitlines(keepends=True)
+        lines[1] = lines[1].replace(b'{"author"', b'{"type":"turn","author"', 1)
+        content["envelopes.jsonl"] = b"".join(lines)
+
+    reseal(bundle, twice)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert (report.ok, report.code, report.first_bad_seq) == (False, "duplicate_key", 2)
+
+
+def _changed_member(bundle: Path) -> None:
+    """A member changed, the manifest kept as it is (its digests no longer hold)."""
+    content = members(bundle)
+    manifest = content.pop("manifest.json")
+    with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, body in content.items():
+            archive.writestr(name, body + b"\n" if name == "envelopes.jsonl" else body)
+    write_manifest(bundle, manifest)
+
+
+def _edit(change: Any) -> Any:
+    return lambda bundle: reseal(bundle, change)
+
+
+def _extra(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    content["notes.txt"] = b"extra"
+
+
+def _version_4(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    manifest["bundle_version"] = 4
+
+
+def _not_v2_line(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    lines = content["envelopes.jsonl"].splitlines(keepends=True)
+    lines[0] = b'{"seq": 1}\n'
+    content["envelopes.jsonl"] = b"".join(lines)
+
+
+def _unlisted(bundle: Path) -> None:
+    text = members(bundle)["manifest.json"]
+    with zipfile.ZipFile(bundle, "a") as archive:
+        archive.writestr("notes.txt", b"unlisted")
+    write_manifest(bundle, text)
+
+
+def _manifest_digest(bundle: Path) -> None:
+    with open(bundle, "r+b") as handle:
+        size = handle.seek(0, 2)
+        handle.seek(size - 64 - len(b"; seal blake3 ") - 64)
+        handle.write(b"0" * 64)
+
+
+@pytest.mark.parametrize(
+    ("damage", "code", "store_known"),
+    [
+        (_changed_member, "bundle_member", True),
+        (_manifest_digest, "bundle_manifest", False),
+        (_edit(_extra), "bundle_manifest", False),
+        (_unlisted, "bundle_member", True),
+        (_edit(_version_4), "bundle_manifest", False),
+        (_edit(_not_v2_line), "bundle_envelope", True),
+    ],
+    ids=["changed member", "manifest digest", "extra", "unlisted", "version 4", "not v2"],
+)
+def test_every_early_bundle_failure_has_the_one_report_shape(
+    bundle: Path, vkey: str, damage: Any, code: str, store_known: bool
+) -> None:
+    """A failure before the envelopes are read is the report of FORMAT.md 20.3 with a code."""
+    store_id = json.loads(members(bundle)["manifest.json"])["store_id"]
+    damage(bundle)
+    report = verify_bundle(bundle, vkey=vkey)
+    assert (report.ok, report.code) == (False, code), report.problem
+    assert set(report.as_dict()) == REPORT_FIELDS
+    assert report.as_dict()["store_id"] == (store_id if store_known else None)
+
+
+@pytest.mark.parametrize(
+    ("edit", "code", "at"),
+    [("chain", "head_chain", 0), ("seq up", "truncated", 1), ("seq down", "after_head", 0)],
+)
+def test_a_changed_manifest_head_is_named_as_a_database_head_is(
+    bundle: Path, vkey: str, edit: str, code: str, at: int
+) -> None:
+    """FORMAT.md 20.2 step 4: the head's chain is `head_chain` at the last seq, a head past
+    the envelopes `truncated` after them, one before them `after_head`."""
+    last = json.loads(members(bundle)["manifest.json"])["head"]["seq"]
+
+    def change(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
+        head = manifest["head"]
+        if edit == "chain":
+            head["chain"] = "0" * 64
+        else:
+            head["seq"] += 1 if edit == "seq up" else -1
+
+    reseal(bundle, change)
+    report = verify_bundle(bundle, vkey=vkey)
+    expected = {"head_chain": last, "truncated": last + 1, "after_head": last}[code]
+    assert (report.ok, report.code, report.first_bad_seq) == (False, code, expected), report.problem

@@ -23,7 +23,7 @@ from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.audit.replay import verify_projections
 from archive_provider.domain import builders
-from archive_provider.format.verifier import verify_bundle
+from archive_provider.format.verifier import ReportV2, verify_bundle
 from archive_provider.projections.base import TableProjection
 from archive_provider.projections.registry import default_projections
 from archive_provider.projections.runner import ProjectionSet
@@ -364,6 +364,8 @@ def test_a_bundle_exported_after_an_erasure_carries_erased_slots_that_verify(
     assert OTHER.encode() in b"".join(content.values())
     report = verify_bundle(whole, vkey=vkey)
     assert report.ok and report.authenticity == "verified", report.problem
+    assert isinstance(report, ReportV2) and report.payloads_erased == len(erased)
+    assert report.erasures == [{"seq": receipt.seq, "payloads": len(erased)}]  # as a database's
     code, alone_report = standalone(alone, "whole.zip", "--key", vkey)
     assert code == 0 and alone_report["ok"] and alone_report["authenticity"] == "verified"
     # a bundle of the erased session alone: only slots, and it still verifies

@@ -247,3 +247,81 @@ def test_the_three_pure_modules_verify_a_proof_file_copied_out_of_the_package(tm
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2, 5] ('witness.hermes-archive.invalid/w1',)"
+
+
+# -- the report of a proof file (FORMAT.md 20.3, 21.1): codes, seqs, counts ---------------
+
+
+def _report(tmp_path: Path, data: bytes):
+    """The report ``verify_proof`` (the CLI's and the standalone verifier's) gives ``data``."""
+    from archive_provider.format.verifier import verify_proof
+
+    path = tmp_path / "file.proof"
+    path.write_bytes(data)
+    return verify_proof(path, PROOFS["log_vkey"], [])
+
+
+def _code(report) -> tuple[bool, str | None, int | None]:
+    return report.ok, report.code, report.first_bad_seq
+
+
+def test_each_proof_failure_has_its_code_and_seq(tmp_path: Path) -> None:
+    first = _first()
+    bad = list(first.proof)
+    bad[0] = bytes(32)
+    for data, expected in [
+        (_with_extra(first, _flip_body).encode(), ("payload_mismatch", 2)),
+        (
+            TlogProof(first.index, tuple(bad), first.checkpoint, first.extra).encode(),
+            ("inclusion", 2),
+        ),
+    ]:
+        report = _report(tmp_path, data)
+        assert _code(report) == (False, *expected), report.problem
+    twice = json.loads(first.extra)
+    raw = json.dumps(twice, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    raw = raw.replace('{"envelope"', '{"payloads":[],"envelope"', 1)
+    doubled = TlogProof(first.index, first.proof, first.checkpoint, raw.encode()).encode()
+    assert _code(_report(tmp_path, doubled))[:2] == (False, "duplicate_key")
+
+
+def test_a_signature_failure_says_authenticity_failed(tmp_path: Path) -> None:
+    impostor = Signer(LOG.name, bytes(range(32)))
+    document = _first()
+    text = document.checkpoint.decode().split("\n\n")[0] + "\n"
+    forged = TlogProof(
+        document.index, document.proof, (text + "\n" + impostor.sign(text).line).encode(),
+        document.extra,
+    )  # fmt: skip
+    report = _report(tmp_path, forged.encode())
+    assert (_code(report), report.authenticity) == (
+        (False, "checkpoint_signature", None),
+        "failed",
+    )
+
+
+def test_payloads_checked_counts_distinct_digests(tmp_path: Path) -> None:
+    """The same disclosure in two documents is one payload checked (20.3: distinct)."""
+    once = _report(tmp_path, _first().encode())
+    twice = _report(tmp_path, _first().encode() + _first().encode())
+    assert once.ok and twice.ok and twice.payloads_checked == once.payloads_checked == 3
+
+
+def test_a_file_without_its_final_newline_is_refused(tmp_path: Path) -> None:
+    """A note's text ends with a newline: the last document's is not made up (notes.json)."""
+    assert FILE.endswith(b"\n")
+    report = _report(tmp_path, FILE[:-1])
+    assert _code(report) == (False, "proof_format", None), report.problem
+    assert _report(tmp_path, FILE).ok
+
+
+def test_a_witness_key_in_its_ed25519_form_counts_its_cosignature(tmp_path: Path) -> None:
+    """C2SP allows a witness's Ed25519 key in type 0x01 or 0x04: both check its cosignature."""
+    from archive_provider.format.verifier import verify_proof
+
+    path = tmp_path / "file.proof"
+    path.write_bytes(FILE)
+    ed25519 = Verifier(WITNESS.name, 0x01, WITNESS.public_key).vkey
+    for given in (PROOFS["witness_vkey"], ed25519):
+        report = verify_proof(path, PROOFS["log_vkey"], [given])
+        assert report.ok and report.checkpoint["cosigned_by"] == [WITNESS.name], report.problem

@@ -222,3 +222,36 @@ def test_a_one_column_edit_is_located_by_seq(
     report = verifier.verify_database(conn, b"")
     conn.close()
     assert (report.ok, report.first_bad_seq, report.as_dict()["code"]) == (False, seq, code)
+
+
+def test_a_missing_head_row_reports_head_seq_null(tmp_path: Path) -> None:
+    """FORMAT.md 20.3: ``head_seq`` is null when the source records no head (not 0)."""
+    case = next(c for c in CASES if c["name"] == "head row missing")
+    conn = sqlite3.connect(_database(tmp_path, case), isolation_level=None)
+    report = verifier.verify_database(conn, b"", vkey=VECTORS["log_vkey"])
+    assert (report.ok, report.head_seq, report.code) == (False, None, "after_head")
+
+
+@pytest.mark.parametrize("version", ["missing", "3"])
+def test_the_standalone_verifier_names_an_unknown_format(tmp_path: Path, version: str) -> None:
+    """A format it does not read is code ``format_version``: never the format-1 path, which
+    took ``--key VKEY`` for a file name and showed Python's exception text."""
+    statement = (
+        "DELETE FROM meta WHERE name = 'format_version'"
+        if version == "missing"
+        else "UPDATE meta SET value = '3' WHERE name = 'format_version'"
+    )
+    path = _database(tmp_path, {"sql": [statement]})
+    for name in ("verifier.py", "merkle.py", "signed_note.py"):
+        shutil.copy(Path(verifier.__file__).with_name(name), tmp_path / name)
+    done = subprocess.run(
+        [sys.executable, "-I", str(tmp_path / "verifier.py"), str(path), "--json"]
+        + ["--key", VECTORS["log_vkey"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["code"], report["first_bad_seq"]) == (1, "format_version", None)
+    assert "Error" not in report["problem"] and "No such file" not in report["problem"]

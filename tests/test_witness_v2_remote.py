@@ -17,6 +17,7 @@ import pytest
 
 from archive_provider.cli import main
 from archive_provider.format.events import NewEvent
+from archive_provider.format.signed_note import Verifier
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.witness_client import WitnessLag
@@ -60,6 +61,12 @@ def _until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
+def _name_and_key(vkey: str) -> tuple[str, int, bytes]:
+    """(name, type 0x01, public key) of a cosigner verifier key: its Ed25519 form."""
+    key = Verifier.from_vkey(vkey)
+    return key.name, 0x01, key.public_key
+
+
 def _lag(writer: Writer, vkey: str) -> WitnessLag:
     (lag,) = [row for row in writer.witness_lag() if row.vkey == vkey]
     return lag
@@ -85,12 +92,16 @@ def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
     keygen(tmp_path / "w2", "w2.example/witness")
     w1 = witnesses(tmp_path / "w1", [vkey])
     w2 = witnesses(tmp_path / "w2", [vkey])
-    for w in (w1, w2):
-        code, answer = _cli(home, capsys, "witness", "add", w.url, w.vkey, "--reason", "offsite")
+    # w2 is given in the Ed25519 form (type 0x01) Go's tools print: the same key, recorded
+    # as its cosigner key (type 0x04), whose cosignatures it makes
+    w2_ed25519 = Verifier(*_name_and_key(w2.vkey)).vkey
+    assert w2_ed25519 != w2.vkey
+    for w, given in ((w1, w1.vkey), (w2, w2_ed25519)):
+        code, answer = _cli(home, capsys, "witness", "add", w.url, given, "--reason", "offsite")
         assert code == 0 and answer["ok"], answer
-    assert len(answer["witnesses"]) == 2
+    assert sorted(row["vkey"] for row in answer["witnesses"]) == sorted([w1.vkey, w2.vkey])
     code, refused = _cli(home, capsys, "witness", "add", w1.url, vkey, "--reason", "log key")
-    assert code == 1 and "0x04" in refused["problem"]  # only a cosigner key is a witness's
+    assert code == 1 and "own log key" in refused["problem"]  # never the log's own key
 
     # a removal needs the explicit acceptance; without it nothing is recorded
     code, refused = _cli(home, capsys, "witness", "remove", w2.vkey, "--reason", "test")

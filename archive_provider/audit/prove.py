@@ -1,7 +1,7 @@
 """``hermes-archive prove``: one memory disclosed with the proof that it is in the log.
 
-Writes C2SP ``tlog-proof`` documents (FORMAT.md 21.1), one per event, all naming the same
-signed checkpoint: the envelope, the disclosed bodies with their salts, the inclusion proof
+Writes C2SP ``tlog-proof`` documents (FORMAT.md 21.1), one per event and one per file, all
+naming the same signed checkpoint: the envelope, the disclosed bodies with their salts, the inclusion proof
 from the tiles (O(log n) reads) and the checkpoint with its cosignatures. A recipient checks
 it offline with the log's verifier key (``format/verifier.py proof FILE --key VKEY``) and
 learns nothing about any body not disclosed: digests are salted, no store key travels.
@@ -50,11 +50,13 @@ def uncosigned(store: EventStoreV2, last: int) -> str | None:
     )
 
 
-def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> bytes:
-    """The proof file for ``seqs`` (every body named, or only the digests in ``only``).
+def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> dict[int, bytes]:
+    """One proof file per seq of ``seqs`` (every body named, or only the digests in ``only``),
+    each one C2SP tlog-proof document, as stock parsers read it.
 
-    A writable store first signs its head, so the newest events can be proven; the file is
-    checked with the store's verifier key before it is returned.
+    A writable store first signs its head, so the newest events can be proven; each file is
+    checked with the store's verifier key before it is returned. A disclosure that would
+    make the ``extra`` line longer than a stock parser reads (64 KiB) is refused.
     """
     if not isinstance(store, EventStoreV2):
         raise ProveError(
@@ -70,7 +72,8 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> b
         raise ProveError("the archive has no signed checkpoint yet")
     wanted = {digest.lower() for digest in only}
     reader = merkle.TileReader(store.read_tile, size)
-    documents = []
+    documents: dict[int, bytes] = {}
+    log = Verifier.from_vkey(store.note_vkey())
     for seq in dict.fromkeys(seqs):
         if not 1 <= seq <= size:
             raise ProveError(f"seq {seq} is not in the signed tree (size {size})")
@@ -88,14 +91,22 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> b
             salted = salted_payload(store.conn, digest.hex())
             if salted is not None:  # an erased body stays a digest
                 disclosed.append((digest, *salted))
-        documents.append(
-            tlog_proof.TlogProof(
-                seq - 1,
-                tuple(merkle.inclusion_proof(seq - 1, size, reader)),
-                note,
-                tlog_proof.event_extra(envelope.canonical().decode("utf-8"), disclosed),
-            ).encode()
-        )
-    data = b"".join(documents)
-    tlog_proof.verify_proof_file(data, Verifier.from_vkey(store.note_vkey()))
-    return data
+        extra = tlog_proof.event_extra(envelope.canonical().decode("utf-8"), disclosed)
+        if 4 * -(-len(extra) // 3) + len("extra \n") > tlog_proof.MAX_LINE:
+            largest = max(disclosed, key=lambda d: len(d[2]), default=None)
+            which = (
+                f"the largest is {largest[0].hex()} ({len(largest[2]):,} bytes): disclose "
+                "the others with --only"
+                if largest is not None
+                else "its envelope alone is that long"
+            )
+            raise ProveError(
+                f"seq {seq}: the proof's extra line would pass 64 KiB, which stock C2SP "
+                f"parsers refuse; {which}"
+            )
+        data = tlog_proof.TlogProof(
+            seq - 1, tuple(merkle.inclusion_proof(seq - 1, size, reader)), note, extra
+        ).encode()
+        tlog_proof.verify_proof_file(data, log)
+        documents[seq] = data
+    return documents

@@ -272,6 +272,7 @@ class Command:
 from archive_provider.commands import (  # noqa: E402  (the modules import the context above)
     as_of,
     central,
+    checkpoint,
     demo,
     erasures,
     export,
@@ -293,6 +294,7 @@ from archive_provider.commands import (  # noqa: E402  (the modules import the c
     status,
     verify,
     verify_bundle,
+    verify_proof,
     witness,
 )
 
@@ -311,8 +313,10 @@ COMMANDS = [
         verify_bundle,
         readable_copy,
         prove,
+        verify_proof,
         witness,
         key,
+        checkpoint,
         migrate,
         forget,
         erasures,

@@ -1,7 +1,7 @@
 """export: write a sealed, self-contained bundle of selected events with the proof they belong.
 
-The bundle carries every envelope from the genesis (or, with ``--chain-from selection``,
-from just before the first selected event) to the head, and the payloads and parts of the
+The bundle carries every envelope from the genesis (or, for a format-1 archive with
+``--chain-from selection``, from just before the first selected event) to the head, and the payloads and parts of the
 selected events only. docs/AUDIT.md explains what it proves.
 """
 
@@ -36,8 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--chain-from",
         choices=("genesis", "selection"),
         default="genesis",
-        help="carry envelopes from the genesis (default: proves the selection complete) or only "
-        "from the first selected event (smaller; the start must be confirmed against the archive)",
+        help="carry envelopes from the genesis (default: proves the selection complete) or, for "
+        "a format-1 archive only, from the first selected event (smaller; the start must be "
+        "confirmed against the archive); a format-2 bundle always starts at the genesis",
     )
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
 

@@ -145,17 +145,34 @@ def _human(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _pinned_key(ctx: CommandContext, store_id: str) -> tuple[str | None, str | None]:
+    """(the verifier key to check with, where it came from): ``--key``, else the key the
+    local witness pinned (FORMAT.md 20.2 step 6), else none."""
+    from archive_provider.storage.witness import Witness, WitnessMismatch
+
+    if ctx.args.key is not None:
+        return ctx.args.key, "--key"
+    try:
+        record = Witness.for_home(ctx.home).read_for(store_id)
+    except WitnessMismatch:
+        return None, None  # the open-time proof reports an unreadable witness
+    if record is None or record.log_vkey is None:
+        return None, None
+    return record.log_vkey, "the local witness"
+
+
 def run(ctx: CommandContext) -> int:
     from archive_provider.format.verifier import usable_cores, verify_database
 
     jobs = usable_cores() if ctx.args.jobs is None else ctx.args.jobs
     with ctx.store() as store:
         total = store.head().seq
+        vkey, pinned_by = _pinned_key(ctx, store.store_id)
         with ctx.progress("verify", total) as progress:
             report: Report = verify_database(
-                store.conn, store.key, progress=progress, vkey=ctx.args.key, jobs=jobs
+                store.conn, store.key, progress=progress, vkey=vkey, jobs=jobs
             )
-    data: dict[str, Any] = {"ok": report.ok, "log": report.as_dict()}
+    data: dict[str, Any] = {"ok": report.ok, "log": report.as_dict(), "pinned_key": pinned_by}
     if ctx.args.lineage and report.ok:
         data["lineage"] = _lineage(ctx, Path(ctx.args.lineage))
         data["ok"] = data["lineage"]["ok"]

@@ -65,6 +65,7 @@ def _check(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     except WitnessMismatch as exc:
         return {**data, "ok": False, "problem": str(exc), "recorded": None}
     data["recorded"] = record.as_dict() if record else None
+    data["keys"] = _witness_keys(ctx, witness)
     if not ctx.exists():
         return {**data, "ok": record is None, "problem": None if record is None else "no archive"}
     store = ctx.open_store()
@@ -77,9 +78,49 @@ def _check(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
         store.close()
 
 
+def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
+    """Every witness key this archive relies on: the local witness's cosigner key (as
+    C2SP's type 0x04 and as the Ed25519 type 0x01 Go's tools read) and each remote one."""
+    from archive_provider.storage.proof_v2 import COSIGNER_KEY, cosigner
+    from archive_provider.storage.remote_witnesses import witness_set
+    from archive_provider.storage.store import EventStoreV2
+
+    local = None
+    if (witness.directory / COSIGNER_KEY).is_file():
+        try:
+            key = cosigner(witness.directory).verifier
+            local = {"vkey": key.vkey, "ed25519_vkey": _ed25519_form(key)}
+        except OSError as exc:
+            local = {"problem": str(exc)}
+    remote: list[dict[str, Any]] = []
+    if ctx.exists():
+        store = ctx.open_store()
+        try:
+            if isinstance(store, EventStoreV2):
+                remote = [{"url": e.url, "vkey": e.vkey} for e in witness_set(store.conn)]
+        finally:
+            store.close()
+    return {"local": local, "remote": remote}
+
+
+def _ed25519_form(key: Any) -> str:
+    from archive_provider.format.signed_note import ALG_ED25519, Verifier
+
+    return Verifier(key.name, ALG_ED25519, key.public_key).vkey
+
+
 def _human_show(data: dict[str, Any]) -> str:
     recorded = data.get("recorded")
     lines = [f"Witness: {data['witness']}"]
+    keys = data.get("keys") or {}
+    local = keys.get("local")
+    if local and "vkey" in local:
+        lines.append(f"Local witness key: {local['vkey']} (Ed25519 form: {local['ed25519_vkey']})")
+    elif local:
+        lines.append(f"Local witness key: unusable: {local['problem']}")
+    lines += [
+        f"Remote witness: {r['vkey']} at {r['url'] or 'a peer'}" for r in keys.get("remote", [])
+    ]
     if recorded:
         lines.append(
             f"Recorded: store {recorded['store_id']} at seq {recorded['seq']} ({recorded['time']})"
@@ -163,6 +204,7 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
     """``witness add URL VKEY`` / ``witness remove VKEY --yes``: an event in the log (16.2)."""
     from archive_provider.storage.remote_witnesses import (
         BadWitness,
+        cosigner_key,
         witness_added,
         witness_removed,
         witness_set,
@@ -190,12 +232,15 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
         try:
             if action == "add":
                 url, vkey = target
-                if vkey in known:
+                key = cosigner_key(vkey)  # either Ed25519 form: 0x04 or 0x01
+                if key.public_key == cosigner_key(store.vkey).public_key:
+                    raise BadWitness(f"{vkey} is this archive's own log key, not a witness's")
+                if key.vkey in known:
                     raise CommandError(f"{vkey} is already a witness of this archive")
                 event = witness_added(url, vkey, reason, who())
             else:
                 (vkey,) = target
-                if vkey not in known:
+                if cosigner_key(vkey).vkey not in known:
                     raise CommandError(f"{vkey} is not a witness of this archive")
                 event = witness_removed(vkey, reason, who())
         except BadWitness as exc:

@@ -215,6 +215,16 @@ class Verifier:
         return True
 
 
+def cosigner_verifier(vkey: str) -> Verifier:
+    """A witness's cosigner key from its verifier key in either form C2SP allows: type 0x04
+    (tlog-cosignature), or the common Ed25519 type 0x01 that Go's note tools make (the same
+    public key; its cosignatures are checked as type 0x04, whose key ID they carry)."""
+    verifier = Verifier.from_vkey(vkey)
+    if verifier.alg == ALG_COSIGNATURE_V1:
+        return verifier
+    return Verifier(verifier.name, ALG_COSIGNATURE_V1, verifier.public_key)
+
+
 class Signer:
     """An Ed25519 signing key for notes (type 0x01) or cosignatures (type 0x04)."""
 
@@ -245,6 +255,11 @@ class Signer:
         if signer.key_id != int(fields[3], 16):
             raise NoteError(f"the key ID {fields[3]} of {fields[2]} does not match the key")
         return signer
+
+    def as_cosigner(self) -> Signer:
+        """This Ed25519 key as a cosigner (type 0x04): a witness key file may hold the type
+        0x01 form, which Go's note signers read (they refuse 0x04)."""
+        return Signer(self.name, self._seed, ALG_COSIGNATURE_V1)
 
     @property
     def private_key(self) -> str:

@@ -38,12 +38,20 @@ DOMAIN_PAYLOAD = b"hermes-archive/v2/payload\x00"
 ENVELOPE_FIELDS = frozenset(
     {"author", "identity", "key", "parts", "payload", "seq", "session", "time", "type"}
 )
+#: the longest line a stock parser reads, its newline included: Go's ``bufio.Scanner``
+#: (the C2SP reference code's reader) stops at 64 KiB by default
+MAX_LINE = 64 * 1024
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _HEX32 = re.compile(r"[0-9a-f]{64}")
 
 
 class ProofFileError(ValueError):
-    """A proof file is malformed or does not prove what it claims; the message says which."""
+    """A proof file is malformed or does not prove what it claims; the message says which,
+    ``code`` which rule (FORMAT.md 21.1), ``seq`` the proven event's when known."""
+
+    def __init__(self, message: str, code: str = "proof_format", seq: int | None = None) -> None:
+        super().__init__(message)
+        self.code, self.seq = code, seq
 
 
 def payload_digest(salt: bytes, body: bytes) -> bytes:
@@ -60,7 +68,9 @@ def strict_json(text: str | bytes) -> Any:
         seen: dict[str, Any] = {}
         for name, value in items:
             if name in seen:
-                raise ProofFileError(f'a JSON object has the member "{name}" twice')
+                raise ProofFileError(
+                    f'a JSON object has the member "{name}" twice', "duplicate_key"
+                )
             seen[name] = value
         return seen
 
@@ -108,9 +118,15 @@ def parse_tlog_proofs(data: bytes) -> list[TlogProof]:
         raise ProofFileError("a proof file is UTF-8 text") from None
     if not text.startswith(HEADER + "\n"):
         raise ProofFileError(f"a proof file starts with the line {HEADER}")
+    longest = max(len(line.encode("utf-8")) + 1 for line in text.split("\n"))
+    if longest > MAX_LINE:
+        raise ProofFileError(
+            f"a line of the proof file is {longest} bytes; stock parsers read at most {MAX_LINE}"
+        )
     documents = text.split("\n" + HEADER + "\n")
-    return [
-        _parse_document(doc if i == 0 else HEADER + "\n" + doc, i)
+    last = len(documents) - 1
+    return [  # the split took the final newline of each note but the last one's
+        _parse_document((doc if i == 0 else HEADER + "\n" + doc) + ("\n" if i < last else ""), i)
         for i, doc in enumerate(documents)
     ]
 
@@ -133,8 +149,8 @@ def _parse_document(text: str, number: int) -> TlogProof:
     if any(len(h) != merkle.HASH_SIZE for h in proof):
         raise ProofFileError(f"{where}: each proof line is one {merkle.HASH_SIZE}-byte hash")
     body = checkpoint.encode("utf-8")
-    if not body.endswith(b"\n"):
-        body += b"\n"  # the last document of a file may lack the final newline of its note
+    if not body.endswith(b"\n"):  # a note's text ends with a newline (signed-note)
+        raise ProofFileError(f"{where}: the checkpoint note does not end with a newline")
     return TlogProof(int(index_text), proof, body, extra)
 
 
@@ -187,11 +203,13 @@ def verify_document(
     document: TlogProof, log: Verifier, witnesses: Sequence[Verifier] = ()
 ) -> ProvenEvent:
     """Check one document: signatures, inclusion of the envelope, and each disclosed body."""
-    where = f"the proof of leaf {document.index}"
+    where, seq = f"the proof of leaf {document.index}", document.index + 1
     try:
         checkpoint, _, cosigned = open_checkpoint(document.checkpoint, log, witnesses)
     except NoteError as exc:
-        raise ProofFileError(f"{where}: the checkpoint does not verify: {exc}") from None
+        raise ProofFileError(
+            f"{where}: the checkpoint does not verify: {exc}", "checkpoint_signature"
+        ) from None
     if document.extra is None:
         raise ProofFileError(f"{where} carries no envelope (no extra line)")
     try:
@@ -215,7 +233,9 @@ def verify_document(
             document.index, checkpoint.size, leaf, document.proof, checkpoint.root
         )
     except merkle.ProofError as exc:
-        raise ProofFileError(f"{where}: the envelope is not in the signed tree: {exc}") from None
+        raise ProofFileError(
+            f"{where}: the envelope is not in the signed tree: {exc}", "inclusion", seq
+        ) from None
     named = {envelope["payload"], *envelope["parts"], envelope["author"]} - {None}
     disclosed: dict[str, bytes] = {}
     for entry in payloads:
@@ -230,7 +250,11 @@ def verify_document(
             raise ProofFileError(f"{where}: payload {digest} is not named by the envelope")
         data = body.encode("utf-8")
         if payload_digest(bytes.fromhex(salt), data).hex() != digest:
-            raise ProofFileError(f"{where}: payload {digest} does not match its body and salt")
+            raise ProofFileError(
+                f"{where}: payload {digest} does not match its body and salt",
+                "payload_mismatch",
+                seq,
+            )
         disclosed[digest] = data
     return ProvenEvent(
         envelope["seq"], envelope, checkpoint, tuple(s.name for s in cosigned), disclosed

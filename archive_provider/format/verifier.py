@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import collections
 import json
 import os
 import pathlib
@@ -177,7 +178,7 @@ def _check_payloads(
     payload: str,
     parts: str,
     key: bytes,
-    payload_of: Callable[[str], bytes | None],
+    payload_of: Callable[[str], bytes | Iterable[bytes] | None],
     seen: set[str],
 ) -> Report | None:
     """Check one event's payload and parts; return the failed report, or None when all hold.
@@ -207,7 +208,7 @@ def _check_payload(
     what: str,
     digest: str,
     key: bytes,
-    payload_of: Callable[[str], bytes | None],
+    payload_of: Callable[[str], bytes | Iterable[bytes] | None],
     seen: set[str],
 ) -> Report | None:
     if digest in seen:
@@ -215,7 +216,10 @@ def _check_payload(
     body = payload_of(digest)
     if body is None:
         return report.fail(seq, f"{what} {digest} is missing")
-    if blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != digest:
+    hasher = blake3(DOMAIN_PAYLOAD, key=key)
+    for piece in (body,) if isinstance(body, bytes) else body:  # a bundle's: streamed
+        hasher.update(piece)
+    if hasher.hexdigest() != digest:
         return report.fail(seq, f"{what} {digest} does not match its bytes (changed or swapped)")
     seen.add(digest)
     report.payloads_checked += 1
@@ -227,7 +231,7 @@ def verify_rows(
     *,
     store_id: str,
     key: bytes,
-    payload_of: Callable[[str], bytes | None],
+    payload_of: Callable[[str], bytes | Iterable[bytes] | None],
     head: tuple[int, str] | None,
     start: tuple[int, str] | None = None,
     progress: Callable[[int], None] | None = None,
@@ -238,9 +242,10 @@ def verify_rows(
     ``start`` is the (seq, chain) just before the first row (default: the genesis), so a
     partial export can be checked from any point of the chain. ``head`` is the recorded
     (seq, chain) the run must end at (``None`` when the source records no head).
-    ``payload_needed`` says which rows must come with their payload and parts (default:
-    all); the others are checked for identity and chain only, as a partial export carries
-    just their envelopes.
+    ``payload_of`` gives a body whole or as the pieces of a stream (a bundle member, which
+    may claim any size, is never read whole). ``payload_needed`` says which rows must come
+    with their payload and parts (default: all); the others are checked for identity and
+    chain only, as a partial export carries just their envelopes.
     """
     report = Report(head_seq=head[0] if head else None)
     prev_seq, prev_chain = start if start else (0, genesis(store_id))
@@ -303,24 +308,49 @@ _ROWS_SQL = (
 
 
 ARCHIVE_TABLES = ("meta", "events", "payloads", "head")
+#: the tables a v2 verification reads besides those
+ARCHIVE_TABLES_V2 = (*ARCHIVE_TABLES, "tiles", "signed_checkpoints")
 
 
-def schema_problem(conn: sqlite3.Connection) -> str | None:
+def schema_problem(
+    conn: sqlite3.Connection, tables: tuple[str, ...] = ARCHIVE_TABLES
+) -> str | None:
     """Why this database cannot be an archive to read, checked before any query of its data.
 
     A database under audit may come from a compromised system: a view named like one of
     our tables could run any query (a recursive one never ends), so each must be a table.
     """
+    marks = ", ".join("?" * len(tables))
     kinds = dict(
         conn.execute(
-            "SELECT name, type FROM sqlite_master WHERE name IN (?, ?, ?, ?)", ARCHIVE_TABLES
+            f"SELECT name, type FROM sqlite_master WHERE name IN ({marks})", tables
         ).fetchall()
     )
-    for name in ARCHIVE_TABLES:
+    for name in tables:
         if kinds.get(name) != "table":
             found = f"a {kinds[name]}" if name in kinds else "nothing"
             return f"{name} is {found}, not a table: this is not a hermes-archive database"
     return None
+
+
+def database_format(conn: sqlite3.Connection) -> tuple[int, ReportV2 | None]:
+    """The archive's format (1 or 2), or the failed report that refuses it: the schema is
+    checked before any query of its data (FORMAT.md 20.1), then ``meta.format_version``."""
+    problem = schema_problem(conn)
+    if problem:
+        return 0, ReportV2().fail(None, problem, "unreadable")
+    row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+    version = None if row is None else row[0]
+    if version in ("1", 1):
+        return 1, None
+    if version == "2":
+        return 2, None
+    found = "missing" if version is None else f"{printable(version)!r}"
+    return 0, ReportV2().fail(
+        None,
+        f"meta.format_version is {found}: this verifier reads formats 1 and 2",
+        "format_version",
+    )
 
 
 def verify_database(
@@ -338,11 +368,10 @@ def verify_database(
     (``vkey``, the pinned verifier key, checks its signed checkpoints; ``jobs``, the
     processes it may use; a v1 archive is checked in one).
     """
-    problem = schema_problem(conn)
-    if problem:
-        return Report().fail(None, problem)
-    version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    if version is not None and version[0] == "2":
+    version, refused = database_format(conn)
+    if refused is not None:
+        return refused
+    if version == 2:
         return verify_database_v2(conn, vkey, jobs)
     payload_cursor = conn.cursor()
 
@@ -637,8 +666,10 @@ class _TreeCheck:
             self._compare(final=False)
 
     def stored(self, level: int, index: int) -> Any:
-        row = self.conn.execute(
-            "SELECT hashes FROM tiles WHERE level = ? AND idx = ?", (level, index)
+        row = self.conn.execute(  # a row that is not a BLOB is no tile (never decoded)
+            "SELECT CASE typeof(hashes) WHEN 'blob' THEN hashes END FROM tiles "
+            "WHERE level = ? AND idx = ?",
+            (level, index),
         ).fetchone()
         return None if row is None else row[0]
 
@@ -977,6 +1008,12 @@ def _v2_meta(conn: sqlite3.Connection, report: ReportV2) -> dict[str, Any]:
             None, "store_id_malformed", "meta.store_id is not 32 lowercase hex characters"
         )
     report.store_id = store_id
+    origin = meta.get("origin")  # the note is rebuilt from the origin (FORMAT.md 15.5)
+    if origin != f"hermes-archive.invalid/{store_id}":
+        found = "missing" if origin is None else f"{printable(origin)!r}"
+        raise _Failed(
+            None, "origin", f"meta.origin is {found}, not hermes-archive.invalid/{store_id}"
+        )
     return meta
 
 
@@ -994,6 +1031,9 @@ def verify_database_v2(
     report = ReportV2()
     if V2_UNAVAILABLE:
         return report.fail(None, f"cannot read the archive: {V2_UNAVAILABLE}", "unreadable")
+    problem = schema_problem(conn, ARCHIVE_TABLES_V2)  # a view named like a table never runs
+    if problem:
+        return report.fail(None, problem, "unreadable")
     owns = not conn.in_transaction  # a writer checks inside its own write transaction
     helpers = None
     try:
@@ -1024,9 +1064,9 @@ def _verify_v2(
     store_id = meta["store_id"]
     head = conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
     genesis_value = blake3(V2_GENESIS + store_id.encode("ascii")).digest()
+    report.head_seq = None if head is None else head[0]
     if head is None:
         head = (0, genesis_value, merkle.EMPTY_ROOT)
-    report.head_seq = head[0]
     try:  # the pass that holds on an intact archive: payloads merged, not looked up
         check = _V2Pass(conn, report)
         check.erasures()
@@ -1344,6 +1384,14 @@ def _check_checkpoints(
         raise _Failed(
             None, "checkpoint_signature", f"the verifier key is for {log_key.name}, not {origin}"
         )
+    if not rows and report.tree_size:
+        report.authenticity = "failed"
+        raise _Failed(
+            None,
+            "checkpoint_signature",
+            f"no signed checkpoint: none of the {report.tree_size} events is signed by the "
+            "pinned key",
+        )
     reader = merkle.TileReader(read_tile, report.tree_size)
     for size, root, signature in rows:
         if size > report.tree_size:
@@ -1372,6 +1420,13 @@ def _check_checkpoints(
         report.authenticity = "verified"
         assert report.checkpoint is not None
         report.checkpoint["signature"] = "verified"
+        signed = rows[-1][0]
+        if signed < report.tree_size:  # what the signature covers, and what it does not
+            report.warnings.append(
+                f"events 1 to {signed} are signed (the newest checkpoint, size {signed}); "
+                f"events {signed + 1} to {report.tree_size} are after it: their chain and tree "
+                "hold, but no signature covers them yet"
+            )
 
 
 # -- export bundles (docs/AUDIT.md "The export bundle") -----------------------------------
@@ -1402,11 +1457,13 @@ _MAX_ENVELOPE_LINE = 1 << 30
 
 
 class BundleError(Exception):
-    """The bundle is damaged or inconsistent; the message names what, ``seq`` where known."""
+    """The bundle is damaged or inconsistent; the message names what, ``seq`` where known,
+    ``code`` which rule (FORMAT.md 21.4; a manifest's by default)."""
 
-    def __init__(self, message: str, seq: int | None = None) -> None:
+    def __init__(self, message: str, seq: int | None = None, code: str = "bundle_manifest") -> None:
         super().__init__(message)
-        self.seq = seq
+        self.seq, self.code = seq, code
+        self.store_id: str | None = None  # the manifest's, once it was read
 
 
 def seal_comment(manifest_digest: str, seal: str = "0" * 64) -> bytes:
@@ -1454,16 +1511,22 @@ def _read_seal(handle: BinaryIO) -> tuple[str, str, int]:
     """(manifest digest, seal digest, file size) from the comment of the end-of-zip record."""
     size = handle.seek(0, os.SEEK_END)
     if size < SEAL_LENGTH + _END_RECORD:
-        raise BundleError("the file is too short to be a hermes-archive bundle")
+        raise BundleError(
+            "the file is too short to be a hermes-archive bundle", None, "bundle_seal"
+        )
     handle.seek(size - SEAL_LENGTH - _END_RECORD)
     tail = handle.read()
     if tail[:4] != _END_OF_ZIP or int.from_bytes(tail[20:22], "little") != SEAL_LENGTH:
         raise BundleError(
-            "the end-of-zip record before the seal is damaged (or this is not a bundle)"
+            "the end-of-zip record before the seal is damaged (or this is not a bundle)",
+            None,
+            "bundle_seal",
         )
     match = _SEAL.match(tail[_END_RECORD:])
     if match is None:
-        raise BundleError("the seal (the zip comment at the end of the bundle) is damaged")
+        raise BundleError(
+            "the seal (the zip comment at the end of the bundle) is damaged", None, "bundle_seal"
+        )
     return match.group(1).decode(), match.group(2).decode(), size
 
 
@@ -1479,8 +1542,26 @@ def _member_digest(archive: zipfile.ZipFile, name: str, limit: int) -> tuple[int
                 hasher.update(chunk)
                 size += len(chunk)
     except Exception as exc:  # CRC, zlib, header and encryption-flag errors all land here
-        raise BundleError(f"member {printable(name)} cannot be read: {exc}") from None
+        raise BundleError(
+            f"member {printable(name)} cannot be read: {exc}", None, "bundle_member"
+        ) from None
     return size, hasher.hexdigest()
+
+
+def _member_pieces(archive: zipfile.ZipFile, name: str, first: int = 1 << 20) -> Iterator[bytes]:
+    """A member's content: ``first`` bytes (fewer only at its end), then pieces of at most
+    1 MiB, so a body is hashed as a stream, in the memory the other checks keep, whatever
+    size it claims."""
+    try:
+        with archive.open(name) as member:
+            piece = member.read(first)
+            while piece:
+                yield piece
+                piece = member.read(1 << 20)
+    except Exception as exc:  # CRC, zlib, header and encryption-flag errors
+        raise BundleError(
+            f"member {printable(name)} cannot be read: {exc}", None, "bundle_member"
+        ) from None
 
 
 def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -1555,10 +1636,14 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
                 value = json.loads(raw.decode("ascii"))
             except (UnicodeDecodeError, ValueError) as exc:
                 raise BundleError(
-                    f"{ENVELOPES} line {number} is not JSON: {exc}", seq_hint
+                    f"{ENVELOPES} line {number} is not JSON: {exc}", seq_hint, "bundle_envelope"
                 ) from None
             if not raw.endswith(b"\n") or not isinstance(value, dict) or set(value) != expected:
-                raise BundleError(f"{ENVELOPES} line {number} is not an envelope record", seq_hint)
+                raise BundleError(
+                    f"{ENVELOPES} line {number} is not an envelope record",
+                    seq_hint,
+                    "bundle_envelope",
+                )
             seq = value["seq"]
             if (
                 not isinstance(seq, int)
@@ -1566,9 +1651,43 @@ def _envelope_rows(archive: zipfile.ZipFile, first_seq: int) -> Iterator[Row]:
                 or any(not isinstance(value[name], str) for name in ENVELOPE_FIELDS[1:])
             ):
                 raise BundleError(
-                    f"{ENVELOPES} line {number}: a field has the wrong type", seq_hint
+                    f"{ENVELOPES} line {number}: a field has the wrong type",
+                    seq_hint,
+                    "bundle_envelope",
                 )
             yield tuple(value[name] for name in ENVELOPE_FIELDS)
+
+
+def _check_members(archive: zipfile.ZipFile, names: list[str], manifest: dict[str, Any]) -> None:
+    """The zip holds exactly the members the manifest lists, each as listed (version 3: as the
+    checks read them)."""
+    members: dict[str, dict[str, Any]] = manifest["members"]
+    present = set(names) - {MANIFEST}
+    missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
+    if missing:
+        raise BundleError(
+            f"member {printable(missing[0])} is listed in the manifest but missing",
+            None,
+            "bundle_member",
+        )
+    if unlisted:
+        raise BundleError(
+            f"member {printable(unlisted[0])} is not listed in the manifest", None, "bundle_member"
+        )
+    if manifest.get("bundle_version") == BUNDLE_VERSION_V3:
+        return
+    for name in names:
+        entry = members.get(name)
+        if entry is not None and _member_digest(archive, name, entry["size"]) != (
+            entry["size"],
+            entry["blake3"],
+        ):
+            raise BundleError(
+                f"member {printable(name)} was changed: its size or BLAKE3 differs from the "
+                "manifest",
+                None,
+                "bundle_member",
+            )
 
 
 def _verify_open_bundle(
@@ -1581,12 +1700,14 @@ def _verify_open_bundle(
     try:
         archive = zipfile.ZipFile(handle)
     except Exception as exc:
-        raise BundleError(f"the zip directory is damaged: {exc}") from None
+        raise BundleError(f"the zip directory is damaged: {exc}", None, "bundle_seal") from None
     names = archive.namelist()
     seen: set[str] = set()
     for name in names:  # linear: one set lookup per member
         if name in seen:
-            raise BundleError(f"member {printable(name)} appears more than once")
+            raise BundleError(
+                f"member {printable(name)} appears more than once", None, "bundle_member"
+            )
         seen.add(name)
     if MANIFEST not in seen:
         raise BundleError(f"{MANIFEST} is missing")
@@ -1605,7 +1726,11 @@ def _verify_open_bundle(
         )
     with archive.open(MANIFEST) as member:
         try:
-            manifest = json.loads(member.read(manifest_size).decode("utf-8"))
+            manifest = _ONCE.decode(member.read(manifest_size).decode("utf-8"))
+        except _Twice as twice:  # never "last one wins" (FORMAT.md 20.1)
+            raise BundleError(
+                f'{MANIFEST} has the member "{printable(twice.name)}" twice', None, "duplicate_key"
+            ) from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise BundleError(f"{MANIFEST} is not valid JSON: {exc}") from None
     v2 = isinstance(manifest, dict) and manifest.get("bundle_version") in (
@@ -1613,26 +1738,17 @@ def _verify_open_bundle(
         BUNDLE_VERSION_V3,
     )
     manifest = _check_manifest_v2(manifest) if v2 else _check_manifest(manifest)
-    members: dict[str, dict[str, Any]] = manifest["members"]
-    present = set(names) - {MANIFEST}
-    missing, unlisted = sorted(set(members) - present), sorted(present - set(members))
-    if missing:
-        raise BundleError(f"member {printable(missing[0])} is listed in the manifest but missing")
-    if unlisted:
-        raise BundleError(f"member {printable(unlisted[0])} is not listed in the manifest")
-    v3 = v2 and manifest["bundle_version"] == BUNDLE_VERSION_V3
-    for name in names:
-        if name == MANIFEST or v3:  # version 3: compared as the checks read them
-            continue
-        entry = members[name]
-        if _member_digest(archive, name, entry["size"]) != (entry["size"], entry["blake3"]):
-            raise BundleError(
-                f"member {printable(name)} was changed: its size or BLAKE3 differs from the manifest"
+    try:
+        _check_members(archive, names, manifest)
+        if v2:
+            contents = [name for name in names if name != MANIFEST]
+            return _verify_bundle_v2(
+                archive, manifest, contents, handle, (size, seal), vkey, progress
             )
-
-    if v2:
-        contents = [name for name in names if name != MANIFEST]
-        return _verify_bundle_v2(archive, manifest, contents, handle, (size, seal), vkey, progress)
+    except BundleError as failure:  # the report names the store the manifest names
+        failure.store_id = manifest["store_id"]
+        raise
+    members: dict[str, dict[str, Any]] = manifest["members"]
     store_id, head, proof = manifest["store_id"], manifest["head"], manifest["proof"]
     start = (proof["start_seq"], proof["start_chain"])
     report.details = {
@@ -1666,14 +1782,14 @@ def _verify_open_bundle(
     referenced: set[str] = set()
     selection, chosen = manifest["selection"], [0]
 
-    def payload_of(digest: str) -> bytes | None:
+    def payload_of(digest: str) -> Iterator[bytes] | None:
         name = PAYLOAD_PREFIX + digest
         if name not in payload_names:
             return None
         if members[name]["size"] > _MAX_PAYLOAD:  # checked against the content above
             raise BundleError(f"member {printable(name)} is larger than any archive can hold")
         referenced.add(name)
-        return archive.read(name)
+        return _member_pieces(archive, name)
 
     def payload_needed(row: Row) -> bool:
         if selected(selection, row[3], row[1]):
@@ -1763,8 +1879,8 @@ class _BundleErrorV2(BundleError):
     """A v2 bundle check failed: the report so far and the failure's code travel with it."""
 
     def __init__(self, report: ReportV2, message: str, seq: int | None, code: str) -> None:
-        super().__init__(message, seq)
-        self.report, self.code = report, code
+        super().__init__(message, seq, code)
+        self.report = report
 
 
 def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
@@ -1831,10 +1947,14 @@ def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
         value = _ONCE.decode(raw.decode("ascii"))
     except _Twice as twice:
         raise BundleError(
-            f'{ENVELOPES} line {number} has the member "{twice.name}" twice', number
+            f'{ENVELOPES} line {number} has the member "{printable(twice.name)}" twice',
+            number,
+            "duplicate_key",
         ) from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise BundleError(f"{ENVELOPES} line {number} is not JSON: {exc}", number) from None
+        raise BundleError(
+            f"{ENVELOPES} line {number} is not JSON: {exc}", number, "bundle_envelope"
+        ) from None
     if (
         not raw.endswith(b"\n")
         or not isinstance(value, dict)
@@ -1853,7 +1973,9 @@ def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
             and _HEX64.fullmatch(value["author"])
         )
     ):
-        raise BundleError(f"{ENVELOPES} line {number} is not a v2 envelope record", number)
+        raise BundleError(
+            f"{ENVELOPES} line {number} is not a v2 envelope record", number, "bundle_envelope"
+        )
     return value
 
 
@@ -1977,13 +2099,17 @@ class _ReadOnce:
             raise self._unreadable(exc) from None
 
     def _unreadable(self, exc: Exception) -> BundleError:
-        self.broken = BundleError(f"member {printable(self.name)} cannot be read: {exc}")
+        self.broken = BundleError(
+            f"member {printable(self.name)} cannot be read: {exc}", None, "bundle_member"
+        )
         return self.broken
 
     def _changed(self) -> BundleError:
         self.broken = BundleError(
             f"member {printable(self.name)} was changed: its size or BLAKE3 differs from the "
-            "manifest"
+            "manifest",
+            None,
+            "bundle_member",
         )
         return self.broken
 
@@ -2042,13 +2168,19 @@ class _CarriedV2:
             return
         if self.members[name]["size"] > _MAX_PAYLOAD + SALT_BYTES:
             raise self.fail(f"member {printable(name)} is larger than any archive can hold", seq)
-        stored = self.archive.read(name)
-        _check_body(digest, stored[:SALT_BYTES], stored[SALT_BYTES:], seq, self.fail)
+        pieces = _member_pieces(self.archive, name, SALT_BYTES)  # salt, then the body
+        _check_body(digest, next(pieces, b""), pieces, seq, self.fail)
         self.referenced.add(name)
         self.report.payloads_checked += 1
 
     def held(self) -> int:
         return sum(1 for n in self.members if n.startswith(PAYLOAD_PREFIX))
+
+    def erasures(self) -> dict[int, int]:
+        """Tombstones met, by the seq of the erasure that made them."""
+        return collections.Counter(
+            at for d, at in self.erased.items() if PAYLOAD_PREFIX + d.hex() in self.referenced
+        )
 
     def unreferenced(self) -> str | None:
         names = sorted(
@@ -2058,9 +2190,17 @@ class _CarriedV2:
 
 
 def _check_body(
-    digest: bytes, salt: bytes, body: bytes, seq: int, fail: Callable[..., _BundleErrorV2]
+    digest: bytes,
+    salt: bytes,
+    body: bytes | Iterable[bytes],
+    seq: int,
+    fail: Callable[..., _BundleErrorV2],
 ) -> None:
-    if len(salt) != SALT_BYTES or blake3(V2_PAYLOAD + salt + body).digest() != digest:
+    """The body (whole, or the pieces of a stream) with its salt gives ``digest``."""
+    hasher = blake3(V2_PAYLOAD + salt)
+    for piece in (body,) if isinstance(body, bytes) else body:
+        hasher.update(piece)
+    if len(salt) != SALT_BYTES or hasher.digest() != digest:
         raise fail(
             f"seq {seq}: payload {digest.hex()} does not match its salt and body",
             seq,
@@ -2319,13 +2459,25 @@ class _CarriedV3:
             raise self.fail(
                 f"{PAYLOADS} record {self.records} is larger than any archive can hold", seq
             )
-        _check_body(digest, rest[:SALT_BYTES], self._take(length, seq), seq, self.fail)
+        _check_body(digest, rest[:SALT_BYTES], self._pieces(length, seq), seq, self.fail)
         self._read(digest, kind, seq)
         self.report.payloads_checked += 1
         return None
 
+    def _pieces(self, size: int, seq: int) -> Iterator[bytes]:
+        """The next ``size`` bytes in pieces of at most :data:`CHUNK` (a record may claim a
+        body of any size: it is hashed as it is read, never held whole)."""
+        while size > 0:
+            piece = self._take(min(size, self.CHUNK), seq)
+            size -= len(piece)
+            yield piece
+
     def held(self) -> int:
         return self.report.payloads_checked
+
+    def erasures(self) -> dict[int, int]:
+        """Tombstones met (each read once), by the seq of the erasure that made them."""
+        return collections.Counter(self.erased.values())
 
     def unreferenced(self) -> str | None:
         if not self._fill(1):
@@ -2365,7 +2517,7 @@ def _verify_bundle_v2(
         "payloads": manifest["payloads"],
     }
 
-    def fail(message: str, seq: int | None = None, code: str = "bundle") -> _BundleErrorV2:
+    def fail(message: str, seq: int | None = None, code: str = "bundle_record") -> _BundleErrorV2:
         return _BundleErrorV2(report, message, seq, code)
 
     if manifest["bundle_version"] != BUNDLE_VERSION_V3:
@@ -2455,16 +2607,29 @@ def _check_bundle_v2(
             progress(seq)
     root = tree.root()
     report.tree_size, report.root = tree.size, root.hex()
-    if prev_seq != head["seq"] or prev_chain.hex() != head["chain"]:
+    if head["seq"] > prev_seq:  # the head as in FORMAT.md 20.2 step 4
         raise fail(
             f"the envelopes end at seq {prev_seq}, not at the head {head['seq']} the manifest names",
             prev_seq + 1,
             "truncated",
         )
+    if head["seq"] < prev_seq:
+        raise fail(
+            f"envelopes after the head {head['seq']} the manifest names",
+            head["seq"] + 1,
+            "after_head",
+        )
+    if prev_chain.hex() != head["chain"]:
+        raise fail(
+            "the head's chain in the manifest does not match the last envelope",
+            prev_seq or None,
+            "head_chain",
+        )
     if root.hex() != head["root"]:
         raise fail(
             "the head's Merkle root is not the root of the envelopes", prev_seq or None, "head_root"
         )
+    report.erasures = [{"seq": e, "payloads": n} for e, n in sorted(carried.erasures().items())]
     for digest, at in carried.erased.items():
         if at not in erasures_seen:
             raise fail(
@@ -2484,7 +2649,11 @@ def _check_bundle_v2(
         counts.append(("erased payloads", report.payloads_erased, manifest["erased"]))
     for name, found, claimed in counts:
         if found != claimed:
-            raise fail(f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}")
+            raise fail(
+                f"{MANIFEST} claims {claimed} {name}, the bundle holds {found}",
+                None,
+                "bundle_count",
+            )
     if isinstance(carried, _CarriedV3):
         untrue = carried.once.problem()  # a record twice, or a "named again" flag that lied
         if untrue is not None:
@@ -2502,7 +2671,9 @@ def _check_bundle_end(
     """The seal over every byte, then the checkpoint."""
     if seal_digest(handle, sealed[0]) != sealed[1]:
         raise fail(
-            "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed"
+            "the bundle's bytes do not match its seal: a zip header or directory entry (outside every member's content) or the seal itself was changed",
+            None,
+            "bundle_seal",
         )
     assert report.root is not None
     _bundle_checkpoint(manifest, report, bytes.fromhex(report.root), vkey, fail)
@@ -2578,18 +2749,17 @@ def verify_bundle(
     A version-2 bundle (FORMAT.md 21.2) also carries the signed checkpoint: with ``vkey`` its
     signature is checked (``authenticity`` verified), without it integrity only.
     """
-    report = Report()
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
-            return report.fail(None, f"{printable(path)} is not a regular file")
+            return ReportV2().fail(None, f"{printable(path)} is not a regular file")
         with open(path, "rb") as handle:
-            return _verify_open_bundle(handle, report, progress, vkey)
+            return _verify_open_bundle(handle, Report(), progress, vkey)
     except BundleError as exc:
         if isinstance(exc, _BundleErrorV2):
             return exc.report.fail(exc.seq, str(exc), exc.code)
-        return report.fail(exc.seq, str(exc))
+        return ReportV2(store_id=exc.store_id).fail(exc.seq, str(exc), exc.code)
     except Exception as exc:  # an unreadable file or a zip damaged in a way zipfile did not foresee
-        return report.fail(None, f"cannot read the bundle: {type(exc).__name__}: {exc}")
+        return ReportV2().fail(None, f"cannot read the bundle: {printable(exc)}")
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -2637,8 +2807,10 @@ def _verify_database_file(database: str, key: str | None, jobs: int = 1) -> Repo
         if not stat.S_ISREG(os.stat(database).st_mode):  # a FIFO would hang SQLite's open
             raise ValueError(f"{database} is not a regular file")
         conn = _read_only(database)
-        version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-        if version is not None and version[0] == "2":
+        version, refused = database_format(conn)
+        if refused is not None:
+            return refused
+        if version == 2:
             return verify_database_v2(conn, vkey_argument(key), jobs)
         key_path = key or os.path.join(os.path.dirname(os.path.abspath(database)), "payload.key")
         try:
@@ -2670,10 +2842,14 @@ def verify_proof(
         proven = tlog_proof.verify_proof_file(
             data,
             signed_note.Verifier.from_vkey(vkey),
-            [signed_note.Verifier.from_vkey(w) for w in witnesses],
+            [signed_note.cosigner_verifier(w) for w in witnesses],
         )
-    except (tlog_proof.ProofFileError, signed_note.NoteError) as exc:
-        return report.fail(None, printable(exc), "proof")
+    except tlog_proof.ProofFileError as exc:
+        if exc.code == "checkpoint_signature":
+            report.authenticity = "failed"
+        return report.fail(exc.seq, printable(exc), exc.code)
+    except signed_note.NoteError as exc:  # a --key or --witness that is no verifier key
+        return report.fail(None, f"a key given is not usable: {printable(exc)}", "key")
     except (OSError, ValueError) as exc:
         return report.fail(None, f"cannot read the proof: {printable(exc)}", "unreadable")
     checkpoint = proven[0].checkpoint
@@ -2690,7 +2866,7 @@ def verify_proof(
             "cosignatures were not checked: give --witness WKEY for each witness you trust"
         )
     report.events_checked = len(proven)
-    report.payloads_checked = sum(len(p.disclosed) for p in proven)
+    report.payloads_checked = len({d for p in proven for d in p.disclosed})  # distinct, 20.3
     report.last_seq = max(p.seq for p in proven)
     report.details = {
         "events": [

@@ -503,7 +503,12 @@ def lay_out_v2(
     db.execute("BEGIN")
     db.executemany(
         "INSERT INTO meta VALUES (?, ?)",
-        [("format_version", "2"), ("store_id", store.store_id), ("vkey", store.vkey or "")],
+        [
+            ("format_version", "2"),
+            ("store_id", store.store_id),
+            ("origin", digests_v2.origin(store.store_id)),
+            ("vkey", store.vkey or ""),
+        ],
     )
     previous = store.genesis
     if previous != digests_v2.genesis(store.store_id).hex():

@@ -72,7 +72,8 @@ FIX = (
 
 
 def cosigner(directory: Path) -> Signer:
-    """The local witness's own cosigner key (type 0x04) in its folder; made on first use.
+    """The local witness's own cosigner key (type 0x04) in its folder; made on first use,
+    in the type 0x01 form Go's note signers read (a file of type 0x04 is read too).
 
     OSError when it cannot be used: the archive goes on, the witness lags (and says why).
     """
@@ -82,7 +83,7 @@ def cosigner(directory: Path) -> Signer:
             signer = Signer.from_private_key(read_small(path, 4096).decode("ascii"))
         except FileNotFoundError:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            signer = Signer.generate(COSIGNER_NAME, ALG_COSIGNATURE_V1)
+            signer = Signer.generate(COSIGNER_NAME)
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:
@@ -91,12 +92,10 @@ def cosigner(directory: Path) -> Signer:
                 handle.write(signer.private_key + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
-            return signer
+            return signer.as_cosigner()
         except (UnsafeFile, UnicodeDecodeError, NoteError) as exc:
             raise OSError(f"the local witness key {path} cannot be used: {exc}") from None
-        if signer.alg != ALG_COSIGNATURE_V1:
-            raise OSError(f"{path} is not a cosigner key (signature type 0x04)")
-        return signer
+        return signer if signer.alg == ALG_COSIGNATURE_V1 else signer.as_cosigner()
     raise OSError(f"the local witness key {path} cannot be read")
 
 

@@ -23,11 +23,11 @@ from ..domain.clock import now_text
 from ..format import merkle
 from ..format.events import NewEvent
 from ..format.signed_note import (
-    ALG_COSIGNATURE_V1,
     Checkpoint,
     NoteError,
     Signature,
     Verifier,
+    cosigner_verifier,
     open_checkpoint,
 )
 from .store import DB_NAME, connect, payload_body
@@ -51,17 +51,12 @@ class BadWitness(ValueError):
 
 
 def cosigner_key(vkey: str) -> Verifier:
-    """The witness's verifier key; only a cosignature/v1 key (type 0x04) is a witness's."""
+    """The witness's cosigner key (type 0x04), given in that form or as the Ed25519 key of
+    type 0x01 (both are C2SP's; :func:`cosigner_verifier`)."""
     try:
-        verifier = Verifier.from_vkey(vkey)
+        return cosigner_verifier(vkey)
     except NoteError as exc:
         raise BadWitness(f"{vkey!r} is not a verifier key: {exc}") from None
-    if verifier.alg != ALG_COSIGNATURE_V1:
-        raise BadWitness(
-            f"{vkey!r} is not a witness's cosigner key (signature type 0x04); "
-            "`hermes-archive witness keygen` prints one"
-        )
-    return verifier
 
 
 def witness_added(url: str | None, vkey: str, reason: str, who: dict[str, Any]) -> NewEvent:
@@ -73,13 +68,14 @@ def witness_added(url: str | None, vkey: str, reason: str, who: dict[str, Any]) 
             _connection(url, 1.0)
         except WitnessUnreachable as exc:
             raise BadWitness(str(exc)) from None
+    vkey = verifier.vkey  # recorded in one form, whichever was given
     body = {"name": verifier.name, "vkey": vkey, "url": url, "who": who, "reason": reason}
     return NewEvent("witness_added", "archive", {"vkey": vkey}, body)
 
 
 def witness_removed(vkey: str, reason: str, who: dict[str, Any]) -> NewEvent:
     """The event that removes one; the caller has had the explicit acceptance (``--yes``)."""
-    cosigner_key(vkey)
+    vkey = cosigner_key(vkey).vkey
     at = now_text()
     body = {"vkey": vkey, "who": who, "reason": reason, "accepted": True}
     return NewEvent("witness_removed", "archive", {"vkey": vkey, "at": at}, body)
@@ -88,7 +84,7 @@ def witness_removed(vkey: str, reason: str, who: dict[str, Any]) -> NewEvent:
 def witness_refused(vkey: str, peer: str, reason: str, evidence: str) -> NewEvent:
     """A peer witness refused this archive's checkpoint; ``evidence`` is the note it last
     cosigned, which ``verify --witnesses`` checks against the tree (FORMAT.md 18)."""
-    cosigner_key(vkey)
+    vkey = cosigner_key(vkey).vkey
     at = now_text()
     body = {"vkey": vkey, "peer": peer, "reason": reason, "checkpoint": evidence, "at": at}
     # one event per piece of evidence: a peer that keeps refusing adds nothing new

@@ -187,9 +187,11 @@ def write_private_file(path: Path, data: bytes, *, exclusive: bool = False) -> N
 
 
 def keygen(state_dir: Path, name: str) -> Signer:
-    """Make the witness's Ed25519 cosigner key (type 0x04) in ``state_dir``; never overwrites."""
+    """Make the witness's Ed25519 key in ``state_dir`` (never overwritten) and return it as
+    its cosigner (type 0x04). The file holds the type 0x01 form, which Go's note signers
+    read too (they refuse 0x04)."""
     folder = check_private_dir(state_dir)
-    signer = Signer.generate(name, ALG_COSIGNATURE_V1)
+    signer = Signer.generate(name)
     try:
         write_private_file(
             folder / KEY_FILE, (signer.private_key + "\n").encode("ascii"), exclusive=True
@@ -199,11 +201,12 @@ def keygen(state_dir: Path, name: str) -> Signer:
             f"{folder / KEY_FILE} already exists; a witness keeps its key (its verifier key "
             "is pinned by every log it serves)"
         ) from None
-    return signer
+    return signer.as_cosigner()
 
 
 def load_key(state_dir: Path) -> Signer:
-    """The cosigner key of ``state_dir``; refused unless private and of type 0x04."""
+    """The cosigner key of ``state_dir`` (its file of type 0x01 or 0x04); refused unless
+    private."""
     path = check_private_dir(state_dir, create=False) / KEY_FILE
     data = read_private_file(path, 4096)
     if data is None:
@@ -215,9 +218,7 @@ def load_key(state_dir: Path) -> Signer:
         signer = Signer.from_private_key(data.decode("ascii"))
     except (NoteError, UnicodeDecodeError) as exc:
         raise WitnessStateError(f"{path} is not a witness key ({exc})") from None
-    if signer.alg != ALG_COSIGNATURE_V1:
-        raise WitnessStateError(f"{path} is not a cosigner key (signature type 0x04)")
-    return signer
+    return signer if signer.alg == ALG_COSIGNATURE_V1 else signer.as_cosigner()
 
 
 def origin_hash(origin: str) -> str:

@@ -82,8 +82,9 @@ def test_export_and_prove_from_the_central_copy_verify_with_the_archive_key(
     checked = json.loads(capsys.readouterr().out)
     assert checked["ok"] and checked["bundle"]["authenticity"] == "verified"
 
-    proof = tmp_path / "central.proof"
-    code, data = _json(capsys, *central, "prove", "2", "4", "--out", str(proof))
+    proofs = tmp_path / "central"  # two seqs: one proof file each
+    code, data = _json(capsys, *central, "prove", "2", "4", "--out", str(proofs))
     assert code == 0 and data["vkey"] == vkey  # type: ignore[index]
-    assert verifier_main(["proof", str(proof), "--key", vkey]) == 0
-    assert "ok" in capsys.readouterr().out.lower()
+    for seq in (2, 4):
+        assert verifier_main(["proof", str(proofs / f"{seq}.proof"), "--key", vkey]) == 0
+        assert "ok" in capsys.readouterr().out.lower()

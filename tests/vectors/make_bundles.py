@@ -5,6 +5,7 @@ exported and proven, then frozen with the reports the package gives; a second ve
 give the same reports. Rewritten only with ``--force`` (a format change)::
 
     python tests/vectors/make_bundles.py [--force]
+    python tests/vectors/make_bundles.py --derived   # only the failures made from tiny.zip
 
 ``bundle_v2/`` was written the same way by 0.1's exporter (bundle version 2) and stays frozen:
 the exporter writes version 3 now, and old bundles must keep their verdicts.
@@ -39,10 +40,73 @@ def write_json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+#: failures made from tiny.zip and turn.proof as a forger would, one per rule a second
+#: implementation must name alike (FORMAT.md 20.1, 20.2 step 4, 21.1, 21.4)
+DERIVED_BUNDLES = ("duplicate-member", "head-chain", "changed-member")
+DERIVED_PROOFS = ("no-final-newline",)
+
+
+def write_derived(vkey: str) -> None:
+    """The derived failures and their reports, from the frozen tiny.zip and turn.proof."""
+    manifest_text = zipfile.ZipFile(BUNDLES / "tiny.zip").read("manifest.json")
+    duplicate = b'{"payloads": 999, ' + manifest_text.lstrip()[1:]
+    reseal_text(BUNDLES / "tiny.zip", BUNDLES / "duplicate-member.zip", duplicate)
+    shutil.copy(BUNDLES / "tiny.zip", BUNDLES / "head-chain.zip")
+
+    def change_the_head_chain(content: dict[str, bytes], manifest: dict[str, object]) -> None:
+        head = manifest["head"]
+        assert isinstance(head, dict)
+        head["chain"] = "0" * 64
+
+    reseal(BUNDLES / "head-chain.zip", change_the_head_chain)
+    with zipfile.ZipFile(BUNDLES / "tiny.zip") as archive:  # a member changed, not resealed
+        content = {name: archive.read(name) for name in archive.namelist()}
+    content["envelopes.jsonl"] += b"\n"
+    reseal_text(BUNDLES / "tiny.zip", BUNDLES / "changed-member.zip", manifest_text, content)
+    for name in DERIVED_BUNDLES:
+        for keyed, suffix in ((True, ""), (False, ".unkeyed")):
+            report = verify_bundle(BUNDLES / f"{name}.zip", vkey=vkey if keyed else None)
+            write_json(BUNDLES / f"{name}{suffix}.expected.json", report.as_dict())
+    proof = (PROOFS / "turn.proof").read_bytes()
+    (PROOFS / "no-final-newline.proof").write_bytes(proof[:-1])
+    for name in DERIVED_PROOFS:
+        report = verify_proof(PROOFS / f"{name}.proof", vkey)
+        write_json(PROOFS / f"{name}.expected.json", report.as_dict())
+
+
+def reseal_text(
+    source: Path, out: Path, manifest: bytes, content: dict[str, bytes] | None = None
+) -> None:
+    """``source``'s members (or ``content``) with ``manifest`` verbatim, sealed again."""
+    from blake3 import blake3
+
+    from archive_provider.format.verifier import MANIFEST, seal_comment, seal_digest
+
+    if content is None:
+        with zipfile.ZipFile(source) as archive:
+            content = {name: archive.read(name) for name in archive.namelist()}
+    content.pop(MANIFEST, None)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, body in content.items():
+            archive.writestr(name, body)
+        archive.writestr(MANIFEST, manifest)
+        archive.comment = seal_comment(blake3(manifest).hexdigest())
+    with open(out, "r+b") as handle:
+        size = handle.seek(0, 2)
+        seal = seal_digest(handle, size)
+        handle.seek(size - 64)
+        handle.write(seal.encode())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--force", action="store_true")
-    if (BUNDLES.exists() or PROOFS.exists()) and not parser.parse_args().force:
+    parser.add_argument("--derived", action="store_true", help="only the derived failures")
+    args = parser.parse_args()
+    if args.derived:
+        write_derived(json.loads((BUNDLES / "keys.json").read_text())["log_vkey"])
+        return
+    if (BUNDLES.exists() or PROOFS.exists()) and not args.force:
         print("bundle_v3/ and proof_v2/ exist; --force rewrites them")
         return
     shutil.rmtree(BUNDLES, ignore_errors=True)
@@ -57,7 +121,7 @@ def main() -> None:
         assert isinstance(store, EventStoreV2)
         vkey = store.vkey
         export_bundle(store, BUNDLES / "tiny.zip", Selection(session="sess-2"))
-        (PROOFS / "turn.proof").write_bytes(prove(store, [3]))
+        (PROOFS / "turn.proof").write_bytes(prove(store, [3])[3])
         store.close()
     write_json(BUNDLES / "keys.json", {"log_vkey": vkey})
     write_json(PROOFS / "keys.json", {"log_vkey": vkey})
@@ -73,6 +137,7 @@ def main() -> None:
             report = verify_bundle(BUNDLES / f"{name}.zip", vkey=vkey if keyed else None)
             write_json(BUNDLES / f"{name}{suffix}.expected.json", report.as_dict())
     write_json(PROOFS / "turn.expected.json", verify_proof(PROOFS / "turn.proof", vkey).as_dict())
+    write_derived(vkey)
     with zipfile.ZipFile(BUNDLES / "tiny.zip") as archive:
         print(sorted(archive.namelist()))
 

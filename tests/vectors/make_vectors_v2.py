@@ -662,7 +662,7 @@ def report_archive_sql(erasure_body: bytes | None = None) -> list[str]:
 
 def make_reports() -> dict[str, Any]:
     """Small v2 databases, one per rule of FORMAT.md 20.1/20.2, with the expected verdict."""
-    from archive_provider.format.verifier import verify_database_v2
+    from archive_provider.format.verifier import verify_database
 
     events = make_chain_v2()["events"]
     part2 = events[1]["parts"][0]["digest"]  # "hello, café": named by seq 2, 3 and 5
@@ -803,6 +803,27 @@ def make_reports() -> dict[str, Any]:
             (False, 6, "checkpoint_root"),
         ),
     ]
+    cases += [
+        ("format_version missing", ["DELETE FROM meta WHERE name = 'format_version'"], True,
+         (False, None, "format_version")),
+        ("format_version 3", ["UPDATE meta SET value = '3' WHERE name = 'format_version'"], True,
+         (False, None, "format_version")),
+        ("events is a view", ["ALTER TABLE events RENAME TO events_t",
+                              "CREATE VIEW events AS SELECT * FROM events_t"], True,
+         (False, None, "unreadable")),
+        ("head is a view", ["ALTER TABLE head RENAME TO head_t",
+                            "CREATE VIEW head AS SELECT * FROM head_t"], True,
+         (False, None, "unreadable")),
+        ("tile stored as TEXT", [drop.format("tiles_grow_only"),
+                                 "UPDATE tiles SET hashes = CAST(hashes AS TEXT)"], True,
+         (False, 1, "tiles")),
+        ("meta.origin changed", ["UPDATE meta SET value = 'hermes-archive.invalid/"
+                                 "ffeeddccbbaa99887766554433221100' WHERE name = 'origin'"],
+         False, (False, None, "origin")),
+        ("meta.origin missing", ["DELETE FROM meta WHERE name = 'origin'"], False,
+         (False, None, "origin")),
+        ("head row missing", ["DELETE FROM head"], True, (False, 1, "after_head")),
+    ]  # fmt: skip
     log = test_log_signer()
     out = []
     base = report_archive_sql()
@@ -833,7 +854,7 @@ def make_reports() -> dict[str, Any]:
         conn = sqlite3.connect(":memory:", isolation_level=None)
         for statement in [*bases[case.get("base", "standard")], *case["sql"]]:
             conn.execute(statement)
-        report = verify_database_v2(conn, log.vkey if case["vkey"] else None)
+        report = verify_database(conn, b"", vkey=log.vkey if case["vkey"] else None)
         got = {"ok": report.ok, "first_bad_seq": report.first_bad_seq, "code": report.code}
         if got != case["expected"]:
             raise SystemExit(
