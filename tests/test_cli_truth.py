@@ -21,7 +21,6 @@ from archive_provider import ArchiveProvider
 from archive_provider.cli import main
 from archive_provider.commands.status import witness_lines
 from archive_provider.format.signed_note import Signer
-from archive_provider.host.settings import save_settings
 from archive_provider.storage.proof_v2 import cosigner
 from archive_provider.storage.ship import STATE_NAME, Shipper, describe_state, read_state
 from archive_provider.storage.store import archive_dir
@@ -133,15 +132,22 @@ def test_the_missing_psycopg_hint_names_what_pip_can_install() -> None:
 # -- verification says what it did not check --------------------------------------------------
 
 
-def test_text_verify_says_when_signatures_were_not_checked(
-    home: Path, capsys: pytest.CaptureFixture[str]
+def test_text_verify_says_which_key_checked_the_signatures_or_that_none_did(
+    home: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    code, plain, _ = run(capsys, "--home", str(home), "verify")
-    assert code == 0 and "signed checkpoints were not checked" in plain
+    code, pinned, _ = run(capsys, "--home", str(home), "verify")
+    assert code == 0 and "verified with the verifier key the local witness pinned" in pinned
     _, vkey, _ = run(capsys, "--home", str(home), "key")
     code, keyed, _ = run(capsys, "--home", str(home), "verify", "--key", vkey.strip())
-    assert code == 0 and "signed checkpoints: verified" in keyed
+    assert code == 0 and "verified with the verifier key given with --key" in keyed
     assert "not checked" not in keyed
+    monkeypatch.setenv("ARCHIVE_WITNESS_DIR", str(tmp_path / "no-witness-here"))
+    code, plain, _ = run(capsys, "--home", str(home), "verify")
+    assert code == 0 and "signed checkpoints were not checked" in plain
+    assert "signed checkpoints: verified" not in plain
 
 
 # -- no Python in human output ----------------------------------------------------------------
@@ -181,12 +187,12 @@ def test_holds_erasures_forget_and_retention_print_text(
     assert code == 0 and "session=sess-1: case 7" in out and not PYTHON.search(out)
     # without a terminal and without --yes the question is asked in the error
     code, _, err = run(capsys, *h, "forget", "--session", "sess-2", "--reason", "request 12")
-    assert code == 1 and "kind=session session=sess-2" in err and not PYTHON.search(err)
+    assert code == 1 and "(session sess-2)" in err and not PYTHON.search(err)
     forgot = ["forget", "--session", "sess-2", "--reason", "request 12", "--yes"]
     code, out, _ = run(capsys, *h, *forgot)
-    assert code == 0 and "scope: kind=session session=sess-2" in out
+    assert code == 0 and "scope: session sess-2" in out
     code, out, _ = run(capsys, *h, "erasures")
-    assert code == 0 and "scope: kind=session session=sess-2" in out and not PYTHON.search(out)
+    assert code == 0 and "scope: session sess-2" in out and not PYTHON.search(out)
     assert run(capsys, *h, "retention", "show")[1].strip() == "retention: keep forever"
 
 
@@ -230,9 +236,9 @@ def test_the_shipping_state_is_private(fresh: Path) -> None:
 
 
 def test_a_manual_ship_elsewhere_leaves_the_providers_shipping_state(
-    fresh: Path, capsys: pytest.CaptureFixture[str]
+    fresh: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    save_settings(fresh, {"ship_to": DEAD})
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", DEAD)  # the provider's target: environment only
     shipper = Shipper(archive_dir(fresh), DEAD)  # the provider's own pass, failing
     try:
         with pytest.raises(Exception):  # noqa: B017

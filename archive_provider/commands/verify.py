@@ -112,7 +112,10 @@ def _human(data: dict[str, Any]) -> str:
             for e in report.get("erasures") or []
         ]
         if report.get("authenticity") == "verified":  # v2; unchecked, a note says so
-            lines.append("signed checkpoints: verified with the given verifier key")
+            source = {"--key": "the verifier key given with --key"}.get(
+                data.get("pinned_key") or "", "the verifier key the local witness pinned"
+            )
+            lines.append(f"signed checkpoints: verified with {source}")
     else:
         where = (
             f"seq {report['first_bad_seq']}"
