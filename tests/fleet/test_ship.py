@@ -296,10 +296,12 @@ def test_a_dead_central_store_never_blocks_a_checkpoint_or_leaks_its_password(
         require_checkpoint=True,
     )
     assert "seq" in receipt  # committed locally while the central store is unreachable
-    wait_until(
-        lambda: bool((read_state(archive_dir(home)) or {}).get("last_error")),
-        "the shipping failure to be recorded",
-    )
+
+    def failure_counted() -> bool:  # a pass records its error; a later one counts the lag
+        state = read_state(archive_dir(home)) or {}
+        return bool(state.get("last_error")) and state.get("lag_events", 0) >= 3
+
+    wait_until(failure_counted, "the shipping failure and its lag to be recorded")
     assert main(["--home", str(home), "status"]) == 0
     out = capsys.readouterr().out
     assert "Shipping to host=127.0.0.1 port=9 dbname=nowhere user=shipper" in out
