@@ -497,6 +497,7 @@ class Prover:
         anchor: Checkpoint | None = None,
         committed_roots: Mapping[int, bytes] | None = None,
         cache: ProofCache | None = None,
+        version: int | None = None,
     ) -> None:
         self.conn = conn
         self.key = key
@@ -510,8 +511,11 @@ class Prover:
         self.cache = cache or ProofCache()
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
-        row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-        self.version = 2 if row is not None and str(row[0]) == "2" else 1
+        if version is None:  # an audit of the file itself (status): its own format
+            row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+            version = 2 if row is not None and str(row[0]) == "2" else 1
+        #: the format proofs follow: a session's is the one its open-time proof established
+        self.version = version
         self._tree: tuple[int, bytes, merkle.TileReader] | None = None
 
     def prove(self, hit: Hit) -> Hit:

@@ -371,6 +371,16 @@ class Witness:
                 f"there (the archive was replaced). {fix}"
             )
         record = self.read_for(store_id)
+        pinned = record or at_path
+        if pinned is not None and pinned.log_vkey is not None:
+            found = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+            if found is None or str(found[0]) != "2":
+                raise WitnessMismatch(
+                    f"witness mismatch: the witness {self.directory} pinned a format-2 log with "
+                    f"its key, but the archive at {self.archive} is format "
+                    f"{found[0] if found else 'unknown'}: a format the witness did not pin is "
+                    f"refused (the archive was replaced). {fix}"
+                )
         if record is None:
             first = first_witnessed_seq(conn)
             if first is not None:

@@ -68,6 +68,7 @@ from .store import (
     EventStoreV2,
     Head,
     Projection,
+    ServeBasis,
     StoreError,
     TamperedPart,
     connect,
@@ -340,6 +341,8 @@ class Writer:
         self._data_version: int | None = None  # PRAGMA data_version when the log was proved
         # set once the open-time proof passed; cleared on refusal (recall waits for it)
         self.proven = threading.Event()
+        #: what the passing open-time proof established: what served excerpts are proven with
+        self.basis: ServeBasis | None = None
         self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
         self._walk: BackgroundWalk | None = None  # v2: the walk over older history
         self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
@@ -643,6 +646,7 @@ class Writer:
         """The background walk found damage: withdraw service at once (recall and appends)."""
         with self._proven_lock:
             self.proven.clear()
+            self.basis = None
             self.refused = self.last_error = (
                 f"{problem}. Recall and appends are refused; run `hermes-archive verify` and "
                 "restore the archive folder from backup (docs/RECOVER.md, 'Tamper detected')."
@@ -661,6 +665,9 @@ class Writer:
                 "archive: %s was replaced or removed while it was open; reopening it",
                 self.folder / DB_NAME,
             )
+            with self._proven_lock:  # nothing is served until the new file is proven
+                self.proven.clear()
+                self.basis = None
             self._close_store()
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
@@ -738,15 +745,17 @@ class Writer:
             and getattr(proof, "path", "") == "checkpoint"
         ):
             self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
+        opened = opened or file_identity(self.folder / DB_NAME)  # made by the open
         with self._proven_lock:
             if self.refused is None:  # the walk may already have found damage
+                self.basis = ServeBasis.of(store, opened)
                 self.proven.set()
         if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
             self._start_submitter(store)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
-        self._opened_file = opened or file_identity(self.folder / DB_NAME)  # made by the open
+        self._opened_file = opened
         self._store = store
         return store
 
