@@ -188,3 +188,41 @@ def test_a_copy_of_the_same_database_serves_only_after_it_is_proven_again(
     assert flush(provider)
     served = json.loads(provider.handle_tool_call("archive_search", {"query": "genuine answer"}))
     assert any(r["text"].startswith("genuine answer") for r in served["results"]), served
+
+
+# -- 4. a removed memory entry served again as current ---------------------------------------
+
+
+def test_a_removed_memory_entry_is_not_served_again_as_current(
+    home: Path, providers: Callable[..., ArchiveProvider]
+) -> None:
+    """Point 4: one recall row put back for the ``add`` write of an entry the user removed
+    since. The text is a genuine memory write, but no longer the entry's latest: withheld."""
+    provider = providers()
+    provider.on_memory_write("add", "memory", "User keeps the vault code in the blue folder")
+    provider.on_memory_write("add", "memory", "User prefers tea in the blue mug")
+    assert flush(provider)
+    conn = raw(home)
+    row = conn.execute(
+        "SELECT d.* FROM recall_docs d JOIN recall_text t ON t.rowid = d.rowid"
+        " WHERE t.text LIKE '%vault code%'"
+    ).fetchone()
+    assert row is not None and row[0] < 0  # a memory row: rowid -seq of the add
+    provider.on_memory_write("remove", "memory", "", {"old_text": "vault code"})
+    assert flush(provider)
+    assert (
+        conn.execute("SELECT count(*) FROM recall_docs WHERE rowid = ?", (row[0],)).fetchone()[0]
+        == 0
+    )
+    marks = ", ".join("?" * len(row))
+    conn.execute(f"INSERT INTO recall_docs VALUES ({marks})", row)  # the attacker's one row
+    conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('rebuild')")
+    conn.close()
+
+    recalled = provider.prefetch("blue folder vault code")
+    assert "vault code" not in recalled, recalled
+    assert "withheld" in recalled
+    answer = json.loads(provider.handle_tool_call("archive_search", {"query": "blue vault"}))
+    assert all("vault" not in r["text"] for r in answer["results"]), answer
+    assert answer["withheld"] == 1 and "not current" in answer["problem"], answer
+    assert any("tea" in r["text"] for r in answer["results"])  # the current entry still served
