@@ -41,7 +41,7 @@ from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .known_checkpoints import KnownCheckpoints
 from .settings import Settings
-from .spill_kinds import RECORD_BUILDERS, SPILL_KINDS, spill_entry
+from .spill_kinds import RECORD_BUILDERS, spill_entry, spill_kinds
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class ArchiveCore:
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(self.home),
-                kinds=SPILL_KINDS,
+                kinds=spill_kinds(self.settings.redact_secrets),
                 queue_max_events=self.settings.queue_max_events,
                 queue_max_bytes=self.settings.queue_max_bytes,
                 spill_fsync_s=self.settings.spill_fsync_s,
@@ -220,7 +220,7 @@ class ArchiveCore:
     ) -> None:
         """Hand the writer a job and return; a failure is logged and put on the record.
 
-        ``entry`` is the same job as a spill record (a kind of :data:`SPILL_KINDS`): with it
+        ``entry`` is the same job as a spill record (a kind of :func:`spill_kinds`): with it
         the writer may spill the job instead of holding it in memory; ``size`` estimates
         the bytes the queue holds for it (its bound counts them).
         """

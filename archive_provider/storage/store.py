@@ -1620,6 +1620,12 @@ def reader_keys(folder: Path, conn: sqlite3.Connection) -> tuple[bytes, str | No
     return b"", signer.vkey
 
 
+def head_time(conn: sqlite3.Connection) -> str:
+    """The time of the last event of the log on ``conn`` ('' when it is empty)."""
+    row = conn.execute("SELECT time FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    return str(row[0]) if row else ""
+
+
 def head_seq(conn: sqlite3.Connection) -> int:
     """The last sequence number of the log on ``conn`` (0 when it is empty)."""
     row = conn.execute("SELECT seq FROM head WHERE id = 1").fetchone()

@@ -42,7 +42,7 @@ from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
-from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2
+from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
 from .spill import (
     END,
     HEADER_BYTES,
@@ -73,6 +73,7 @@ from .store import (
     TamperedPart,
     connect,
     file_identity,
+    head_time,
     payload_body,
 )
 from .threads import ThreadFactory, context_thread
@@ -307,7 +308,7 @@ class Writer:
         self._queue: queue.SimpleQueue[Job | object | None] = queue.SimpleQueue()
         self._pending: list[Job] = []  # built, not yet written, in order
         # the bounded queue and the spill: the gate (the spill's lock) orders every submit
-        self.spill = Spill(folder, fsync_s=spill_fsync_s)
+        self.spill = Spill(folder, fsync_s=spill_fsync_s, key=spill_key(witness))
         self._gate = self.spill.lock
         self._kinds: Mapping[str, Taker] = kinds or {}
         self._max_events, self._max_bytes = queue_max_events, queue_max_bytes
@@ -971,7 +972,15 @@ class Writer:
         """Read one run of records into the batch; False when nothing more can be read now."""
         last: Job | None = None
         try:
-            for record in read_records(reading.path, start=reading.offset, limit=size):
+            records = read_records(
+                reading.path,
+                key=self.spill.key,
+                start=reading.offset,
+                limit=size,
+                not_before=reading.floor or head_time(store.conn),  # no backdated events
+            )
+            for record in records:
+                reading.floor = record.accepted
                 reading.count += 1
                 reading.offset = record.end
                 position = (reading.number, reading.count)
@@ -1388,6 +1397,7 @@ class _Reading:
     offset: int = 0
     count: int = 0
     state: dict[Any, Any] = field(default_factory=dict)
+    floor: str = ""  # the accepted time of the last record read (the next is not earlier)
 
 
 class _Refused(Exception):
