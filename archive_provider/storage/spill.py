@@ -20,8 +20,9 @@ unkeyed and protects against torn writes only.
 A record cut short (a crash mid-write), changed, or not made with the spill key fails its
 check; reading stops there and the segment is moved aside into ``spill/damaged/`` (kept,
 never deleted) for the writer to report. A segment of the unauthenticated format 1
-(``HASPILL1``) is set aside the same way. A record's ``accepted`` time is never earlier than
-what the log already holds (:func:`read_records` raises it to ``not_before``). The writer records how far it has taken a segment in the ``meta`` row
+(``HASPILL1``) is set aside the same way. A record's ``accepted`` time is never earlier
+than what the log already holds (:func:`read_records` raises it to ``not_before``). The
+writer records how far it has taken a segment in the ``meta`` row
 ``spill_taken:<segment id>`` inside the transaction that commits it, so a segment taken
 in again (a crash after the commit, before its removal) adds nothing twice. Identities
 alone would not do: a turn's and a memory write's include their ordinal in the session.
@@ -369,10 +370,17 @@ class Spill:
     and at shutdown. Lock order: :attr:`lock`, then :attr:`io` (held while writing).
     """
 
-    def __init__(self, folder: Path, *, fsync_s: float = 1.0, key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        fsync_s: float = 1.0,
+        key: Callable[[], bytes | None] | None = None,
+    ) -> None:
         self.folder = folder
-        #: what records are authenticated with (see the module docstring)
-        self.key = key
+        self._key_source = key
+        self._key: tuple[bytes | None] | None = None  # (key,) once read
+        self._key_lock = threading.Lock()
         self.dir = folder / SPILL_DIR
         self.fsync_s = fsync_s
         self.lock = threading.Lock()
@@ -384,6 +392,15 @@ class Spill:
         inherited = [p for p in segment_paths(folder) if not in_use(p)]
         self._floor = (segment_number(inherited[-1]), END) if inherited else (0, 0)
         self._last_number = self._floor[0]  # ours only grow, so positions compare
+
+    @property
+    def key(self) -> bytes | None:
+        """What records are authenticated with (module docstring), read on first use: the
+        witness folder that holds it is made only when something is spilled or read."""
+        with self._key_lock:
+            if self._key is None:
+                self._key = (self._key_source() if self._key_source is not None else None,)
+            return self._key[0]
 
     # -- appending (under self.lock, held by the caller) ---------------------------------
 

@@ -308,7 +308,7 @@ class Writer:
         self._queue: queue.SimpleQueue[Job | object | None] = queue.SimpleQueue()
         self._pending: list[Job] = []  # built, not yet written, in order
         # the bounded queue and the spill: the gate (the spill's lock) orders every submit
-        self.spill = Spill(folder, fsync_s=spill_fsync_s, key=spill_key(witness))
+        self.spill = Spill(folder, fsync_s=spill_fsync_s, key=lambda: spill_key(witness))
         self._gate = self.spill.lock
         self._kinds: Mapping[str, Taker] = kinds or {}
         self._max_events, self._max_bytes = queue_max_events, queue_max_bytes

@@ -149,7 +149,7 @@ def test_a_larger_burst_under_a_small_memory_bound_spills_in_order(tmp_path: Pat
 
 def spill_of(home: Path, count: int, session: str = "sp") -> list[dict[str, Any]]:
     """Write ``count`` turns straight into a spill segment, as a shutdown would."""
-    spill = Spill(archive_dir(home), key=home_spill_key(home))
+    spill = Spill(archive_dir(home), key=lambda: home_spill_key(home))
     messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
     jobs = []
     for turn in range(count):

@@ -62,7 +62,7 @@ def write_spill(home: Path, sessions: dict[str, str], turns: int = 3) -> None:
             redact=False,
         )
         jobs.append((memory, utc_now()))
-    spill = Spill(archive_dir(home), key=home_spill_key(home))
+    spill = Spill(archive_dir(home), key=lambda: home_spill_key(home))
     with spill.lock:
         spill.prepend(jobs)
 
@@ -212,7 +212,7 @@ from archive_provider.storage.proof_v2 import spill_key
 from archive_provider.storage.spill import Spill
 from archive_provider.storage.witness import Witness
 home = __import__("pathlib").Path(sys.argv[1])
-spill = Spill(home / "archive", key=spill_key(Witness.for_home(home)))
+spill = Spill(home / "archive", key=lambda: spill_key(Witness.for_home(home)))
 with spill.lock:
     entry = spill_entry("write_failed", session="live", at="t", hook="h", error="e")
     spill.append(entry, utc_now(), now=True)

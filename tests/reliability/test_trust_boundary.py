@@ -319,7 +319,7 @@ def test_a_spill_record_cannot_switch_redaction_off_or_backdate_its_events(
     build(provider, "genuine")
     provider.shutdown()
     head = events(home)[-1].time
-    written = spill.Spill(archive_dir(home), key=home_spill_key(home))
+    written = spill.Spill(archive_dir(home), key=lambda: home_spill_key(home))
     messages = [
         {"role": "user", "content": f"my key is {SECRET}"},
         {"role": "assistant", "content": "noted"},
