@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from ..errors import ArchiveDamaged
@@ -26,6 +27,7 @@ PROTECTION_VARIABLES = {
 }
 #: the files in the profile Hermes loads into the environment at start-up
 PROFILE_ENV_FILES = (".env", ".op.env")
+ENV_FILE_LIMIT = 1 << 20
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*[=:]")
 
 
@@ -38,15 +40,28 @@ def profile_sets(home: Path, name: str) -> Path | None:
     assign it counts, so a parse the host reads differently can only refuse more)."""
     for file_name in PROFILE_ENV_FILES:
         path = home / file_name
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
+        text = _env_text(path)
         for line in text.splitlines():
             found = _ASSIGNMENT.match(line)
             if found and found.group(1) == name:
                 return path
     return None
+
+
+def _env_text(path: Path) -> str:
+    """The text of a profile env file ('' when absent or not a regular file): opened without
+    blocking, so a FIFO put in its place cannot hang ``status``; links are followed, as
+    Hermes follows them; at most :data:`ENV_FILE_LIMIT` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, ENV_FILE_LIMIT).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
 
 
 def _inside(value: str, home: Path) -> bool:

@@ -124,6 +124,10 @@ def test_a_protection_variable_is_refused_when_the_profile_could_have_chosen_it(
     with pytest.raises(InsideProfile, match=r"\.op\.env sets it"):
         outside_value(name, home)
 
+    (home / ".op.env").unlink()
+    os.mkfifo(home / ".env")  # read without blocking: nothing it could say is waited for
+    assert outside_value(name, home) == str(outside)
+
 
 def test_the_default_witness_is_outside_the_profile(home: Path) -> None:
     """The default deployment keeps its witness beside the profile, never in it."""
