@@ -108,8 +108,9 @@ SPILL_KEY_CONTEXT = "hermes-archive 2026-12-04 spill record authentication v2"
 
 def spill_key(witness: Witness | None) -> bytes | None:
     """The key spill records are authenticated with: derived from the local witness's own
-    key, in its folder outside the profile, so whoever can write ``archive/spill/`` cannot
-    write a record the writer takes in. None without a usable witness folder (records are
+    key, in its folder outside the profile, and the archive's real path (profiles sharing a
+    witness folder do not share it), so whoever can write ``archive/spill/`` cannot write a
+    record the writer takes in. None without a usable witness folder (records are
     then checked unkeyed, and a witnessed writer sets them aside as unauthenticated)."""
     if witness is None or witness.folder_problem():
         return None
@@ -118,7 +119,8 @@ def spill_key(witness: Witness | None) -> bytes | None:
     except OSError as exc:
         log.warning("archive: spill records cannot be authenticated: %s", exc)
         return None
-    return blake3(signer.private_key.encode("ascii"), derive_key_context=SPILL_KEY_CONTEXT).digest()
+    material = signer.private_key.encode("ascii") + b"\x00" + os.fsencode(witness.archive)
+    return blake3(material, derive_key_context=SPILL_KEY_CONTEXT).digest()
 
 
 def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> None:
