@@ -93,6 +93,8 @@ def test_a_profile_env_file_cannot_move_the_witness_and_the_key(
     status = cli(home, "status")
     refused = [line for line in status.stdout.splitlines() if line.startswith("Protection:")]
     assert len(refused) == 2 and all("REFUSED" in line for line in refused), status.stdout
+    verified = cli(home, "verify", "--witnesses")  # in Hermes' environment, .env loaded
+    assert verified.returncode != 0 and "is refused" in verified.stdout, verified.stdout
     memory_status = provider.get_status_config({})
     assert memory_status["protection"].startswith("REFUSED: ")
     assert "\n" not in memory_status["protection"]
