@@ -342,26 +342,27 @@ def test_every_signed_checkpoint_verifies_with_the_vkey(tmp_path: Path) -> None:
 def test_the_signing_key_may_live_outside_the_profile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    profiles = tmp_path / "profile"  # each archive folder's parent is its profile
     outside = tmp_path / "keys" / "signing.key"
     outside.parent.mkdir()
     monkeypatch.setenv(SIGNING_KEY_ENV, str(outside))
-    store = _open(tmp_path / "a")
-    assert outside.exists() and not (tmp_path / "a" / "signing.key").exists()
+    store = _open(profiles / "a")
+    assert outside.exists() and not (profiles / "a" / "signing.key").exists()
     assert stat.S_IMODE(outside.stat().st_mode) == 0o600
     store.close()
     # a new archive never takes over another archive's key
     with pytest.raises(KeyFileError, match="belongs to another archive"):
-        _open(tmp_path / "b")
-    assert not (tmp_path / "b" / "store.key").exists()
+        _open(profiles / "b")
+    assert not (profiles / "b" / "store.key").exists()
     # nor opens with it
     other = tmp_path / "other.key"
     monkeypatch.setenv(SIGNING_KEY_ENV, str(other))
-    _open(tmp_path / "c").close()
+    _open(profiles / "c").close()
     with pytest.raises(KeyFileError, match="not for this archive"):
-        EventStore.open(tmp_path / "a")
+        EventStore.open(profiles / "a")
     monkeypatch.delenv(SIGNING_KEY_ENV)
     with pytest.raises(KeyFileError, match="missing"):
-        EventStore.open(tmp_path / "a")
+        EventStore.open(profiles / "a")
 
 
 def test_an_uppercase_store_key_is_the_same_key(tmp_path: Path) -> None:

@@ -158,7 +158,9 @@ def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path, fmt: 
     assert report.error and "not hex" in report.error
     assert (report.pending, report.spilled, report.finished) == (3, 0, False)
     # what was lost is itself kept for the next open: a shutdown_drain record (HOST.md §3)
-    (drain,) = [r for path in segment_paths(folder) for r in read_records(path)]
+    (drain,) = [
+        r for path in segment_paths(folder) for r in read_records(path, key=None)
+    ]  # no witness: unkeyed
     assert drain.kind == "shutdown_drain"
     assert drain.args["unwritten_hooks"] == {"turn 1": 1, "turn 2": 1, "turn 3": 1}
     assert (drain.args["pending"], drain.args["unwritten"]) == (3, 3)

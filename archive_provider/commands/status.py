@@ -33,11 +33,18 @@ def _spill(ctx: CommandContext) -> dict[str, Any]:
 
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
+    from archive_provider.storage.outside import inside_problems
     from archive_provider.storage.ship import at_local_head, read_state
     from archive_provider.storage.store import DB_NAME
 
+    refused = inside_problems(ctx.home)  # protection variables set from inside the profile
     if not ctx.exists():
-        return {"archive": str(ctx.archive), "exists": False, "spill": _spill(ctx)}
+        return {
+            "archive": str(ctx.archive),
+            "exists": False,
+            "spill": _spill(ctx),
+            "refused_variables": refused,
+        }
     with ctx.store() as store:
         conn = store.conn
         conn.execute("BEGIN")  # one snapshot: the counts and the head agree
@@ -95,6 +102,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
         "shipping_required": _shipping_required(ctx, shipping),
         "recall": recall,
         "last_unfinished_drain": drain,
+        "refused_variables": refused,
         **witnesses,
     }
 
@@ -178,7 +186,10 @@ def signing_key_status(store: EventStoreV2) -> dict[str, Any]:
     it can be used (a lost key stops every checkpoint: docs/RECOVER.md)."""
     from archive_provider.storage.store_v2 import KeyFileError, read_signer, signing_key_path
 
-    path = signing_key_path(store.path.parent)
+    try:
+        path = signing_key_path(store.path.parent)
+    except KeyFileError as exc:  # the variable naming it comes from inside the profile
+        return {"path": None, "outside_profile": False, "ok": False, "problem": str(exc)}
     data: dict[str, Any] = {
         "path": str(path),
         "outside_profile": not path.absolute().is_relative_to(store.path.parent.parent.absolute()),
@@ -223,6 +234,12 @@ def recall_check(store: EventStore) -> dict[str, Any] | None:
     }
 
 
+def _refused_lines(data: dict[str, Any]) -> list[str]:
+    """One line per protection variable refused because the profile sets it, or because it
+    points inside the profile (docs/DESIGN.md, "Trust boundary")."""
+    return [f"Protection: REFUSED: {problem}" for problem in data.get("refused_variables", ())]
+
+
 def _spill_lines(spill: dict[str, Any]) -> list[str]:
     lines = []
     if spill["segments"]:
@@ -245,6 +262,7 @@ def _human(data: dict[str, Any]) -> str:
         return "\n".join(
             [
                 f"No archive yet at {data['archive']} (it is created when the provider first runs).",
+                *_refused_lines(data),
                 *_spill_lines(data["spill"]),
             ]
         )
@@ -257,6 +275,7 @@ def _human(data: dict[str, Any]) -> str:
         f"Sessions: {data['sessions']}   Checkpoints: {data['checkpoints']}   "
         f"Size: {data['bytes']:,} bytes",
         f"Head: seq {data['head']['seq']} chain {data['head']['chain']}",
+        *_refused_lines(data),
     ]
     if last:
         lines.append(

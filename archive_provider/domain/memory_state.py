@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .evidence import bindable_text
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -63,6 +65,20 @@ class MemoryWrite:
             content if isinstance(content, str) else "" if content is None else str(content),
             old_text if isinstance(old_text, str) else None,
             previous if isinstance(previous, str) else None,
+        )
+
+    @classmethod
+    def from_event(cls, body: Mapping[str, Any], content: Any) -> MemoryWrite:
+        """The write a ``memory_write`` event records (its body, and its content part as
+        stored), its texts made bindable as the memory projection stores them; the search
+        texts are only compared."""
+        write = cls.from_host(body.get("action"), body.get("target"), content, body.get("metadata"))
+        return cls(
+            bindable_text(write.action),
+            bindable_text(write.target),
+            bindable_text(write.content),
+            write.old_text,
+            write.previous_content,
         )
 
 

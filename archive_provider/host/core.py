@@ -35,14 +35,13 @@ from ..storage.store import (
     archive_dir,
     connect,
     file_identity,
-    reader_keys,
 )
 from ..storage.witness import Witness, WitnessMismatch
 from ..storage.writer import Writer, WriterUnavailable, writers
 from .hermes import spawn_thread
 from .known_checkpoints import KnownCheckpoints
 from .settings import Settings
-from .spill_kinds import RECORD_BUILDERS, SPILL_KINDS, spill_entry
+from .spill_kinds import RECORD_BUILDERS, spill_entry, spill_kinds
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +88,11 @@ class Transcript:
             return False
 
 
+class FileNotProven(sqlite3.OperationalError):
+    """The database at the path is not the file the open-time proof established (replaced or
+    removed while open): nothing is read from it until it is proven like a first open."""
+
+
 class ArchiveCore:
     """One profile's archive as the providers use it: state, writer, reader, search, submit."""
 
@@ -116,10 +120,6 @@ class ArchiveCore:
         #: writer-thread cache of the last transcript archived per session (the turn delta)
         self.transcripts: dict[str, Transcript] = {}
         self._reader: sqlite3.Connection | None = None
-        # what served excerpts are re-proved with, read with the reader on first search: the
-        # payload key (v1) or the log's verifier key (v2); a read that proves nothing (the
-        # check of an identical checkpoint retry) does not wait for them
-        self._keys: tuple[bytes, str | None] | None = None
         self._reader_lock = threading.Lock()
         self._reader_file: tuple[int, int] | None = None  # store.file_identity at its open
         #: opens the reader off the hooks' path once the log is proven (see :meth:`_warm`)
@@ -152,7 +152,7 @@ class ArchiveCore:
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(self.home),
-                kinds=SPILL_KINDS,
+                kinds=spill_kinds(self.settings.redact_secrets),
                 queue_max_events=self.settings.queue_max_events,
                 queue_max_bytes=self.settings.queue_max_bytes,
                 spill_fsync_s=self.settings.spill_fsync_s,
@@ -220,7 +220,7 @@ class ArchiveCore:
     ) -> None:
         """Hand the writer a job and return; a failure is logged and put on the record.
 
-        ``entry`` is the same job as a spill record (a kind of :data:`SPILL_KINDS`): with it
+        ``entry`` is the same job as a spill record (a kind of :func:`spill_kinds`): with it
         the writer may spill the job instead of holding it in memory; ``size`` estimates
         the bytes the queue holds for it (its bound counts them).
         """
@@ -301,12 +301,17 @@ class ArchiveCore:
 
     def _open_reader(self, flush_s: float = 0.0) -> sqlite3.Connection:
         """The reader, opened if it is not, or again if the file at the path is no longer the
-        one it opened (replaced or removed: it would read what no one else sees). Call under
-        the reader's lock."""
+        one it opened (replaced or removed: it would read what no one else sees). Once the
+        writer has proven the log, only on the file its proof established
+        (:class:`FileNotProven` otherwise). Call under the reader's lock."""
         if self.home is None:
             raise sqlite3.OperationalError("the archive is not initialized")
         path = archive_dir(self.home) / DB_NAME
-        if self._reader is not None and file_identity(path) != self._reader_file:
+        basis = self.writer.basis if self.writer is not None else None
+        if self._reader is not None and (
+            file_identity(path) != self._reader_file
+            or (basis is not None and basis.file != self._reader_file)
+        ):
             self._reader.close()
             self._reader = None
             self._proofs, self._counts = ProofCache(), TermCounts()
@@ -314,8 +319,14 @@ class ArchiveCore:
             if flush_s and self.writer is not None:
                 self.writer.flush(flush_s)
             self._reader_file = file_identity(path)  # before: a swap after it reopens
-            self._reader = connect(path, readonly=True)
-            self._keys = None
+            if basis is None or self._reader_file == basis.file:
+                self._reader = connect(path, readonly=True)
+        if self._reader is None or (basis is not None and file_identity(path) != basis.file):
+            raise FileNotProven(  # read nothing from a file the open-time proof did not prove
+                f"{path} is not the file the archive's open-time proof established (it was "
+                "replaced or removed while the archive was open); nothing is read from it "
+                "until it is proven like a first open"
+            )
         return self._reader
 
     def _warm(self) -> None:
@@ -339,13 +350,6 @@ class ArchiveCore:
             except sqlite3.Error as exc:
                 log.debug("archive: the reader was not opened ahead: %s", exc)
 
-    def _proof_keys(self, conn: sqlite3.Connection) -> tuple[bytes, str | None]:
-        """The reader's proof keys, loaded once (call inside :meth:`read`)."""
-        if self._keys is None:
-            assert self.home is not None
-            self._keys = reader_keys(archive_dir(self.home), conn)
-        return self._keys
-
     def search(self, query: str, **kwargs: Any) -> tuple[list[Hit], list[str]]:
         """Ranked hits, each re-proved from the log (invariant 11), and why any was withheld.
 
@@ -364,24 +368,41 @@ class ArchiveCore:
                 "archive recall is withheld: integrity check pending (the open-time proof of "
                 f"the archive has not passed yet){why}"
             )
-        if not (archive_dir(self.home) / DB_NAME).exists():
+        if writer is None or not (archive_dir(self.home) / DB_NAME).exists():
             return [], []
+        basis = writer.basis  # what the open-time proof established (None: withdrawn since)
+        if basis is None:
+            raise RuntimeError(
+                "archive recall is withheld: the archive is being proven again (its database "
+                "file was replaced while it was open)"
+            )
 
         try:  # v2: the key and tree the witness pinned, outside the profile (FORMAT.md 20.5)
-            anchor = pinned(writer.witness) if writer is not None and writer.witness else None
+            anchor = pinned(writer.witness) if writer.witness else None
         except WitnessMismatch as exc:
             raise RuntimeError(f"archive recall is withheld: {exc}") from None
-
-        roots = writer.committed_roots if writer is not None else None
+        if anchor is not None and basis.format_version != 2:
+            raise RuntimeError(
+                "archive recall is withheld: the witness pinned a format-2 log, but the archive "
+                f"proven at open is format {basis.format_version}"
+            )
+        roots = writer.committed_roots
 
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
-            key, own_vkey = self._proof_keys(conn)
-            vkey, checkpoint = anchor if anchor is not None else (own_vkey, None)
-            prover = Prover(conn, key, vkey, checkpoint, roots, self._proofs)
+            problem = basis.problem(conn)
+            if problem:
+                raise FileNotProven(f"the archive file is not the one proven: {problem}")
+            vkey, checkpoint = anchor if anchor is not None else (basis.vkey, None)
+            prover = Prover(
+                conn, basis.key, vkey, checkpoint, roots, self._proofs, basis.format_version
+            )
             hits = search(conn, query, counts=self._counts, **kwargs)
             return prover.proven(hits), prover.withheld
 
-        hits, withheld = self.read(proven)
+        try:
+            hits, withheld = self.read(proven)
+        except FileNotProven as exc:
+            raise RuntimeError(f"archive recall is withheld: {exc}") from None
         if withheld:
             log.error(
                 "archive: %d recalled excerpts withheld, not proven against the log (%s); "

@@ -41,8 +41,9 @@ from ..projections.base import TableProjection
 from ..projections.builtin import live_counters
 from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
+from ..storage.outside import inside_problems
 from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from ..storage.store_v2 import STORE_KEY_NAME, served_results, signing_key_path
+from ..storage.store_v2 import STORE_KEY_NAME, KeyFileError, served_results, signing_key_path
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
@@ -757,9 +758,10 @@ class ArchiveProvider(MemoryProviderBase):
 
     def get_status_config(self, provider_config: Any) -> dict[str, Any]:
         """What ``hermes memory status`` prints under the provider's config: the config as
-        given (a ``ship_to`` password never shown) and, when the archive ships to a central
-        store, where shipping stands (lag in events and seconds, last error). Reads only the
-        shipping state file beside the archive: no database, no network."""
+        given (a ``ship_to`` password never shown), a protection variable refused because it
+        comes from inside the profile, and, when the archive ships to a central store, where
+        shipping stands (lag in events and seconds, last error). Reads only the profile's env
+        files and the shipping state file beside the archive: no database, no network."""
         from ..storage.central import redacted
         from ..storage.ship import describe_state, read_state
 
@@ -770,6 +772,9 @@ class ArchiveProvider(MemoryProviderBase):
         if home is None:
             return shown
         folder = Path(home).expanduser()
+        refused = inside_problems(folder)
+        if refused:  # the witness or key location comes from inside the profile: refused
+            shown["protection"] = "REFUSED: " + " ".join(refused)
         settings = self._profile_settings()[0]
         state = read_state(archive_dir(folder))
         if state is not None:
@@ -801,7 +806,11 @@ class ArchiveProvider(MemoryProviderBase):
             return []
         folder = archive_dir(Path(home).expanduser())
         names = (DB_NAME, DB_NAME + "-wal", KEY_NAME, STORE_KEY_NAME)
-        return [str(folder / name) for name in names] + [str(signing_key_path(folder))]
+        try:
+            signing = [str(signing_key_path(folder))]
+        except KeyFileError:  # named from inside the profile: not the archive's key
+            signing = []
+        return [str(folder / name) for name in names] + signing
 
 
 def register(ctx: Any) -> None:

@@ -4,13 +4,13 @@ The writer spills a job it cannot hold in memory (or journals every one, with
 ``journal_every_event``) as a record of plain data: the hook's kind and arguments
 (:mod:`archive_provider.storage.spill`). The provider and :class:`~archive_provider.host.
 core.ArchiveCore` hand every job its record encoder (:func:`spill_entry`, :func:`turn_entry`);
-:data:`SPILL_KINDS` turns a record back into the job's events on the next open.
+:func:`spill_kinds` turns a record back into the job's events on the next open.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from ..storage.store import EventStore, archive_dir
 from ..storage.store_v2 import served_results
 from ..storage.witness import Witness
 from ..storage.writer import Taker, Writer, WriterUnavailable
+from .settings import load_settings
 
 
 def text_size(value: Any) -> int:
@@ -323,11 +324,29 @@ RECORD_BUILDERS: dict[str, Callable[[EventStore, dict[str, Any]], NewEvent]] = {
 }
 
 #: every kind of spill record the provider writes, and how it is taken in
-SPILL_KINDS: dict[str, Taker] = {
+_TAKERS: dict[str, Taker] = {
     "turn": _take_turn,
     "session_ended": _take_session_end,
     **{kind: _plain(build) for kind, build in RECORD_BUILDERS.items()},
 }
+
+
+def spill_kinds(redact_secrets: bool) -> dict[str, Taker]:
+    """How each kind of record is taken in under the current ``redact_secrets``: a record
+    may ask for redaction, never switch it off (what it says was written where the profile
+    can write; the setting is the archive's now)."""
+    if not redact_secrets:
+        return dict(_TAKERS)
+
+    def redacting(take: Taker) -> Taker:
+        def taken(
+            store: EventStore | None, record: Record, state: dict[Any, Any]
+        ) -> Sequence[NewEvent]:
+            return take(store, replace(record, args={**record.args, "redact": True}), state)
+
+        return taken
+
+    return {kind: redacting(take) for kind, take in _TAKERS.items()}
 
 
 def spill_entry(kind: str, **args: Any) -> Encoder:
@@ -365,7 +384,7 @@ def take_in_spill(home: Path, *, timeout: float = 900.0) -> int:
         folder,
         projections_factory=default_projections,
         witness=Witness.for_home(home),
-        kinds=SPILL_KINDS,
+        kinds=spill_kinds(load_settings(home).redact_secrets),
     )
     try:  # behind the spill's records: returns once they are committed (FULL), or raises
         writer.append_durable(lambda store: (), timeout=timeout, label="take in the spill")

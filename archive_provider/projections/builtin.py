@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from blake3 import blake3
@@ -570,13 +570,7 @@ class MemoryProjection(TableProjection):
         metadata = body.get("metadata")
         digest = body.get("content")
         content = event_part(conn, event, digest) if isinstance(digest, str) else None
-        write = MemoryWrite.from_host(body.get("action"), body.get("target"), content, metadata)
-        write = replace(  # stored text must be bindable; the search texts are only compared
-            write,
-            action=bindable_text(write.action),
-            target=bindable_text(write.target),
-            content=bindable_text(write.content),
-        )
+        write = MemoryWrite.from_event(body, content)
         before = memory_entries(conn, write.target)
         after, change = apply_write(before, write, event.seq)
         if after != before:

@@ -41,9 +41,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..domain import fence
 from ..domain.evidence import bindable_text, message_text
+from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format import digests_v2, merkle
 from ..format.canonical import decode
 from ..format.digests import (
@@ -441,6 +443,9 @@ class ProofCache:
         self.conn: sqlite3.Connection | None = None  # the connection of the current query
         self.reader: merkle.TileReader | None = None
         self.store_id: object = None
+        #: memory entries proven current: the seq of the write that set each, to the last
+        #: memory write applied since and the state it left (see Prover._still_current)
+        self.memory: dict[int, tuple[int, list[Entry]]] = {}
 
     def read_tile(self, level: int, index: int) -> bytes | None:
         assert self.conn is not None
@@ -498,6 +503,7 @@ class Prover:
         anchor: Checkpoint | None = None,
         committed_roots: Mapping[int, bytes] | None = None,
         cache: ProofCache | None = None,
+        version: int | None = None,
     ) -> None:
         self.conn = conn
         self.key = key
@@ -511,14 +517,17 @@ class Prover:
         self.cache = cache or ProofCache()
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
-        row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-        self.version = 2 if row is not None and str(row[0]) == "2" else 1
+        if version is None:  # an audit of the file itself (status): its own format
+            row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+            version = 2 if row is not None and str(row[0]) == "2" else 1
+        #: the format proofs follow: a session's is the one its open-time proof established
+        self.version = version
         self._tree: tuple[int, bytes, merkle.TileReader] | None = None
 
     def prove(self, hit: Hit) -> Hit:
         """``hit`` with its text taken from the proven log, or :class:`Unproven`."""
         seq = hit.seq
-        envelope = self._envelope_v2(seq) if self.version == 2 else self._envelope_v1(seq)
+        envelope = self._envelope(seq)
         body = decode(self._payload(seq, envelope.payload))
         parts = decode(envelope.parts)
         if hit.kind == "memory":
@@ -544,6 +553,8 @@ class Prover:
                 continue
             text = bindable_text(text)
             if text[:EXCERPT_CHARS] == hit.text:
+                if hit.kind == "memory":
+                    self._still_current(seq, body, text)
                 truncated = len(text) > EXCERPT_CHARS
                 session = "" if hit.kind == "memory" else envelope.session
                 return Hit(
@@ -557,6 +568,49 @@ class Prover:
                     truncated,
                 )
         raise Unproven(f"seq {seq}: no archived text of that event says what the index row says")
+
+    def _envelope(self, seq: int) -> Envelope:
+        return self._envelope_v2(seq) if self.version == 2 else self._envelope_v1(seq)
+
+    def _still_current(self, seq: int, body: Mapping[str, Any], text: str) -> None:
+        """:class:`Unproven` unless the memory entry the write at ``seq`` set to ``text`` is
+        still that text at the head (FORMAT.md 20.5: memory served as current is the latest
+        write for its entry).
+
+        Every later memory write is proven and applied, with the reducer the memory
+        projection uses, to a state holding only that entry: one that changes or removes it
+        withdraws it. A later write in doubt (its text erased, or matching other entries
+        too) withdraws it as well: withholding is safe, serving a removed entry is not.
+        What was proven is kept in the cache, so the next query applies only newer writes.
+        """
+        target = MemoryWrite.from_event(body, None).target
+        checked, entries = self.cache.memory.get(seq, (seq, [Entry(text, seq, seq)]))
+        later = self.conn.execute(
+            "SELECT seq FROM events WHERE type = 'memory_write' AND seq > ? ORDER BY seq",
+            (checked,),
+        ).fetchall()
+        for (at,) in later:
+            envelope = self._envelope(at)
+            written = decode(self._payload(at, envelope.payload))
+            if not isinstance(written, Mapping):
+                raise Unproven(f"seq {seq}: the memory write at seq {at} cannot be read")
+            if MemoryWrite.from_event(written, None).target != target:
+                continue
+            digest = written.get("content")
+            if not isinstance(digest, str) or digest not in decode(envelope.parts):
+                raise Unproven(f"seq {seq}: the memory write at seq {at} names no content part")
+            write = MemoryWrite.from_event(written, decode(self._payload(at, digest)))
+            entries = apply_write(entries, write, at)[0]
+            if not any(e.seq == seq and e.content == text for e in entries):
+                raise Unproven(
+                    f"seq {seq}: that memory entry was changed or removed by the write at seq "
+                    f"{at}; it is not current"
+                )
+        if later:
+            checked = int(later[-1][0])
+        if len(self.cache.memory) >= self.cache.KEEP:
+            self.cache.memory.clear()
+        self.cache.memory[seq] = (checked, entries)
 
     def _envelope_v1(self, seq: int) -> Envelope:
         """The v1 envelope of ``seq``, checked against its chain link and identity."""

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blake3 import blake3
+
 from ..domain.clock import utc_now
 from ..format import merkle
 from ..format.digests_v2 import genesis
@@ -97,6 +99,27 @@ def cosigner(directory: Path) -> Signer:
             raise OSError(f"the local witness key {path} cannot be used: {exc}") from None
         return signer if signer.alg == ALG_COSIGNATURE_V1 else signer.as_cosigner()
     raise OSError(f"the local witness key {path} cannot be read")
+
+
+#: the BLAKE3 derive_key context of the spill key (FORMAT.md, "Spill file")
+SPILL_KEY_CONTEXT = "hermes-archive 2026-12-04 spill record authentication v2"
+
+
+def spill_key(witness: Witness | None) -> bytes | None:
+    """The key spill records are authenticated with: derived from the local witness's own
+    key, in its folder outside the profile, and the archive's real path (profiles sharing a
+    witness folder do not share it), so whoever can write ``archive/spill/`` cannot write a
+    record the writer takes in. None without a usable witness folder (records are
+    then checked unkeyed, and a witnessed writer sets them aside as unauthenticated)."""
+    if witness is None or witness.folder_problem():
+        return None
+    try:
+        signer = cosigner(witness.directory)
+    except OSError as exc:
+        log.warning("archive: spill records cannot be authenticated: %s", exc)
+        return None
+    material = signer.private_key.encode("ascii") + b"\x00" + os.fsencode(witness.archive)
+    return blake3(material, derive_key_context=SPILL_KEY_CONTEXT).digest()
 
 
 def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> None:

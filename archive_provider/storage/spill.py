@@ -5,14 +5,24 @@ down, or ``journal_every_event`` asks for it) is appended here instead of being 
 and the writer takes it in, in order, before anything accepted after it. The spill lives
 in ``<archive>/spill/`` as numbered *segments*, each append-only:
 
-    header  = "HASPILL1" (8 bytes) || segment id (16 random bytes)
+    header  = "HASPILL2" (8 bytes) || segment id (16 random bytes)
     record  = length (u32, big-endian) || check (32 bytes) || body (length bytes)
-    check   = BLAKE3("hermes-archive/v1/spill\\0" || segment id || length || body)
+    check   = BLAKE3-keyed(spill key, "hermes-archive/v2/spill\\0" || segment id || length || body)
     body    = JSON {"accepted": time text, "args": {...}, "kind": text}
 
-A record cut short (a crash mid-write) or changed fails its check; reading stops there and
-the segment is moved aside into ``spill/damaged/`` (kept, never deleted) for the writer to
-report. The writer records how far it has taken a segment in the ``meta`` row
+The spill key is not in the profile: it is derived from the local witness's own key, in
+the witness folder outside ``HERMES_HOME`` (:func:`archive_provider.storage.proof_v2.
+spill_key`). Whoever can write ``archive/spill/`` can therefore not write a record the
+writer takes in, and the genuine writer never signs such a record into history (docs/
+DESIGN.md, "Trust boundary"). Without a witness (a writer made without one) the check is
+unkeyed and protects against torn writes only.
+
+A record cut short (a crash mid-write), changed, or not made with the spill key fails its
+check; reading stops there and the segment is moved aside into ``spill/damaged/`` (kept,
+never deleted) for the writer to report. A segment of the unauthenticated format 1
+(``HASPILL1``) is set aside the same way. A record's ``accepted`` time is never earlier
+than what the log already holds (:func:`read_records` raises it to ``not_before``). The
+writer records how far it has taken a segment in the ``meta`` row
 ``spill_taken:<segment id>`` inside the transaction that commits it, so a segment taken
 in again (a crash after the commit, before its removal) adds nothing twice. Identities
 alone would not do: a turn's and a memory write's include their ordinal in the session.
@@ -41,7 +51,7 @@ from typing import Any, BinaryIO
 
 from blake3 import blake3
 
-from ..domain.clock import format_time, utc_now
+from ..domain.clock import format_time, parse_time, utc_now
 from ..domain.evidence import archivable
 from ..errors import ArchiveDamaged
 from .safe_files import regular_file_problem
@@ -51,12 +61,14 @@ log = logging.getLogger(__name__)
 SPILL_DIR = "spill"
 DAMAGED_DIR = "damaged"
 SUFFIX = ".spill"
-MAGIC = b"HASPILL1"
+MAGIC = b"HASPILL2"
+#: the header of a segment written by 0.1 (records checked by an unkeyed hash): refused
+MAGIC_UNAUTHENTICATED = b"HASPILL1"
 ID_BYTES = 16
 HEADER_BYTES = len(MAGIC) + ID_BYTES
 CHECK_BYTES = 32
 FRAME_BYTES = 4 + CHECK_BYTES
-DOMAIN = b"hermes-archive/v1/spill\x00"
+DOMAIN = b"hermes-archive/v2/spill\x00"
 MAX_RECORD_BYTES = 1 << 30  # a length beyond this is damage, not a record to allocate for
 META_TAKEN = "spill_taken:"  # + segment id (hex): the end offset of the last record taken in
 END = 1 << 62  # "every record of the segment" in a position
@@ -90,10 +102,16 @@ class Record:
     args: dict[str, Any]
 
 
-def frame(segment: bytes, body: bytes) -> bytes:
+def check(key: bytes | None, segment: bytes, length: bytes, body: bytes) -> bytes:
+    """A record's check: keyed with the spill key (unkeyed only for a writer without one)."""
+    data = DOMAIN + segment + length + body
+    return (blake3(data, key=key) if key is not None else blake3(data)).digest()
+
+
+def frame(segment: bytes, body: bytes, key: bytes | None) -> bytes:
     """A record: length, check, body (see the module docstring)."""
     length = len(body).to_bytes(4, "big")
-    return length + blake3(DOMAIN + segment + length + body).digest() + body
+    return length + check(key, segment, length, body) + body
 
 
 _JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), default=archivable)
@@ -211,14 +229,27 @@ def pending(folder: Path) -> Pending:
     return Pending(len(paths), size, [p.name for p in damaged_paths(folder)])
 
 
-def read_records(path: Path, *, start: int = 0, limit: int | None = None) -> Iterator[Record]:
-    """The records of a segment from offset ``start`` (0: the first) up to ``limit`` bytes.
+def read_records(
+    path: Path,
+    *,
+    key: bytes | None,
+    start: int = 0,
+    limit: int | None = None,
+    not_before: str = "",
+) -> Iterator[Record]:
+    """The records of a segment from offset ``start`` (0: the first) up to ``limit`` bytes,
+    each checked with the spill ``key``; an ``accepted`` time before ``not_before`` (the
+    time of the log's last event) or before the record's predecessor is raised to it.
 
     Raises :class:`SpillDamaged` where a record is cut short or fails its check, after
     yielding every good record before it.
     """
     with open_segment(path) as handle:
         header = handle.read(HEADER_BYTES)
+        if header.startswith(MAGIC_UNAUTHENTICATED):
+            raise SpillDamaged(
+                path, 0, "a format-1 segment, whose records nothing authenticates (not taken in)"
+            )
         if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
             raise SpillDamaged(path, 0, "no spill header (cut short or not a spill file)")
         segment = header[len(MAGIC) :]
@@ -235,25 +266,26 @@ def read_records(path: Path, *, start: int = 0, limit: int | None = None) -> Ite
             body = handle.read(length)
             if len(body) < length:
                 raise SpillDamaged(path, offset, "a record cut short (torn tail)")
-            if blake3(DOMAIN + segment + head[:4] + body).digest() != head[4:]:
-                raise SpillDamaged(path, offset, "a record fails its BLAKE3 check")
+            if check(key, segment, head[:4], body) != head[4:]:
+                raise SpillDamaged(
+                    path,
+                    offset,
+                    "a record fails its check (changed, or not made with the spill key)",
+                )
             try:
                 value = json.loads(body)
-                record = Record(
-                    segment,
-                    offset + FRAME_BYTES + length,
-                    value["kind"],
-                    value["accepted"],
-                    value["args"],
-                )
-                if not (isinstance(record.kind, str) and isinstance(record.accepted, str)):
+                kind, accepted, args = value["kind"], value["accepted"], value["args"]
+                if not (isinstance(kind, str) and isinstance(accepted, str)):
                     raise TypeError("kind and accepted must be text")
-                if not isinstance(record.args, dict):
+                if not isinstance(args, dict):
                     raise TypeError("args must be an object")
+                accepted = max(format_time(parse_time(accepted)), not_before)
             except Exception as exc:
                 raise SpillDamaged(
                     path, offset, f"a record that is not a spill entry ({exc})"
                 ) from exc
+            record = Record(segment, offset + FRAME_BYTES + length, kind, accepted, args)
+            not_before = accepted
             offset = record.end
             yield record
 
@@ -338,8 +370,17 @@ class Spill:
     and at shutdown. Lock order: :attr:`lock`, then :attr:`io` (held while writing).
     """
 
-    def __init__(self, folder: Path, *, fsync_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        fsync_s: float = 1.0,
+        key: Callable[[], bytes | None] | None = None,
+    ) -> None:
         self.folder = folder
+        self._key_source = key
+        self._key: tuple[bytes | None] | None = None  # (key,) once read
+        self._key_lock = threading.Lock()
         self.dir = folder / SPILL_DIR
         self.fsync_s = fsync_s
         self.lock = threading.Lock()
@@ -351,6 +392,15 @@ class Spill:
         inherited = [p for p in segment_paths(folder) if not in_use(p)]
         self._floor = (segment_number(inherited[-1]), END) if inherited else (0, 0)
         self._last_number = self._floor[0]  # ours only grow, so positions compare
+
+    @property
+    def key(self) -> bytes | None:
+        """What records are authenticated with (module docstring), read on first use: the
+        witness folder that holds it is made only when something is spilled or read."""
+        with self._key_lock:
+            if self._key is None:
+                self._key = (self._key_source() if self._key_source is not None else None,)
+            return self._key[0]
 
     # -- appending (under self.lock, held by the caller) ---------------------------------
 
@@ -394,7 +444,7 @@ class Spill:
             self._state = {}
         active = self._active
         kind, args = encode(self._state)
-        data = frame(active.id, record_body(kind, format_time(accepted), args))
+        data = frame(active.id, record_body(kind, format_time(accepted), args), self.key)
         active.chunks.append(data)
         active.buffered += len(data)
         active.records += 1
@@ -473,7 +523,8 @@ class Spill:
             chunks = []
             for encode, accepted in encoders:
                 kind, args = encode(state)
-                chunks.append(frame(segment.id, record_body(kind, format_time(accepted), args)))
+                body = record_body(kind, format_time(accepted), args)
+                chunks.append(frame(segment.id, body, self.key))
                 if len(chunks) >= 256:
                     os.write(segment.fd, b"".join(chunks))
                     chunks = []

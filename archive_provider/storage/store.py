@@ -1565,6 +1565,43 @@ def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> byte
     return carried if carried is not None else payload_body(conn, digest)
 
 
+@dataclass(frozen=True)
+class ServeBasis:
+    """What the open-time proof established about the file a session serves from.
+
+    Served excerpts are proven with these (DESIGN.md, "Trust boundary"), never with what the
+    file at the path says later: a different file there (another inode, another store id)
+    or another format is not this basis, and serves nothing until it is proven like a first
+    open.
+    """
+
+    file: tuple[int, int] | None  # file_identity of events.db at the proven open
+    store_id: str
+    format_version: int
+    key: bytes  # v1: the payload key (digests are keyed); v2: unused by the serve-time proof
+    vkey: str | None  # v2: the log's verifier key (None when the signing key is unusable)
+
+    @classmethod
+    def of(cls, store: EventStore, file: tuple[int, int] | None) -> ServeBasis:
+        if isinstance(store, EventStoreV2):
+            try:
+                vkey: str | None = store.vkey
+            except KeyFileError:
+                vkey = None
+            return cls(file, store.store_id, FORMAT_V2, b"", vkey)
+        return cls(file, store.store_id, FORMAT_VERSION, store.key, None)
+
+    def problem(self, conn: sqlite3.Connection) -> str | None:
+        """Why the database on ``conn`` is not the one proven, or None."""
+        found = (_meta_or_none(conn, "store_id"), _meta_or_none(conn, "format_version"))
+        if found != (self.store_id, str(self.format_version)):
+            return (
+                f"it is store {found[0]} format {found[1]}, but the open-time proof established "
+                f"store {self.store_id} format {self.format_version}"
+            )
+        return None
+
+
 def reader_keys(folder: Path, conn: sqlite3.Connection) -> tuple[bytes, str | None]:
     """What a reader proves served text with (projections.recall.Prover's ``key``, ``vkey``).
 
@@ -1581,6 +1618,12 @@ def reader_keys(folder: Path, conn: sqlite3.Connection) -> tuple[bytes, str | No
         log.error("archive: served recall cannot be proven: %s", exc)
         return b"", None
     return b"", signer.vkey
+
+
+def head_time(conn: sqlite3.Connection) -> str:
+    """The time of the last event of the log on ``conn`` ('' when it is empty)."""
+    row = conn.execute("SELECT time FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    return str(row[0]) if row else ""
 
 
 def head_seq(conn: sqlite3.Connection) -> int:

@@ -22,12 +22,11 @@ from ..format.canonical import canonical_bytes
 from ..format.digests_v2 import lookup, new_salt, payload_digest
 from ..format.events import Hasher, Part
 from ..format.signed_note import NoteError, Signer
+from .outside import SIGNING_KEY_ENV, InsideProfile, outside_value
 from .safe_files import UnsafeFile, read_small
 
 STORE_KEY_NAME = "store.key"
 SIGNING_KEY_NAME = "signing.key"
-#: names a signing key file outside the profile (FORMAT.md 10)
-SIGNING_KEY_ENV = "HERMES_ARCHIVE_SIGNING_KEY"
 #: a commit at least this long after the previous checkpoint signs one (FORMAT.md 15.4)
 CHECKPOINT_INTERVAL_S = 5.0
 #: how many committed tree roots a store remembers for the serve-time proof (FORMAT.md 20.5)
@@ -169,8 +168,13 @@ class TamperedPart(ArchiveError):
 
 
 def signing_key_path(folder: Path) -> Path:
-    """Where this archive's signing key lives: outside the profile when the variable says so."""
-    named = os.environ.get(SIGNING_KEY_ENV)
+    """Where this archive's signing key lives: outside the profile when ``SIGNING_KEY_ENV``
+    (FORMAT.md 10) says so. :class:`KeyFileError` when the variable comes from inside the
+    profile (``folder``'s parent): its ``.env`` sets it, or it points into the profile."""
+    try:
+        named = outside_value(SIGNING_KEY_ENV, folder.parent)
+    except InsideProfile as exc:
+        raise KeyFileError(str(exc)) from None
     return Path(named) if named else folder / SIGNING_KEY_NAME
 
 

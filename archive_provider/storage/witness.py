@@ -60,11 +60,11 @@ from ..domain.clock import now_text
 from ..errors import ArchiveDamaged
 from ..format.events import NewEvent
 from ..format.verifier import verify_database
+from .outside import WITNESS_ENV, InsideProfile, outside_value
 from .safe_files import UnsafeFile, folder_problem, read_small
 
 log = logging.getLogger(__name__)
 
-WITNESS_ENV = "ARCHIVE_WITNESS_DIR"
 WITNESS_SUFFIX = ".archive-witness"
 WITNESS_FORMAT = 1
 #: a record that also pins the log key and holds the last cosigned checkpoint (FORMAT.md 16.1)
@@ -84,9 +84,10 @@ def default_witness_dir(hermes_home: str | os.PathLike[str]) -> Path:
 def witness_dir_for(hermes_home: str | os.PathLike[str]) -> Path:
     """Where the witness of ``hermes_home`` lives: ``ARCHIVE_WITNESS_DIR``, else the default.
 
-    Never a setting read from inside the profile: that folder is what the witness protects.
+    Never a setting read from inside the profile: that folder is what the witness protects
+    (:class:`InsideProfile` when the profile's ``.env`` sets the variable or it points inside).
     """
-    chosen = os.environ.get(WITNESS_ENV)
+    chosen = outside_value(WITNESS_ENV, hermes_home)
     return Path(chosen).expanduser() if chosen else default_witness_dir(hermes_home)
 
 
@@ -156,8 +157,11 @@ class WitnessRecord:
 class Witness:
     """The witness file of one archive folder. Thread-safe; writes are atomic and fsynced."""
 
-    def __init__(self, directory: Path, archive: Path) -> None:
+    def __init__(self, directory: Path, archive: Path, *, refusal: str | None = None) -> None:
         self.directory = Path(directory)
+        #: why no witness may be used (its location came from inside the profile): every
+        #: read is then a mismatch and nothing is written
+        self.refusal = refusal
         self.archive = Path(os.path.realpath(archive))
         name = hashlib.blake2b(str(self.archive).encode("utf-8"), digest_size=8).hexdigest()
         self.path = self.directory / f"{name}.json"
@@ -167,7 +171,10 @@ class Witness:
     @classmethod
     def for_home(cls, hermes_home: str | os.PathLike[str]) -> Witness:
         home = Path(hermes_home).expanduser().absolute()
-        return cls(witness_dir_for(home), home / "archive")
+        try:
+            return cls(witness_dir_for(home), home / "archive")
+        except InsideProfile as exc:
+            return cls(default_witness_dir(home), home / "archive", refusal=str(exc))
 
     def id_path(self, store_id: str) -> Path:
         """The record kept under the store's identity (found wherever the archive is)."""
@@ -175,7 +182,10 @@ class Witness:
         return self.directory / f"store-{name}.json"
 
     def folder_problem(self) -> str | None:
-        """Why the witness folder cannot be trusted (another owner, writable by others)."""
+        """Why the witness folder cannot be trusted (its location set from inside the profile,
+        another owner, writable by others)."""
+        if self.refusal:
+            return self.refusal
         problem = folder_problem(self.directory)
         return f"the witness folder is not safe: {problem}" if problem else None
 
@@ -197,7 +207,7 @@ class Witness:
     def _read(self, path: Path) -> WitnessRecord | None:
         problem = self.folder_problem()
         if problem:
-            raise WitnessMismatch(f"{problem}. Appends are refused until it is fixed.")
+            raise WitnessMismatch(f"{problem.rstrip('.')}. Appends are refused until it is fixed.")
         try:
             text = read_small(path).decode("utf-8")
         except FileNotFoundError:
@@ -361,6 +371,16 @@ class Witness:
                 f"there (the archive was replaced). {fix}"
             )
         record = self.read_for(store_id)
+        pinned = record or at_path
+        if pinned is not None and pinned.log_vkey is not None:
+            found = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
+            if found is None or str(found[0]) != "2":
+                raise WitnessMismatch(
+                    f"witness mismatch: the witness {self.directory} pinned a format-2 log with "
+                    f"its key, but the archive at {self.archive} is format "
+                    f"{found[0] if found else 'unknown'}: a format the witness did not pin is "
+                    f"refused (the archive was replaced). {fix}"
+                )
         if record is None:
             first = first_witnessed_seq(conn)
             if first is not None:

@@ -42,7 +42,7 @@ from ..errors import ArchiveUnavailable, Failure, classify
 from ..format.digests import genesis_chain
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
-from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2
+from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
 from .spill import (
     END,
     HEADER_BYTES,
@@ -68,10 +68,12 @@ from .store import (
     EventStoreV2,
     Head,
     Projection,
+    ServeBasis,
     StoreError,
     TamperedPart,
     connect,
     file_identity,
+    head_time,
     payload_body,
 )
 from .threads import ThreadFactory, context_thread
@@ -330,7 +332,7 @@ class Writer:
         self._queue: queue.SimpleQueue[Job | object | None] = queue.SimpleQueue()
         self._pending: list[Job] = []  # built, not yet written, in order
         # the bounded queue and the spill: the gate (the spill's lock) orders every submit
-        self.spill = Spill(folder, fsync_s=spill_fsync_s)
+        self.spill = Spill(folder, fsync_s=spill_fsync_s, key=lambda: spill_key(witness))
         self._gate = self.spill.lock
         self._kinds: Mapping[str, Taker] = kinds or {}
         self._max_events, self._max_bytes = queue_max_events, queue_max_bytes
@@ -364,6 +366,8 @@ class Writer:
         self._data_version: int | None = None  # PRAGMA data_version when the log was proved
         # set once the open-time proof passed; cleared on refusal (recall waits for it)
         self.proven = threading.Event()
+        #: what the passing open-time proof established: what served excerpts are proven with
+        self.basis: ServeBasis | None = None
         self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
         self._walk: BackgroundWalk | None = None  # v2: the walk over older history
         self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
@@ -667,6 +671,7 @@ class Writer:
         """The background walk found damage: withdraw service at once (recall and appends)."""
         with self._proven_lock:
             self.proven.clear()
+            self.basis = None
             self.refused = self.last_error = (
                 f"{problem}. Recall and appends are refused; run `hermes-archive verify` and "
                 "restore the archive folder from backup (docs/RECOVER.md, 'Tamper detected')."
@@ -685,6 +690,9 @@ class Writer:
                 "archive: %s was replaced or removed while it was open; reopening it",
                 self.folder / DB_NAME,
             )
+            with self._proven_lock:  # nothing is served until the new file is proven
+                self.proven.clear()
+                self.basis = None
             self._close_store()
         if self.refused is not None and self._file_state() == self._refused_state:
             return None  # nothing changed since the refusal: do not re-read the whole log
@@ -746,15 +754,17 @@ class Writer:
             and getattr(proof, "path", "") == "checkpoint"
         ):
             self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
+        opened = opened or file_identity(self.folder / DB_NAME)  # made by the open
         with self._proven_lock:
             if self.refused is None:  # the walk may already have found damage
+                self.basis = ServeBasis.of(store, opened)
                 self.proven.set()
         if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
             self._start_submitter(store)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
-        self._opened_file = opened or file_identity(self.folder / DB_NAME)  # made by the open
+        self._opened_file = opened
         self._store = store
         return store
 
@@ -970,7 +980,15 @@ class Writer:
         """Read one run of records into the batch; False when nothing more can be read now."""
         last: Job | None = None
         try:
-            for record in read_records(reading.path, start=reading.offset, limit=size):
+            records = read_records(
+                reading.path,
+                key=self.spill.key,
+                start=reading.offset,
+                limit=size,
+                not_before=reading.floor or head_time(store.conn),  # no backdated events
+            )
+            for record in records:
+                reading.floor = record.accepted
                 reading.count += 1
                 reading.offset = record.end
                 position = (reading.number, reading.count)
@@ -1387,6 +1405,7 @@ class _Reading:
     offset: int = 0
     count: int = 0
     state: dict[Any, Any] = field(default_factory=dict)
+    floor: str = ""  # the accepted time of the last record read (the next is not earlier)
 
 
 class _Refused(Exception):

@@ -20,7 +20,9 @@ import pytest
 from archive_provider.format.canonical import decode
 from archive_provider.format.verifier import Report, verify_database
 from archive_provider.host.provider import ArchiveProvider
+from archive_provider.storage.proof_v2 import spill_key
 from archive_provider.storage.store import EventStore, archive_dir
+from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import writers
 
 HERE = Path(__file__).resolve().parent
@@ -41,6 +43,11 @@ def verify_home(home: Path) -> Report:
         return verify_database(store.conn, store.key)
     finally:
         store.close()
+
+
+def home_spill_key(home: Path) -> bytes | None:
+    """The key the profile's writer authenticates spill records with (from its witness)."""
+    return spill_key(Witness.for_home(home))
 
 
 def raw(home: Path) -> sqlite3.Connection:

@@ -29,7 +29,7 @@ from archive_provider.storage import store as store_module
 from archive_provider.storage.store import EventStore, archive_dir
 from tests.host.v2_host import BLOCKED_PREFIX, CompressionCheckpointUnavailable
 
-from .conftest import v2_agent, verify_home
+from .conftest import home_spill_key, v2_agent, verify_home
 
 EVIDENCE = [
     {"role": "user", "content": "remember the plan"},
@@ -391,7 +391,11 @@ def test_a_fault_that_outlasts_shutdown_spills_exactly_what_was_not_written(
     assert report is not None and report.complete  # nothing dropped: it is in the spill
     assert report.error is not None and "corrupt" in report.error
     assert (report.pending, report.spilled, report.finished) == (5, 5, False)
-    records = [r for path in segment_paths(archive_dir(home)) for r in read_records(path)]
+    records = [
+        r
+        for path in segment_paths(archive_dir(home))
+        for r in read_records(path, key=home_spill_key(home))
+    ]
     kept = [r.kind for r in records]
     # ...and last, the record of this unfinished drain, for the next open (HOST.md §3)
     assert kept == ["session_started", "turn", "turn", "turn", "memory_write", "shutdown_drain"]

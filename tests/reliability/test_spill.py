@@ -43,7 +43,7 @@ from archive_provider.storage.spill import (
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from archive_provider.storage.writer import MAX_BATCH_JOBS
 
-from .conftest import CHILD, RECEIPT, env_int, events, flush, raw, verify_home
+from .conftest import CHILD, RECEIPT, env_int, events, flush, home_spill_key, raw, verify_home
 from .test_crash import Zygote, check_after_kill
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +149,7 @@ def test_a_larger_burst_under_a_small_memory_bound_spills_in_order(tmp_path: Pat
 
 def spill_of(home: Path, count: int, session: str = "sp") -> list[dict[str, Any]]:
     """Write ``count`` turns straight into a spill segment, as a shutdown would."""
-    spill = Spill(archive_dir(home))
+    spill = Spill(archive_dir(home), key=lambda: home_spill_key(home))
     messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
     jobs = []
     for turn in range(count):
@@ -167,6 +167,8 @@ def spill_of(home: Path, count: int, session: str = "sp") -> list[dict[str, Any]
 def test_events_taken_in_from_the_spill_carry_the_time_they_were_accepted(
     home: Path,
 ) -> None:
+    with freeze_time("2026-11-30T07:00:00Z"):
+        take_in(home)  # the archive the spill was written beside (its head is earlier)
     with freeze_time("2026-11-30T08:00:00Z"):
         spill_of(home, 5)
     with freeze_time("2026-12-01T09:30:00Z"):
@@ -174,7 +176,7 @@ def test_events_taken_in_from_the_spill_carry_the_time_they_were_accepted(
     log = events(home)
     turns = [e for e in log if e.type == "turn"]
     assert len(turns) == 5 and {e.time for e in turns} == {"2026-11-30T08:00:00.000000Z"}
-    started = [e for e in log if e.type == "session_started"]
+    started = [e for e in log if e.type == "session_started" and e.seq > turns[0].seq]
     assert started and all(e.time.startswith("2026-12-01T09:30") for e in started)
     assert started[0].seq > turns[-1].seq, "the spill is appended before anything new"
 
@@ -225,7 +227,7 @@ def test_a_damaged_spill_is_reported_and_kept_aside(home: Path, damage: str) -> 
     spill_of(home, 10)
     (segment,) = segment_paths(archive_dir(home))
     data = bytearray(segment.read_bytes())
-    offsets = [HEADER_BYTES, *(r.end for r in read_records(segment))]
+    offsets = [HEADER_BYTES, *(r.end for r in read_records(segment, key=home_spill_key(home)))]
     if damage == "torn tail":
         data = data[: offsets[-1] - 7]  # the last record cut short, as a crash mid-write would
         good = 9
@@ -438,7 +440,7 @@ def test_the_spill_file_is_private_and_holds_only_what_is_new(home: Path) -> Non
     (segment,) = segment_paths(archive_dir(home))
     assert segment.stat().st_mode & 0o777 == 0o600
     assert (archive_dir(home) / "spill").stat().st_mode & 0o777 == 0o700
-    records = list(read_records(segment))
+    records = list(read_records(segment, key=home_spill_key(home)))
     assert [r.kind for r in records] == ["turn", "turn"]
     assert records[1].args["base"] == 3 and len(records[1].args["rows"]) == 2
 
@@ -541,7 +543,11 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.wait(timeout=10)
-    kinds = [r.kind for p in segment_paths(archive_dir(spilled)) for r in read_records(p)]
+    kinds = [
+        r.kind
+        for p in segment_paths(archive_dir(spilled))
+        for r in read_records(p, key=home_spill_key(spilled))
+    ]
     assert kinds == ["session_started", *["turn"] * 3, "session_switched", "turn"] + [
         "memory_write",
         "delegation",
@@ -578,7 +584,8 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
 
 
 def test_a_v2_archive_takes_in_the_spill_with_the_accepted_times(home: Path) -> None:
-    EventStore.open(archive_dir(home), format_version=2).close()
+    with freeze_time("2026-11-30T07:00:00Z"):  # before the spill: its times are kept
+        EventStore.open(archive_dir(home), format_version=2).close()
     with freeze_time("2026-11-30T08:00:00Z"):
         spill_of(home, 3)
     with freeze_time("2026-12-01T09:30:00Z"):

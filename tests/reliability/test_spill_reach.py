@@ -31,7 +31,7 @@ from archive_provider.storage.spill import META_TAKEN, Spill, in_use, segment_pa
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir, iter_events
 from archive_provider.storage.witness import Witness
 
-from .conftest import events, verify_home
+from .conftest import events, home_spill_key, verify_home
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "Zorblax Quimby lives at 42 Wallaby Way"
@@ -62,7 +62,7 @@ def write_spill(home: Path, sessions: dict[str, str], turns: int = 3) -> None:
             redact=False,
         )
         jobs.append((memory, utc_now()))
-    spill = Spill(archive_dir(home))
+    spill = Spill(archive_dir(home), key=lambda: home_spill_key(home))
     with spill.lock:
         spill.prepend(jobs)
 
@@ -208,8 +208,11 @@ HOLDER = """
 import sys
 from archive_provider.domain.clock import utc_now
 from archive_provider.host.spill_kinds import spill_entry
+from archive_provider.storage.proof_v2 import spill_key
 from archive_provider.storage.spill import Spill
-spill = Spill(__import__("pathlib").Path(sys.argv[1]))
+from archive_provider.storage.witness import Witness
+home = __import__("pathlib").Path(sys.argv[1])
+spill = Spill(home / "archive", key=lambda: spill_key(Witness.for_home(home)))
 with spill.lock:
     entry = spill_entry("write_failed", session="live", at="t", hook="h", error="e")
     spill.append(entry, utc_now(), now=True)
@@ -224,7 +227,7 @@ def test_a_segment_a_live_process_writes_is_never_taken_by_another(
     providers(session="before").shutdown()
     folder = archive_dir(home)
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(folder)],
+        [sys.executable, "-c", HOLDER, str(home)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
