@@ -29,6 +29,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..storage.outside import InsideProfile, outside_value
+
 log = logging.getLogger(__name__)
 
 CONFIG_SECTION = "archive"
@@ -218,11 +220,18 @@ def settings_and_problems(home: Path) -> tuple[Settings, list[str]]:
     problems: list[str] = []
     settings = _coerce(Settings(), _read_config(home, problems), problems, inside=True)
     prefix = "ARCHIVE_"
-    env = {
+    env: dict[str, str | None] = {
         f.name: os.environ[prefix + f.name.upper()]
         for f in fields(Settings)
         if prefix + f.name.upper() in os.environ
     }
+    for name in _OUTSIDE_ONLY.keys() & env.keys():
+        try:  # Hermes loads the profile's .env over the service's environment
+            outside_value(prefix + name.upper(), home)
+        except InsideProfile as exc:
+            problems.append(str(exc))
+            # the service's own value is lost: never weaker than required shipping
+            env[name] = None if name != "ship_required" else "true"
     return _coerce(settings, env, problems, inside=False), problems
 
 

@@ -24,7 +24,12 @@ SIGNING_KEY_ENV = "HERMES_ARCHIVE_SIGNING_KEY"
 PROTECTION_VARIABLES = {
     WITNESS_ENV: "the local witness (rollback and rewrite detection, the pinned log key)",
     SIGNING_KEY_ENV: "the signing key (checkpoint signatures, spill record authentication)",
+    "ARCHIVE_SHIP_TO": "the central store the archive is shipped to",
+    "ARCHIVE_SHIP_REQUIRED": "whether shipping is required",
+    "ARCHIVE_SHIP_MAX_LAG_S": "how far shipping may fall behind before it counts as behind",
 }
+#: the protection variables that name a file or folder, refused too when it is inside
+PATH_VARIABLES = (WITNESS_ENV, SIGNING_KEY_ENV)
 #: the files in the profile Hermes loads into the environment at start-up
 PROFILE_ENV_FILES = (".env", ".op.env")
 ENV_FILE_LIMIT = 1 << 20
@@ -82,7 +87,7 @@ def outside_value(name: str, home: str | os.PathLike[str]) -> str | None:
             "and set it in the environment of the service that starts Hermes."
         )
     value = os.environ.get(name)
-    if value and _inside(value, folder):
+    if value and name in PATH_VARIABLES and _inside(value, folder):
         raise InsideProfile(
             f"{name} is refused: {value} is inside the profile {folder} that it protects. "
             "Keep it outside HERMES_HOME (docs/OPERATIONS.md, 'Keep outside the profile')."

@@ -339,3 +339,31 @@ def test_a_spill_record_cannot_switch_redaction_off_or_backdate_its_events(
     assert turn.time >= head
     assert SECRET not in json.dumps(turn.parts, default=str)
     assert turn.body.get("redactions"), turn.body
+
+
+def test_a_profile_env_file_cannot_switch_required_shipping_off(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service requires shipping; the profile's ``.env`` (loaded by Hermes over the
+    service's environment) says it is not required, names another central store and a
+    week-long bound. None of it is taken: shipping stays required, and status says why."""
+    from archive_provider.host.settings import settings_and_problems
+    from archive_provider.storage.outside import inside_problems
+
+    monkeypatch.setenv("ARCHIVE_SHIP_REQUIRED", "true")  # the operator's, restored after
+    monkeypatch.setenv("ARCHIVE_SHIP_TO", "service=fleet")
+    monkeypatch.setenv("ARCHIVE_SHIP_MAX_LAG_S", "300")
+    home.mkdir()
+    (home / ".env").write_text(
+        "ARCHIVE_SHIP_REQUIRED=false\nARCHIVE_SHIP_TO=postgresql://attacker@127.0.0.1/x\n"
+        "ARCHIVE_SHIP_MAX_LAG_S=604800\n"
+    )
+    load_hermes_dotenv(hermes_home=home)
+    assert os.environ["ARCHIVE_SHIP_REQUIRED"] == "false"  # the host did override it
+    settings, problems = settings_and_problems(home)
+    assert settings.ship_required is True
+    assert settings.ship_to == "" and settings.ship_max_lag_s != 604800
+    refused = inside_problems(home)
+    for name in ("ARCHIVE_SHIP_REQUIRED", "ARCHIVE_SHIP_TO", "ARCHIVE_SHIP_MAX_LAG_S"):
+        assert any(line.startswith(f"{name} is refused") for line in problems)
+        assert any(line.startswith(f"{name} is refused") for line in refused)
