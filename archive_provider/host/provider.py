@@ -40,8 +40,8 @@ from ..projections.base import TableProjection
 from ..projections.builtin import live_counters
 from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
-from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from ..storage.store_v2 import STORE_KEY_NAME, signing_key_path
+from ..storage.store import EventStore, archive_dir
+from ..storage.store_v2 import signing_key_path
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
@@ -780,23 +780,25 @@ class ArchiveProvider(MemoryProviderBase):
         save_settings(Path(hermes_home), values)
 
     def backup_paths(self) -> list[str]:
-        """What a backup must hold to restore the archive: events.db, its -wal, the keys.
+        """The archive's files that ``hermes backup`` would not otherwise hold: the signing
+        key when the environment keeps it outside ``HERMES_HOME``; else nothing.
 
-        The key files of both formats are named (v1: ``payload.key``; v2: ``store.key`` and
-        the signing key, which the environment may place outside the profile), as the
-        format is not read here.
-
-        ``hermes backup`` keeps only paths outside HERMES_HOME from this list (the archive
-        normally lives inside it, and is then walked anyway); reading them needs neither
-        ``initialize`` nor the disk. Never the witness: it exists to catch a restored old
-        copy, and a backup carrying it would roll both back together (docs/OPERATIONS.md).
+        The host walks ``HERMES_HOME`` and copies every ``*.db`` it meets there through
+        SQLite's backup API (a consistent snapshot, without the ``-wal``), so the archive,
+        its ``store.key`` and ``payload.key`` are in every backup already. Every declared path,
+        though, is copied raw (0.19.0 and 0.22 alike), even one inside ``HERMES_HOME``, and
+        ``hermes import`` writes those copies after the snapshot: a live ``events.db`` or its
+        ``-wal`` declared here would overwrite the snapshot with a torn one. So no file
+        inside the profile is ever declared. Never the witness either: it exists to catch a
+        restored old copy, and a backup carrying it would roll both back together
+        (docs/OPERATIONS.md). Needs neither ``initialize`` nor the database.
         """
         home = self.core.home or current_hermes_home()
         if home is None:
             return []
-        folder = archive_dir(Path(home).expanduser())
-        names = (DB_NAME, DB_NAME + "-wal", KEY_NAME, STORE_KEY_NAME)
-        return [str(folder / name) for name in names] + [str(signing_key_path(folder))]
+        profile = Path(home).expanduser().resolve()
+        key = signing_key_path(archive_dir(profile)).expanduser().resolve()
+        return [] if key.is_relative_to(profile) else [str(key)]
 
 
 def register(ctx: Any) -> None:
