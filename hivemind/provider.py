@@ -99,7 +99,7 @@ class HivemindProvider(ArchiveProvider):
         super().initialize(session_id, **kwargs)
         if self.core.home is None or self.core.writer is None or self._link is not None:
             return
-        if not self.core.writes_turns:
+        if not self.core.primary:
             self._peers_off = f"peers are off in a {self.core.agent_context} context"
             return
         try:
@@ -193,7 +193,7 @@ class HivemindProvider(ArchiveProvider):
 
     def peer_context(self) -> str:
         """The ``## Peers`` / ``## Suggestions`` block, from the projection ('' if no peers)."""
-        if self.core.home is None or not self.core.writes_turns:
+        if self.core.home is None or not self.core.primary:
             return ""
         try:
             return self._read(_block)

@@ -1106,6 +1106,10 @@ def test_b17_session_records_host_redaction_capability(
         return [e for e in events(hermes_home, "session_started") if e.session == context][0]
 
     plain = started("s-plain").body["host_redaction"]
+    if not hostkit.ON_0_19:  # 0.22 scrubs every hand-off itself
+        assert plain["redacts_providers"] is True
+        assert "_redact_for_provider" in plain["symbols"] and plain["host"] == hostkit.HOST
+        return
     assert plain["redacts_providers"] is False and plain["symbols"] == []  # 0.19.0
     monkeypatch.setattr(agent.redact, "redact_for_egress", h.redact_for_egress, raising=False)
     egress = started("s-egress").body["host_redaction"]
