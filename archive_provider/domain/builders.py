@@ -312,6 +312,43 @@ def recall_served(
     )
 
 
+def tool_call(
+    hasher: Hasher,
+    session: str,
+    *,
+    at: str,
+    tool: str,
+    args: Any,
+    result: Any,
+    details: Mapping[str, Any],
+    redact: bool = False,
+) -> NewEvent:
+    """A tool the agent called and what it returned, as the host's ``post_tool_call`` hook
+    reported them (arguments and result kept apart by digest, erasable). With ``redact``,
+    secret-shaped spans are masked first: no host scrubs this path."""
+    fields, redactions = _masked(redact, args=archivable(args), result=archivable(result))
+    args, result = fields["args"], fields["result"]
+    args_part, result_part = hasher.part(args), hasher.part(result)
+    body = archivable(
+        {**details, "tool": tool, "at": at, "args": args_part.digest, "result": result_part.digest}
+    )
+    body = with_host_masks(_masked_body(redact, body, redactions), {"args": args, "result": result})
+    return NewEvent(
+        "tool_call",
+        session,
+        {
+            "session": session,
+            "at": at,
+            "tool": tool,
+            "call": body.get("tool_call_id", ""),
+            "args": args_part.digest,
+            "result": result_part.digest,
+        },
+        body,
+        (args_part, result_part),
+    )
+
+
 def delegation(
     hasher: Hasher,
     session: str,

@@ -47,6 +47,7 @@ from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
+    built_for_inspection,
     current_hermes_home,
     host_redaction,
     host_version,
@@ -64,6 +65,26 @@ log = logging.getLogger(__name__)
 SUMMARY_MARKER = "_compressed_summary"
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
+#: the ``initialize`` keywords a ``session_started`` records: who, where, in which chat and
+#: directory the session ran (0.19.0 and 0.22 send them as they know them; docs/HOST.md)
+SESSION_KEYWORDS = (
+    "platform",
+    "agent_context",
+    "agent_identity",
+    "agent_workspace",
+    "parent_session_id",
+    "user_id",
+    "user_id_alt",
+    "user_name",
+    "chat_id",
+    "chat_name",
+    "chat_type",
+    "thread_id",
+    "gateway_session_key",
+    "session_title",
+    "session_title_source",
+    "cwd",
+)
 #: archive_search bounds: characters of one excerpt, and of all excerpts of one answer
 TOOL_EXCERPT_CHARS = 2000
 TOOL_ANSWER_CHARS = 16000
@@ -165,6 +186,10 @@ class ArchiveProvider(MemoryProviderBase):
     # -- lifecycle -----------------------------------------------------------------------
 
     def initialize(self, session_id: str, **kwargs: Any) -> None:
+        if built_for_inspection():
+            # ``hermes prompt-size`` builds a full agent, not the inspection lifecycle
+            self.initialize_for_inspection(session_id, **kwargs)
+            return
         if not self._bind(session_id, kwargs):
             return
         self.core.open_writer()
@@ -172,18 +197,7 @@ class ArchiveProvider(MemoryProviderBase):
         if self.core.writes_turns:
             details = {
                 key: kwargs[key]
-                for key in (
-                    "platform",
-                    "agent_context",
-                    "agent_identity",
-                    "agent_workspace",
-                    "parent_session_id",
-                    "user_id",
-                    "user_id_alt",
-                    "session_title",
-                    "thread_id",
-                    "gateway_session_key",
-                )
+                for key in SESSION_KEYWORDS
                 if isinstance(kwargs.get(key), (str, int, bool))
             }
             details.update(
@@ -482,6 +496,49 @@ class ArchiveProvider(MemoryProviderBase):
             child_session=child,
             details=details,
             redact=redact,
+        )
+
+    #: ``post_tool_call`` keywords a ``tool_call`` records beside the tool, arguments and result
+    TOOL_CALL_KEYWORDS = (
+        "tool_call_id",
+        "turn_id",
+        "task_id",
+        "api_request_id",
+        "status",
+        "error_type",
+        "error_message",
+        "duration_ms",
+    )
+
+    @_survives
+    def on_post_tool_call(
+        self, tool_name: str = "", args: Any = None, result: Any = None, **kwargs: Any
+    ) -> None:
+        """Archive a tool the agent called and its result (the host's ``post_tool_call``).
+
+        Turns hold what was said; a tool call made after the last ``sync_turn`` is otherwise
+        lost when compression runs mid-turn (the evidence list keeps no tool rows). Redacted
+        by the archive's own redaction: no host scrubs this path. A hook left registered for
+        a provider that was never initialized (another load in the same process) is silent.
+        """
+        if self.core.writer is None or not self.core.writes_turns:
+            return
+        session = session_text(kwargs.get("session_id")) or self.core.session
+        details = {
+            key: kwargs[key]
+            for key in self.TOOL_CALL_KEYWORDS
+            if isinstance(kwargs.get(key), (str, int, bool)) and kwargs[key] != ""
+        }
+        self.core.submit_record(
+            "tool_call",
+            size=512 + text_size(args) + text_size(result),
+            session=session,
+            at=now_text(),
+            tool=str(tool_name),
+            args=args,
+            result=result,
+            details=details,
+            redact=self.core.settings.redact_secrets,
         )
 
     # -- checkpoints (API v2) ------------------------------------------------------------
@@ -801,6 +858,15 @@ class ArchiveProvider(MemoryProviderBase):
         return [] if key.is_relative_to(profile) else [str(key)]
 
 
+def register_provider(ctx: Any, provider: ArchiveProvider) -> None:
+    """Register ``provider`` and its ``post_tool_call`` hook where the host's plugin context
+    takes hooks from a memory provider (0.22; 0.19.0's context drops them, docs/HOST.md)."""
+    ctx.register_memory_provider(provider)
+    register_hook = getattr(ctx, "register_hook", None)
+    if callable(register_hook):
+        register_hook("post_tool_call", provider.on_post_tool_call)
+
+
 def register(ctx: Any) -> None:
-    """Plugin entry: a new provider per registration (profile isolation), nothing else."""
-    ctx.register_memory_provider(ArchiveProvider())
+    """Plugin entry: a new provider per registration (profile isolation) and its hooks."""
+    register_provider(ctx, ArchiveProvider())
