@@ -141,12 +141,21 @@ def checkpoint(
     received_roles: Mapping[str, int] | None = None,
     summaries_skipped: int = 0,
     host_masks: Sequence[Mapping[str, Any]] = (),
+    filtered_by: str = "provider",
 ) -> NewEvent:
     """A pre-compress checkpoint: the ordered evidence digests; identity = session + list.
 
-    The receipt also says what the host handed over (``received_roles``) and how many
-    prior compaction summaries (``_compressed_summary`` rows) were left out as not evidence.
+    The receipt says who reduced the transcript to its evidence (``filtered_by``). When the
+    provider did, it also says what was handed over (``received_roles``) and how many prior
+    compaction summaries (``_compressed_summary`` rows) were left out as not evidence; when
+    the host did (checkpoint API v2), those counts would only describe the host's output,
+    so they are left out.
     """
+    counts = (
+        {"received_roles": dict(received_roles or {}), "summaries_skipped": summaries_skipped}
+        if filtered_by == "provider"
+        else {}
+    )
     digests = [part.digest for part in parts]
     evidence = hasher.digest(canonical_bytes(digests))
     v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
@@ -163,8 +172,8 @@ def checkpoint(
                 "provider_api_version": 2,
                 "require_checkpoint": require_checkpoint,
                 "received_messages": received,
-                "received_roles": dict(received_roles or {}),
-                "summaries_skipped": summaries_skipped,
+                "filtered_by": filtered_by,
+                **counts,
                 **({"host_masks": [dict(m) for m in host_masks]} if host_masks else {}),
             },
             redactions,

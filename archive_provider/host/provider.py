@@ -579,6 +579,9 @@ class ArchiveProvider(MemoryProviderBase):
             label = role if isinstance(role, str) else "?"
             roles[label] = roles.get(label, 0) + 1
             summaries += bool(isinstance(message, Mapping) and message.get(SUMMARY_MARKER))
+        # a v2 host hands only its evidence list: nothing of ours left out, the host filtered
+        host_filtered = HOST_CHECKPOINT_API_VERSION is not None and len(evidence) == len(messages)
+        filtered_by = "host" if host_filtered else "provider"
         session, parent = self.core.session, self.core.parent_session
         redact = self.core.settings.redact_secrets
         known = recognition_key(session, redact, evidence)
@@ -606,6 +609,7 @@ class ArchiveProvider(MemoryProviderBase):
                     received_roles=roles,
                     summaries_skipped=summaries,
                     host_masks=renumber(masks, 0, "/evidence"),
+                    filtered_by=filtered_by,
                 )
             ]
 

@@ -7,11 +7,14 @@ audit needs, ``hermes prompt-size`` writing nothing, and the host found by what 
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from archive_provider.demo.fake_llm import FakeLLM, ToolCall
 from archive_provider.host.hermes import host_version
@@ -26,6 +29,7 @@ from .archive_kit import (
     flush,
     install_archive,
     messages_of,
+    write_lock_held,
 )
 
 SECRET = "sk-proj-" + "T0o1L2c3A4l5L6s7E8c9R0e1T2k3E4y5Z6"
@@ -138,3 +142,57 @@ def test_prompt_size_inspection_writes_nothing(hermes_home: Path, user_home: Pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Prompt-size breakdown" in done.stdout
     assert not archive_dir(hermes_home).exists()  # no store, no session_started
+
+
+@pytest.mark.skipif(
+    hostkit.ON_0_19, reason="0.19.0 has no compression gate (test_tier_b mirrors it)"
+)
+def test_the_host_gate_with_checkpoint_required_archives_what_the_host_filtered_or_blocks(
+    hermes_home: Path, offline_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.conversation_compression import CompressionCheckpointUnavailable, compress_context
+
+    install_archive(hermes_home)
+    hostkit.write_hermes_config(hermes_home, {"compression": {"checkpoint_required": True}})
+    monkeypatch.setenv("ARCHIVE_CHECKPOINT_TIMEOUT_S", "1")
+    monkeypatch.setenv("ARCHIVE_BUSY_TIMEOUT_S", "0.2")
+    agent = offline_agent()
+    compressed_calls: list[int] = []
+
+    def compress(messages: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        compressed_calls.append(len(messages))
+        return [messages[0], {"role": "assistant", "content": "SUMMARY"}, messages[-1]]
+
+    agent.context_compressor.compress = compress
+    transcript = [
+        {"role": "user", "content": "we ship on friday"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "todo", "arguments": "{}"}}
+            ],
+        },  # fmt: skip
+        {"role": "tool", "tool_call_id": "t1", "content": "ok"},
+        {"role": "assistant", "content": "Noted: friday."},
+        {"role": "user", "content": "and the budget is 10k"},
+    ]
+    compress_context(agent, copy.deepcopy(transcript), "sys", approx_tokens=100_000, force=True)
+    (checkpoint,) = events(hermes_home, "checkpoint")
+    assert checkpoint.body["require_checkpoint"] is True
+    assert checkpoint.body["filtered_by"] == "host"  # the host handed only direct evidence
+    assert "received_roles" not in checkpoint.body and "summaries_skipped" not in checkpoint.body
+    assert [m["role"] for m in messages_of(hermes_home, checkpoint)] == [
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert compressed_calls == [len(transcript)]
+
+    # the archive cannot commit: the gate blocks
+    with write_lock_held(hermes_home), pytest.raises(CompressionCheckpointUnavailable):
+        compress_context(
+            agent, copy.deepcopy([*transcript, {"role": "user", "content": "more"}]), "sys",
+            approx_tokens=100_000, force=True,
+        )  # fmt: skip
+    assert compressed_calls == [len(transcript)]  # the compressor never ran
