@@ -90,8 +90,25 @@ class HivemindProvider(ArchiveProvider):
         return [*super().kept_projections(), projection.PeersProjection()]
 
     def is_available(self) -> bool:
-        """The three Matrix credentials are set (secret scope or environment): no I/O."""
-        return all(get_secret(name) for name in CREDENTIALS)
+        """The three Matrix credentials are set (secret scope or environment) and the
+        archive's own check holds (required shipping that can work): settings only, no I/O."""
+        return not self.missing_credentials() and super().is_available()
+
+    def unavailable_reason(self) -> str:
+        """Why ``is_available()`` is False (the host shows it in its warning): the missing
+        Matrix credentials first, else the archive's own reason (required shipping)."""
+        missing = self.missing_credentials()
+        if missing:
+            return (
+                f"hivemind needs the Matrix credentials {', '.join(missing)} "
+                "(the profile's .env or the environment)"
+            )
+        return super().unavailable_reason()
+
+    @staticmethod
+    def missing_credentials() -> list[str]:
+        """The Matrix credentials not set (secret scope or environment)."""
+        return [name for name in CREDENTIALS if not get_secret(name)]
 
     # -- lifecycle -----------------------------------------------------------------------
 
