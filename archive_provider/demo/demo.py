@@ -391,7 +391,7 @@ def summarize(store: EventStore, event_type: str, body: Any) -> str:
     if event_type == "session_ended":
         return f"{_count(body['message_count'], 'message')} in the final transcript"
     if event_type == "session_started":
-        return f"platform {body.get('platform')}, hermes {body.get('host')}"
+        return f"platform {body.get('platform')}, host {body.get('host')}"
     if event_type == "witness_accepted":
         return f"witness record accepted: {body.get('reason')}"
     return ""
