@@ -73,6 +73,7 @@ _EXPORTS = {
     "register_cli": "archive_provider.cli",
     "ArchiveProvider": "archive_provider.host.provider",
     "register": "archive_provider.host.provider",
+    "register_provider": "archive_provider.host.provider",
     "get_secret": "archive_provider.host.hermes",
     "HostLLMReply": "archive_provider.host.hermes",
     "call_host_llm": "archive_provider.host.hermes",
@@ -135,6 +136,7 @@ __all__ = [
     "refusal_checks",
     "register",
     "register_cli",
+    "register_provider",
     "save_settings",
     "spawn_thread",
     "utc_now",
@@ -182,7 +184,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .format.events import AppendResult, Hasher, NewEvent, Part, StoredEvent
     from .format.verifier import verify_database
     from .host.hermes import HostLLMReply, call_host_llm, get_secret, spawn_thread
-    from .host.provider import ArchiveProvider, register
+    from .host.provider import ArchiveProvider, register, register_provider
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection

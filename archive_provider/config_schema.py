@@ -56,5 +56,21 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             description="Write each accepted event to the spill journal before the hook returns, "
             "so a killed process loses nothing it accepted (a file write per turn).",
         ),
+        ProviderField(
+            key="cron_turns",
+            label="Archive cron jobs",
+            kind=KIND_BOOL,
+            default="true",
+            description="Archive what a cron job's agent said and did (turns, memory writes, "
+            "tool calls); its checkpoints are archived either way.",
+        ),
+        ProviderField(
+            key="subagent_turns",
+            label="Archive subagents",
+            kind=KIND_BOOL,
+            default="true",
+            description="Archive a subagent's own turns, memory writes and tool calls; the "
+            "parent archives the delegation's task and result either way.",
+        ),
     ),
 )

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from archive_provider import register_provider
+
 from .provider import HivemindProvider
 
 __all__ = ["HivemindProvider", "register"]
 
 
 def register(ctx: Any) -> None:
-    """Plugin entry: a new provider per registration (profile isolation), nothing else."""
-    ctx.register_memory_provider(HivemindProvider())
+    """Plugin entry: a new provider per registration (profile isolation) and its hooks."""
+    register_provider(ctx, HivemindProvider())

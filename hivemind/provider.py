@@ -90,8 +90,25 @@ class HivemindProvider(ArchiveProvider):
         return [*super().kept_projections(), projection.PeersProjection()]
 
     def is_available(self) -> bool:
-        """The three Matrix credentials are set (secret scope or environment): no I/O."""
-        return all(get_secret(name) for name in CREDENTIALS)
+        """The three Matrix credentials are set (secret scope or environment) and the
+        archive's own check holds (required shipping that can work): settings only, no I/O."""
+        return not self.missing_credentials() and super().is_available()
+
+    def unavailable_reason(self) -> str:
+        """Why ``is_available()`` is False (the host shows it in its warning): the missing
+        Matrix credentials first, else the archive's own reason (required shipping)."""
+        missing = self.missing_credentials()
+        if missing:
+            return (
+                f"hivemind needs the Matrix credentials {', '.join(missing)} "
+                "(the profile's .env or the environment)"
+            )
+        return super().unavailable_reason()
+
+    @staticmethod
+    def missing_credentials() -> list[str]:
+        """The Matrix credentials not set (secret scope or environment)."""
+        return [name for name in CREDENTIALS if not get_secret(name)]
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -99,7 +116,7 @@ class HivemindProvider(ArchiveProvider):
         super().initialize(session_id, **kwargs)
         if self.core.home is None or self.core.writer is None or self._link is not None:
             return
-        if not self.core.writes_turns:
+        if not self.core.primary:
             self._peers_off = f"peers are off in a {self.core.agent_context} context"
             return
         try:
@@ -193,7 +210,7 @@ class HivemindProvider(ArchiveProvider):
 
     def peer_context(self) -> str:
         """The ``## Peers`` / ``## Suggestions`` block, from the projection ('' if no peers)."""
-        if self.core.home is None or not self.core.writes_turns:
+        if self.core.home is None or not self.core.primary:
             return ""
         try:
             return self._read(_block)

@@ -190,8 +190,9 @@ def test_required_checkpoint_raises_when_the_database_is_locked(
 
 
 def test_non_primary_contexts_write_no_turns_but_checkpoints_are_archived(
-    make_provider, tmp_path: Path
+    make_provider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("ARCHIVE_SUBAGENT_TURNS", "false")  # on by default (docs/OPERATIONS.md)
     provider = make_provider(agent_context="subagent")
     provider.sync_turn("u", "a", messages=convo(("u", "a")))
     provider.on_memory_write("add", "memory", "fact")

@@ -67,6 +67,7 @@ BODY_TEXT_TYPES = frozenset(
         "session_started",
         "session_switched",
         "delegation",
+        "tool_call",
     }
 )
 #: events erased per transaction by retention, so a running provider waits at most one batch

@@ -140,6 +140,9 @@ def _what(store: Archive, event: StoredEvent) -> str:
     if kind == "delegation":
         task = preview(part(store, body.get("task")), 50)
         return f"child {body.get('child_session') or '?'}: task {task}"
+    if kind == "tool_call":
+        args = preview(part(store, body.get("args")), 50)
+        return f"{body.get('tool')} {body.get('status') or ''}: {args}"
     if kind == "shutdown_drain":
         return (
             f"shutdown drain unfinished after {body.get('timeout_s')} s: "

@@ -213,6 +213,16 @@ def _question(message: dict[str, Any]) -> str:
     return str(message.get("content") or "").split("<memory-context>")[0]
 
 
+def _memory_actions(body: dict[str, Any]) -> list[str]:
+    """The actions the host's ``memory`` tool offers the model in this request."""
+    for tool in body.get("tools") or []:
+        function = tool.get("function") or {}
+        if function.get("name") == "memory":
+            action = (function.get("parameters") or {}).get("properties", {}).get("action", {})
+            return list(action.get("enum") or [])
+    return []
+
+
 def scripted_model(body: dict[str, Any]) -> Any:
     """The fake LLM's replies: deterministic, and honest about what reached it."""
     messages = body.get("messages") or []
@@ -230,15 +240,15 @@ def scripted_model(body: dict[str, Any]) -> Any:
     if "I'm Dana" in question:
         return ToolCall("memory", {"action": "add", "target": "user", "content": "Name: Dana"})
     if "call me Dee" in question:
-        return ToolCall(
-            "memory",
-            {
+        if "patch" in _memory_actions(body):  # 0.22 offers patch (a span), 0.19.0 replace
+            edit = {"action": "patch", "old_text": "Dana", "content": "Dee (born Dana)"}
+        else:
+            edit = {
                 "action": "replace",
-                "target": "user",
                 "old_text": "Name: Dana",
                 "content": "Name: Dee (born Dana)",
-            },
-        )
+            }
+        return ToolCall("memory", {**edit, "target": "user"})
     if "17 * 23" in question:
         return "17 × 23 = 391."
     return "Happy to."
@@ -381,7 +391,7 @@ def summarize(store: EventStore, event_type: str, body: Any, messages: list[str]
     if event_type == "session_ended":
         return f"{_count(body['message_count'], 'message')} in the final transcript"
     if event_type == "session_started":
-        return f"platform {body.get('platform')}, hermes {body.get('host')}"
+        return f"platform {body.get('platform')}, host {body.get('host')}"
     if event_type == "witness_accepted":
         return f"witness record accepted: {body.get('reason')}"
     return ""

@@ -145,14 +145,23 @@ def checkpoint(
     summaries_skipped: int = 0,
     host_masks: Sequence[Mapping[str, Any]] = (),
     echoes: Sequence[Mapping[str, Any]] = (),
+    filtered_by: str = "provider",
 ) -> NewEvent:
     """A pre-compress checkpoint: the ordered evidence digests; identity = session + list.
 
     ``echoes`` are the recalls cut out of the evidence (FORMAT.md 13.4, as in a turn).
 
-    The receipt also says what the host handed over (``received_roles``) and how many
-    prior compaction summaries (``_compressed_summary`` rows) were left out as not evidence.
+    The receipt says who reduced the transcript to its evidence (``filtered_by``). When the
+    provider did, it also says what was handed over (``received_roles``) and how many prior
+    compaction summaries (``_compressed_summary`` rows) were left out as not evidence; when
+    the host did (checkpoint API v2), those counts would only describe the host's output,
+    so they are left out.
     """
+    counts = (
+        {"received_roles": dict(received_roles or {}), "summaries_skipped": summaries_skipped}
+        if filtered_by == "provider"
+        else {}
+    )
     digests = [part.digest for part in parts]
     evidence = hasher.digest(canonical_bytes(digests))
     v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
@@ -169,8 +178,8 @@ def checkpoint(
                 "provider_api_version": 2,
                 "require_checkpoint": require_checkpoint,
                 "received_messages": received,
-                "received_roles": dict(received_roles or {}),
-                "summaries_skipped": summaries_skipped,
+                "filtered_by": filtered_by,
+                **counts,
                 **({"host_masks": [dict(m) for m in host_masks]} if host_masks else {}),
                 **({"echoes": [dict(e) for e in echoes]} if echoes else {}),
             },
@@ -316,6 +325,43 @@ def recall_served(
             {"query": query},
         ),
         (query_part, result_part),
+    )
+
+
+def tool_call(
+    hasher: Hasher,
+    session: str,
+    *,
+    at: str,
+    tool: str,
+    args: Any,
+    result: Any,
+    details: Mapping[str, Any],
+    redact: bool = False,
+) -> NewEvent:
+    """A tool the agent called and what it returned, as the host's ``post_tool_call`` hook
+    reported them (arguments and result kept apart by digest, erasable). With ``redact``,
+    secret-shaped spans are masked first: no host scrubs this path."""
+    fields, redactions = _masked(redact, args=archivable(args), result=archivable(result))
+    args, result = fields["args"], fields["result"]
+    args_part, result_part = hasher.part(args), hasher.part(result)
+    body = archivable(
+        {**details, "tool": tool, "at": at, "args": args_part.digest, "result": result_part.digest}
+    )
+    body = with_host_masks(_masked_body(redact, body, redactions), {"args": args, "result": result})
+    return NewEvent(
+        "tool_call",
+        session,
+        {
+            "session": session,
+            "at": at,
+            "tool": tool,
+            "call": body.get("tool_call_id", ""),
+            "args": args_part.digest,
+            "result": result_part.digest,
+        },
+        body,
+        (args_part, result_part),
     )
 
 

@@ -21,6 +21,7 @@ EVENT_TYPES = frozenset(
         "checkpoint_failed",
         "recall_served",
         "delegation",
+        "tool_call",
         "write_failed",
         "shutdown_drain",
         "peer_seen",

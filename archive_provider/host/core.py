@@ -132,9 +132,22 @@ class ArchiveCore:
         self.retention: RetentionWorker | None = None
 
     @property
-    def writes_turns(self) -> bool:
-        """Only the primary context writes turns, memory and peers (subagents, cron: not)."""
+    def primary(self) -> bool:
+        """The primary context: the one that applies retention and joins peers."""
         return self.agent_context == "primary"
+
+    @property
+    def writes_turns(self) -> bool:
+        """Whether this context archives its turns, memory writes, tool calls and recalls:
+        the primary context always; a cron job's or a subagent's as the settings say
+        (``cron_turns``, ``subagent_turns``: on unless turned off, since an
+        unattended job's acts are what an audit asks about first); never a checkpoint-only
+        one. Every context archives its checkpoints."""
+        if self.agent_context == "cron":
+            return self.settings.cron_turns
+        if self.agent_context == "subagent":
+            return self.settings.subagent_turns
+        return self.primary
 
     @property
     def checkpoint_only(self) -> bool:
@@ -162,7 +175,7 @@ class ArchiveCore:
                 self._closing.clear()
                 self._warming = spawn_thread(self._warm, name="archive-reader-open")
                 self._warming.start()
-            if self.writes_turns and self.retention is None:
+            if self.primary and self.retention is None:
                 self.retention = RetentionWorker(
                     archive_dir(self.home), lambda conn: self.projections(), spawn_thread
                 ).start()

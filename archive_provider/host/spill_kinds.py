@@ -300,6 +300,16 @@ RECORD_BUILDERS: dict[str, Callable[[EventStore, dict[str, Any]], NewEvent]] = {
         details=a["details"],
         redact=a["redact"],
     ),
+    "tool_call": lambda store, a: builders.tool_call(
+        store.hasher,
+        a["session"],
+        at=a["at"],
+        tool=a["tool"],
+        args=a["args"],
+        result=a["result"],
+        details=a["details"],
+        redact=a["redact"],
+    ),
     "checkpoint_failed": lambda store, a: builders.checkpoint_failed(
         a["session"],
         at=a["at"],

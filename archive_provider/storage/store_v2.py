@@ -391,6 +391,7 @@ QUOTING_TYPES = frozenset(
     {
         "recall_served",
         "delegation",
+        "tool_call",
         "checkpoint",
         "memory_write",
         "peer_summary_updated",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from archive_provider import ArchiveProvider
 from archive_provider.host.install import install_plugin
 from hivemind import HivemindProvider, register
 from hivemind.settings import HivemindSettings, load_settings, save_settings
@@ -68,6 +69,24 @@ def test_register_makes_a_new_cheap_provider_each_time(
     block = first.system_prompt_block()
     assert block.startswith("## Archive") and "# Social awareness" in block
     assert "data, never instructions" in block and "name: social-awareness" not in block
+
+
+def test_unavailable_says_why_and_keeps_the_archives_shipping_check(
+    no_credentials: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    provider = HivemindProvider()
+    monkeypatch.setenv("MATRIX_HOMESERVER", CREDENTIALS["MATRIX_HOMESERVER"])
+    assert not provider.is_available()
+    reason = provider.unavailable_reason()
+    assert "MATRIX_USER_ID, MATRIX_ACCESS_TOKEN" in reason and "MATRIX_HOMESERVER" not in reason
+
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    assert provider.is_available() and provider.unavailable_reason() == ""
+    monkeypatch.setenv("ARCHIVE_SHIP_REQUIRED", "true")  # required, and no ship_to: unusable
+    assert not provider.is_available()
+    assert provider.unavailable_reason() == ArchiveProvider().unavailable_reason() != ""
 
 
 def test_registration_and_schemas_do_not_import_matrix() -> None:

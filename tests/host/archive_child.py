@@ -8,6 +8,11 @@
     Take a required checkpoint of the transcript in MESSAGES_JSON through the v2 manager
     (as a v2 host would), print the receipt as one JSON line, flush, and then hang until
     the parent kills it (``kill -9`` right after the return).
+
+``python archive_child.py write_turns STOP_FILE``
+    Archive turns in ``$HERMES_HOME`` from this process: after the first 50 are committed
+    print ``{"ready": n}``, then go on committing until STOP_FILE exists (at most 20,000
+    turns), shut down and print ``{"turns": n}``.
 """
 
 from __future__ import annotations
@@ -74,11 +79,31 @@ def checkpoint_then_hang(messages_file: str) -> None:
     time.sleep(600)  # the parent kills us with SIGKILL; never shut down cleanly
 
 
+def write_turns(stop_file: str) -> None:
+    from archive_provider import ArchiveProvider
+
+    provider = ArchiveProvider()
+    provider.initialize("writer-session", platform="cli", agent_context="primary")
+    turns = 0
+    while turns < 20_000 and not Path(stop_file).exists():
+        turns += 1
+        provider.sync_turn(f"question {turns}: " + "q" * 200, f"answer {turns}: " + "a" * 600)
+        if turns % 10 == 0:
+            provider.flush_pending(30.0)
+        if turns == 50:
+            sys.stdout.write(json.dumps({"ready": turns}) + "\n")
+            sys.stdout.flush()
+    provider.shutdown()
+    sys.stdout.write(json.dumps({"turns": turns}) + "\n")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "read":
         print(json.dumps(read()))
     elif mode == "checkpoint_then_hang":
         checkpoint_then_hang(sys.argv[2])
+    elif mode == "write_turns":
+        write_turns(sys.argv[2])
     else:
         raise SystemExit(f"unknown mode {mode!r}")

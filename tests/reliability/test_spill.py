@@ -182,9 +182,10 @@ def test_events_taken_in_from_the_spill_carry_the_time_they_were_accepted(
 
 
 def test_once_the_spill_is_in_new_work_queues_in_memory_again(
-    home: Path, providers: Callable[..., ArchiveProvider]
+    home: Path, providers: Callable[..., ArchiveProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spill_of(home, 20)
+    monkeypatch.setenv("ARCHIVE_CRON_TURNS", "false")  # a cron job's turns are archived by default
     quiet = providers(session="cron", agent_context="cron")  # writes nothing of its own
     writer = quiet.core.writer
     assert writer is not None and writer.flush(60) and not segment_paths(archive_dir(home))
@@ -478,6 +479,15 @@ def host_session(provider: ArchiveProvider) -> None:
         "add", "memory", "the user keeps [redacted]", {"session_id": "s1", "old_text": "k=***"}
     )
     provider.on_delegation("rotate sk-pro...7890 now", "rotated", child_session_id="c1")
+    provider.on_post_tool_call(
+        tool_name="terminal",
+        args={"command": "export TOKEN=sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"},
+        result="ok",
+        session_id="s1",
+        tool_call_id="call_1",
+        duration_ms=3,
+        status="ok",
+    )
     provider.on_session_end([*m4, {"role": "user", "content": "bye"}])
 
 
@@ -551,6 +561,7 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
     assert kinds == ["session_started", *["turn"] * 3, "session_switched", "turn"] + [
         "memory_write",
         "delegation",
+        "tool_call",
         "session_ended",
         "shutdown_drain",  # the drain could not finish: its record comes last
     ]
@@ -570,6 +581,11 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
     ]
     assert authors[1]["is_bot"] is True and authors[1]["platform"] == "discord"
     assert {m["kind"] for m in turns[0]["host_masks"]} == {"head_tail", "stars"}
+    (call,) = [body for _, kind, _, _, body, _ in log if kind == "tool_call"]
+    assert "sk-proj-" not in str(call["args"]) and call["result"] == "ok"
+    assert [(r["path"], r["kind"]) for r in call["redactions"]] == [
+        ("/args/command", "secret_assignment")
+    ]
     (write,) = [body for _, kind, _, _, body, _ in log if kind == "memory_write"]
     assert write["host_masks"] == [  # (readable_log leaves out every "at")
         {"path": "/content", "kind": "learned_redacted"},
