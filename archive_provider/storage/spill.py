@@ -44,7 +44,7 @@ from blake3 import blake3
 from ..domain.clock import format_time, utc_now
 from ..domain.evidence import archivable
 from ..errors import ArchiveDamaged
-from .safe_files import regular_file_problem
+from .safe_files import regular_file_problem, sync_dir
 
 log = logging.getLogger(__name__)
 
@@ -267,15 +267,6 @@ def set_aside(path: Path) -> Path:
     os.replace(path, target)
     sync_dir(path.parent)
     return target
-
-
-def sync_dir(folder: Path) -> None:
-    """Make a change to ``folder``'s entries (a new, moved or removed file) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Segment:

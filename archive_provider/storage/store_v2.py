@@ -28,6 +28,8 @@ STORE_KEY_NAME = "store.key"
 SIGNING_KEY_NAME = "signing.key"
 #: names a signing key file outside the profile (FORMAT.md 10)
 SIGNING_KEY_ENV = "HERMES_ARCHIVE_SIGNING_KEY"
+#: a new archive is made whole in ``<archive>/.making-<random>/`` and then placed beside it
+MAKING_PREFIX = ".making-"
 #: a commit at least this long after the previous checkpoint signs one (FORMAT.md 15.4)
 CHECKPOINT_INTERVAL_S = 5.0
 #: how many committed tree roots a store remembers for the serve-time proof (FORMAT.md 20.5)
@@ -169,9 +171,15 @@ class TamperedPart(ArchiveError):
 
 
 def signing_key_path(folder: Path) -> Path:
-    """Where this archive's signing key lives: outside the profile when the variable says so."""
+    """Where this archive's signing key lives: outside the profile when the variable says so.
+
+    An archive being made (in its :data:`MAKING_PREFIX` folder) keeps its key there until
+    the whole archive is placed (``store.make_archive``).
+    """
     named = os.environ.get(SIGNING_KEY_ENV)
-    return Path(named) if named else folder / SIGNING_KEY_NAME
+    if named and not folder.name.startswith(MAKING_PREFIX):
+        return Path(named)
+    return folder / SIGNING_KEY_NAME
 
 
 def write_private(path: Path, text: str) -> None:
