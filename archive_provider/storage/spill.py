@@ -299,20 +299,39 @@ class _Segment:
         self.written = 0  # records on file
         self.chunks: list[bytes] = []  # framed records not yet written
         self.buffered = 0
+        #: records a failed write took from the buffer: the next write (under io) goes first
+        self.unwritten: list[bytes] = []
         self.dirty = False  # written, not yet fsynced
 
-    def take(self) -> tuple[bytes, int]:
-        data, count = b"".join(self.chunks), len(self.chunks)
-        self.chunks, self.buffered = [], 0
-        return data, count
+    def take(self) -> list[bytes]:
+        chunks, self.chunks, self.buffered = self.chunks, [], 0
+        return chunks
 
-    def write(self, data: bytes, count: int) -> None:
-        written = os.write(self.fd, data)
-        if written != len(data):  # a short write (disk full): the record is torn, stop here
-            raise OSError(f"short write to {self.path} ({written} of {len(data)} bytes)")
+    def write(self, chunks: list[bytes]) -> None:
+        """Write records (after any a failed write kept), whole or not at all: a failed or
+        short write is cut back off the file and its records are kept for the next write."""
+        chunks = self.unwritten + chunks
+        self.unwritten = []
+        data = b"".join(chunks)
+        try:
+            written = os.write(self.fd, data)
+            if written != len(data):  # a short write (disk full): the record would be torn
+                raise OSError(
+                    errno.ENOSPC, f"short write to {self.path} ({written} of {len(data)} bytes)"
+                )
+        except BaseException:
+            self.unwritten = chunks
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.size)
+            raise
         self.size += written
-        self.written += count
+        self.written += len(chunks)
         self.dirty = True
+
+    @property
+    def waiting(self) -> int:
+        """Records accepted into this segment that are not on file."""
+        return len(self.unwritten) + len(self.chunks)
 
 
 class Spill:
@@ -391,7 +410,12 @@ class Spill:
         active.records += 1
         if now or active.buffered >= BUFFER_BYTES:
             with self.io:
-                active.write(*active.take())
+                try:
+                    active.write(active.take())
+                except BaseException:
+                    active.unwritten.pop()  # this job stays with the caller, the rest here
+                    active.records -= 1
+                    raise
 
     def write_out(self) -> None:
         """Write the buffered records (writer thread; the hooks wait only for the swap)."""
@@ -399,10 +423,10 @@ class Spill:
             active = self._active
             if active is None or not active.chunks:
                 return
-            data, count = active.take()
+            chunks = active.take()
             self.io.acquire()  # before the lock is let go: writes stay in order
         try:
-            active.write(data, count)
+            active.write(chunks)
         finally:
             self.io.release()
 
@@ -424,17 +448,28 @@ class Spill:
     def release_active(self) -> None:
         """Write out, fsync and forget the active segment (its file stays for the next open).
 
-        Called under :attr:`lock`."""
-        active, self._active = self._active, None
+        Called under :attr:`lock`. A write or fsync that fails keeps the segment active (and
+        its records), so the caller may try again; :meth:`abandon_active` lets go of it.
+        """
+        active = self._active
         if active is None:
             return
         with self.io:
-            try:
-                if active.chunks:
-                    active.write(*active.take())
-                os.fdatasync(active.fd)
-            finally:
-                os.close(active.fd)
+            if active.chunks or active.unwritten:
+                active.write(active.take())
+            os.fdatasync(active.fd)
+            os.close(active.fd)
+        self._active = None
+
+    def abandon_active(self) -> int:
+        """Close the active segment whatever is not on file (the disk refuses it); return how
+        many records that leaves unwritten (under :attr:`lock`)."""
+        active, self._active = self._active, None
+        if active is None:
+            return 0
+        with self.io:
+            os.close(active.fd)
+        return active.waiting
 
     def drop_active(self) -> bytes | None:
         """Remove the active segment: everything in it is committed (caller checked, under
@@ -466,11 +501,15 @@ class Spill:
                 kind, args = encode(state)
                 chunks.append(frame(segment.id, record_body(kind, format_time(accepted), args)))
                 if len(chunks) >= 256:
-                    os.write(segment.fd, b"".join(chunks))
+                    segment.write(chunks)
                     chunks = []
             if chunks:
-                os.write(segment.fd, b"".join(chunks))
+                segment.write(chunks)
             os.fsync(segment.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # never half of them: the caller tries again
+                remove(segment.path)
+            raise
         finally:
             os.close(segment.fd)
         return segment.path
