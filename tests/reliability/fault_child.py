@@ -118,9 +118,7 @@ def main() -> None:
     finally:
         for injector in injectors:
             injector.stop()
-    result.update(
-        calls=[i.calls for i in injectors], failed=[i.failed for i in injectors]
-    )
+    result.update(calls=[i.calls for i in injectors], failed=[i.failed for i in injectors])
     Path(report).write_text(json.dumps(result))
     os._exit(0)  # no interpreter teardown (a killed run leaves its provider running)
 
