@@ -538,7 +538,8 @@ class Writer:
                     break
                 if isinstance(item, Job):
                     leftover.append(item)
-        finished = stopped and not leftover
+        # a store that could not be written at the end leaves its record too (HOST.md §3)
+        finished = stopped and not leftover and self.last_error is None
         drain = None if finished else _DrainFigures(leftover, timeout, self.last_error)
         rest = self._spill_leftover(leftover, drain)
         unwritten = []
