@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -105,12 +106,14 @@ def run_child(
 
 def calls_made(tmp: Path, point: str, scenario: str) -> int:
     """How many calls to ``point`` the scenario makes with no fault (the sweep's range)."""
-    home, report = tmp / "count-home", tmp / "count.json"
-    shutil.rmtree(home, ignore_errors=True)
+    home, report = tmp / f"count-{scenario}-{point.replace('/', '_')}", tmp / "count.json"
     done = run_child(home, scenario, report, [f"{point}@0"])
     if done.returncode != 0 or not report.exists():
         raise RuntimeError(f"the counting run failed: {done.stderr[-2000:]}")
-    return int(json.loads(report.read_text())["calls"][0])
+    result = json.loads(report.read_text())
+    if result.get("status", 0) != 0:
+        raise RuntimeError(f"the counting run's command failed: {result['status']}")
+    return int(result["calls"][0])
 
 
 def fault_run(tmp: Path, scenario: str, faults: list[str]) -> Outcome:
@@ -125,7 +128,11 @@ def fault_run(tmp: Path, scenario: str, faults: list[str]) -> Outcome:
         return Outcome(point, label, scenario, "BROKEN", done.stderr[-500:])
     result = json.loads(report.read_text())
     verdict, detail = judge(home, result, done.stderr)
+    if verdict == "survived" and "status" in result:
+        verdict, detail = judge_output(home, scenario, result["status"], done.stderr)
     shutil.rmtree(home, ignore_errors=True)
+    for leftover in home.parent.glob(home.name + ".out*"):
+        leftover.unlink()
     return Outcome(point, label, scenario, verdict, detail, done.stderr.count(LOUD))
 
 
@@ -174,6 +181,38 @@ def judge(home: Path, result: dict[str, object], stderr: str) -> tuple[str, str]
     if missing:
         return ("lost-said" if LOUD in stderr else "LOST"), f"{len(missing)} turns: {missing[:3]}"
     return "survived", ""
+
+
+def judge_output(home: Path, scenario: str, status: object, stderr: str) -> tuple[str, str]:
+    """A command's output after a fault: whole (it checks) or absent with a clear error."""
+
+    out = Path(str(home) + ".out")
+    if status != 0 and not out.exists():
+        clear = "Error" in stderr or "error" in stderr or "cannot" in stderr
+        return ("refused" if clear else "BROKEN"), f"{scenario} exit {status}"
+    if not out.exists():
+        return "BROKEN", f"{scenario} said it succeeded but wrote nothing"
+    verdict, detail = _output_whole(home, scenario, out)
+    if status != 0 and verdict != "survived":
+        return "LOST", f"{scenario} failed ({status}) and left a partial {out.name}: {detail}"
+    return verdict, detail or ("" if status == 0 else "whole; only the report failed")
+
+
+def _output_whole(home: Path, scenario: str, out: Path) -> tuple[str, str]:
+    from archive_provider.cli import main as archive_cli
+
+    if scenario == "export":
+        checked = archive_cli(["--home", str(home), "verify-bundle", str(out)])
+        return ("survived", "") if checked == 0 else ("BROKEN", "the bundle does not verify")
+    try:
+        conn = sqlite3.connect(f"{out.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            ok = conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return "BROKEN", f"the readable copy does not open: {exc}"
+    return ("survived", "") if ok else ("BROKEN", "the readable copy fails integrity_check")
 
 
 def sweep(

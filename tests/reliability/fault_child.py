@@ -16,6 +16,8 @@ Scenarios (each makes a new archive in ``home`` unless it already has one):
 ``hooks``    initialize, 12 turns, memory writes, a checkpoint that is not required, shutdown
 ``required`` the same with every checkpoint required (``require_checkpoint=True``)
 ``killed``   the turns only, then a second's pause and ``os._exit`` (no shutdown)
+``export``, ``readable-copy``  ``hooks`` with no fault, then the command with the faults
+             (``<home>.out``); the report says its exit status
 
 With faults off again, the child writes ``report`` (JSON): the turns whose ``sync_turn``
 returned, the checkpoints that returned (receipt) and those that raised, and the calls made.
@@ -109,12 +111,28 @@ def run(home: str, scenario: str, injectors: list[Injector]) -> dict[str, Any]:
     return {"accepted": accepted, "returned": returned, "raised": raised}
 
 
+def command(home: str, name: str, injectors: list[Injector]) -> dict[str, Any]:
+    """An archive made without faults, then ``hermes-archive <name>`` with them."""
+    from archive_provider.cli import main as archive_cli
+
+    result = run(home, "hooks", [])
+    start(injectors, "start")
+    try:
+        result["status"] = archive_cli(["--home", home, name, home + ".out"])
+    except BaseException as exc:  # noqa: BLE001 - the judge says whether this was clear
+        result["status"] = f"{type(exc).__name__}: {exc}"
+    return result
+
+
 def main() -> None:
     home, scenario, report = sys.argv[1:4]
     injectors = [Injector(spec) for spec in sys.argv[4:]]
-    start(injectors, "start")
     try:
-        result = run(home, scenario, injectors)
+        if scenario in ("export", "readable-copy"):
+            result = command(home, scenario, injectors)
+        else:
+            start(injectors, "start")
+            result = run(home, scenario, injectors)
     finally:
         for injector in injectors:
             injector.stop()
