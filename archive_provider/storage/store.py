@@ -1466,8 +1466,9 @@ def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
     path = signing_key_path(folder)
     try:
         name = Signer.from_private_key(read_small(path, 4096).decode("ascii")).name
-    except (OSError, UnsafeFile, UnicodeDecodeError, ValueError):
-        return None  # the open goes on and says what is wrong with the keys
+        read_key(folder / STORE_KEY_NAME)  # a key torn by the fault: set aside instead
+    except (OSError, UnsafeFile, UnicodeDecodeError, ValueError, StoreError):
+        return None  # the open sets the unfinished archive aside (_settle)
     store_id = name.rpartition("/")[2]
     return store_id, read_signer(path, digests_v2.origin(store_id))
 
