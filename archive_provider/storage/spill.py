@@ -454,12 +454,12 @@ class Spill:
         active = self._active
         if active is None:
             return
-        with self.io:
+        with self.io:  # forgotten before its descriptor is closed: no sync() meets it closed
             if active.chunks or active.unwritten:
                 active.write(active.take())
             os.fdatasync(active.fd)
+            self._active = None
             os.close(active.fd)
-        self._active = None
 
     def abandon_active(self) -> int:
         """Close the active segment whatever is not on file (the disk refuses it); return how
