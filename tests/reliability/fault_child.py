@@ -16,8 +16,9 @@ Scenarios (each makes a new archive in ``home`` unless it already has one):
 ``hooks``    initialize, 12 turns, memory writes, a checkpoint that is not required, shutdown
 ``required`` the same with every checkpoint required (``require_checkpoint=True``)
 ``killed``   the turns only, then a second's pause and ``os._exit`` (no shutdown)
-``export``, ``readable-copy``  ``hooks`` with no fault, then the command with the faults
-             (``<home>.out``); the report says its exit status
+``export``, ``readable-copy``, ``forget``, ``migrate``  ``hooks`` with no fault (for
+             ``migrate`` on a format-1 archive), then the command with the faults (its
+             output ``<home>.out``); the report says its exit status
 
 With faults off again, the child writes ``report`` (JSON): the turns whose ``sync_turn``
 returned, the checkpoints that returned (receipt) and those that raised, and the calls made.
@@ -39,6 +40,7 @@ import fiu  # noqa: E402
 from archive_provider import ArchiveProvider  # noqa: E402
 
 TURNS = 12
+COMMANDS = ("export", "readable-copy", "forget", "migrate")
 CHECKPOINT_EVERY = 4
 
 
@@ -115,10 +117,19 @@ def command(home: str, name: str, injectors: list[Injector]) -> dict[str, Any]:
     """An archive made without faults, then ``hermes-archive <name>`` with them."""
     from archive_provider.cli import main as archive_cli
 
+    if name == "migrate":
+        from archive_provider.storage.store import EventStore, archive_dir
+
+        EventStore.open(archive_dir(home), format_version=1).close()
     result = run(home, "hooks", [])
+    result["migrated"] = name == "migrate"
+    args = {
+        "forget": ["--memory", "fault fact 3", "--reason", "fault campaign", "--yes"],
+        "migrate": [],
+    }.get(name, [home + ".out"])
     start(injectors, "start")
     try:
-        result["status"] = archive_cli(["--home", home, name, home + ".out"])
+        result["status"] = archive_cli(["--home", home, name, *args])
     except BaseException as exc:  # noqa: BLE001 - the judge says whether this was clear
         result["status"] = f"{type(exc).__name__}: {exc}"
     return result
@@ -128,7 +139,7 @@ def main() -> None:
     home, scenario, report = sys.argv[1:4]
     injectors = [Injector(spec) for spec in sys.argv[4:]]
     try:
-        if scenario in ("export", "readable-copy"):
+        if scenario in COMMANDS:
             result = command(home, scenario, injectors)
         else:
             start(injectors, "start")
