@@ -272,7 +272,7 @@ def set_aside(path: Path) -> Path:
 class _Segment:
     """The segment this process appends to: its descriptor, what is on file, what is not yet."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
         self.path = path
         self.number = segment_number(path)
         self.id = os.urandom(ID_BYTES)
@@ -285,10 +285,10 @@ class _Segment:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd is closed
             os.write(self.fd, MAGIC + self.id)
-            os.fsync(self.fd)
+            synced(os.fsync, self.fd, sync)
             os.link(making, path)  # fails if the name is taken: a segment is never overwritten
             making.unlink()
-            sync_dir(path.parent)
+            synced(sync_dir, path.parent, sync)
         except BaseException:
             os.close(self.fd)
             with contextlib.suppress(OSError):
@@ -386,7 +386,7 @@ class Spill:
             active = self._active
             return (active.size, active.written) if active is not None else (0, 0)
 
-    def _new_segment(self, number: int | None = None) -> _Segment:
+    def _new_segment(self, number: int | None = None, *, sync: bool = True) -> _Segment:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.dir.mkdir(mode=0o700, exist_ok=True)
         if number is None:
@@ -395,12 +395,14 @@ class Spill:
             # in front of it at shutdown (see prepend)
             last = max(segment_number(existing[-1]) if existing else 0, self._last_number)
             number = self._last_number = last + 2
-        return _Segment(self.dir / f"{number:012d}{SUFFIX}")
+        return _Segment(self.dir / f"{number:012d}{SUFFIX}", sync=sync)
 
-    def append(self, encode: Encoder, accepted: datetime, *, now: bool = False) -> None:
+    def append(
+        self, encode: Encoder, accepted: datetime, *, now: bool = False, sync: bool = True
+    ) -> None:
         """Encode a job into a record of the active segment (made on first use)."""
         if self._active is None:
-            self._active = self._new_segment()
+            self._active = self._new_segment(sync=sync)
             self._state = {}
         active = self._active
         kind, args = encode(self._state)
@@ -445,7 +447,7 @@ class Spill:
                 active.dirty = False
         self._synced_at = time.monotonic()
 
-    def release_active(self) -> None:
+    def release_active(self, *, sync: bool = True) -> None:
         """Write out, fsync and forget the active segment (its file stays for the next open).
 
         Called under :attr:`lock`. A write or fsync that fails keeps the segment active (and
@@ -457,7 +459,7 @@ class Spill:
         with self.io:  # forgotten before its descriptor is closed: no sync() meets it closed
             if active.chunks or active.unwritten:
                 active.write(active.take())
-            os.fdatasync(active.fd)
+            synced(os.fdatasync, active.fd, sync)
             self._active = None
             os.close(active.fd)
 
@@ -482,7 +484,9 @@ class Spill:
         remove(active.path)
         return active.id
 
-    def prepend(self, encoders: list[tuple[Encoder, datetime]]) -> Path | None:
+    def prepend(
+        self, encoders: list[tuple[Encoder, datetime]], *, sync: bool = True
+    ) -> Path | None:
         """Write jobs that were queued in memory *before* every segment of this process into a
         segment that sorts in front of them, fsynced (shutdown)."""
         if not encoders:
@@ -493,7 +497,7 @@ class Spill:
             # cannot happen (segments are made with a gap); never overwrite: go last instead
             log.error("archive spill: no slot in front of %s; the queued jobs go last", existing)
             number = segment_number(existing[-1]) + 1
-        segment = self._new_segment(number)
+        segment = self._new_segment(number, sync=sync)
         state: dict[Any, Any] = {}
         try:
             chunks = []
@@ -505,7 +509,7 @@ class Spill:
                     chunks = []
             if chunks:
                 segment.write(chunks)
-            os.fsync(segment.fd)
+            synced(os.fsync, segment.fd, sync)
         except BaseException:
             with contextlib.suppress(OSError):  # never half of them: the caller tries again
                 remove(segment.path)
@@ -513,6 +517,16 @@ class Spill:
         finally:
             os.close(segment.fd)
         return segment.path
+
+
+def synced(how: Callable[[Any], None], what: Any, sync: bool) -> None:
+    """fsync ``what``; with ``sync`` False (the disk refuses every fsync: shutdown's last
+    resort), a failed fsync is let pass so the records are at least on file."""
+    try:
+        how(what)
+    except OSError:
+        if sync:
+            raise
 
 
 def remove(path: Path) -> None:

@@ -582,60 +582,59 @@ class Writer:
         back = [job for job in spillable if job.after != (0, 0)]
         lost = 0  # accepted records neither the archive nor the spill could take
         errors: list[str] = []
-        with self._gate:
-            for _ in range(SHUTDOWN_SPILL_ATTEMPTS):  # a failed try leaves nothing behind
+        unsynced = False  # written only by the last try, whose fsync the disk refused
+
+        def attempt(action: Callable[[bool], object], what: str = "") -> bool:
+            """Try ``action(sync)`` again after a failure; the last try lets a failed fsync
+            pass (the records are on file, if not on the platter)."""
+            nonlocal unsynced
+            for n in range(SHUTDOWN_SPILL_ATTEMPTS + 1):
+                sync = n < SHUTDOWN_SPILL_ATTEMPTS
                 try:
-                    written = self.spill.prepend(
-                        [(job.entry, job.accepted) for job in front if job.entry and job.accepted]
-                    )
-                    break
+                    action(sync)
                 except Exception as exc:
-                    errors.append(str(exc))
+                    errors.append(f"{what}{exc}")
+                    continue
+                unsynced = unsynced or not sync
+                return True
+            return False
+
+        with self._gate:
+            wrote: list[Path | None] = []
+            entries = [(job.entry, job.accepted) for job in front if job.entry and job.accepted]
+            if attempt(lambda sync: wrote.append(self.spill.prepend(entries, sync=sync))):
+                if wrote[-1] is not None:
+                    log.warning(
+                        "archive: %d queued jobs spilled to %s at shutdown; the next open "
+                        "takes them in",
+                        len(front),
+                        wrote[-1],
+                    )
             else:
                 rest += front
                 spillable = back
-                written = None
-            if written is not None:
-                log.warning(
-                    "archive: %d queued jobs spilled to %s at shutdown; the next open "
-                    "takes them in",
-                    len(front),
-                    written,
-                )
             for job in back:
-                assert job.entry is not None and job.accepted is not None
-                for _ in range(SHUTDOWN_SPILL_ATTEMPTS):  # buffered: fails only making a segment
-                    try:
-                        self.spill.append(job.entry, job.accepted)
-                        break
-                    except Exception as exc:
-                        errors.append(str(exc))
-                else:
+                entry, accepted = job.entry, job.accepted
+                assert entry is not None and accepted is not None
+                if not attempt(
+                    lambda sync, e=entry, a=accepted: self.spill.append(e, a, sync=sync)  # type: ignore[misc]
+                ):
                     rest.append(job)
             spillable = [job for job in spillable if job not in rest]
             if drain is not None:
-                for _ in range(SHUTDOWN_SPILL_ATTEMPTS):
-                    try:
-                        self.spill.append(drain.entry(len(spillable), rest), utc_now())
-                        break
-                    except Exception as exc:
-                        errors.append(f"the shutdown drain record: {exc}")
-                else:
+                figures = drain.entry(len(spillable), rest)
+                if not attempt(
+                    lambda sync: self.spill.append(figures, utc_now(), sync=sync),
+                    "the shutdown drain record: ",
+                ):
                     drain = None
             if not spillable and drain is None and self._committed >= self.spill.position():
                 try:
                     self.spill.drop_active()  # everything in it is committed
                 except OSError as exc:
                     log.error("archive: a committed spill segment was not removed: %s", exc)
-            else:
-                for _ in range(SHUTDOWN_SPILL_ATTEMPTS):
-                    try:
-                        self.spill.release_active()  # fsynced: the next open takes it in
-                        break
-                    except OSError as exc:
-                        errors.append(str(exc))
-                else:
-                    lost = self.spill.abandon_active()
+            elif not attempt(lambda sync: self.spill.release_active(sync=sync)):
+                lost = self.spill.abandon_active()
         lost += sum(1 for job in rest if job.entry is not None and not job.durable)
         if lost:
             log.critical(
@@ -644,6 +643,13 @@ class Writer:
                 "docs/OPERATIONS.md, 'Durability'",
                 lost,
                 "; ".join(dict.fromkeys(errors)) or self.last_error,
+            )
+        elif unsynced:
+            log.critical(
+                "archive: accepted events are in the spill, but the disk refused to fsync it "
+                "at shutdown (%s): a power loss before the next open may lose them. See "
+                "docs/OPERATIONS.md, 'Durability'",
+                "; ".join(dict.fromkeys(errors)),
             )
         elif errors:
             log.warning("archive: the spill was written at shutdown after retries: %s", errors)
