@@ -357,6 +357,7 @@ class Spill:
         self._active: _Segment | None = None
         self._state: dict[Any, Any] = {}  # encoders' per-segment state (transcript deltas)
         self._synced_at = time.monotonic()
+        self._write_error = ""  # the last failed write a hook met (said once)
         # left by an earlier process: taken in first (a live process's are its own)
         inherited = [p for p in segment_paths(folder) if not in_use(p)]
         self._floor = (segment_number(inherited[-1]), END) if inherited else (0, 0)
@@ -414,10 +415,10 @@ class Spill:
             with self.io:
                 try:
                     active.write(active.take())
-                except BaseException:
-                    active.unwritten.pop()  # this job stays with the caller, the rest here
-                    active.records -= 1
-                    raise
+                except OSError as exc:  # kept (the encoders' state counts on them): retried
+                    if str(exc) != self._write_error:  # by the next write; said once
+                        log.error("archive spill: a write failed, records kept: %s", exc)
+                    self._write_error = str(exc)
 
     def write_out(self) -> None:
         """Write the buffered records (writer thread; the hooks wait only for the swap)."""
