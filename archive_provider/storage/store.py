@@ -476,6 +476,14 @@ class EventStore:
         ):  # an older version's making cut short before its keys were whole: set aside
             make_archive(folder, format_version or NEW_ARCHIVE_FORMAT, first_event)
             made = True
+        elif (
+            not readonly
+            and not folder.name.startswith(MAKING_PREFIX)
+            and any(folder.glob(MAKING_PREFIX + "*"))
+            and db_path.exists()
+            and not _schema_less(db_path)
+        ):
+            _tidy(folder)
         if not db_path.exists():
             if not create or readonly:
                 raise StoreError(f"no archive at {db_path}")
@@ -1251,9 +1259,7 @@ def make_archive(
     """
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
-    lock = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _making_lock(folder):
         _settle(folder)
         if (folder / DB_NAME).exists():
             return  # another opener made it meanwhile, or an interrupted making was finished
@@ -1284,8 +1290,23 @@ def make_archive(
         with contextlib.suppress(OSError):  # a leftover folder is removed by the next open
             shutil.rmtree(making)
             sync_dir(folder)
+
+
+@contextmanager
+def _making_lock(folder: Path) -> Iterator[None]:
+    """Openers of one folder make (or tidy) its archive one at a time."""
+    lock = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(lock)  # and with it the lock
+
+
+def _tidy(folder: Path) -> None:
+    """Remove what a making left beside a whole archive (its folder, with copies of keys)."""
+    with _making_lock(folder):
+        _settle(folder)
 
 
 def _making_keys(folder: Path, making: Path) -> list[tuple[Path, Path]]:

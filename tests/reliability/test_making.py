@@ -97,3 +97,16 @@ def test_a_whole_making_cut_short_before_its_database_was_placed_is_finished(
         first.close()
     finally:
         store.close()
+
+
+def test_a_making_folder_left_beside_a_whole_archive_is_removed(tmp_path: Path) -> None:
+    """Only the making folder's removal was cut short: it holds copies of the keys, so the
+    next writing open removes it."""
+    folder = tmp_path / "archive"
+    EventStore.open(folder).close()
+    making = folder / f"{MAKING_PREFIX}00000000000000bb"
+    making.mkdir(mode=0o700)
+    os.link(folder / "signing.key", making / "signing.key")
+    os.link(folder / DB_NAME, making / DB_NAME)
+    EventStore.open(folder).close()
+    assert not making.exists() and (folder / "signing.key").exists()
