@@ -213,13 +213,7 @@ class ArchiveCore:
             shippers.release(shipper)
         writer, self.writer = self.writer, None
         if writer is not None:
-            report = writers.release(writer, timeout=self.settings.drain_timeout_s)
-            if report is not None and not report.complete:
-                log.error(
-                    "archive: %d events could not be written before shutdown: %s",
-                    len(report.unwritten),
-                    report.unwritten[:10],
-                )
+            writers.release(writer, timeout=self.settings.drain_timeout_s)  # it says what is lost
         with self._reader_lock:
             if self._reader is not None:
                 self._reader.close()

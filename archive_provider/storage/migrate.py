@@ -28,7 +28,8 @@ from ..format.canonical import decode
 from ..format.events import LoadedEvent, NewEvent, Part
 from ..format.verifier import verify_database
 from .proof_v2 import advance
-from .spill import META_TAKEN, in_use, segment_paths, sync_dir
+from .safe_files import sync_dir
+from .spill import META_TAKEN, in_use, segment_paths
 from .store import (
     DB_NAME,
     KEY_NAME,

@@ -9,6 +9,7 @@ one line, so the caller can refuse with that message.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -79,6 +80,45 @@ def read_small(path: Path, limit: int = SMALL_FILE_LIMIT) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def sync_dir(folder: Path) -> None:
+    """Make a change to ``folder``'s entries (a new, moved or removed file) durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def place_file(source: Path, target: Path) -> None:
+    """Give the whole, fsynced file ``source`` the name ``target`` too, atomically, never over
+    an existing file (:class:`FileExistsError`): a reader finds all of it or nothing.
+
+    A hard link where both are on one file system; elsewhere (a signing key kept on another
+    disk) a copy made under a name no one reads, fsynced, then linked into place.
+    """
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        making = target.with_name(f".{target.name}.{os.getpid()}.new")
+        with contextlib.suppress(FileNotFoundError):
+            making.unlink()
+        fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            data = read_small(source)
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.EIO, f"short write to {making}") from None
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(making, target)
+        finally:
+            making.unlink()
+    sync_dir(target.parent)
 
 
 def folder_problem(path: Path, uid: int | None = None) -> str | None:

@@ -54,7 +54,7 @@ from blake3 import blake3
 from ..domain.clock import format_time, parse_time, utc_now
 from ..domain.evidence import archivable
 from ..errors import ArchiveDamaged
-from .safe_files import regular_file_problem
+from .safe_files import regular_file_problem, sync_dir
 
 log = logging.getLogger(__name__)
 
@@ -301,19 +301,10 @@ def set_aside(path: Path) -> Path:
     return target
 
 
-def sync_dir(folder: Path) -> None:
-    """Make a change to ``folder``'s entries (a new, moved or removed file) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _Segment:
     """The segment this process appends to: its descriptor, what is on file, what is not yet."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
         self.path = path
         self.number = segment_number(path)
         self.id = os.urandom(ID_BYTES)
@@ -326,10 +317,10 @@ class _Segment:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd is closed
             os.write(self.fd, MAGIC + self.id)
-            os.fsync(self.fd)
+            synced(os.fsync, self.fd, sync)
             os.link(making, path)  # fails if the name is taken: a segment is never overwritten
             making.unlink()
-            sync_dir(path.parent)
+            synced(sync_dir, path.parent, sync)
         except BaseException:
             os.close(self.fd)
             with contextlib.suppress(OSError):
@@ -340,20 +331,39 @@ class _Segment:
         self.written = 0  # records on file
         self.chunks: list[bytes] = []  # framed records not yet written
         self.buffered = 0
+        #: records a failed write took from the buffer: the next write (under io) goes first
+        self.unwritten: list[bytes] = []
         self.dirty = False  # written, not yet fsynced
 
-    def take(self) -> tuple[bytes, int]:
-        data, count = b"".join(self.chunks), len(self.chunks)
-        self.chunks, self.buffered = [], 0
-        return data, count
+    def take(self) -> list[bytes]:
+        chunks, self.chunks, self.buffered = self.chunks, [], 0
+        return chunks
 
-    def write(self, data: bytes, count: int) -> None:
-        written = os.write(self.fd, data)
-        if written != len(data):  # a short write (disk full): the record is torn, stop here
-            raise OSError(f"short write to {self.path} ({written} of {len(data)} bytes)")
+    def write(self, chunks: list[bytes]) -> None:
+        """Write records (after any a failed write kept), whole or not at all: a failed or
+        short write is cut back off the file and its records are kept for the next write."""
+        chunks = self.unwritten + chunks
+        self.unwritten = []
+        data = b"".join(chunks)
+        try:
+            written = os.write(self.fd, data)
+            if written != len(data):  # a short write (disk full): the record would be torn
+                raise OSError(
+                    errno.ENOSPC, f"short write to {self.path} ({written} of {len(data)} bytes)"
+                )
+        except BaseException:
+            self.unwritten = chunks
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.size)
+            raise
         self.size += written
-        self.written += count
+        self.written += len(chunks)
         self.dirty = True
+
+    @property
+    def waiting(self) -> int:
+        """Records accepted into this segment that are not on file."""
+        return len(self.unwritten) + len(self.chunks)
 
 
 class Spill:
@@ -388,6 +398,7 @@ class Spill:
         self._active: _Segment | None = None
         self._state: dict[Any, Any] = {}  # encoders' per-segment state (transcript deltas)
         self._synced_at = time.monotonic()
+        self._write_error = ""  # the last failed write a hook met (said once)
         # left by an earlier process: taken in first (a live process's are its own)
         inherited = [p for p in segment_paths(folder) if not in_use(p)]
         self._floor = (segment_number(inherited[-1]), END) if inherited else (0, 0)
@@ -426,7 +437,7 @@ class Spill:
             active = self._active
             return (active.size, active.written) if active is not None else (0, 0)
 
-    def _new_segment(self, number: int | None = None) -> _Segment:
+    def _new_segment(self, number: int | None = None, *, sync: bool = True) -> _Segment:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.dir.mkdir(mode=0o700, exist_ok=True)
         if number is None:
@@ -435,12 +446,14 @@ class Spill:
             # in front of it at shutdown (see prepend)
             last = max(segment_number(existing[-1]) if existing else 0, self._last_number)
             number = self._last_number = last + 2
-        return _Segment(self.dir / f"{number:012d}{SUFFIX}")
+        return _Segment(self.dir / f"{number:012d}{SUFFIX}", sync=sync)
 
-    def append(self, encode: Encoder, accepted: datetime, *, now: bool = False) -> None:
+    def append(
+        self, encode: Encoder, accepted: datetime, *, now: bool = False, sync: bool = True
+    ) -> None:
         """Encode a job into a record of the active segment (made on first use)."""
         if self._active is None:
-            self._active = self._new_segment()
+            self._active = self._new_segment(sync=sync)
             self._state = {}
         active = self._active
         kind, args = encode(self._state)
@@ -450,7 +463,12 @@ class Spill:
         active.records += 1
         if now or active.buffered >= BUFFER_BYTES:
             with self.io:
-                active.write(*active.take())
+                try:
+                    active.write(active.take())
+                except OSError as exc:  # kept (the encoders' state counts on them): retried
+                    if str(exc) != self._write_error:  # by the next write; said once
+                        log.error("archive spill: a write failed, records kept: %s", exc)
+                    self._write_error = str(exc)
 
     def write_out(self) -> None:
         """Write the buffered records (writer thread; the hooks wait only for the swap)."""
@@ -458,10 +476,10 @@ class Spill:
             active = self._active
             if active is None or not active.chunks:
                 return
-            data, count = active.take()
+            chunks = active.take()
             self.io.acquire()  # before the lock is let go: writes stay in order
         try:
-            active.write(data, count)
+            active.write(chunks)
         finally:
             self.io.release()
 
@@ -480,20 +498,31 @@ class Spill:
                 active.dirty = False
         self._synced_at = time.monotonic()
 
-    def release_active(self) -> None:
+    def release_active(self, *, sync: bool = True) -> None:
         """Write out, fsync and forget the active segment (its file stays for the next open).
 
-        Called under :attr:`lock`."""
-        active, self._active = self._active, None
+        Called under :attr:`lock`. A write or fsync that fails keeps the segment active (and
+        its records), so the caller may try again; :meth:`abandon_active` lets go of it.
+        """
+        active = self._active
         if active is None:
             return
+        with self.io:  # forgotten before its descriptor is closed: no sync() meets it closed
+            if active.chunks or active.unwritten:
+                active.write(active.take())
+            synced(os.fdatasync, active.fd, sync)
+            self._active = None
+            os.close(active.fd)
+
+    def abandon_active(self) -> int:
+        """Close the active segment whatever is not on file (the disk refuses it); return how
+        many records that leaves unwritten (under :attr:`lock`)."""
+        active, self._active = self._active, None
+        if active is None:
+            return 0
         with self.io:
-            try:
-                if active.chunks:
-                    active.write(*active.take())
-                os.fdatasync(active.fd)
-            finally:
-                os.close(active.fd)
+            os.close(active.fd)
+        return active.waiting
 
     def drop_active(self) -> bytes | None:
         """Remove the active segment: everything in it is committed (caller checked, under
@@ -506,7 +535,9 @@ class Spill:
         remove(active.path)
         return active.id
 
-    def prepend(self, encoders: list[tuple[Encoder, datetime]]) -> Path | None:
+    def prepend(
+        self, encoders: list[tuple[Encoder, datetime]], *, sync: bool = True
+    ) -> Path | None:
         """Write jobs that were queued in memory *before* every segment of this process into a
         segment that sorts in front of them, fsynced (shutdown)."""
         if not encoders:
@@ -517,7 +548,7 @@ class Spill:
             # cannot happen (segments are made with a gap); never overwrite: go last instead
             log.error("archive spill: no slot in front of %s; the queued jobs go last", existing)
             number = segment_number(existing[-1]) + 1
-        segment = self._new_segment(number)
+        segment = self._new_segment(number, sync=sync)
         state: dict[Any, Any] = {}
         try:
             chunks = []
@@ -526,14 +557,28 @@ class Spill:
                 body = record_body(kind, format_time(accepted), args)
                 chunks.append(frame(segment.id, body, self.key))
                 if len(chunks) >= 256:
-                    os.write(segment.fd, b"".join(chunks))
+                    segment.write(chunks)
                     chunks = []
             if chunks:
-                os.write(segment.fd, b"".join(chunks))
-            os.fsync(segment.fd)
+                segment.write(chunks)
+            synced(os.fsync, segment.fd, sync)
+        except BaseException:
+            with contextlib.suppress(OSError):  # never half of them: the caller tries again
+                remove(segment.path)
+            raise
         finally:
             os.close(segment.fd)
         return segment.path
+
+
+def synced(how: Callable[[Any], None], what: Any, sync: bool) -> None:
+    """fsync ``what``; with ``sync`` False (the disk refuses every fsync: shutdown's last
+    resort), a failed fsync is let pass so the records are at least on file."""
+    try:
+        how(what)
+    except OSError:
+        if sync:
+            raise
 
 
 def remove(path: Path) -> None:

@@ -12,10 +12,13 @@ processes) can never fork the chain and a reader never sees half a batch.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import secrets
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -55,17 +58,26 @@ from ..format.signed_note import (
     format_note,
 )
 from ..format.verifier import schema_problem
-from .safe_files import UnsafeFile, folder_problem, read_small, regular_file_problem
+from .safe_files import (
+    UnsafeFile,
+    folder_problem,
+    place_file,
+    read_small,
+    regular_file_problem,
+    sync_dir,
+)
 from .sql import select_in
 from .store_v2 import (
     CHECKPOINT_INTERVAL_S,
     COMMITTED_ROOTS_KEPT,
+    MAKING_PREFIX,
     PART_REUSE_FROM,
     PART_REUSE_SCHEMA,
     QUOTING_FROM,
     QUOTING_SCHEMA,
     SCHEMA_V2,
     SIGNING_KEY_ENV,
+    SIGNING_KEY_NAME,
     STORE_KEY_NAME,
     TILE_INNER_SCHEMA,
     KeyFileError,
@@ -454,19 +466,46 @@ class EventStore:
         if problem:
             raise StoreError(f"the archive at {folder} is refused: {problem}")
         new_store: tuple[str, Signer] | None = None
+        made = False  # this open made the archive (its first checkpoint is signed now)
+        if (
+            create
+            and not readonly
+            and not folder.name.startswith(MAKING_PREFIX)
+            and _schema_less(db_path)
+            and _interrupted_v2_keys(folder) is None
+        ):  # an older version's making cut short before its keys were whole: set aside
+            make_archive(folder, format_version or NEW_ARCHIVE_FORMAT, first_event)
+            made = True
+        elif (
+            not readonly
+            and not folder.name.startswith(MAKING_PREFIX)
+            and any(folder.glob(MAKING_PREFIX + "*"))
+            and db_path.exists()
+            and not _schema_less(db_path)
+        ):
+            _tidy(folder)
         if not db_path.exists():
             if not create or readonly:
                 raise StoreError(f"no archive at {db_path}")
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(folder, 0o700)
-            if (format_version or NEW_ARCHIVE_FORMAT) == 2:
-                new_store = _make_v2_keys(folder)
-            elif not (folder / KEY_NAME).exists():
-                write_private(folder / KEY_NAME, secrets.token_bytes(KEY_BYTES).hex() + "\n")
-            # create the file 0600 before SQLite opens it
-            os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT, 0o600))
+            if not folder.name.startswith(MAKING_PREFIX):
+                make_archive(folder, format_version or NEW_ARCHIVE_FORMAT, first_event)
+                made = True
+            else:  # inside make_archive: the keys and the file, then the schema below
+                if format_version == 2:
+                    new_store = _make_v2_keys(folder)
+                else:
+                    write_private(folder / KEY_NAME, secrets.token_bytes(KEY_BYTES).hex() + "\n")
+                # create the file 0600 before SQLite opens it
+                os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
             conn = connect(db_path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
+            if readonly and _unfinished(conn, folder):
+                conn.close()
+                raise StoreError(
+                    f"the archive at {folder} was never finished (an older version's making of "
+                    "it was cut short): the next start of Hermes with the archive provider "
+                    "finishes it or sets it aside (docs/RECOVER.md, 'Unfinished archive')"
+                )
             if new_store is None and not readonly and _meta_or_none(conn, "format_version") is None:
                 new_store = _interrupted_v2_keys(folder)
             if new_store is not None:
@@ -524,6 +563,8 @@ class EventStore:
             new_store is not None or (not readonly and store.head().seq == 0)
         ):  # a new store, or one a crash left before its first event
             store.append([(first_event or store_created)(store)], durable=True)
+        elif isinstance(store, EventStoreV2) and made:
+            store._last_signed = utc_now().timestamp()  # make_archive signed its first one
         return store
 
     @staticmethod
@@ -1203,6 +1244,220 @@ def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
     return value
 
 
+def make_archive(
+    folder: Path, format_version: int, first_event: Callable[[EventStoreV2], NewEvent] | None
+) -> None:
+    """Make a new archive in ``folder`` whole, or leave none (issue "Faults").
+
+    Keys, schema, the first event and its signed checkpoint are made in a ``.making-<random>``
+    folder inside ``folder``, fsynced, then placed by links that never replace a file: the
+    keys first, ``events.db`` last. ``events.db`` appearing is the commit point: a fault
+    before it leaves nothing an open takes for an archive, and the next open finishes the
+    placing or removes what was made (:func:`_settle`). The first witness record follows at
+    the writer's first commit, as for every archive not yet witnessed. Openers of one folder
+    make it one at a time (a lock on the folder).
+    """
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    with _making_lock(folder):
+        _settle(folder)
+        if (folder / DB_NAME).exists():
+            return  # another opener made it meanwhile, or an interrupted making was finished
+        signing = signing_key_path(folder)
+        if format_version == 2 and signing.exists():
+            raise KeyFileError(
+                f"the signing key {signing} already exists and belongs to another archive (a "
+                f"key signs for one store); point {SIGNING_KEY_ENV} at a new file for this one"
+            )
+        making = folder / (MAKING_PREFIX + secrets.token_hex(8))
+        making.mkdir(mode=0o700)
+        try:
+            EventStore.open(making, format_version=format_version, first_event=first_event).close()
+            _seal(making)
+            _place(folder, making)
+        except BaseException as exc:
+            if _placed(folder, making):  # linked; only the folder's fsync after it failed
+                log.warning("archive: %s made, but not synced: %s", folder / DB_NAME, exc)
+            else:
+                with contextlib.suppress(OSError):  # what stays is settled by the next open
+                    _unmake(folder, making)
+                if not isinstance(exc, (OSError, sqlite3.Error)):
+                    raise
+                raise StoreError(
+                    f"the archive at {folder} could not be made ({exc}); nothing was left in "
+                    "its place, the next open makes it again"
+                ) from exc
+        with contextlib.suppress(OSError):  # a leftover folder is removed by the next open
+            shutil.rmtree(making)
+            sync_dir(folder)
+
+
+@contextmanager
+def _making_lock(folder: Path) -> Iterator[None]:
+    """Openers of one folder make (or tidy) its archive one at a time."""
+    lock = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)  # and with it the lock
+
+
+def _tidy(folder: Path) -> None:
+    """Remove what a making left beside a whole archive (its folder, with copies of keys)."""
+    with _making_lock(folder):
+        _settle(folder)
+
+
+def _making_keys(folder: Path, making: Path) -> list[tuple[Path, Path]]:
+    """The key files of an archive being made, each with where it is placed."""
+    places = [
+        (making / SIGNING_KEY_NAME, signing_key_path(folder)),
+        (making / STORE_KEY_NAME, folder / STORE_KEY_NAME),
+        (making / KEY_NAME, folder / KEY_NAME),
+    ]
+    return [(source, target) for source, target in places if source.exists()]
+
+
+def _seal(making: Path) -> None:
+    """Check that the closed database holds every commit in its own file, and fsync it."""
+    db = making / DB_NAME
+    wal = making / (DB_NAME + "-wal")
+    if wal.exists() and wal.stat().st_size:
+        raise StoreError(f"{db} was not checkpointed when it was closed")
+    for end in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            (making / (DB_NAME + end)).unlink()
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    sync_dir(making)
+
+
+def _place(folder: Path, making: Path) -> None:
+    """Link the made archive's keys into place, then its database (the commit point)."""
+    for source, target in _making_keys(folder, making):
+        if not _same_bytes(source, target):  # placed before an interruption
+            place_file(source, target)
+    place_file(making / DB_NAME, folder / DB_NAME)
+
+
+def _placed(folder: Path, making: Path) -> bool:
+    """Whether the database made in ``making`` is the one in ``folder``."""
+    made, placed = file_identity(making / DB_NAME), file_identity(folder / DB_NAME)
+    return made is not None and made == placed
+
+
+def _same_bytes(one: Path, other: Path) -> bool:
+    try:
+        return read_small(one) == read_small(other)
+    except OSError:
+        return False
+
+
+def _unmake(folder: Path, making: Path) -> None:
+    """Remove the keys an unfinished making placed (their bytes are its own), then it."""
+    for source, target in _making_keys(folder, making):
+        if _same_bytes(source, target):
+            target.unlink()
+            sync_dir(target.parent)
+    shutil.rmtree(making)
+    sync_dir(folder)
+
+
+def _whole(making: Path) -> bool:
+    """Whether ``making`` holds a finished archive: sealed, with its first event."""
+    db = making / DB_NAME
+    if not db.exists() or (making / (DB_NAME + "-wal")).exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            version = _meta_or_none(conn, "format_version")  # v1 begins with no event
+            return version == "1" or (version is not None and head_seq(conn) >= 1)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def _schema_less(db_path: Path) -> bool:
+    """Whether ``db_path`` is a file with no schema at all (a making cut short), not missing."""
+    try:
+        if db_path.stat().st_size == 0:
+            return True
+        conn = sqlite3.connect(f"{db_path.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+
+
+def _unfinished(conn: sqlite3.Connection, folder: Path) -> bool:
+    """Whether an open archive file is an older version's making cut short (no schema yet,
+    and the key files it was being made with)."""
+    empty = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    return empty and any((folder / n).exists() for n in (STORE_KEY_NAME, KEY_NAME))
+
+
+def _settle(folder: Path) -> None:
+    """Before a new archive is made in ``folder`` (under its lock): finish or remove what an
+    interrupted making left, and set aside an older version's half-made archive.
+
+    A ``.making-`` folder whose archive is whole is placed (its database was not yet); one
+    that is not is removed with the keys it placed (matched byte for byte: they are its own
+    random keys). Key files with no database (or an empty one) beside them are an older
+    version's making cut short: they are moved to ``unfinished-<time>/`` (never deleted) with
+    one line, and docs/RECOVER.md says what to do if they were not.
+    """
+    for making in sorted(folder.glob(MAKING_PREFIX + "*")):
+        if making.is_symlink() or not making.is_dir():
+            continue
+        if _placed(folder, making):
+            pass  # only its removal was interrupted
+        elif not (folder / DB_NAME).exists() and _whole(making):
+            try:
+                _place(folder, making)
+                log.warning("archive: %s was made whole; its placing is finished now", folder)
+            except FileExistsError:
+                _unmake(folder, making)
+                continue
+        else:
+            _unmake(folder, making)
+            log.warning("archive: removed an unfinished new archive (%s)", making.name)
+            continue
+        shutil.rmtree(making)
+        sync_dir(folder)
+    db_path = folder / DB_NAME
+    if db_path.exists() and not _schema_less(db_path):
+        return
+    names = [DB_NAME + end for end in ("", "-wal", "-shm")] + [
+        STORE_KEY_NAME,
+        KEY_NAME,
+        SIGNING_KEY_NAME,
+    ]
+    left = [folder / n for n in names if (folder / n).exists()]
+    if not left:
+        return
+    aside = folder / f"unfinished-{utc_now().strftime('%Y%m%dT%H%M%S%fZ')}"
+    aside.mkdir(mode=0o700)
+    for path in left:
+        os.replace(path, aside / path.name)
+    sync_dir(aside)
+    sync_dir(folder)
+    log.warning(
+        "archive: %s held an archive whose making was cut short (%s, no events); they are "
+        "set aside in %s and a new archive is made (docs/RECOVER.md, 'Unfinished archive')",
+        folder,
+        ", ".join(p.name for p in left),
+        aside.name,
+    )
+
+
 def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
     """A new v2 store's id, lookup key and signing key (FORMAT.md 10 and 15.2)."""
     store_id = secrets.token_hex(16)
@@ -1232,8 +1487,9 @@ def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
     path = signing_key_path(folder)
     try:
         name = Signer.from_private_key(read_small(path, 4096).decode("ascii")).name
-    except (OSError, UnsafeFile, UnicodeDecodeError, ValueError):
-        return None  # the open goes on and says what is wrong with the keys
+        read_key(folder / STORE_KEY_NAME)  # a key torn by the fault: set aside instead
+    except (OSError, UnsafeFile, UnicodeDecodeError, ValueError, StoreError):
+        return None  # the open sets the unfinished archive aside (_settle)
     store_id = name.rpartition("/")[2]
     return store_id, read_signer(path, digests_v2.origin(store_id))
 

@@ -27,6 +27,8 @@ from .safe_files import UnsafeFile, read_small
 
 STORE_KEY_NAME = "store.key"
 SIGNING_KEY_NAME = "signing.key"
+#: a new archive is made whole in ``<archive>/.making-<random>/`` and then placed beside it
+MAKING_PREFIX = ".making-"
 #: a commit at least this long after the previous checkpoint signs one (FORMAT.md 15.4)
 CHECKPOINT_INTERVAL_S = 5.0
 #: how many committed tree roots a store remembers for the serve-time proof (FORMAT.md 20.5)
@@ -170,7 +172,13 @@ class TamperedPart(ArchiveError):
 def signing_key_path(folder: Path) -> Path:
     """Where this archive's signing key lives: outside the profile when ``SIGNING_KEY_ENV``
     (FORMAT.md 10) says so. :class:`KeyFileError` when the variable comes from inside the
-    profile (``folder``'s parent): its ``.env`` sets it, or it points into the profile."""
+    profile (``folder``'s parent): its ``.env`` sets it, or it points into the profile.
+
+    An archive being made (in its :data:`MAKING_PREFIX` folder) keeps its key there until
+    the whole archive is placed (``store.make_archive``).
+    """
+    if folder.name.startswith(MAKING_PREFIX):
+        return folder / SIGNING_KEY_NAME
     try:
         named = outside_value(SIGNING_KEY_ENV, folder.parent)
     except InsideProfile as exc:

@@ -105,6 +105,9 @@ MAX_BATCH_JOBS = 512
 PROOF_WAIT_S = 100.0
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 LATE_JOIN_S = 1.0  # how long close() waits for the thread to put down what it was taking
+#: how often close() tries each spill write before it says what is lost (a failed try
+#: leaves nothing behind: a segment made for it is removed, a record cut back off)
+SHUTDOWN_SPILL_ATTEMPTS = 3
 
 
 class Told:
@@ -563,11 +566,14 @@ class Writer:
                     break
                 if isinstance(item, Job):
                     leftover.append(item)
-        finished = stopped and not leftover
+        # a store that could not be written at the end leaves its record too (HOST.md §3)
+        finished = stopped and not leftover and self.last_error is None
         drain = None if finished else _DrainFigures(leftover, timeout, self.last_error)
         rest = self._spill_leftover(leftover, drain)
         unwritten = []
+        told = 0  # the spill's loss is said once, loudly, by _spill_leftover
         for job in rest:
+            told += job.entry is not None and not job.durable
             described = [f"{e.type}:{e.session}:{e.key}" for e in (job.events or ())] or [
                 job.label or "unbuilt job"
             ]
@@ -583,7 +589,7 @@ class Writer:
             spilled=len(leftover) - len(rest),
             finished=finished,
         )
-        if unwritten:
+        if len(rest) > told:
             log.error(
                 "archive writer closed with %d unwritten events: %s", len(unwritten), unwritten[:20]
             )
@@ -602,37 +608,79 @@ class Writer:
         rest = [job for job in leftover if job.entry is None or job.durable]
         front = [job for job in spillable if job.after == (0, 0)]
         back = [job for job in spillable if job.after != (0, 0)]
+        lost = 0  # accepted records neither the archive nor the spill could take
+        errors: list[str] = []
+        unsynced = False  # written only by the last try, whose fsync the disk refused
+
+        def attempt(action: Callable[[bool], object], what: str = "") -> bool:
+            """Try ``action(sync)`` again after a failure; the last try lets a failed fsync
+            pass (the records are on file, if not on the platter)."""
+            nonlocal unsynced
+            for n in range(SHUTDOWN_SPILL_ATTEMPTS + 1):
+                sync = n < SHUTDOWN_SPILL_ATTEMPTS
+                try:
+                    action(sync)
+                except Exception as exc:
+                    errors.append(f"{what}{exc}")
+                    continue
+                unsynced = unsynced or not sync
+                return True
+            return False
+
         with self._gate:
-            try:
-                written = self.spill.prepend(
-                    [(job.entry, job.accepted) for job in front if job.entry and job.accepted]
-                )
-                if written is not None:
+            wrote: list[Path | None] = []
+            entries = [(job.entry, job.accepted) for job in front if job.entry and job.accepted]
+            if attempt(lambda sync: wrote.append(self.spill.prepend(entries, sync=sync))):
+                if wrote[-1] is not None:
                     log.warning(
                         "archive: %d queued jobs spilled to %s at shutdown; the next open "
                         "takes them in",
                         len(front),
-                        written,
+                        wrote[-1],
                     )
-                for job in back:
-                    assert job.entry is not None and job.accepted is not None
-                    self.spill.append(job.entry, job.accepted)
-            except Exception as exc:
-                log.error("archive: the spill could not take the queued jobs: %s", exc)
-                return rest + spillable
+            else:
+                rest += front
+                spillable = back
+            for job in back:
+                entry, accepted = job.entry, job.accepted
+                assert entry is not None and accepted is not None
+                if not attempt(
+                    lambda sync, e=entry, a=accepted: self.spill.append(e, a, sync=sync)  # type: ignore[misc]
+                ):
+                    rest.append(job)
+            spillable = [job for job in spillable if job not in rest]
             if drain is not None:
-                try:
-                    self.spill.append(drain.entry(len(spillable), rest), utc_now())
-                except Exception as exc:
+                figures = drain.entry(len(spillable), rest)
+                if not attempt(
+                    lambda sync: self.spill.append(figures, utc_now(), sync=sync),
+                    "the shutdown drain record: ",
+                ):
                     drain = None
-                    log.error("archive: the shutdown drain record was not spilled: %s", exc)
-            try:
-                if not spillable and drain is None and self._committed >= self.spill.position():
+            if not spillable and drain is None and self._committed >= self.spill.position():
+                try:
                     self.spill.drop_active()  # everything in it is committed
-                else:
-                    self.spill.release_active()  # fsynced: the next open takes it in
-            except OSError as exc:
-                log.error("archive: the spill could not be synced at shutdown: %s", exc)
+                except OSError as exc:
+                    log.error("archive: a committed spill segment was not removed: %s", exc)
+            elif not attempt(lambda sync: self.spill.release_active(sync=sync)):
+                lost = self.spill.abandon_active()
+        lost += sum(1 for job in rest if job.entry is not None and not job.durable)
+        if lost:
+            log.critical(
+                "archive: %d accepted events are lost: neither the archive nor its spill could "
+                "be written at shutdown (%s). The disk is failing or full: see "
+                "docs/OPERATIONS.md, 'Durability'",
+                lost,
+                "; ".join(dict.fromkeys(errors)) or self.last_error,
+            )
+        elif unsynced:
+            log.critical(
+                "archive: accepted events are in the spill, but the disk refused to fsync it "
+                "at shutdown (%s): a power loss before the next open may lose them. See "
+                "docs/OPERATIONS.md, 'Durability'",
+                "; ".join(dict.fromkeys(errors)),
+            )
+        elif errors:
+            log.warning("archive: the spill was written at shutdown after retries: %s", errors)
         for job in spillable:
             if not job.future.done():
                 job.future.set_result([])
@@ -953,6 +1001,11 @@ class Writer:
         """Take spill records into the batch, oldest first, up to ``limit`` (or all there are)."""
         store = self._open()
         if store is None:
+            with self._lock:
+                self._fail_durable(
+                    WriterUnavailable(self.last_error or "archive store unavailable")
+                )
+                self._spill_from_now()
             time.sleep(RETRY_BACKOFF_S[-1])  # the log cannot be written yet; the spill waits
             return
         while len(self._pending) < MAX_BATCH_JOBS:
@@ -1136,8 +1189,62 @@ class Writer:
                 self._fail_durable(
                     WriterUnavailable(self.last_error or "archive store unavailable")
                 )
+                self._spill_from_now()
                 return False
             return self._write_batch(store)
+
+    def _spill_from_now(self) -> None:
+        """The log cannot be written now: what waits in memory and what is accepted from now
+        on goes to the spill, fsynced, instead of memory (a kill loses none of it). Called
+        under ``self._lock``; durable jobs stay (their callers are told)."""
+        if self._abandoned:
+            return  # close() spills what is left
+        try:
+            with self._gate:
+                if not self._spill_open:
+                    self._spill_backlog()
+                self._spill_open = True
+            self.spill.sync()
+        except OSError as exc:
+            message = f"the archive spill cannot be written ({exc}); kept in memory"
+            if message != self.last_error:
+                log.error("archive: %s", message)
+
+    def _spill_backlog(self) -> None:
+        """Move the jobs waiting in memory (the batch, then the queue) to the spill, in order
+        (under the gate, with the spill empty of unconsumed records: they precede them)."""
+        queued: list[Job] = []
+        stop = False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                stop = True
+            elif item is _WAKE:
+                self._woken = False
+            elif isinstance(item, Job):
+                self._taken_events += 1
+                self._taken_bytes += item.size
+                if not item.future.cancelled():
+                    queued.append(item)
+        kept: list[Job] = []
+        for job in [*self._pending, *queued]:
+            if kept or job.taken is not None or job.durable or not job.entry or not job.accepted:
+                kept.append(job)  # from here on in memory, in order
+                continue
+            try:
+                self.spill.append(job.entry, job.accepted)
+            except Exception:
+                kept.append(job)
+                continue
+            self.spilled += 1
+            if not job.future.done():
+                job.future.set_result([])
+        self._pending = kept
+        if stop:
+            self._queue.put(None)
 
     def _write_batch(self, store: EventStore) -> bool:
         batch = self._pending
@@ -1169,6 +1276,7 @@ class Writer:
             self.last_error = message
             self._fail_durable(WriterUnavailable(f"the archive could not commit: {message}"))
             self._reset_store_after(exc)
+            self._spill_from_now()
             return False
         self.last_error = None
         self._verified = end
@@ -1322,6 +1430,11 @@ class Writer:
             else:
                 kept.append(job)
         self._pending = kept
+        held = self._held  # waiting for spill records the log cannot take now
+        if held is not None and held.durable:
+            self._held = None
+            if not held.future.done():
+                held.future.set_exception(error)
 
     def _reset_store_after(self, exc: Exception) -> None:
         """After a failed commit, reopen next time (the file may have been fixed or replaced).

@@ -894,8 +894,9 @@ def test_a14_a_drain_the_writer_cannot_finish_is_archived_by_the_next_open(
     again.shutdown_all()
     log = events(hermes_home)
     (drain,) = [e for e in log if e.type == "shutdown_drain"]
+    # the locked log could not take them: the writer spilled them then, none at shutdown
     assert drain.body == {
-        "pending": 6, "spilled": 6, "unwritten": 0, "unwritten_hooks": {},
+        "pending": 0, "spilled": 0, "unwritten": 0, "unwritten_hooks": {},
         "finished": False, "timeout_s": 0.3, "error": drain.body["error"],
     }  # fmt: skip
     taken = [e.type for e in log if e.seq < drain.seq and e.session == "s1"]

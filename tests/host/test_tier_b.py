@@ -1041,7 +1041,8 @@ def test_b16_main_shutdown_hands_providers_nothing_so_our_own_drain_is_archived(
     again.shutdown()
     (drain,) = events(hermes_home, "shutdown_drain")
     body = drain.body
-    assert (body["pending"], body["spilled"], body["unwritten"]) == (2, 2, 0)
+    # the locked log could not take them: the writer spilled them then, none at shutdown
+    assert (body["pending"], body["spilled"], body["unwritten"]) == (0, 0, 0)
     assert body["finished"] is False and "locked" in (body["error"] or "")
     assert [e.type for e in events(hermes_home, "turn", "delegation")] == ["turn", "delegation"]
 
