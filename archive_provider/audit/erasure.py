@@ -704,16 +704,20 @@ def forget(
     dry_run: bool = False,
     skip_held: bool = False,
     merge: bool = True,
+    pending_spill: bool = False,
 ) -> Receipt:
     """Erase what ``scope`` covers in one transaction; see the module docstring.
 
     The same transaction has every projection forget the erased texts in place, so the
     projections equal a replay (``verify --projections``) the moment it commits.
     ``merge`` False leaves the full-text merge to :func:`merge_index` (retention batches:
-    the merge costs the whole index, a batch only what it erases).
+    the merge costs the whole index, a batch only what it erases). A dry run beside a
+    ``pending_spill`` (not taken in: the real run takes it in first) cannot tell a scope
+    that names nothing from one only the spill holds, so it refuses neither.
     """
     v2, projections = _prepared(store)
-    _require_present(v2.conn, scope)
+    if not (dry_run and pending_spill):
+        _require_present(v2.conn, scope)
     return _forget(
         v2,
         projections,

@@ -218,6 +218,7 @@ def run(ctx: CommandContext) -> int:
             legal_basis=ctx.args.legal_basis,
             who=who(),
             dry_run=ctx.args.dry_run,
+            pending_spill=bool(spill["spill_pending"]),
         )
     finally:
         store.close()
