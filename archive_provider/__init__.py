@@ -68,6 +68,7 @@ _EXPORTS = {
     "witness_set": "archive_provider.storage.remote_witnesses",
     # projections
     "TableProjection": "archive_provider.projections.base",
+    "recall_echo_cut": "archive_provider.projections.recall",
     # host: the provider, its glue, and the CLI door hermes wires as `hermes <provider>`
     "archive_command": "archive_provider.cli",
     "register_cli": "archive_provider.cli",
@@ -129,6 +130,7 @@ __all__ = [
     "load_tool_schema",
     "now_text",
     "one_line",
+    "recall_echo_cut",
     "parse_time",
     "part_body",
     "redact_value",
@@ -186,6 +188,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
+    from .projections.recall import recall_echo_cut
     from .storage.peer_witness import (
         PeerAnswer,
         PeerWitness,
