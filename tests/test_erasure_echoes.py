@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 from agent.memory_manager import build_memory_context_block
 
 from archive_provider import recall_echo_cut
@@ -17,6 +18,7 @@ from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.audit.replay import verify_projections
 from archive_provider.format.verifier import verify_database
+from archive_provider.host.schemas import load_event_schema
 from hivemind import events
 from tests.conftest import open_v2
 from tests.test_erasure import raw_hits
@@ -92,6 +94,7 @@ def forgotten_everywhere(home: Path, tmp_path: Path, kind: str, *kept: str) -> N
     store = open_v2(home / "archive")
     try:
         (event,) = [e for e in store.events() if e.type == kind]
+        jsonschema.validate(event.body, load_event_schema(kind))
         recall = next(e for e in store.events() if e.type == "recall_served")
         assert [e["recall"] for e in event.body["echoes"]] and all(
             e["recall"] == recall.seq for e in event.body["echoes"]
