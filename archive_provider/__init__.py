@@ -68,6 +68,7 @@ _EXPORTS = {
     "witness_set": "archive_provider.storage.remote_witnesses",
     # projections
     "TableProjection": "archive_provider.projections.base",
+    "recall_echo_cut": "archive_provider.projections.recall",
     # host: the provider, its glue, and the CLI door hermes wires as `hermes <provider>`
     "archive_command": "archive_provider.cli",
     "register_cli": "archive_provider.cli",
@@ -132,6 +133,7 @@ __all__ = [
     "one_line",
     "parse_time",
     "part_body",
+    "recall_echo_cut",
     "redact_value",
     "refusal_checks",
     "register",
@@ -188,6 +190,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.schemas import load_tool_schema
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
+    from .projections.recall import recall_echo_cut
     from .storage.peer_witness import (
         PeerAnswer,
         PeerWitness,

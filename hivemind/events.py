@@ -34,7 +34,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from archive_provider import (
@@ -163,10 +163,13 @@ def _text_part(
     hasher: Hasher, text: str, redact: bool, path: str = "/text"
 ) -> tuple[Part, list[dict[str, Any]]]:
     """A peer's text as a part, secret-shaped spans masked when ``redact`` (as for turns)."""
-    value, found = (
-        redact_value(archivable_text(text), path) if redact else (archivable_text(text), [])
-    )
+    value, found = _masked_text(text, redact, path)
     return hasher.part(value), found
+
+
+def _masked_text(text: str, redact: bool, path: str) -> tuple[str, list[dict[str, Any]]]:
+    """A peer's text as archived, and the secret-shaped spans masked in it when ``redact``."""
+    return redact_value(archivable_text(text), path) if redact else (archivable_text(text), [])
 
 
 def message_received(
@@ -330,10 +333,22 @@ def message_sent(
     text: str,
     txn_id: str,
     redact: bool = True,
+    cut: Callable[[Mapping[str, Any]], tuple[dict[str, Any], list[dict[str, Any]]]] | None = None,
 ) -> NewEvent:
-    """A message the homeserver accepted (``event_id`` is what it returned)."""
-    part, found = _text_part(hasher, text, redact)
-    body = {"room_id": room_id, "recipient": recipient, "text": part.digest, "txn_id": txn_id}
+    """A message the homeserver accepted (``event_id`` is what it returned); ``cut`` (the
+    archive's ``recall_echo_cut``) takes out the recalls it echoes, after redaction, and the
+    body names them in ``echoes`` (FORMAT.md 13.4)."""
+    value, found = _masked_text(text, redact, "/text")
+    stored, echoes = cut({"text": value}) if cut is not None else ({"text": value}, [])
+    part = hasher.part(stored["text"])
+    body: dict[str, Any] = {
+        "room_id": room_id,
+        "recipient": recipient,
+        "text": part.digest,
+        "txn_id": txn_id,
+    }
+    if echoes:
+        body["echoes"] = echoes
     key = {"event_id": event_id}
     return _event("peer_message_sent", session, key, body, (part,), found, redact=redact)
 

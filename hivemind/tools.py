@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from archive_provider import ArchiveError, EventStore, NewEvent
+from archive_provider import ArchiveError, EventStore, NewEvent, recall_echo_cut
 
 from . import events
 from . import peers as projection
@@ -180,6 +180,7 @@ class PeerTools:
                     text=message,
                     txn_id=txn_id,
                     redact=self.redact,
+                    cut=recall_echo_cut(store, session),
                 )
             ],
             "peer_message_sent",

@@ -206,6 +206,13 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
                 shown["as_sent"] = render_echoes(
                     shown["value"], index, echoes, lambda seq: _recall_result(store, seq)
                 )
+        elif isinstance(echoes, list) and echoes and readable:  # a delegation's, a peer message's
+            for shown in data["parts"]:
+                fields = [k for k, v in event.body.items() if v == shown["digest"]]
+                if any(echo.get("field") in fields for echo in echoes):
+                    texts = {name: shown["value"] for name in fields}
+                    sent = render_echoes(texts, None, echoes, lambda s: _recall_result(store, s))
+                    shown["as_sent"] = next(sent[name] for name in fields)
     return data
 
 

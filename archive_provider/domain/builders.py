@@ -6,13 +6,16 @@ invariant 2) and what the payload records. Message texts are parts, stored once 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..format.canonical import canonical_bytes
 from ..format.events import Hasher, NewEvent, Part
 from .evidence import archivable, archivable_text
 from .redaction import host_masks, redact_value
+
+#: cuts an event's single texts (name -> text) of the recalls they echo (FORMAT.md 13.4)
+TextCut = Callable[[Mapping[str, Any]], tuple[dict[str, Any], list[dict[str, Any]]]]
 
 
 def message_parts(hasher: Hasher, messages: Sequence[Mapping[str, Any]]) -> tuple[Part, ...]:
@@ -374,10 +377,14 @@ def delegation(
     child_session: str,
     details: Mapping[str, Any],
     redact: bool = False,
+    cut: TextCut | None = None,
 ) -> NewEvent:
+    """A subagent's task and result as parts; ``cut`` takes out the recalls they echo
+    (FORMAT.md 13.4), after redaction, and the body names them in ``echoes``."""
     fields, redactions = _masked(redact, task=archivable(task), result=archivable(result))
-    task, result = fields["task"], fields["result"]
-    task_part, result_part = hasher.part(task), hasher.part(result)
+    texts = {"task": fields["task"], "result": fields["result"]}
+    stored, echoes = cut(texts) if cut is not None else (texts, [])
+    task_part, result_part = hasher.part(stored["task"]), hasher.part(stored["result"])
     body = archivable(
         {
             "task": task_part.digest,
@@ -386,7 +393,9 @@ def delegation(
             **details,
         }
     )
-    body = with_host_masks(_masked_body(redact, body, redactions), {"task": task, "result": result})
+    body = with_host_masks(_masked_body(redact, body, redactions), texts)
+    if echoes:
+        body["echoes"] = echoes
     return NewEvent(
         "delegation",
         session,

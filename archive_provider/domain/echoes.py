@@ -21,9 +21,11 @@ def cut_echoes(
     messages: Sequence[Mapping[str, Any]],
     recalls: Iterable[tuple[int, str]],
     marker: str,
+    names: Sequence[str] = ECHO_FIELDS,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``messages`` with every served recall result cut out of their text fields, and the
-    echoes recording each cut (``message``, ``field``, ``at``, ``recall``), sorted.
+    echoes recording each cut (``message``, ``field``, ``at``, ``recall``), sorted; ``names``
+    are the text fields cut, in the order echoes list them.
 
     ``recalls`` are (seq, result text) newest first; it is read only while a ``marker`` (the
     fence every served result starts with) in the messages is not yet cut, so a turn with
@@ -32,7 +34,7 @@ def cut_echoes(
     fields = [
         (i, name, message[name])
         for i, message in enumerate(messages)
-        for name in ECHO_FIELDS
+        for name in names
         if isinstance(message.get(name), str) and marker in message[name]
     ]
     if not fields:
@@ -62,8 +64,18 @@ def cut_echoes(
             last = end
         if kept:
             out[i][name] = "".join(kept) + text[last:]
-    echoes.sort(key=lambda e: (e["message"], ECHO_FIELDS.index(e["field"]), e["at"]))
+    echoes.sort(key=lambda e: (e["message"], names.index(e["field"]), e["at"]))
     return out, echoes
+
+
+def cut_text_echoes(
+    texts: Mapping[str, Any], recalls: Iterable[tuple[int, str]], marker: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An event's single texts (a delegation's ``task`` and ``result``, a peer message's
+    ``text``: name -> text) cut as one message's fields, in the given order; their echoes
+    name no ``message`` (FORMAT.md 13.4, "Which texts are cut")."""
+    out, echoes = cut_echoes([texts], recalls, marker, tuple(texts))
+    return out[0], [{k: v for k, v in echo.items() if k != "message"} for echo in echoes]
 
 
 def _uncut(text: str, marker: str, taken: list[tuple[int, int, int]]) -> int:
@@ -77,10 +89,11 @@ def _uncut(text: str, marker: str, taken: list[tuple[int, int, int]]) -> int:
 
 
 def render_echoes(
-    message: Any, index: int, echoes: Sequence[Mapping[str, Any]], result: Any
+    message: Any, index: int | None, echoes: Sequence[Mapping[str, Any]], result: Any
 ) -> Any:
     """Message ``index`` of a turn as the host sent it: each of its echoes filled in from
     ``result(seq)`` (the recall's result text, or None once erased: then ``[erased]``).
+    ``index`` None: an event's single texts, whose echoes name no message.
 
     Echoes are inserted in list order, each at its ``at`` plus the length of what was
     inserted before it in the same field.

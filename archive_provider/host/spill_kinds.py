@@ -27,7 +27,7 @@ from ..projections.builtin import (
     transcript_rows,
     transcript_tail,
 )
-from ..projections.recall import FENCE_OPEN
+from ..projections.recall import FENCE_OPEN, recall_echo_cut
 from ..projections.registry import default_projections
 from ..storage.spill import Encoder, Record, in_use, segment_paths
 from ..storage.store import EventStore, archive_dir
@@ -299,6 +299,7 @@ RECORD_BUILDERS: dict[str, Callable[[EventStore, dict[str, Any]], NewEvent]] = {
         child_session=a["child_session"],
         details=a["details"],
         redact=a["redact"],
+        cut=recall_echo_cut(store, a["session"]),
     ),
     "tool_call": lambda store, a: builders.tool_call(
         store.hasher,

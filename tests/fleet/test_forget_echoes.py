@@ -94,6 +94,7 @@ def test_forgetting_the_first_demo_session_leaves_no_byte_of_it_anywhere(
     assert recall["session"] == second
     archive = home / "archive"
     assert holders(archive), "the demo archived the first session's words"
+    central_db.register(home)  # an administrator registers a store before it may ship
     assert cli(home, "ship", "--to", central_db.url()).returncode == 0
     assert central_holders(central_db)
 
