@@ -1980,8 +1980,8 @@ def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
 
 #: an envelope as the bundle check uses it: seq, time, type, session, their canonical texts,
 #: key, identity and payload (hex), the parts' canonical text, the author's (``null`` or a
-#: quoted digest) and the chain (hex)
-EnvelopeV2 = tuple[int, str, str, str, str, str, str, str, str, str, str, str, str]
+#: quoted digest), the chain and the digests it names in 21.3's order (raw, 32 bytes each)
+EnvelopeV2 = tuple[int, str, str, str, str, str, str, str, str, str, str, str, bytes, bytes]
 
 
 def _envelope_v2_of(value: dict[str, Any]) -> EnvelopeV2:
@@ -2000,7 +2000,8 @@ def _envelope_v2_of(value: dict[str, Any]) -> EnvelopeV2:
         value["payload"],
         "[" + ",".join('"' + d + '"' for d in value["parts"]) + "]",
         "null" if author is None else '"' + author + '"',
-        value["chain"],
+        bytes.fromhex(value["chain"]),
+        bytes.fromhex(value["payload"] + "".join(value["parts"]) + (author or "")),
     )
 
 
@@ -2034,6 +2035,13 @@ def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
             "bundle_envelope",
         )
 
+    def text(raw: bytes) -> tuple[str, str]:
+        if len(texts) >= 4096:
+            texts.clear()
+        value = raw.decode("utf-8")
+        found = texts[raw] = (value, _text(value))
+        return found
+
     while True:
         number += 1
         if len(data) - at < fixed:
@@ -2044,8 +2052,15 @@ def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
                 return
             if len(data) < fixed:
                 raise refused("cut short")
-        seq, chain, identity, payload, authored, author, count, *sizes = unpack(data, at)
-        end = at + fixed + 32 * count + sum(sizes)
+        seq, chain, identity, payload, authored, author, count, times, types, sessions, keys = (
+            unpack(data, at)
+        )
+        parts_at = at + fixed
+        time_at = parts_at + 32 * count
+        type_at = time_at + times
+        session_at = type_at + types
+        key_at = session_at + sessions
+        end = key_at + keys
         if authored > 1 or not authored and author != _NO_AUTHOR:
             raise refused("its author flag is neither 0 nor 1 with an author")
         if end - at > _MAX_ENVELOPE_LINE:
@@ -2055,34 +2070,23 @@ def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
             if not more:
                 raise refused("cut short")
             data += more
-        place = at + fixed + 32 * count
-        parts = data[at + fixed : place]
-        values: list[tuple[str, str]] = []
+        parts = data[parts_at:time_at]
         try:
-            for which, size in enumerate(sizes):
-                raw = data[place : place + size]
-                place += size
-                if which in (1, 2):  # type and session repeat: their texts are kept
-                    if len(texts) >= 4096:
-                        texts.clear()
-                    known = texts.get(raw)
-                    if known is None:
-                        value = raw.decode("utf-8")
-                        known = texts[raw] = (value, _text(value))
-                    values.append(known)
-                else:
-                    value = raw.decode("utf-8")
-                    values.append((value, _text(value) if which == 0 else value))
+            time = data[time_at:type_at].decode("utf-8")
+            raw = data[type_at:session_at]
+            type_, type_text = texts.get(raw) or text(raw)
+            raw = data[session_at:key_at]
+            session, session_text = texts.get(raw) or text(raw)
+            key = data[key_at:end].decode("utf-8")
         except UnicodeDecodeError:
             raise refused("a text is not UTF-8") from None
         at = end
-        (time, time_text), (type_, type_text), (session, session_text), (key, _) = values
         yield (
             seq,
             time,
             type_,
             session,
-            time_text,
+            _text(time),
             type_text,
             session_text,
             key,
@@ -2090,7 +2094,8 @@ def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
             payload.hex(),
             _v2_parts_text(parts),
             '"' + author.hex() + '"' if authored else "null",
-            chain.hex(),
+            chain,
+            payload + parts + author if authored else payload + parts,
         )
 
 
@@ -2577,7 +2582,7 @@ def _check_bundle_v2(
     chosen = 0
     for row in rows:
         seq, time, type_, session, time_text, type_text, session_text, key = row[:8]
-        identity, payload, parts, author, chain_hex = row[8:]
+        identity, payload, parts, author, chain_listed, digests = row[8:]
         if seq != prev_seq + 1:
             raise fail(
                 f"sequence gap: expected {prev_seq + 1}, found {seq}", prev_seq + 1, "sequence_gap"
@@ -2592,7 +2597,7 @@ def _check_bundle_v2(
             seq, time_text, type_text, session_text, key, identity, payload, parts, author
         )
         chain = blake3(V2_CHAIN + prev_chain + data).digest()
-        if chain.hex() != chain_hex:
+        if chain != chain_listed:
             raise fail(
                 f"seq {seq}: the chain hash does not match (an envelope field, or an earlier event, was changed)",
                 seq,
@@ -2603,13 +2608,8 @@ def _check_bundle_v2(
             erasures_seen.add(seq)
         if everything or selected(selection, session, time):
             chosen += 1
-            check(bytes.fromhex(payload), seq)
-            if parts != "[]":
-                digests = bytes.fromhex(parts[2:-2].replace('","', ""))
-                for i in range(0, len(digests), 32):
-                    check(digests[i : i + 32], seq)
-            if author != "null":
-                check(bytes.fromhex(author[1:-1]), seq)
+            for i in range(0, len(digests), 32):
+                check(digests[i : i + 32], seq)
         else:
             report.envelopes_only += 1
         prev_seq, prev_chain = seq, chain
