@@ -2046,7 +2046,7 @@ def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
         number += 1
         if len(data) - at < fixed:
             data, at = data[at:], 0
-            while len(data) < fixed and (more := member.read(1 << 20)):
+            while len(data) < fixed and (more := member.read(1 << 16)):
                 data += more
             if not data:
                 return
@@ -2066,7 +2066,7 @@ def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
         if end - at > _MAX_ENVELOPE_LINE:
             raise refused("larger than any envelope")
         while len(data) < end:
-            more = member.read(max(1 << 20, end - len(data)))
+            more = member.read(max(1 << 16, end - len(data)))
             if not more:
                 raise refused("cut short")
             data += more
