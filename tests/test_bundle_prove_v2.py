@@ -24,7 +24,7 @@ from archive_provider.format import tlog_proof
 from archive_provider.format.signed_note import Checkpoint, Signer, format_checkpoint, sign_note
 from archive_provider.format.verifier import verify_bundle, verify_proof
 from tests.conftest import archive_format, verifier_key
-from tests.test_bundle_v3 import records
+from tests.test_bundle_v3 import envelopes, pack_envelopes, records
 from tests.test_cli import build_archive, run_json, via_main
 from tests.test_export import export, members, reseal
 
@@ -91,32 +91,27 @@ def test_a_resealed_forgery_passes_integrity_and_fails_authenticity(
     def forge(content: dict[str, bytes], manifest: dict[str, Any]) -> None:
         from archive_provider.format import merkle, verifier
 
-        lines = [json.loads(line) for line in content["envelopes.jsonl"].splitlines()]
+        records = envelopes(content["envelopes.bin"])
         chain = verifier.blake3(verifier.V2_GENESIS + manifest["store_id"].encode()).digest()
         tree = merkle.CompactRange()
-        for line in lines:
-            if line["type"] == "turn":
-                line["time"] = "2000-01-01T00:00:00.000000Z"
-            parts = b"".join(bytes.fromhex(d) for d in line["parts"])
-            author = bytes.fromhex(line["author"]) if line["author"] else None
+        for record in records:
+            if record["type"] == "turn":
+                record["time"] = "2000-01-01T00:00:00.000000Z"
             data = verifier.envelope_bytes_v2(
-                line["seq"],
-                line["time"],
-                line["type"],
-                line["session"],
-                line["key"],
-                bytes.fromhex(line["identity"]),
-                bytes.fromhex(line["payload"]),
-                parts,
-                author,
+                record["seq"],
+                record["time"],
+                record["type"],
+                record["session"],
+                record["key"],
+                record["identity"],
+                record["payload"],
+                b"".join(record["parts"]),
+                record["author"],
             )
             chain = verifier.blake3(verifier.V2_CHAIN + chain + data).digest()
-            line["chain"] = chain.hex()
+            record["chain"] = chain
             tree.append(merkle.leaf_hash(data))
-        content["envelopes.jsonl"] = b"".join(
-            (json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n").encode()
-            for line in lines
-        )
+        content["envelopes.bin"] = pack_envelopes(records)
         manifest["head"] = {"seq": tree.size, "chain": chain.hex(), "root": tree.root().hex()}
         text = format_checkpoint(Checkpoint(forger.name, tree.size, tree.root()))
         manifest["checkpoint"] = sign_note(text, [forger]).decode()

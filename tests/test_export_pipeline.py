@@ -21,7 +21,7 @@ import pytest
 from freezegun import freeze_time
 
 from archive_provider.audit.export import Selection, _Stream, export_bundle
-from archive_provider.format.verifier import ENVELOPES, MANIFEST, PAYLOADS
+from archive_provider.format.verifier import ENVELOPES_V3, MANIFEST, PAYLOADS
 from archive_provider.storage.store import EventStore, archive_dir
 from bench.corpus import build
 
@@ -77,7 +77,7 @@ def test_the_same_archive_and_clock_give_the_bytes_one_thread_would_write(
     assert first == second
     with zipfile.ZipFile(tmp_path / "first.zip") as bundle:
         sizes = {info.filename: info.file_size for info in bundle.infolist()}
-    assert sizes[ENVELOPES] > 4 * _Stream.PIECE and sizes[PAYLOADS] > 4 * _Stream.PIECE
+    assert sizes[ENVELOPES_V3] > 4 * _Stream.PIECE and sizes[PAYLOADS] > 4 * _Stream.PIECE
     one_thread = _deflated_in_one_thread(tmp_path / "first.zip", tmp_path / "one.zip")
     assert one_thread.read_bytes() == first
 

@@ -28,7 +28,6 @@ import threading
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii as _ascii
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -45,7 +44,9 @@ from ..format.verifier import (
     BUNDLE_VERSION,
     BUNDLE_VERSION_V3,
     CARRIED,
+    ENVELOPE_HEAD_V3,
     ENVELOPES,
+    ENVELOPES_V3,
     KEY_MEMBER,
     MANIFEST,
     PAYLOAD_PREFIX,
@@ -462,34 +463,26 @@ def _signed_head(store: EventStoreV2) -> Head:
 _ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq <= ? ORDER BY seq"
 
 
-def _envelope_line_v2(row: Sequence[Any]) -> bytes:
-    """A v2 ``envelopes.jsonl`` line (FORMAT.md 21.2): what ``json.dumps`` of the record with
-    sorted keys, no spaces and ASCII escapes writes, built without a dict per event."""
+def _envelope_record_v3(row: Sequence[Any]) -> bytes:
+    """A bundle-3 ``envelopes.bin`` record (FORMAT.md 21.3): the fixed head, the parts, the
+    texts as UTF-8."""
     seq, time, type_, session, key, identity, payload, parts, author, chain = row
-    parts = bytes(parts).hex()
+    texts = [text.encode("utf-8") for text in (time, type_, session, key)]
+    parts = bytes(parts)
     return (
-        '{"author":'
-        + ("null" if author is None else '"' + bytes(author).hex() + '"')
-        + ',"chain":"'
-        + bytes(chain).hex()
-        + '","identity":"'
-        + bytes(identity).hex()
-        + '","key":'
-        + _ascii(key)
-        + ',"parts":['
-        + ",".join(['"' + parts[i : i + 64] + '"' for i in range(0, len(parts), 64)])
-        + '],"payload":"'
-        + bytes(payload).hex()
-        + '","seq":'
-        + str(int(seq))
-        + ',"session":'
-        + _ascii(session)
-        + ',"time":'
-        + _ascii(time)
-        + ',"type":'
-        + _ascii(type_)
-        + "}\n"
-    ).encode("ascii")
+        ENVELOPE_HEAD_V3.pack(
+            seq,
+            bytes(chain),
+            bytes(identity),
+            bytes(payload),
+            author is not None,
+            bytes(32) if author is None else bytes(author),
+            len(parts) // 32,
+            *map(len, texts),
+        )
+        + parts
+        + b"".join(texts)
+    )
 
 
 #: the digests the selected events ``seq <= :head`` name (payload, each part, author), each
@@ -572,16 +565,16 @@ def _write_v2(
     envelopes = chosen = carried = erased = 0
     with zipfile.ZipFile(handle, "w") as archive:
         with (
-            archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member,
-            _Stream(member) as lines,
+            archive.open(_info(ENVELOPES_V3, when), "w", force_zip64=True) as member,
+            _Stream(member) as records,
         ):
             for row in store.conn.execute(_ROWS_SQL_V2, (head.seq,)):
-                lines.write(_envelope_line_v2(row))
+                records.write(_envelope_record_v3(row))
                 envelopes += 1
                 chosen += selection.matches(row[3], row[1])
                 if progress and envelopes % 1000 == 0:
                     progress(envelopes)
-        members[ENVELOPES] = lines.entry()
+        members[ENVELOPES_V3] = records.entry()
         with (
             archive.open(_info(PAYLOADS, when), "w", force_zip64=True) as member,
             _Stream(member) as bodies,

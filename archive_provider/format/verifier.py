@@ -18,8 +18,8 @@ An export bundle (docs/AUDIT.md) is a zip holding ``manifest.json``, ``payload.k
 ``payloads/<digest>`` (the payloads and parts of the selected events only), sealed by its
 zip comment: the manifest's BLAKE3 and a BLAKE3 over every byte of the file before the seal
 digest itself, so a change to any single bit anywhere is caught and named. A format-2
-archive's bundle has no key and, from version 3 (FORMAT.md 21.3), its bodies in one
-streamed ``payloads.bin``.
+archive's bundle has no key and, from version 3 (FORMAT.md 21.3), its envelopes as binary
+records in ``envelopes.bin`` and its bodies in one streamed ``payloads.bin``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from json.decoder import scanstring  # type: ignore[attr-defined]  # the C scanner
 from multiprocessing.connection import Connection, wait
 from typing import IO, Any, BinaryIO
 
@@ -1928,14 +1927,14 @@ def _check_manifest_v2(manifest: Any) -> dict[str, Any]:
         _field(entry, "size", int, f"{where} member {name}")
         _digest_field(entry, "blake3", f"{where} member {name}")
         if not (
-            name in (ENVELOPES, PAYLOADS)
+            name in (ENVELOPES_V3, PAYLOADS)
             if v3
             else name == ENVELOPES
             or name.startswith(PAYLOAD_PREFIX)
             and _HEX64.fullmatch(name[len(PAYLOAD_PREFIX) :])
         ):
             raise BundleError(f"{where}: unexpected member name {printable(name)}")
-    for name in (ENVELOPES, PAYLOADS) if v3 else (ENVELOPES,):
+    for name in (ENVELOPES_V3, PAYLOADS) if v3 else (ENVELOPES,):
         if name not in members:
             raise BundleError(f"{where}: member {name} is not listed")
     return dict(manifest)
@@ -1981,8 +1980,8 @@ def _envelope_record_v2(raw: bytes, number: int) -> dict[str, Any]:
 
 #: an envelope as the bundle check uses it: seq, time, type, session, their canonical texts,
 #: key, identity and payload (hex), the parts' canonical text, the author's (``null`` or a
-#: quoted digest) and the chain (hex)
-EnvelopeV2 = tuple[int, str, str, str, str, str, str, str, str, str, str, str, str]
+#: quoted digest), the chain and the digests it names in 21.3's order (raw, 32 bytes each)
+EnvelopeV2 = tuple[int, str, str, str, str, str, str, str, str, str, str, str, bytes, bytes]
 
 
 def _envelope_v2_of(value: dict[str, Any]) -> EnvelopeV2:
@@ -2001,7 +2000,8 @@ def _envelope_v2_of(value: dict[str, Any]) -> EnvelopeV2:
         value["payload"],
         "[" + ",".join('"' + d + '"' for d in value["parts"]) + "]",
         "null" if author is None else '"' + author + '"',
-        value["chain"],
+        bytes.fromhex(value["chain"]),
+        bytes.fromhex(value["payload"] + "".join(value["parts"]) + (author or "")),
     )
 
 
@@ -2012,75 +2012,91 @@ def _envelope_rows_v2(archive: zipfile.ZipFile) -> Iterator[EnvelopeV2]:
             yield _envelope_v2_of(_envelope_record_v2(raw, number))
 
 
-_HEX = "[0-9a-f]{64}"
-#: a JSON string literal of ASCII text (what the exporter's ``json.dumps`` writes)
-_LITERAL = r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"'
-#: an ``envelopes.jsonl`` line exactly as the exporter writes it (sorted members, no spaces):
-#: every line this matches, :func:`_envelope_record_v2` accepts with the same values, so
-#: matching it is a fast path and any other line is parsed in full (and named if refused)
-_LINE_V2 = re.compile(
-    f'{{"author":(null|"{_HEX}"),"chain":"({_HEX})","identity":"({_HEX})","key":({_LITERAL}),'
-    f'"parts":\\[((?:"{_HEX}"(?:,"{_HEX}")*)?)\\],"payload":"({_HEX})","seq":(0|[1-9][0-9]*),'
-    f'"session":({_LITERAL}),"time":({_LITERAL}),"type":({_LITERAL})}}'
-)
+#: bundle 3's envelope member (FORMAT.md 21.3): one binary record per envelope
+ENVELOPES_V3 = "envelopes.bin"
+#: a record's fixed head: seq, chain, identity, payload, whether there is an author, the
+#: author (32 zero bytes when none), the number of parts and the UTF-8 lengths of time, type,
+#: session and key; then the parts (32 bytes each) and those four texts
+ENVELOPE_HEAD_V3 = struct.Struct(">Q32s32s32sB32sIIIII")
+_NO_AUTHOR = bytes(32)
 
 
-def _literal(literal: str) -> tuple[str, str]:
-    """(value, canonical text) of a JSON string literal of ASCII text: without a backslash
-    the literal is its own canonical text (2.3 escapes only quotes, backslashes, controls)."""
-    if "\\" not in literal:
-        return literal[1:-1], literal
-    value = scanstring(literal, 1)[0]
-    return value, _text(value)
+def _envelope_records_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
+    """A version-3 bundle's ``envelopes.bin`` read once, record by record; the texts of the
+    few type names and sessions are kept while few."""
+    unpack, fixed = ENVELOPE_HEAD_V3.unpack_from, ENVELOPE_HEAD_V3.size
+    texts: dict[bytes, tuple[str, str]] = {}
+    data, at, number = b"", 0, 0
 
+    def refused(why: str) -> BundleError:
+        return BundleError(
+            f"{ENVELOPES_V3} record {number} is not a v2 envelope record: {why}",
+            number,
+            "bundle_envelope",
+        )
 
-def _envelope_lines_v3(member: _ReadOnce) -> Iterator[EnvelopeV2]:
-    """A version-3 bundle's ``envelopes.jsonl`` read once, each line parsed by :data:`_LINE_V2`
-    or else in full; the texts of the few type names and sessions are kept while few."""
-    match, texts, rest, number = _LINE_V2.fullmatch, dict[str, tuple[str, str]](), b"", 0
+    def text(raw: bytes) -> tuple[str, str]:
+        if len(texts) >= 4096:
+            texts.clear()
+        value = raw.decode("utf-8")
+        found = texts[raw] = (value, _text(value))
+        return found
+
     while True:
-        chunk = member.read(1 << 20)
-        if not chunk:
-            if rest:  # a last line without its newline: refused, and named
-                yield _envelope_v2_of(_envelope_record_v2(rest, number + 1))
-            return
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        if len(rest) > _MAX_ENVELOPE_LINE:
-            lines.append(rest[:_MAX_ENVELOPE_LINE])  # no newline: refused when it is reached
-            rest = b""
-        for raw in lines:
-            number += 1
-            try:
-                found = match(raw.decode("ascii"))
-            except UnicodeDecodeError:
-                found = None
-            if found is None:
-                yield _envelope_v2_of(_envelope_record_v2(raw + b"\n", number))
-                continue
-            author, chain, identity, key, parts, payload, seq, session, time, type_ = found.groups()
-            if len(texts) >= 4096:
-                texts.clear()
-            type_value, type_text = texts.get(type_) or texts.setdefault(type_, _literal(type_))
-            session_value, session_text = texts.get(session) or texts.setdefault(
-                session, _literal(session)
-            )
-            time_value, time_text = _literal(time)
-            yield (
-                int(seq),
-                time_value,
-                type_value,
-                session_value,
-                time_text,
-                type_text,
-                session_text,
-                scanstring(key, 1)[0] if "\\" in key else key[1:-1],
-                identity,
-                payload,
-                "[" + parts + "]",
-                author,
-                chain,
-            )
+        number += 1
+        if len(data) - at < fixed:
+            data, at = data[at:], 0
+            while len(data) < fixed and (more := member.read(1 << 16)):
+                data += more
+            if not data:
+                return
+            if len(data) < fixed:
+                raise refused("cut short")
+        seq, chain, identity, payload, authored, author, count, times, types, sessions, keys = (
+            unpack(data, at)
+        )
+        parts_at = at + fixed
+        time_at = parts_at + 32 * count
+        type_at = time_at + times
+        session_at = type_at + types
+        key_at = session_at + sessions
+        end = key_at + keys
+        if authored > 1 or not authored and author != _NO_AUTHOR:
+            raise refused("its author flag is neither 0 nor 1 with an author")
+        if end - at > _MAX_ENVELOPE_LINE:
+            raise refused("larger than any envelope")
+        while len(data) < end:
+            more = member.read(max(1 << 16, end - len(data)))
+            if not more:
+                raise refused("cut short")
+            data += more
+        parts = data[parts_at:time_at]
+        try:
+            time = data[time_at:type_at].decode("utf-8")
+            raw = data[type_at:session_at]
+            type_, type_text = texts.get(raw) or text(raw)
+            raw = data[session_at:key_at]
+            session, session_text = texts.get(raw) or text(raw)
+            key = data[key_at:end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise refused("a text is not UTF-8") from None
+        at = end
+        yield (
+            seq,
+            time,
+            type_,
+            session,
+            _text(time),
+            type_text,
+            session_text,
+            key,
+            identity.hex(),
+            payload.hex(),
+            _v2_parts_text(parts),
+            '"' + author.hex() + '"' if authored else "null",
+            chain,
+            payload + parts + author if authored else payload + parts,
+        )
 
 
 class _ReadOnce:
@@ -2533,7 +2549,7 @@ def _verify_bundle_v2(
         for name in names:
             readers[name] = _ReadOnce(archive, name, manifest["members"][name])
         stream = _CarriedV3(readers[PAYLOADS], report, fail)
-        rows = _envelope_lines_v3(readers[ENVELOPES])
+        rows = _envelope_records_v3(readers[ENVELOPES_V3])
         _check_bundle_v2(manifest, rows, stream, report, fail, progress)
         for name in names:
             readers[name].finish()
@@ -2566,7 +2582,7 @@ def _check_bundle_v2(
     chosen = 0
     for row in rows:
         seq, time, type_, session, time_text, type_text, session_text, key = row[:8]
-        identity, payload, parts, author, chain_hex = row[8:]
+        identity, payload, parts, author, chain_listed, digests = row[8:]
         if seq != prev_seq + 1:
             raise fail(
                 f"sequence gap: expected {prev_seq + 1}, found {seq}", prev_seq + 1, "sequence_gap"
@@ -2581,7 +2597,7 @@ def _check_bundle_v2(
             seq, time_text, type_text, session_text, key, identity, payload, parts, author
         )
         chain = blake3(V2_CHAIN + prev_chain + data).digest()
-        if chain.hex() != chain_hex:
+        if chain != chain_listed:
             raise fail(
                 f"seq {seq}: the chain hash does not match (an envelope field, or an earlier event, was changed)",
                 seq,
@@ -2592,13 +2608,8 @@ def _check_bundle_v2(
             erasures_seen.add(seq)
         if everything or selected(selection, session, time):
             chosen += 1
-            check(bytes.fromhex(payload), seq)
-            if parts != "[]":
-                digests = bytes.fromhex(parts[2:-2].replace('","', ""))
-                for i in range(0, len(digests), 32):
-                    check(digests[i : i + 32], seq)
-            if author != "null":
-                check(bytes.fromhex(author[1:-1]), seq)
+            for i in range(0, len(digests), 32):
+                check(digests[i : i + 32], seq)
         else:
             report.envelopes_only += 1
         prev_seq, prev_chain = seq, chain

@@ -61,7 +61,7 @@ def write_derived(vkey: str) -> None:
     reseal(BUNDLES / "head-chain.zip", change_the_head_chain)
     with zipfile.ZipFile(BUNDLES / "tiny.zip") as archive:  # a member changed, not resealed
         content = {name: archive.read(name) for name in archive.namelist()}
-    content["envelopes.jsonl"] += b"\n"
+    content["envelopes.bin"] += b"\0"
     reseal_text(BUNDLES / "tiny.zip", BUNDLES / "changed-member.zip", manifest_text, content)
     for name in DERIVED_BUNDLES:
         for keyed, suffix in ((True, ""), (False, ".unkeyed")):
