@@ -87,7 +87,7 @@ def _proof(folder: Path, repeats: int) -> tuple[int, float]:
         seq = store.conn.execute(
             "SELECT min(seq) FROM events WHERE type = 'turn' AND seq >= ?", (middle,)
         ).fetchone()[0]
-        data = prove(store, [seq])
+        data = prove(store, [seq])[seq]
         vkey = store.vkey
     finally:
         store.close()

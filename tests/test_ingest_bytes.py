@@ -24,11 +24,11 @@ from archive_provider.host.spill_kinds import turn_event
 from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2, seed_randomness, traced
 
-#: the rows the code before the ingest changes wrote for :func:`ingest` (every table, in the
-#: order :func:`rows_digest` reads them), computed by running this file's ingest on that code:
-#: b507ca0 (with the quoting index) first, then 579faca (the tiles' inner nodes add one
-#: table, empty here), which has none of the session-4 ingest commits
-BEFORE = "7a0b7fd4e9f2b989c138b4b23face4e9a792968fffcfdf89c6a3d8286efad880"
+#: the rows :func:`ingest` writes (every table, in the order :func:`rows_digest` reads them).
+#: First computed on the code before the batched-ingest changes (b507ca0, then 579faca), to
+#: show they changed no byte; recomputed when format 2's turn bodies took their frozen shape
+#: (messages by position, FORMAT.md 13.4): it pins the frozen format's bytes
+BEFORE = "7cad7fa8769e72951efb36d4936329aa9f5c2ea1cde8a1c7cd13f9bd9c69c03e"
 
 TYPES = {"store_created": 1, "turn": 6, "memory_write": 1, "checkpoint": 1}
 SECRET = "my key is sk-ant-api03-" + "A" * 40

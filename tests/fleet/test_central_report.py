@@ -23,6 +23,7 @@ def test_a_report_of_a_central_archive(
 ) -> None:
     home = tmp_path / "home"
     seqs = build_archive(home)
+    central_db.register(home)  # an administrator registers a store before it may ship
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         assert shipper.ship_once() == seqs["head"]

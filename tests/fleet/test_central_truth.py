@@ -44,6 +44,7 @@ def test_status_counts_the_lag_from_the_local_head(
 ) -> None:
     home = tmp_path / "home"
     build_archive(home)
+    central_db.register(home)  # an administrator registers a store before it may ship
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
         shipper.ship_once()
