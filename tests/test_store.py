@@ -33,7 +33,6 @@ from tests.conftest import traced
 
 # The v1 store: its seqs from 1, chain rule, payload.key, triggers and files. The v2 store's own
 # tests are in test_store_v2.py; a test here that names a format runs on that one.
-pytestmark = pytest.mark.usefixtures("v1_format")
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFIER = ROOT / "archive_provider" / "format" / "verifier.py"

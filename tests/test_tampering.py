@@ -33,7 +33,6 @@ from .test_store import TRIGGERS, VERIFIER, raw, turn
 
 # v1's rows, triggers and keyed text digests; v2's tamper classes are in test_tamper_v2.py and
 # test_verifier_v2.py.
-pytestmark = pytest.mark.usefixtures("v1_format")
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ def checkpoint_request(folder: Path, old_size: int) -> CheckpointRequest | None:
     proof = proofs(old_size, size) if 0 < old_size <= size else []
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
-        vkey = str(reader.vkey)  # type: ignore[attr-defined]
+        vkey = str(reader.vkey)
     finally:
         reader.close()
     return CheckpointRequest(format_add_checkpoint(old_size, proof, note), size, vkey)
@@ -121,7 +121,7 @@ def accept_cosignature(folder: Path, vkey: str, checkpoint: str, line: str) -> i
         return None
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
-        ours = reader.checkpoint_note(cosigned.size)  # type: ignore[attr-defined]
+        ours = reader.checkpoint_note(cosigned.size)
     finally:
         reader.close()
     if ours is None or not ours.decode("utf-8").startswith(checkpoint + "\n"):
