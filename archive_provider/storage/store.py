@@ -217,6 +217,13 @@ class StoreDamaged(StoreError, ArchiveDamaged):
 class NeedsMigration(StoreError):
     """A format-1 archive: this version serves format 2 only and reads 1 only to migrate it."""
 
+    @classmethod
+    def at(cls, folder: Path) -> NeedsMigration:
+        return cls(
+            f"the archive at {folder} is format version 1, which this version only migrates: "
+            "stop Hermes and run `hermes-archive migrate` (docs/FORMAT.md 19)"
+        )
+
 
 class PayloadMissing(StoreDamaged):
     """An event's payload row is gone from the payloads table; the message names the event."""
@@ -445,12 +452,9 @@ class EventStore:
                 new_store = _interrupted_v2_keys(folder)
             if new_store is not None:
                 _initialise_v2(conn, *new_store)
-            elif _meta_or_none(conn, "format_version") == "1":
-                conn.close()
-                raise NeedsMigration(
-                    f"the archive at {folder} is format version 1, which this version only "
-                    "migrates: stop Hermes and run `hermes-archive migrate` (docs/FORMAT.md 19)"
-                )
+            elif not readonly and _meta_or_none(conn, "format_version") == "1":
+                conn.close()  # before anything is written to it
+                raise NeedsMigration.at(folder)
             elif not readonly and not _has(conn, "view", "audit_events"):
                 _add_audit_views_v2(conn)
             if new_store is None and not readonly and _lacks_part_reuse(conn):
@@ -469,6 +473,9 @@ class EventStore:
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:
             raise _open_failure(db_path, exc, busy_timeout_ms) from exc
+        if version == 1:
+            conn.close()
+            raise NeedsMigration.at(folder)
         if version != FORMAT_V2:
             conn.close()
             raise StoreError(
