@@ -30,7 +30,7 @@ from archive_provider.host.install import activate
 from archive_provider.host.provider import ArchiveProvider, CheckpointError
 from archive_provider.host.settings import config_path
 from archive_provider.projections.recall import FENCE_CLOSE, FENCE_OPEN, Hit, render
-from archive_provider.storage.store import SCHEMA, EventStore, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.witness import Witness
 
 from .conftest import events, flush, raw
@@ -38,12 +38,6 @@ from .test_faults import EVIDENCE
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"
-TRIGGERS = (
-    "events_append_only_update",
-    "events_append_only_delete",
-    "payloads_immutable",
-    "payloads_no_delete",
-)
 
 
 def build(provider: ArchiveProvider, tag: str, turns: int = 3) -> list[dict[str, Any]]:
@@ -73,30 +67,6 @@ def cli(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProc
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         preexec_fn=limit,
     )
-
-
-def edit_payload(home: Path, digest: str, body: bytes) -> None:
-    """Change a stored payload as the attacker does: triggers dropped, row edited, put back."""
-    conn = raw(home)
-    for trigger in TRIGGERS:
-        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-    conn.execute("UPDATE payloads SET body = ? WHERE digest = ?", (body, digest))
-    for statement in SCHEMA.split(";\n"):
-        if "CREATE TRIGGER" in statement:
-            conn.execute(statement + ("" if statement.rstrip().endswith("END") else ";"))
-    conn.close()
-
-
-def first_user_digest(home: Path) -> str:
-    conn = raw(home)
-    try:
-        return str(
-            conn.execute(
-                "SELECT json_extract(parts, '$[0]') FROM events WHERE type = 'turn' ORDER BY seq"
-            ).fetchone()[0]
-        )
-    finally:
-        conn.close()
 
 
 # -- 1. the witness cannot be switched off from inside the folder it protects ---------------
