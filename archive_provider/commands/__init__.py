@@ -33,7 +33,7 @@ from archive_provider.errors import ArchiveError, UsageError
 from archive_provider.format.canonical import INT_MAX
 
 if TYPE_CHECKING:  # the store, the verifier and the central store load when a command runs
-    from archive_provider.storage.store import EventStore
+    from archive_provider.storage.store import EventStoreV2
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -126,7 +126,7 @@ class CommandContext:
 
         return (self.archive / DB_NAME).exists()
 
-    def open_store(self) -> EventStore:
+    def open_store(self) -> EventStoreV2:
         """Open read-only (the CLI never writes unless the command says it does)."""
         from archive_provider.storage.store import DB_NAME, EventStore
 
@@ -138,7 +138,7 @@ class CommandContext:
         return EventStore.open(self.archive, create=False, readonly=True)
 
     @contextmanager
-    def store(self) -> Iterator[EventStore]:
+    def store(self) -> Iterator[EventStoreV2]:
         """The archive, read-only, closed afterwards."""
         store = self.open_store()
         try:

@@ -16,7 +16,7 @@ from archive_provider.commands import CommandContext, CommandError, UsageError, 
 
 if TYPE_CHECKING:
     from archive_provider.audit.erasure import Receipt, Scope
-    from archive_provider.storage.store import EventStore
+    from archive_provider.storage.store import EventStoreV2
 
 NAME = "forget"
 HELP = (
@@ -98,20 +98,13 @@ def who() -> str:
         return "unknown"
 
 
-def open_writer(ctx: CommandContext) -> EventStore:
-    from archive_provider.audit.erasure import require_v2
+def open_writer(ctx: CommandContext) -> EventStoreV2:
     from archive_provider.projections.registry import default_projections
     from archive_provider.storage.store import EventStore
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
-    store = EventStore.open(ctx.archive, create=False, projections=default_projections)
-    try:
-        require_v2(store)
-    except Exception:
-        store.close()
-        raise
-    return store
+    return EventStore.open(ctx.archive, create=False, projections=default_projections)
 
 
 def render(receipt: Receipt) -> str:
@@ -147,12 +140,10 @@ def take_in_spill_first(ctx: CommandContext) -> dict[str, Any]:
     waits on the other. A damaged segment kept aside is never read or deleted: it is listed
     for the operator to inspect, since it may hold what is being erased.
     """
-    from archive_provider.audit.erasure import require_v2
     from archive_provider.host.spill_kinds import take_in_spill
     from archive_provider.storage.spill import damaged_paths, segment_paths
 
-    with ctx.store() as store:  # a v1 archive is refused before anything is written
-        require_v2(store)
+    ctx.open_store().close()  # a v1 archive is refused before anything is written
     if ctx.args.dry_run:
         taken, pending = 0, len(segment_paths(ctx.archive))
     else:
