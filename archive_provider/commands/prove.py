@@ -32,7 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.prove import ProveError, prove
-    from archive_provider.storage.store import EventStoreV2
 
     out = expanded(ctx.args.out)
     if out.is_symlink() or (out.exists() and not out.is_file()):
@@ -46,7 +45,7 @@ def run(ctx: CommandContext) -> int:
             data = prove(store, ctx.args.seqs, ctx.args.only)
         except ProveError as exc:
             raise CommandError(str(exc)) from None
-        vkey = store.note_vkey() if isinstance(store, EventStoreV2) else ""  # v1 was refused
+        vkey = store.note_vkey()
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # disclosed text: private
     try:

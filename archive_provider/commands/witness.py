@@ -167,7 +167,7 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
         witness_removed,
         witness_set,
     )
-    from archive_provider.storage.store import EventStore, EventStoreV2
+    from archive_provider.storage.store import EventStore
     from archive_provider.storage.witness import who
 
     action, target = ctx.args.action, list(ctx.args.target)
@@ -186,10 +186,6 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
 
     store = EventStore.open(ctx.archive, create=False, projections=default_projections)
     try:
-        if not isinstance(store, EventStoreV2):
-            raise CommandError(
-                "remote witnesses need a format-v2 archive (`hermes-archive migrate`)"
-            )
         known = {endpoint.vkey for endpoint in witness_set(store.conn)}
         try:
             if action == "add":
