@@ -201,18 +201,6 @@ def run(config: Config, workdir: Path | None, only: set[str] | None) -> dict[str
                     verify_rows = s2_verify.run(folder, size, config.verify_repeats, _say)
                     rows += verify_rows
                     rows += s2_verify.jobs_rows(folder, 2, config.verify_repeats, _say)
-                    first = min(homes)  # the first stage: its turns and seed, built in v1
-                    section(f"2 verify v2 vs v1, same content @ {first:,} events")
-                    rows.append(
-                        s2_verify.v1_row(
-                            work,
-                            archive_dir(homes[first]),
-                            info["logs"][str(first)]["turns"],
-                            LOG_SEED,
-                            config.verify_repeats,
-                            _say,
-                        )
-                    )
                     rows.append(
                         s2_verify.eventsourcing_row(
                             work,

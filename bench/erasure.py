@@ -42,7 +42,7 @@ from .workload import bulk_append, corpus, turn_events
 
 def build(folder: Path, turns: int) -> dict[str, Any]:
     text, _ = corpus()
-    store = EventStore.open(folder, format_version=2, projections=default_projections)
+    store = EventStore.open(folder, projections=default_projections)
     started = time.perf_counter()
     try:
         events = bulk_append(store, turn_events(store, "e", text, 500, turns), batch=2000)

@@ -1,6 +1,6 @@
 """Fleet row: shipping throughput beside a raw ``COPY`` of the same rows into the same tables.
 
-``python -m bench.fleet [--turns N] [--batch B] [--format 1|2] [--json OUT]`` starts its own
+``python -m bench.fleet [--turns N] [--batch B] [--json OUT]`` starts its own
 PostgreSQL 15 (the test suite's server helper: Debian's binaries, an unprivileged user,
 127.0.0.1), builds a corpus archive (format 2 by default), then in the same run and against
 the same server
@@ -259,11 +259,9 @@ def steady_lag(
     return sorted((shipped - parse_time(local)).total_seconds() for local, shipped in rows)
 
 
-def rows_for(
-    turns: int, batch: int, workdir: Workdir, lag_seconds: float, version: int = 2
-) -> list[Row]:
+def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> list[Row]:
     folder = workdir.fresh("fleet-archive")
-    store = EventStore.open(folder, format_version=version)
+    store = EventStore.open(folder)
     try:
         built = build_log(folder, turns, projections=False, store=store)
     finally:
@@ -276,13 +274,12 @@ def rows_for(
         lags = steady_lag(server, workdir, rate=100, seconds=lag_seconds, interval=interval)
     finally:
         server.cleanup()
-    # format 2 adds its store_created event
-    assert copied == shipped == built.events + (version == 2), (copied, shipped, built.events)
+    # the archive's store_created event is shipped too
+    assert copied == shipped == built.events + 1, (copied, shipped, built.events)
     return [
         Row(
             "11",
-            f"ship {shipped:,} format-{version} events to PostgreSQL (verify + send, "
-            f"batches of {batch})",
+            f"ship {shipped:,} format-2 events to PostgreSQL (verify + send, batches of {batch})",
             shipped / ship_s,
             "events/s",
             baseline=copied / copy_s,
@@ -318,14 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lag-seconds", type=float, default=20, help="length of the steady-rate lag run"
     )
-    parser.add_argument("--format", type=int, choices=(1, 2), default=2, help="archive format")
     parser.add_argument("--json", type=Path, help="write the rows and machine facts here")
     parser.add_argument("--workdir", type=Path, help="scratch folder (default: a temp dir)")
     args = parser.parse_args(argv)
     workdir = Workdir(args.workdir)
     try:
         with quiet_logging():
-            rows = rows_for(args.turns, args.batch, workdir, args.lag_seconds, args.format)
+            rows = rows_for(args.turns, args.batch, workdir, args.lag_seconds)
     finally:
         workdir.cleanup()
     print(table(rows))

@@ -176,7 +176,7 @@ def witness_costs(work: Path, rounds: int = 10) -> dict[str, Any]:
         while room not in b.joined_rooms() and time.monotonic() < deadline:
             b.sync(500)
         home_a, home_b = work / "alice-home", work / "bob-home"
-        EventStore.open(archive_dir(home_a), format_version=2).close()
+        EventStore.open(archive_dir(home_a)).close()
         writer = Writer(archive_dir(home_a), witness=Witness.for_home(home_a))
         submit = lambda build, label: writer.submit(build, label=label)  # noqa: E731
         alice_side = PeerWitnessing(

@@ -65,7 +65,7 @@ def commit_row(work: Workdir, repeats: int, say: Report) -> Row:
     cost = commit_cost(work, repeats)
     say(
         f"  signed durable commit {cost['v2_durable_signed_ms']:.2f} ms vs raw FULL commit "
-        f"{cost['raw_full_commit_ms']:.2f} ms (v1 durable {cost['v1_durable_ms']:.2f} ms)"
+        f"{cost['raw_full_commit_ms']:.2f} ms"
     )
     return Row(
         "12",

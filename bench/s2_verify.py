@@ -37,11 +37,10 @@ from archive_provider.format.verifier import (
     identity_v2,
     verify_database,
 )
-from archive_provider.storage.store import EventStore, archive_dir
 
 from .common import Row, Workdir, interleaved, median
 from .peers import eventsourcing_read_back, eventsourcing_turns
-from .workload import Text, build_log, sessions
+from .workload import Text, sessions
 
 _ENVELOPES = (
     "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain,"
@@ -279,59 +278,6 @@ def jobs_rows(folder: Path, jobs: int, repeats: int, say: Report) -> list[Row]:
             },
         )
     ]
-
-
-def v1_row(work: Workdir, v2_folder: Path, turns: int, seed: int, repeats: int, say: Report) -> Row:
-    """Verify of the v2 log in ``v2_folder`` beside verify of a v1 log of the same content
-    (the same corpus ``turns`` and ``seed``, built here): issue 15's "verify throughput
-    unchanged or better"."""
-    v1_folder = archive_dir(work.fresh("log-v1"))
-    store = EventStore.open(v1_folder, format_version=1)
-    try:
-        build_log(v1_folder, turns, seed=seed, projections=False, store=store)
-    finally:
-        store.close()
-    key = bytes.fromhex((v1_folder / "payload.key").read_text().strip())
-    conns = {}
-    for name, folder in (("v1", v1_folder), ("v2", v2_folder)):
-        conns[name] = sqlite3.connect(folder / "events.db", isolation_level=None)
-        conns[name].execute("PRAGMA cache_size = -262144")
-        warm(folder)
-    counts: dict[str, int] = {}
-
-    def timed(name: str, key_: bytes) -> Callable[[], float]:
-        def run() -> float:
-            start = time.perf_counter()
-            report = verify_database(conns[name], key_)
-            seconds = time.perf_counter() - start
-            if not report.ok:
-                raise RuntimeError(f"the {name} log failed verification: {report.problem}")
-            counts[name] = report.events_checked
-            return seconds
-
-        return run
-
-    try:
-        v2, v1, all_v2, all_v1 = interleaved(timed("v2", b""), timed("v1", key), repeats)
-    finally:
-        for conn in conns.values():
-            conn.close()
-    if counts["v2"] != counts["v1"] + 1:  # a new v2 archive's first event is store_created
-        raise RuntimeError(f"the logs differ: {counts}")
-    n, n1 = counts["v2"], counts["v1"]
-    say(f"  verify {n:,} events, same content: v2 {n / v2:,.0f}/s vs v1 {n1 / v1:,.0f}/s")
-    return Row(
-        "2",
-        f"verify {n / 1000:,.0f}k events: format v2 vs v1 on the same content",
-        n / v2,
-        "events/s",
-        n1 / v1,
-        "v1 verify",
-        target_kind="min",
-        target_value=1.0,
-        target_text=">= v1 (issue 15)",
-        extra={"events": n, "seconds": all_v2, "v1_seconds": all_v1},
-    )
 
 
 def eventsourcing_row(

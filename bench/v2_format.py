@@ -1,13 +1,12 @@
 """Format v2 costs (docs/FORMAT.md 17, 15.4): bytes per turn and the price of a signed commit.
 
-* Bytes per turn of the log alone, then with the default projections, in v1 and v2, on
-  the same generated turns (session_started, then turns of two new ~500-byte messages),
+* Bytes per turn of the log alone, then with the default projections, on generated turns (session_started, then turns of two new ~500-byte messages),
   split by table with ``dbstat``, beside the raw UTF-8 bytes of the messages.
 * Bytes per turn of a v2 archive with its projections by message size (``--sizes``): most
   of the overhead is per turn, so the ratio to the text falls as turns grow (issue 18).
 * Commit cost, interleaved: a durable one-turn append to a v2 archive (tiles grown, head
-  root, an Ed25519-signed checkpoint in the same ``synchronous=FULL`` transaction), the same
-  append to a v1 archive, and a raw ``synchronous=FULL`` commit of one small row (the floor).
+  root, an Ed25519-signed checkpoint in the same ``synchronous=FULL`` transaction) and a raw
+  ``synchronous=FULL`` commit of one small row (the floor).
 
     python -m bench.v2_format [--turns 5000] [--repeats 41] [--sizes 250,500,1000,2000]
 """
@@ -31,17 +30,15 @@ from .workload import corpus, turn_events
 
 
 def bytes_per_turn(
-    work: Workdir, version: int, turns: int, *, projections: bool = False, size: int = 500
+    work: Workdir, turns: int, *, projections: bool = False, size: int = 500
 ) -> dict[str, Any]:
-    folder = work.fresh(f"v{version}-{size}") / "archive"
+    folder = work.fresh(f"v2-{size}") / "archive"
     text, _ = corpus()
-    store = EventStore.open(
-        folder, format_version=version, projections=default_projections if projections else ()
-    )
+    store = EventStore.open(folder, projections=default_projections if projections else ())
     raw = text_bytes = 0
     try:
         chunk = []
-        for event in turn_events(store, f"v{version}", text, size, turns):
+        for event in turn_events(store, "v2", text, size, turns):
             chunk.append(event)
             if event.type == "turn":
                 raw += sum(len(p.body) for p in event.parts)
@@ -56,7 +53,7 @@ def bytes_per_turn(
     db = folder / "events.db"
     used = file_bytes(db)
     return {
-        "format_version": version,
+        "format_version": 2,
         "projections": projections,
         "turns": turns,
         "message_size": size,
@@ -71,22 +68,22 @@ def bytes_per_turn(
 
 def commit_cost(work: Workdir, repeats: int) -> dict[str, Any]:
     text, _ = corpus()
-    stores = {v: EventStore.open(work.fresh(f"c{v}") / "archive", format_version=v) for v in (1, 2)}
+    store = EventStore.open(work.fresh("c2") / "archive")
     floor = sqlite3.connect(work.fresh("floor") / "floor.db", isolation_level=None)
     floor.execute("PRAGMA journal_mode = WAL")
     floor.execute("PRAGMA synchronous = FULL")
     floor.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
-    turn = {1: 0, 2: 0}
+    turn = 0
 
-    def durable(version: int) -> float:
-        store = stores[version]
-        turn[version] += 1
+    def durable() -> float:
+        nonlocal turn
+        turn += 1
         user, assistant = text.exchange(500)
         parts = [
             store.hasher.part({"role": "user", "content": user}),
             store.hasher.part({"role": "assistant", "content": assistant}),
         ]
-        event = builders.turn(store.hasher, "s", turn[version], parts, start=0, legacy=False)
+        event = builders.turn(store.hasher, "s", turn, parts, start=0, legacy=False)
         start = time.perf_counter()
         store.append([event], durable=True)
         return time.perf_counter() - start
@@ -99,20 +96,16 @@ def commit_cost(work: Workdir, repeats: int) -> dict[str, Any]:
         return time.perf_counter() - start
 
     try:
-        v2, v1, _, _ = interleaved(lambda: durable(2), lambda: durable(1), repeats)
-        v2_again, floor_s, _, _ = interleaved(lambda: durable(2), raw, repeats)
-        signed = stores[2].conn.execute("SELECT count(*) FROM signed_checkpoints").fetchone()[0]
+        v2, floor_s, _, _ = interleaved(durable, raw, repeats)
+        signed = store.conn.execute("SELECT count(*) FROM signed_checkpoints").fetchone()[0]
     finally:
-        for store in stores.values():
-            store.close()
+        store.close()
         floor.close()
     return {
         "repeats": repeats,
         "v2_durable_signed_ms": round(v2 * 1000, 3),
-        "v1_durable_ms": round(v1 * 1000, 3),
         "raw_full_commit_ms": round(floor_s * 1000, 3),
-        "v2_over_v1": round(v2 / v1, 2),
-        "v2_over_raw_full_commit": round(v2_again / floor_s, 2),
+        "v2_over_raw_full_commit": round(v2 / floor_s, 2),
         "v2_checkpoints_signed": signed,
     }
 
@@ -128,14 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with quiet_logging():
             result = {
-                "bytes": [
-                    bytes_per_turn(work, v, args.turns, projections=p)
-                    for p in (False, True)
-                    for v in (1, 2)
-                ],
+                "bytes": [bytes_per_turn(work, args.turns, projections=p) for p in (False, True)],
                 "commit": commit_cost(work, args.repeats),
                 "by_size": [
-                    bytes_per_turn(work, 2, args.turns, projections=True, size=int(size))
+                    bytes_per_turn(work, args.turns, projections=True, size=int(size))
                     for size in args.sizes.split(",")
                     if size
                 ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,12 +28,16 @@ settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
-@contextmanager
-def archive_format(version: int) -> Iterator[None]:
-    """New archives made inside are made in format ``version`` (1 or 2)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("archive_provider.storage.store.NEW_ARCHIVE_FORMAT", version)
-        yield
+#: a format-1 archive the 0.1.0 code wrote (tests/fixtures/make_v1_archive.py): migration input
+V1_ARCHIVE = Path(__file__).parent / "fixtures" / "v1_archive"
+
+
+def v1_archive(folder: Path) -> Path:
+    """A copy of the frozen format-1 archive in ``folder`` (an ``archive`` folder), returned."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(V1_ARCHIVE, folder)
+    os.chmod(folder, 0o700)
+    return folder
 
 
 @contextmanager
@@ -45,13 +50,6 @@ def traced(conn: sqlite3.Connection) -> Iterator[list[str]]:
         yield statements
     finally:
         conn.set_trace_callback(None)
-
-
-@pytest.fixture
-def v1_format() -> Iterator[None]:
-    """For tests of v1 specifics (keyed digests, payload.key, text digests): new archives are v1."""
-    with archive_format(1):
-        yield
 
 
 @pytest.fixture
@@ -74,7 +72,7 @@ def make_provider(tmp_path: Path) -> Iterator[Callable[..., ArchiveProvider]]:
 
 def open_v2(folder: Path, projections: Any = default_projections) -> EventStoreV2:
     """A format-v2 store in ``folder`` (made if new) with the default projections."""
-    opened = EventStore.open(folder, format_version=2, projections=projections)
+    opened = EventStore.open(folder, projections=projections)
     assert isinstance(opened, EventStoreV2)
     return opened
 
@@ -110,8 +108,7 @@ def cli_home_v2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.test_cli import build_archive
 
     folder = tmp_path_factory.mktemp("cli-v2") / "home"
-    with archive_format(2):
-        build_archive(folder)
+    build_archive(folder)
     return folder
 
 

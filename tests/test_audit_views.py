@@ -16,7 +16,6 @@ from archive_provider.cli import main
 from archive_provider.format.verifier import verify_database
 from archive_provider.storage.store import EventStore, archive_dir
 from hivemind.provider import HivemindProvider
-from tests.conftest import archive_format
 from tests.test_cli import build_archive
 
 VIEWS = (
@@ -29,11 +28,10 @@ VIEWS = (
 )
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
-def home(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("views") / "home"
-    with archive_format(request.param):
-        build_archive(folder)
+    build_archive(folder)
     return folder
 
 
@@ -96,7 +94,7 @@ def test_verification_ignores_the_views(home: Path, tmp_path: Path) -> None:
     copy = tmp_path / "archive"
     shutil.copytree(archive_dir(home), copy)
     conn = sqlite3.connect(copy / "events.db")
-    key = EventStore.open(copy, create=False).key  # payload.key (v1) or store.key (v2)
+    key = EventStore.open(copy, create=False).key
     with_views = verify_database(conn, key).as_dict()
     for view in reversed(VIEWS):
         conn.execute(f"DROP VIEW {view}")

@@ -23,9 +23,9 @@ from archive_provider.audit.export import Selection
 from archive_provider.format import tlog_proof
 from archive_provider.format.signed_note import Checkpoint, Signer, format_checkpoint, sign_note
 from archive_provider.format.verifier import verify_bundle, verify_proof
-from tests.conftest import archive_format, verifier_key
+from tests.conftest import verifier_key
 from tests.test_bundle_v3 import envelopes, pack_envelopes, records
-from tests.test_cli import build_archive, run_json, via_main
+from tests.test_cli import run_json, via_main
 from tests.test_export import export, members, reseal
 
 FORMAT = Path(__file__).resolve().parents[1] / "archive_provider" / "format"
@@ -161,13 +161,6 @@ def test_prove_writes_a_file_the_standalone_verifier_checks_offline(
     assert not bad.ok and "does not match its body and salt" in (bad.problem or "")
 
 
-def test_prove_refuses_a_v1_archive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with archive_format(1):
-        build_archive(tmp_path / "v1")
-    code, data = prove_cli(capsys, tmp_path / "v1", "3", "--out", str(tmp_path / "p"))
-    assert code == 1 and "format version 1" in data["error"]
-
-
 def test_the_standalone_files_check_a_proof_and_a_bundle_with_only_their_dependencies(
     home: Path, vkey: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -236,12 +229,11 @@ def test_a_proof_line_stays_within_what_stock_parsers_read(
     from archive_provider import ArchiveProvider
 
     home = tmp_path / "home"
-    with archive_format(2):
-        provider = ArchiveProvider()
-        provider.initialize("big", hermes_home=str(home), platform="cli", agent_context="primary")
-        big = "x" * 60_000  # two bodies of 60 kB: the line would be 160 kB of base64
-        provider.sync_turn(big, big + "y", session_id="big")
-        provider.shutdown()
+    provider = ArchiveProvider()
+    provider.initialize("big", hermes_home=str(home), platform="cli", agent_context="primary")
+    big = "x" * 60_000  # two bodies of 60 kB: the line would be 160 kB of base64
+    provider.sync_turn(big, big + "y", session_id="big")
+    provider.shutdown()
     seq = int(
         sqlite3.connect(home / "archive" / "events.db")
         .execute("SELECT max(seq) FROM events WHERE type = 'turn'")

@@ -28,8 +28,6 @@ from archive_provider.commands import CommandContext
 from archive_provider.domain.builders import session_ended
 from archive_provider.storage.store import EventStore, archive_dir
 
-from .conftest import archive_format
-
 REPO = Path(__file__).resolve().parents[1]
 HERMES_ARCHIVE = REPO / ".venv" / "bin" / "hermes-archive"
 
@@ -90,49 +88,6 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("cli") / "home"
     build_archive(folder)
     return folder
-
-
-@pytest.fixture(scope="module")
-def v1_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``home`` made in format v1, for the tests that read v1 rows with plain SQL (text
-    digests and chains, v1 seqs and triggers); v2's commands are in test_v2_commands."""
-    folder = tmp_path_factory.mktemp("cli-v1") / "home"
-    with archive_format(1):
-        build_archive(folder)
-    return folder
-
-
-@pytest.fixture
-def v1_copy_home(v1_home: Path, tmp_path: Path) -> Path:
-    """A private copy of the v1 archive, for tests that damage it with v1's SQL."""
-    target = tmp_path / "copy"
-    shutil.copytree(v1_home, target)
-    return target
-
-
-@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
-def either_home(request: pytest.FixtureRequest) -> Path:
-    """``v1_home`` and ``home`` (v2) in turn, for what every format must say alike; plain SQL
-    reads their envelopes from :func:`envelopes` (hex digests in both)."""
-    return Path(request.getfixturevalue("v1_home" if request.param == 1 else "home"))
-
-
-@pytest.fixture
-def either_copy_home(either_home: Path, tmp_path: Path) -> Path:
-    """A private copy of ``either_home``, for tests that damage it."""
-    target = tmp_path / "copy"
-    shutil.copytree(either_home, target)
-    return target
-
-
-def version_of(home: Path) -> int:
-    return int(rows(home, "SELECT value FROM meta WHERE name = 'format_version'")[0][0])
-
-
-def envelopes(home: Path) -> str:
-    """Where plain SQL reads envelopes with hex digests: v1's ``events``, v2's auditor view
-    ``events_v`` (v2 stores digests as 32-byte BLOBs)."""
-    return "events" if version_of(home) == 1 else "events_v"
 
 
 @pytest.fixture
@@ -305,13 +260,12 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_status_reports_the_head_an_auditor_writes_down(
-    either_home: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = either_home
     code, data = run_json(capsys, home, "status")
-    last_seq, last_chain = rows(
-        home, f"SELECT seq, chain FROM {envelopes(home)} ORDER BY seq DESC LIMIT 1"
-    )[0]
+    last_seq, last_chain = rows(home, "SELECT seq, chain FROM events_v ORDER BY seq DESC LIMIT 1")[
+        0
+    ]
     assert code == 0 and data["exists"] is True
     assert data["head"] == {"seq": last_seq, "chain": last_chain} and data["events"] == last_seq
     assert data["events_by_type"]["memory_write"] == 3 and data["checkpoints"] == 1
@@ -331,15 +285,14 @@ def test_status_without_an_archive_says_so(
 
 
 def test_log_lists_oldest_first_with_summaries(
-    either_home: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = either_home
     code, events = run_json(capsys, home, "log", "--limit", "0")
     assert code == 0
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = [e["type"] for e in events]
-    first = version_of(home) - 1  # a v2 log begins with store_created
-    assert types[:first] == ["store_created"][:first]
+    first = 1  # a log begins with store_created
+    assert types[:first] == ["store_created"]
     assert types[first : first + 3] == ["session_started", "turn", "memory_write"]
     assert "checkpoint" in types
     turn = events[first + 1]
@@ -381,12 +334,9 @@ def test_search_limit_must_be_positive(home: Path, capsys: pytest.CaptureFixture
 
 
 def test_show_by_seq_decodes_payload_and_parts(
-    either_home: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = either_home
-    seq, chain = rows(
-        home, f"SELECT seq, chain FROM {envelopes(home)} WHERE type = 'turn' ORDER BY seq"
-    )[0]
+    seq, chain = rows(home, "SELECT seq, chain FROM events_v WHERE type = 'turn' ORDER BY seq")[0]
     code, data = run_json(capsys, home, "show", str(seq))
     (event,) = data["events"]
     assert code == 0 and event["type"] == "turn" and event["chain"] == chain
@@ -401,31 +351,23 @@ def test_show_by_seq_decodes_payload_and_parts(
 
 
 def test_show_by_identity_and_payload_prefix(
-    either_home: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    home = either_home
     seq, identity, payload = rows(
         home,
-        f"SELECT seq, identity, payload FROM {envelopes(home)} WHERE type = 'memory_write' "
-        "ORDER BY seq",
+        "SELECT seq, identity, payload FROM events_v WHERE type = 'memory_write' ORDER BY seq",
     )[0]
     for ref in (identity[:10], identity.upper()[:12], payload[:10], payload):
         code, data = run_json(capsys, home, "show", ref)
         assert code == 0 and [e["seq"] for e in data["events"]] == [seq], ref
 
 
-@pytest.mark.usefixtures("v1_format")  # v1 digests and seqs
 def test_show_prefix_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A shared payload shows every event that has it; two digests under one prefix are refused."""
+    """Two digests under one prefix are refused; a number is a seq before it is a prefix."""
     store = EventStore.open(archive_dir(tmp_path))
     store.append([session_ended(f"s{i}", at=f"t{i}", message_count=0) for i in range(800)])
     store.close()
-    (payload,) = {
-        r[0] for r in rows(tmp_path, "SELECT payload FROM events")
-    }  # one body, stored once
-    code, data = run_json(capsys, tmp_path, "show", payload[:8])
-    assert code == 0 and [e["seq"] for e in data["events"]] == list(range(1, 801))
-    identities = [r[0] for r in rows(tmp_path, "SELECT identity FROM events")]
+    identities = [r[0] for r in rows(tmp_path, "SELECT identity FROM events_v")]
     by_prefix: dict[str, int] = {}
     for digest in identities:
         by_prefix[digest[:4]] = by_prefix.get(digest[:4], 0) + 1
@@ -446,22 +388,18 @@ def test_show_prefix_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_verify_passes_and_names_the_first_bad_event(
-    either_copy_home: Path, capsys: pytest.CaptureFixture[str]
+    copy_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    copy_home = either_copy_home
-    version = version_of(copy_home)
     code, data = run_json(capsys, copy_home, "verify")
     assert code == 0 and data["ok"] and data["log"]["events_checked"] == data["log"]["last_seq"]
     conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
-    conn.execute(
-        f"DROP TRIGGER {'events_append_only_update' if version == 1 else 'events_no_update'}"
-    )
+    conn.execute("DROP TRIGGER events_no_update")
     conn.execute("UPDATE events SET session = 'forged' WHERE seq = 5")
     conn.commit()
     conn.close()
     code, data = run_json(capsys, copy_home, "verify")
     assert code == 1 and data["log"]["first_bad_seq"] == 5
-    assert ("chain" if version == 1 else "identity") in data["log"]["problem"]  # v2: S in identity
+    assert "identity" in data["log"]["problem"]  # the session is in the identity
     code, text, _ = run_text(capsys, copy_home, "verify")
     assert code == 1 and text.startswith("FAILED at seq 5")
 
@@ -684,12 +622,10 @@ def test_export_never_replaces_what_is_not_a_regular_file(
 
 
 def test_a_damaged_archive_fails_export_with_its_own_message(
-    either_copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    copy_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    copy_home = either_copy_home
-    trigger = "payloads_immutable" if version_of(copy_home) == 1 else "payloads_erase_only"
     conn = sqlite3.connect(archive_dir(copy_home) / "events.db")
-    conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TRIGGER payloads_erase_only")
     conn.execute(
         "UPDATE payloads SET body = CAST('{\"tampered\":1}' AS BLOB) "
         "WHERE digest = (SELECT payload FROM events WHERE seq = 1)"
@@ -792,12 +728,12 @@ def test_export_names_the_path_the_user_gave(
     assert code == 1 and err == "error: No such file or directory: /nonexistent/dir/x.zip\n"
 
 
-@pytest.mark.usefixtures("v1_format")  # v1 digests and seqs
 def test_export_verify_and_verify_bundle_count_payloads_alike(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One definition (FORMAT.md 7.2): distinct payload digests, payloads and parts alike,
-    each counted once however many events name it. Two events share a payload and a part."""
+    each counted once however many events name it. Two turns share a part: store_created's
+    body, the two turn bodies and the part are four."""
     from archive_provider.format.events import NewEvent
 
     store = EventStore.open(archive_dir(tmp_path))
@@ -819,4 +755,4 @@ def test_export_verify_and_verify_bundle_count_payloads_alike(
         verified["log"]["payloads_checked"],
         bundle["bundle"]["payloads_checked"],
     )
-    assert counts == (2, 2, 2)
+    assert counts == (4, 4, 4)

@@ -19,7 +19,7 @@ import pytest
 from freezegun import freeze_time
 
 from archive_provider.audit import erasure
-from archive_provider.audit.erasure import Held, NeedsV2, Scope
+from archive_provider.audit.erasure import Held, Scope
 from archive_provider.domain import builders
 from archive_provider.format.events import NewEvent
 from archive_provider.format.verifier import verify_database
@@ -225,15 +225,6 @@ def test_forget_a_memory_entry_by_a_past_text_erases_every_version(
     assert OTHER.encode() in (home / "archive" / "events.db").read_bytes()
 
 
-def test_a_v1_archive_is_refused(tmp_path: Path) -> None:
-    store = EventStore.open(tmp_path / "archive", format_version=1)
-    try:
-        with pytest.raises(NeedsV2, match="migrate first: hermes-archive migrate"):
-            erasure.forget(store, Scope("session", {"session": "s"}), reason="r")
-    finally:
-        store.close()
-
-
 def test_a_payload_erased_without_an_erasure_event_is_tampering(
     home: Path, store: EventStoreV2
 ) -> None:
@@ -415,14 +406,6 @@ def test_retention_commands_record_an_event_and_apply(
         code, data, _ = cli(capsys, home, "retention", "apply", "--yes")
         assert code == 0 and [e["reason"] for e in data["erasures"]] == ["retention"]
     assert raw_hits(home, SECRET) == []
-
-
-def test_forget_on_a_v1_archive_says_migrate_first(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    EventStore.open(tmp_path / "archive", format_version=1).close()
-    code, data, _ = cli(capsys, tmp_path, "forget", "--session", "s", "--reason", "r", "--yes")
-    assert code == 1 and "migrate first: hermes-archive migrate" in data["error"]
 
 
 def test_show_log_and_verify_name_the_erased_slot_never_the_text(

@@ -33,7 +33,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A format-2 archive of ~1,600 events: over 1,000 (the progress step) and both streamed
     members many pieces long."""
     home = tmp_path_factory.mktemp("pipeline") / "home"
-    store = EventStore.open(archive_dir(home), format_version=2)
+    store = EventStore.open(archive_dir(home))
     try:
         build(store, 1500, batch=5000, near_misses=0)
         store.checkpoint()

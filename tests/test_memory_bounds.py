@@ -53,8 +53,8 @@ class Pair:
         assert self.large.peak_mib <= CEILING_MIB, f"peak RSS {self.large.peak_mib:.1f} MiB"
 
 
-def build_archive(home: Path, turns: int, version: int | None = None) -> Path:
-    store = EventStore.open(archive_dir(home), format_version=version)
+def build_archive(home: Path, turns: int) -> Path:
+    store = EventStore.open(archive_dir(home))
     try:
         build(store, turns, batch=5000, near_misses=0)
     finally:
@@ -141,13 +141,3 @@ def test_forget_runs_in_bounded_memory(archives: Archives, tmp_path: Path) -> No
         for home in (archives.small, archives.large)
     ]
     Pair(*runs).check()
-
-
-def test_migrate_runs_in_bounded_memory(tmp_path: Path) -> None:
-    """v1 archives of the same sizes, migrated to v2 (verify of v1, copy, v2 projections).
-
-    The v1 verify's digest set still grows (~110 B per payload); at these sizes its peak
-    stays under the copy's, so this guards the copy (docs/PERFORMANCE.md, issue 18)."""
-    small = build_archive(tmp_path / "small", SMALL_TURNS, version=1)
-    large = build_archive(tmp_path / "large", LARGE_TURNS, version=1)
-    Pair(cli_child(small, "migrate"), cli_child(large, "migrate")).check()

@@ -25,7 +25,7 @@ from archive_provider.storage.migrate import (
     file_blake3,
     migrate,
 )
-from archive_provider.storage.store import EventStore, EventStoreV2, iter_events
+from archive_provider.storage.store import EventStore, EventStoreV2, Head, iter_events
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
 
@@ -61,9 +61,9 @@ def test_the_fixture_is_a_v1_archive_that_verifies() -> None:
 def test_migrate_keeps_the_v1_file_and_maps_every_event(home: Path) -> None:
     folder = home / "archive"
     before = file_blake3(folder / "events.db")
-    v1 = EventStore.open(folder, create=False, readonly=True)
-    old_events = list(iter_events(v1.conn, part_types=None))
-    v1_head = v1.head()
+    v1 = sqlite3.connect(folder / "events.db")
+    old_events = list(iter_events(v1, part_types=None))
+    v1_head = Head(*v1.execute("SELECT seq, chain FROM head").fetchone())
     v1.close()
     done = migrate(folder)
     assert (done.v1_head_seq, done.v1_head_chain) == (v1_head.seq, v1_head.chain)
@@ -140,9 +140,9 @@ def test_the_migrate_command(home: Path, capsys: pytest.CaptureFixture[str]) -> 
     # the projections were rebuilt as the events were appended: recall finds the v1 text
     assert main(["--home", str(home), "--json", "search", "Ziggy"]) == 0
     assert "Ziggy" in capsys.readouterr().out
-    # the command refuses a v2 archive itself (before it takes in the spill)
+    # the command refuses a migrated archive (before it takes in any spill)
     assert main(["--home", str(home), "--json", "migrate"]) == 1
-    assert "already format version 2" in json.loads(capsys.readouterr().out)["error"]
+    assert "migrated before" in json.loads(capsys.readouterr().out)["error"]
 
 
 def test_the_lineage_of_a_migrated_archive(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,19 +167,22 @@ def test_the_lineage_of_a_migrated_archive(home: Path, capsys: pytest.CaptureFix
 
 
 def test_the_lineage_against_another_v1_file_fails(home: Path, tmp_path: Path) -> None:
-    from archive_provider.format.events import NewEvent
     from archive_provider.storage.migrate import lineage
 
     folder = home / "archive"
     migrate(folder)
-    other = EventStore.open(tmp_path / "other", format_version=1)
-    for n in range(11):
-        other.append([NewEvent("session_started", f"s{n}", {"n": n}, {})])
-    key = other.key
-    other.close()
+    other = tmp_path / "other.db"  # the same store cut back to seq 5: it verifies on its own
+    shutil.copy(FIXTURE / "events.db", other)
+    conn = sqlite3.connect(other, isolation_level=None)
+    conn.execute("DROP TRIGGER events_append_only_delete")
+    conn.execute("DELETE FROM events WHERE seq > 5")
+    conn.execute("UPDATE head SET seq = 5, chain = (SELECT chain FROM events WHERE seq = 5)")
+    conn.close()
+    key = bytes.fromhex((FIXTURE / "payload.key").read_text().strip())
+    assert verify_database(sqlite3.connect(other), key).ok
     store = EventStore.open(folder)
     try:
-        found = lineage(store, tmp_path / "other" / "events.db", key)
+        found = lineage(store, other, key)
     finally:
         store.close()
     assert not found.ok and "does not hold the head" in (found.problem or "")

@@ -50,7 +50,7 @@ def _later() -> str:
 def test_a_peer_cosigns_consistent_checkpoints_and_refuses_a_rollback(tmp_path: Path) -> None:
     alice, bob = tmp_path / "alice", tmp_path / "bob"
     folder = alice / "archive"
-    EventStore.open(folder, format_version=2).close()
+    EventStore.open(folder).close()
     _turns(alice, range(1, 4))
     witness = PeerWitness(bob, "bob.example/peer-witness")
 
@@ -92,7 +92,7 @@ def test_a_peer_cosigns_consistent_checkpoints_and_refuses_a_rollback(tmp_path: 
 
     # another archive under the same peer: its key is not the pinned one
     other = tmp_path / "mallory"
-    EventStore.open(other / "archive", format_version=2).close()
+    EventStore.open(other / "archive").close()
     _turns(other, range(1, 2))
     replaced = checkpoint_request(other / "archive", 0)
     assert replaced is not None

@@ -27,8 +27,6 @@ from archive_provider.projections.builtin import (
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
 
-from .conftest import archive_format
-
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[EventStore]:
@@ -37,20 +35,10 @@ def store(tmp_path: Path) -> Iterator[EventStore]:
     opened.close()
 
 
-@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
-def before(request: pytest.FixtureRequest) -> Iterator[int]:
-    """New archives in each format; the seq before a test's first event (a v2 log begins
-    with store_created). The reducers are one for both formats."""
-    with archive_format(request.param):
-        yield 1 if request.param == 2 else 0
-
-
 @pytest.fixture
-def either(before: int, tmp_path: Path) -> Iterator[EventStore]:
-    """``store`` in each format (``before`` says where its seqs start)."""
-    opened = EventStore.open(tmp_path / "archive", projections=default_projections())
-    yield opened
-    opened.close()
+def before() -> int:
+    """The seq before a test's first event (a log begins with store_created)."""
+    return 1
 
 
 def switch(session: str, parent: str, **details: Any) -> NewEvent:
@@ -119,9 +107,8 @@ def test_lineage_follows_compressions_and_branches_not_resumes_resets_or_rewinds
 
 
 def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(
-    either: EventStore, before: int
+    store: EventStore, before: int
 ) -> None:
-    store = either
     m = [{"role": "user", "content": f"m{i}"} for i in range(6)]
     store.append([turn(store, "s1", 1, m[:2], 0), turn(store, "s1", 2, m[2:4], 2)])
     digests = [store.hasher.part(x).digest for x in m]
@@ -138,8 +125,7 @@ def test_transcript_follows_appends_and_rewrites_and_a_rewind_keeps_it(
     assert row == (before + 1, before + 4, 3)
 
 
-def test_session_rows_keep_start_end_and_counters(either: EventStore, before: int) -> None:
-    store = either
+def test_session_rows_keep_start_end_and_counters(store: EventStore, before: int) -> None:
     store.append(
         [
             memory(store, 1, "add", "x"),
@@ -160,8 +146,7 @@ def test_session_rows_keep_start_end_and_counters(either: EventStore, before: in
 # -- memory ----------------------------------------------------------------------------------
 
 
-def test_memory_history_on_both_host_shapes(either: EventStore, before: int) -> None:
-    store = either
+def test_memory_history_on_both_host_shapes(store: EventStore, before: int) -> None:
     store.append(
         [
             memory(store, 1, "add", "Prefers dark mode", write_origin="tool"),
@@ -236,9 +221,8 @@ def test_memory_history_records_ambiguity_and_writes_it_could_not_place(store: E
 
 
 def test_memory_targets_are_separate_and_a_merge_is_followed(
-    either: EventStore, before: int
+    store: EventStore, before: int
 ) -> None:
-    store = either
     store.append(
         [
             memory(store, 1, "add", "a", target="memory"),
@@ -283,8 +267,7 @@ def test_checkpoint_evidence_adds_only_texts_its_session_did_not_index(store: Ev
     ]
 
 
-def test_memory_rows_follow_the_entries(either: EventStore, before: int) -> None:
-    store = either
+def test_memory_rows_follow_the_entries(store: EventStore, before: int) -> None:
     store.append([memory(store, 1, "add", "likes tea"), memory(store, 2, "add", "lives in Oslo")])
     store.append([memory(store, 3, "replace", "likes coffee", old_text="tea")])
     store.append([memory(store, 4, "remove", "", old_text="Oslo")])

@@ -22,15 +22,13 @@ import sqlite_utils
 
 from archive_provider.cli import main
 from archive_provider.storage.store import archive_dir
-from tests.conftest import archive_format
 from tests.test_cli import build_archive
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["v1", "v2"])
-def home(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("readable") / "home"
-    with archive_format(request.param):
-        build_archive(folder)
+    build_archive(folder)
     return folder
 
 
@@ -100,8 +98,7 @@ def test_a_damaged_archive_is_copied_and_says_so(
     damaged = tmp_path / "home"
     shutil.copytree(home, damaged)
     conn = sqlite3.connect(archive_dir(damaged) / "events.db")
-    conn.execute("DROP TRIGGER IF EXISTS events_append_only_update")  # v1
-    conn.execute("DROP TRIGGER IF EXISTS events_no_update")  # v2
+    conn.execute("DROP TRIGGER events_no_update")
     conn.execute("UPDATE events SET session = 'forged' WHERE seq = 3")
     conn.commit()
     conn.close()

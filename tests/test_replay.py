@@ -42,14 +42,13 @@ from archive_provider.projections.builtin import RecallProjection, SessionsProje
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import (
     DB_NAME,
-    KEY_NAME,
     STORE_KEY_NAME,
     EventStore,
     PayloadMissing,
     iter_events,
 )
 
-from .conftest import archive_format, traced
+from .conftest import traced
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -521,11 +520,9 @@ def test_verify_projections_reports_a_projection_that_has_not_caught_up(tmp_path
 # -- streaming and memory ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_iter_events_carries_parts_and_filters_by_type(tmp_path: Path, version: int) -> None:
-    with archive_format(version):
-        store = EventStore.open(tmp_path / "a")
-    first = version  # the session's start; a v2 log begins with store_created
+def test_iter_events_carries_parts_and_filters_by_type(tmp_path: Path) -> None:
+    store = EventStore.open(tmp_path / "a")
+    first = 2  # the session's start: the log begins with store_created
     fill(store, 3)
     turns = list(iter_events(store.conn, 0, None, {"turn"}))
     assert [e.seq for e in turns] == [first + 1, first + 2, first + 3]
@@ -563,17 +560,14 @@ def test_replay_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
     assert peak_large < peak_small * 1.5 + 512 * 1024, (peak_small, peak_large)
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_batched_and_single_appends_give_the_same_projections(tmp_path: Path, version: int) -> None:
-    """Two stores share one key, so a text gets one digest in both (v1: the payload key; v2:
-    the lookup key finds the part, salted once, that the events name)."""
-    with freeze_time(START), archive_format(version):
+def test_batched_and_single_appends_give_the_same_projections(tmp_path: Path) -> None:
+    """Two stores share one key, so a text gets one digest in both (the lookup key finds the
+    part, salted once, that the events name)."""
+    with freeze_time(START):
         one = EventStore.open(tmp_path / "one", projections=default_projections())
-        key = KEY_NAME if version == 1 else STORE_KEY_NAME
-        if version == 1:
-            (tmp_path / "two").mkdir()
-        else:  # a v2 store is made with its own keys: give it one's lookup key, then reopen
-            EventStore.open(tmp_path / "two").close()
+        # a store is made with its own keys: give it one's lookup key, then reopen
+        EventStore.open(tmp_path / "two").close()
+        key = STORE_KEY_NAME
         (tmp_path / "two" / key).write_bytes((tmp_path / "one" / key).read_bytes())
         two = EventStore.open(tmp_path / "two", projections=default_projections())
         events = []

@@ -136,7 +136,7 @@ def page_data(page: str) -> dict[str, Any]:
 
 
 def turn_fact(seq: int, time: str, session: str, author: str = "Ann <1>") -> Any:
-    return fact_of(seq, time, "turn", session, {"turn": seq, "messages": ["a", "b"]}, author=author)
+    return fact_of(seq, time, "turn", session, {"turn": seq}, author=author, messages=2)
 
 
 def test_the_reducer_counts_per_day_and_category_and_keeps_each_session() -> None:
@@ -380,23 +380,16 @@ def test_a_report_of_a_damaged_log_says_so_and_exits_1(
     assert data["verification"]["first_bad_seq"] == seqs["recall"]
 
 
-def test_a_format_1_archive_reports_without_a_signed_checkpoint(tmp_path: Path) -> None:
-    from archive_provider.storage.store import EventStore
+def test_a_format_1_archive_is_refused_with_the_way_to_migrate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.conftest import v1_archive
 
     home = tmp_path / "home"
-    store = EventStore.open(home / "archive", format_version=1)
-    author = {"id": "u1", "name": "Ann"}
-    parts = [store.hasher.part({"role": "user", "content": "hello"})]
-    store.append(
-        [builders.turn(store.hasher, "s1", 1, parts, start=0, legacy=False, author=author)]
-    )
-    store.close()
+    v1_archive(home / "archive")
     out = tmp_path / "v1.html"
-    assert main(["--home", str(home), "report", str(out)]) == 0
-    data = page_data(out.read_text("utf-8"))
-    assert data["archive"]["format_version"] == 1 and data["checkpoint"] is None
-    assert data["witnesses"] == [] and data["verification"]["ok"] is True
-    assert data["sessions"][0]["authors"] == [{"author": "Ann <u1>", "turns": 1}]
+    assert main(["--home", str(home), "report", str(out)]) == 1
+    assert "hermes-archive migrate" in capsys.readouterr().err and not out.exists()
 
 
 def test_events_whose_body_was_erased_are_counted_and_shown_as_erased(tmp_path: Path) -> None:

@@ -25,7 +25,6 @@ from archive_provider.format.verifier import envelope_bytes_v2
 from archive_provider.host.hermes import spawn_thread
 from archive_provider.host.provider import ArchiveProvider
 from archive_provider.storage.store import archive_dir
-from tests.conftest import archive_format
 
 WITHHELD = "excerpts withheld: not proven against the log"
 
@@ -34,8 +33,7 @@ WITHHELD = "excerpts withheld: not proven against the log"
 def v2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # only durable commits sign: the events after the last checkpoint stay unsigned
     monkeypatch.setattr("archive_provider.storage.store.CHECKPOINT_INTERVAL_S", 1e12)
-    with archive_format(2):
-        yield
+    yield
 
 
 def build(provider: ArchiveProvider, turns: int = 3) -> list[dict[str, Any]]:

@@ -14,35 +14,23 @@ import pytest
 
 from archive_provider.format import verifier
 from archive_provider.format.canonical import CanonicalEncodingError, canonical_bytes
-from archive_provider.format.digests import (
-    chain_hash,
-    identity_digest,
-    key_text,
-    payload_digest,
-)
 from archive_provider.format.events import NewEvent
-from archive_provider.storage.sql import IN_CHUNK
 from archive_provider.storage.store import (
     DB_NAME,
-    KEY_NAME,
+    STORE_KEY_NAME,
     EventStore,
     StoreError,
-    TamperedPayload,
 )
+from archive_provider.storage.store_v2 import SIGNING_KEY_NAME
 from tests.conftest import traced
 
-# The v1 store: its seqs from 1, chain rule, payload.key, triggers and files. The v2 store's own
-# tests are in test_store_v2.py; a test here that names a format runs on that one.
-pytestmark = pytest.mark.usefixtures("v1_format")
+# The store's API, files and opening; the format's own rules (digests, parts, tiles,
+# checkpoints) are tested in test_store_v2.py. An archive begins with store_created (seq 1).
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the files of a closed archive
+FILES = [DB_NAME, SIGNING_KEY_NAME, STORE_KEY_NAME]
 VERIFIER = ROOT / "archive_provider" / "format" / "verifier.py"
-TRIGGERS = (
-    "events_append_only_update",
-    "events_append_only_delete",
-    "payloads_immutable",
-    "payloads_no_delete",
-)
 
 
 def turn(n: int, session: str = "s1", text: str | None = None) -> NewEvent:
@@ -77,35 +65,20 @@ def test_append_and_read_back(store: EventStore) -> None:
     second = NewEvent("turn", "s1", {"turn": 1, "m": [message.digest]}, {"turn": 1}, (message,))
     results = store.append([first, second])
     assert [(r.outcome, r.seq, r.type) for r in results] == [
-        ("appended", 1, "session_started"),
-        ("appended", 2, "turn"),
+        ("appended", 2, "session_started"),
+        ("appended", 3, "turn"),
     ]
-    events = list(store.events())
-    assert [e.seq for e in events] == [1, 2]
+    events = list(store.events(after_seq=1))
+    assert [e.seq for e in events] == [2, 3]
     assert events[0].body == {"platform": "cli"} and events[0].key == {"session": "s1"}
     assert events[1].part_digests == [message.digest]
     assert store.payload(message.digest) == canonical_bytes({"role": "user", "content": "hello"})
-    assert store.event(2) is not None and store.event(2).envelope.identity == results[1].identity  # type: ignore[union-attr]
-    assert store.event(3) is None
-    assert store.identity_seq(results[0].identity) == 1
+    assert store.event(3) is not None and store.event(3).envelope.identity == results[1].identity  # type: ignore[union-attr]
+    assert store.event(4) is None
+    assert store.identity_seq(results[0].identity) == 2
     head = store.head()
-    assert (head.seq, head.chain) == (2, events[1].chain)
-    assert [e.seq for e in store.events(after_seq=1)] == [2]
-
-
-def test_every_row_follows_the_chain_rule(store: EventStore) -> None:
-    """Recompute each row's identity, payload digest and chain from the spec's formulas."""
-    store.append([turn(1), turn(2)])
-    store.append([turn(3)])
-    previous = verifier.genesis(store.store_id)
-    for event in store.events():
-        envelope = event.envelope
-        assert envelope.identity == identity_digest("turn", event.key)
-        assert envelope.payload == payload_digest(store.key, event.body_bytes)
-        assert envelope.key == key_text(event.key)
-        assert event.chain == chain_hash(previous, envelope)
-        previous = event.chain
-    assert store.head().chain == previous
+    assert (head.seq, head.chain) == (3, events[1].chain)
+    assert [e.seq for e in store.events(after_seq=2)] == [3]
 
 
 def test_same_event_twice_is_stored_once(store: EventStore) -> None:
@@ -113,55 +86,28 @@ def test_same_event_twice_is_stored_once(store: EventStore) -> None:
     (again,) = store.append([turn(1, text="a different body, the same identity")])
     assert (first.outcome, again.outcome) == ("appended", "already_archived")
     assert again.seq == first.seq and again.identity == first.identity
-    assert store.conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
-    assert next(store.events()).body == {"text": "message 1"}  # the first one stays
-    assert store.head().seq == 1
+    assert store.conn.execute("SELECT count(*) FROM events WHERE type = 'turn'").fetchone()[0] == 1
+    assert next(store.events(after_seq=1)).body == {"text": "message 1"}  # the first one stays
+    assert store.head().seq == 2
 
 
 def test_same_event_twice_in_one_batch(store: EventStore) -> None:
     results = store.append([turn(1), turn(1), turn(2)])
     assert [(r.outcome, r.seq) for r in results] == [
-        ("appended", 1),
-        ("already_archived", 1),
         ("appended", 2),
+        ("already_archived", 2),
+        ("appended", 3),
     ]
-
-
-def test_payloads_and_parts_are_stored_once(store: EventStore) -> None:
-    part = store.hasher.part({"role": "user", "content": "same"})
-    store.append(
-        [
-            NewEvent("turn", "s", {"t": 1}, {"same": True}, (part,)),
-            NewEvent("checkpoint", "s", {"t": 2}, {"same": True}, (part,)),
-        ]
-    )
-    assert store.conn.execute("SELECT count(*) FROM payloads").fetchone()[0] == 2
-
-
-def test_payload_lookups_see_past_the_first_in_chunk(store: EventStore, folder: Path) -> None:
-    """``unstored`` and the stored-bytes check bind their digests a slice at a time
-    (storage/sql.py): both must look at every slice, not only the first."""
-    store.append([turn(n) for n in range(IN_CHUNK + 20)])
-    stored = [row[0] for row in store.conn.execute("SELECT digest FROM payloads")]
-    missing = [f"{n:064x}" for n in range(IN_CHUNK + 3)]
-    assert store.unstored([*stored, *missing]) == set(missing)
-    conn = raw(folder)
-    conn.execute("DROP TRIGGER payloads_immutable")
-    # slices are bound in sorted order: the largest digest is in the last one
-    conn.execute("UPDATE payloads SET body = X'00' WHERE digest = ?", (max(stored),))
-    conn.close()
-    with pytest.raises(TamperedPayload):  # its bytes are sent again under another identity
-        store.append([turn(n, session="s2") for n in range(IN_CHUNK + 20)])
 
 
 def test_an_unencodable_event_rolls_back_the_whole_batch(store: EventStore) -> None:
     bad = NewEvent("turn", "s", {"turn": 2}, {"x": float("nan")})
     with pytest.raises(CanonicalEncodingError):
         store.append([turn(1), bad])
-    assert store.conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
-    assert store.conn.execute("SELECT count(*) FROM payloads").fetchone()[0] == 0
-    assert store.head().seq == 0
-    assert store.append([turn(1)])[0].seq == 1
+    assert store.conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+    assert store.conn.execute("SELECT count(*) FROM payloads").fetchone()[0] == 1
+    assert store.head().seq == 1
+    assert store.append([turn(1)])[0].seq == 2
 
 
 def test_two_connections_never_fork_the_chain(folder: Path) -> None:
@@ -170,7 +116,7 @@ def test_two_connections_never_fork_the_chain(folder: Path) -> None:
     try:
         for n in range(1, 21):
             (one if n % 2 else two).append([turn(n)])
-        assert [e.seq for e in one.events()] == list(range(1, 21))
+        assert [e.seq for e in one.events()] == list(range(1, 22))
         assert verifier.verify_database(two.conn, two.key).ok
     finally:
         one.close()
@@ -186,7 +132,7 @@ def test_durable_append_sets_full_before_begin(store: EventStore) -> None:
     assert statements[begins[0] - 1] == "PRAGMA synchronous = FULL"
     assert statements[begins[1] - 1] == "PRAGMA synchronous = NORMAL"
     other = sqlite3.connect(store.path)
-    assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+    assert other.execute("SELECT count(*) FROM events").fetchone()[0] == 3
     other.close()
 
 
@@ -200,7 +146,6 @@ def test_durable_append_sets_full_before_begin(store: EventStore) -> None:
         ("UPDATE events SET seq = 9 WHERE seq = 1", "events are append-only"),
         ("DELETE FROM events WHERE seq = 1", "events are append-only"),
         ("DELETE FROM events", "events are append-only"),
-        ("UPDATE payloads SET body = x'00'", "payloads are immutable"),
         ("DELETE FROM payloads", "payloads are kept"),
     ],
 )
@@ -230,13 +175,11 @@ def test_folder_and_files_are_private(folder: Path) -> None:
     try:
         assert _mode(folder) == 0o700
         assert _mode(folder / DB_NAME) == 0o600
-        assert _mode(folder / KEY_NAME) == 0o600
+        assert _mode(folder / STORE_KEY_NAME) == _mode(folder / SIGNING_KEY_NAME) == 0o600
         for side in ("-wal", "-shm"):
             path = folder / (DB_NAME + side)
             if path.exists():
                 assert _mode(path) == 0o600, side
-        key_text_on_disk = (folder / KEY_NAME).read_text()
-        assert len(key_text_on_disk.strip()) == 64 and bytes.fromhex(key_text_on_disk) == store.key
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         store.close()
@@ -255,7 +198,7 @@ def test_reopen_keeps_store_id_key_and_head(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "payload key .* is missing"),
+        (None, "lookup key .* is missing"),
         ("this is garbage\n", "is not hex text"),
         ("abcd\n", "must hold 32 bytes, found 2"),
     ],
@@ -264,7 +207,7 @@ def test_missing_or_malformed_key_is_a_clear_error(
     folder: Path, content: str | None, message: str
 ) -> None:
     EventStore.open(folder).close()
-    key = folder / KEY_NAME
+    key = folder / STORE_KEY_NAME
     if content is None:
         key.unlink()
     else:
@@ -286,7 +229,7 @@ def test_readonly_open_with_a_relative_path(folder: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(folder.parent)
     store = EventStore.open(Path("archive"), readonly=True)
     try:
-        assert store.head().seq == 0
+        assert store.head().seq == 1
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             store.append([turn(1)])
     finally:
@@ -302,11 +245,10 @@ def test_a_corrupt_database_is_a_clear_error(folder: Path) -> None:
         EventStore.open(folder)
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_a_locked_database_is_not_called_corrupt(folder: Path, version: int) -> None:
-    """A lock held beyond the busy timeout must not send the user to restore a backup (a v2
-    file takes its first write lock when its projections are made: same answer)."""
-    EventStore.open(folder, format_version=version).close()
+def test_a_locked_database_is_not_called_corrupt(folder: Path) -> None:
+    """A lock held beyond the busy timeout must not send the user to restore a backup (the
+    file takes its first write lock when its projections are made)."""
+    EventStore.open(folder).close()
     locker = raw(folder)
     locker.execute("BEGIN EXCLUSIVE")
     try:
@@ -339,7 +281,7 @@ def test_a_closed_archive_in_a_read_only_folder_can_be_read(
     store = EventStore.open(folder)
     store.append([NewEvent("turn", "s1", {"n": 1}, {"text": "kept"})])
     store.close()
-    assert sorted(p.name for p in folder.iterdir()) == [DB_NAME, KEY_NAME]
+    assert sorted(p.name for p in folder.iterdir()) == FILES
     folder.chmod(0o555)
     if os.geteuid() == 0:
         real_access = os.access
@@ -350,9 +292,9 @@ def test_a_closed_archive_in_a_read_only_folder_can_be_read(
     try:
         reader = EventStore.open(folder, create=False, readonly=True)
         try:
-            assert [e.body for e in reader.events()] == [{"text": "kept"}]
+            assert [e.body for e in reader.events(after_seq=1)] == [{"text": "kept"}]
         finally:
             reader.close()
-        assert sorted(p.name for p in folder.iterdir()) == [DB_NAME, KEY_NAME]  # nothing made
+        assert sorted(p.name for p in folder.iterdir()) == FILES  # nothing made
     finally:
         folder.chmod(0o755)

@@ -40,7 +40,7 @@ def _turn(store: EventStore, turn: int, *texts: str, session: str = "s1") -> New
 
 
 def _open(folder: Path) -> EventStoreV2:
-    store = EventStore.open(folder, format_version=2)
+    store = EventStore.open(folder)
     assert isinstance(store, EventStoreV2)
     return store
 
@@ -67,17 +67,6 @@ def test_a_new_v2_archive_has_its_files_meta_and_first_event(tmp_path: Path) -> 
     # the first event was a durable commit: it is signed
     assert store.conn.execute("SELECT size FROM signed_checkpoints").fetchall() == [(1,)]
     store.close()
-
-
-def test_v1_archives_still_open_as_v1(tmp_path: Path) -> None:
-    store = EventStore.open(tmp_path / "a", format_version=1)
-    store.append([_turn(store, 1, "hello")])
-    store.close()
-    again = EventStore.open(tmp_path / "a")
-    assert type(again) is EventStore
-    assert [e.type for e in again.events()] == ["turn"]
-    assert again.conn.execute("SELECT typeof(identity) FROM events").fetchone() == ("text",)
-    again.close()
 
 
 def test_digests_are_blobs_in_the_database_and_hex_in_the_api(tmp_path: Path) -> None:
@@ -414,16 +403,6 @@ def test_the_key_command_prints_the_verifier_key_never_the_private_one(
     assert f'"vkey": "{vkey}"' in capsys.readouterr().out
 
 
-def test_the_key_command_on_a_v1_archive_says_it_has_none(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from archive_provider.cli import main
-
-    EventStore.open(tmp_path / "archive", format_version=1).close()
-    assert main(["--home", str(tmp_path), "key"]) == 1
-    assert "format version 1" in capsys.readouterr().err
-
-
 def test_one_event_naming_a_new_text_twice_stores_it_once(tmp_path: Path) -> None:
     store = _open(tmp_path / "a")
     [result] = store.append([_turn(store, 1, "again", "again")])
@@ -497,51 +476,6 @@ def test_the_writer_refuses_a_tampered_v2_archive(tmp_path: Path) -> None:
             writer.append_durable(_writer_turn(2, "next"), timeout=10)
     finally:
         writer.close()
-
-
-def test_the_builtin_projections_follow_a_v2_log_as_a_v1_log(tmp_path: Path) -> None:
-    """Projections read digests as hex whatever the format: the same turns give the same rows."""
-    from archive_provider.domain import builders
-    from archive_provider.projections.registry import default_projections
-
-    def drive(store: EventStore) -> list[tuple[object, ...]]:
-        hello = [
-            {"role": "user", "content": "my cat is Ziggy"},
-            {"role": "assistant", "content": "ok"},
-        ]
-        parts = [store.hasher.part(m) for m in hello]
-        store.append([builders.session_started("s", at="2026-12-01T00:00:00.000000Z", details={})])
-        store.append([builders.turn(store.hasher, "s", 1, parts, start=0, legacy=False)])
-        more = [*parts, store.hasher.part({"role": "user", "content": "and a dog called Rex"})]
-        store.append(
-            [
-                builders.checkpoint(
-                    store.hasher,
-                    "s",
-                    more,
-                    parent_session="",
-                    host_api_version=1,
-                    require_checkpoint=True,
-                    received=3,
-                )
-            ],
-            durable=True,
-        )
-        assert not store.broken_projections
-        return store.conn.execute(
-            "SELECT text, kind, session, role FROM recall_fts ORDER BY rowid"
-        ).fetchall()
-
-    v1 = EventStore.open(tmp_path / "v1", format_version=1, projections=default_projections)
-    v2 = EventStore.open(tmp_path / "v2", format_version=2, projections=default_projections)
-    try:
-        rows = drive(v1)
-        assert drive(v2) == rows
-        assert ("and a dog called Rex", "checkpoint", "s", "user") in rows  # only the new text
-        assert len(rows) == 3
-    finally:
-        v1.close()
-        v2.close()
 
 
 def test_v2_identity_keys_leave_out_what_the_identity_covers(tmp_path: Path) -> None:
@@ -688,7 +622,7 @@ def test_the_loser_of_a_race_to_make_a_new_archive_leaves_it_as_the_winner_made_
     finds the file made and leaves it (it failed with 'UNIQUE constraint failed: meta.name',
     which a CI run met as a provider whose first checkpoint could not open its archive)."""
     folder = tmp_path / "archive"
-    store = EventStore.open(folder, format_version=2)
+    store = EventStore.open(folder)
     assert isinstance(store, EventStoreV2)
     made = dict(store.conn.execute("SELECT name, value FROM meta").fetchall())
     signer = store.signer

@@ -38,7 +38,7 @@ def _turn(store: EventStore, turn: int, text: str) -> NewEvent:
 def _profile(tmp_path: Path, name: str) -> tuple[Path, Witness]:
     """A witnessed v2 archive: cosigned turns, then RECENT turns and a crash."""
     folder = tmp_path / name / "archive"
-    EventStore.open(folder, format_version=2).close()
+    EventStore.open(folder).close()
     witness = Witness(tmp_path / f"{name}.witness", folder)
     for turns, backup in ((range(1, 3), "deep"), (range(3, 8), "recent"), (range(8, 9), None)):
         writer = Writer(folder, witness=witness)

@@ -8,6 +8,7 @@ process both name the exact first bad sequence number.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -26,14 +27,23 @@ from archive_provider.format.digests import (
     parts_text,
     payload_digest,
 )
-from archive_provider.format.events import NewEvent
-from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore
+from archive_provider.storage.store import DB_NAME, KEY_NAME
 
-from .test_store import TRIGGERS, VERIFIER, raw, turn
+from .conftest import v1_archive
+from .test_store import VERIFIER, raw
 
-# v1's rows, triggers and keyed text digests; v2's tamper classes are in test_tamper_v2.py and
+#: the v1 archive the tamper classes start from, and the v1 triggers they drop
+TAMPER_FIXTURE = Path(__file__).parent / "fixtures" / "v1_tamper"
+TRIGGERS = (
+    "events_append_only_update",
+    "events_append_only_delete",
+    "payloads_immutable",
+    "payloads_no_delete",
+)
+
+# The verifier's format-1 path (migrate and the standalone verifier read old archives): v1's
+# rows, triggers and keyed text digests; v2's tamper classes are in test_tamper_v2.py and
 # test_verifier_v2.py.
-pytestmark = pytest.mark.usefixtures("v1_format")
 
 
 @pytest.fixture
@@ -46,22 +56,10 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def log(folder: Path) -> Path:
-    """Six events (two naming the same part), appended in three transactions."""
-    store = EventStore.open(folder)
-    shared = store.hasher.part({"role": "user", "content": "shared message"})
-    store.append([NewEvent("session_started", "s1", {"session": "s1"}, {"platform": "cli"})])
-    store.append(
-        [
-            NewEvent("turn", "s1", {"turn": 1}, {"turn": 1, "m": [shared.digest]}, (shared,)),
-            turn(2),
-            turn(3),
-        ]
-    )
-    store.append(
-        [NewEvent("checkpoint", "s1", {"cp": 1}, {"m": [shared.digest]}, (shared,)), turn(5)]
-    )
-    assert store.head().seq == 6
-    store.close()
+    """Six events (two naming the same part), appended in three transactions by the 0.1.0
+    code (tests/fixtures/v1_tamper: session_started; turn 1 naming the shared part, turns 2
+    and 3; a checkpoint naming it again and turn 5)."""
+    shutil.copytree(TAMPER_FIXTURE, folder)
     conn = raw(folder)
     for trigger in TRIGGERS:
         conn.execute(f"DROP TRIGGER {trigger}")
@@ -326,10 +324,7 @@ def test_known_limit_a_consistent_rewrite_of_the_tail_is_not_detected(log: Path)
 
 
 def test_verifier_cli_with_a_path_needing_quoting(tmp_path: Path) -> None:
-    folder = tmp_path / "backup #3 ?50%" / "archive"
-    store = EventStore.open(folder)
-    store.append([turn(1)])
-    store.close()
+    folder = v1_archive(tmp_path / "backup #3 ?50%" / "archive")
     done = subprocess.run(
         [sys.executable, str(VERIFIER), str(folder / DB_NAME), "--json"],
         capture_output=True,
@@ -337,7 +332,7 @@ def test_verifier_cli_with_a_path_needing_quoting(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout)["events_checked"] == 1
+    assert json.loads(done.stdout)["events_checked"] == 11
 
 
 def test_verifier_cli_without_a_key_fails_cleanly(log: Path, tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from archive_provider.demo.demo import _archive_head
 from archive_provider.host.provider import ArchiveProvider
 from archive_provider.host.schemas import load_envelope_schema
 from archive_provider.storage.store import EventStore, archive_dir
-from tests.conftest import archive_format
 
 ALICE = {"id": "bot:ops/alice", "name": "Alice", "is_bot": True}
 
@@ -27,15 +26,14 @@ ALICE = {"id": "bot:ops/alice", "name": "Alice", "is_bot": True}
 @pytest.fixture
 def home(make_provider: Callable[..., ArchiveProvider], tmp_path: Path) -> Path:
     folder = tmp_path / "home"
-    with archive_format(2):
-        provider = make_provider(folder)
-        convo = [
-            {"role": "user", "content": "deploy the heron service"},
-            {"role": "assistant", "content": "Deploying heron now."},
-        ]
-        provider.sync_turn(convo[0]["content"], convo[1]["content"], messages=convo,
-                           turn_author=dict(ALICE))  # fmt: skip
-        provider.shutdown()
+    provider = make_provider(folder)
+    convo = [
+        {"role": "user", "content": "deploy the heron service"},
+        {"role": "assistant", "content": "Deploying heron now."},
+    ]
+    provider.sync_turn(convo[0]["content"], convo[1]["content"], messages=convo,
+                       turn_author=dict(ALICE))  # fmt: skip
+    provider.shutdown()
     return folder
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from archive_provider.format import verifier
 from archive_provider.format.events import NewEvent
 from archive_provider.storage.store import EventStore, EventStoreV2
+from tests.conftest import v1_archive
 
 REPO = Path(__file__).resolve().parents[1]
 VECTORS = json.loads((REPO / "tests" / "vectors" / "reports.json").read_text(encoding="utf-8"))
@@ -125,7 +126,7 @@ def test_the_standalone_files_agree(tmp_path: Path, name: str) -> None:
 
 
 def test_a_real_v2_archive_verifies_alone_with_its_vkey(tmp_path: Path) -> None:
-    store = EventStore.open(tmp_path / "archive", format_version=2)
+    store = EventStore.open(tmp_path / "archive")
     assert isinstance(store, EventStoreV2)
     for turn in range(1, 40):
         part = store.hasher.part({"role": "user", "content": f"message {turn % 7}"})
@@ -145,10 +146,7 @@ def test_a_real_v2_archive_verifies_alone_with_its_vkey(tmp_path: Path) -> None:
 
 
 def test_a_v1_key_file_in_uppercase_verifies_the_same(tmp_path: Path) -> None:
-    store = EventStore.open(tmp_path / "archive", format_version=1)
-    part = store.hasher.part({"role": "user", "content": "hi"})
-    store.append([NewEvent("turn", "s", {"turn": 1}, {"messages": [part.digest]}, (part,))])
-    store.close()
+    v1_archive(tmp_path / "archive")  # the standalone verifier still reads format 1
     key = tmp_path / "archive" / "payload.key"
     script = _standalone(tmp_path)
     code, lower = _run(script, str(tmp_path / "archive" / "events.db"))
@@ -165,7 +163,7 @@ def test_the_verify_command_checks_signatures_with_key(
 ) -> None:
     from archive_provider.cli import main
 
-    store = EventStore.open(tmp_path / "archive", format_version=2)
+    store = EventStore.open(tmp_path / "archive")
     assert isinstance(store, EventStoreV2)
     vkey = store.vkey
     store.close()
@@ -176,7 +174,7 @@ def test_the_verify_command_checks_signatures_with_key(
 
 
 def _archive(folder: Path) -> Path:
-    store = EventStore.open(folder, format_version=2)
+    store = EventStore.open(folder)
     for turn in range(1, 13):
         part = store.hasher.part({"role": "user", "content": f"message {turn % 5}"})
         body = {"turn": turn, "messages": [part.digest]}

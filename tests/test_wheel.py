@@ -1,10 +1,10 @@
-"""The install README and OPERATIONS.md give for today: a wheel built from this tree, installed
-non-editable into a fresh venv, runs.
+"""The install README and OPERATIONS.md give: the wheel and the sdist built from this tree,
+each installed non-editable into a fresh venv, run.
 
 Only the project itself is installed (``--no-deps --no-index``: nothing is fetched); its
-dependencies are borrowed from the test venv through a path file, so the check costs seconds.
-What it catches: a module or the schemas missing from the wheel, a broken entry point, code
-that only works from the source tree.
+dependencies (and, for the sdist, its build backend) are borrowed from the test venv through a
+path file, so the check costs seconds. What it catches: a module or the schemas missing from
+the wheel or the sdist, a broken entry point, code that only works from the source tree.
 """
 
 from __future__ import annotations
@@ -32,23 +32,38 @@ def run(*args: str | Path, cwd: Path) -> str:
     return done.stdout
 
 
-def test_a_built_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "-q",
-        "-w",
-        dist,
-        REPO,
-        cwd=tmp_path,
+def build(kind: str, dist: Path) -> Path:
+    """The ``wheel`` or ``sdist`` of this tree, built into ``dist`` as a release builds it."""
+    if kind == "wheel":
+        run(
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            dist,
+            REPO,
+            cwd=dist.parent,
+        )
+    else:
+        code = "import sys; from hatchling.build import build_sdist; build_sdist(sys.argv[1])"
+        run(sys.executable, "-c", code, dist, cwd=REPO)
+    (built,) = dist.glob(
+        f"hermes_archive-{__version__}{'-py3-none-any.whl' if kind == 'wheel' else '.tar.gz'}"
     )
-    (wheel,) = dist.glob("hermes_archive-*.whl")
+    return built
+
+
+@pytest.mark.parametrize("kind", ["wheel", "sdist"])
+def test_a_built_wheel_and_sdist_install_and_run_outside_the_source_tree(
+    tmp_path: Path, kind: str
+) -> None:
+    dist = tmp_path / "dist"
+    wheel = build(kind, dist)
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
@@ -69,6 +84,7 @@ def test_a_built_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path)
         "install",
         "--no-deps",
         "--no-index",
+        "--no-build-isolation",  # the sdist is built with the borrowed hatchling
         "-q",
         wheel,
         cwd=tmp_path,

@@ -35,7 +35,7 @@ def _build(turn: int, text: str) -> Callable[[EventStore], list[NewEvent]]:
 
 def _archive(tmp_path: Path) -> tuple[Path, Witness]:
     folder = tmp_path / "archive"
-    EventStore.open(folder, format_version=2).close()
+    EventStore.open(folder).close()
     return folder, Witness(tmp_path / "witness", folder)
 
 

@@ -84,7 +84,7 @@ def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
 ) -> None:
     home = tmp_path / "home"
     folder = archive_dir(home)
-    store = EventStore.open(folder, format_version=2)
+    store = EventStore.open(folder)
     assert isinstance(store, EventStoreV2)
     vkey = store.vkey
     store.close()

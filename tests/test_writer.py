@@ -6,7 +6,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -17,18 +17,10 @@ from archive_provider.format import verifier
 from archive_provider.format.canonical import CanonicalEncodingError
 from archive_provider.format.events import AppendResult, NewEvent, StoredEvent
 from archive_provider.storage.spill import read_records, segment_paths
-from archive_provider.storage.store import KEY_NAME, STORE_KEY_NAME, EventStore
+from archive_provider.storage.store import STORE_KEY_NAME, EventStore
 from archive_provider.storage.writer import Writer, WriterUnavailable, writers
 
-from .conftest import archive_format
 from .test_store import raw, turn
-
-
-@pytest.fixture(params=[1, 2], ids=["v1", "v2"], autouse=True)
-def fmt(request: pytest.FixtureRequest) -> Iterator[int]:
-    """Every test here runs on a new archive of each format: the writer is one for both."""
-    with archive_format(request.param):
-        yield request.param
 
 
 @pytest.fixture
@@ -36,14 +28,8 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path / "home" / "archive"
 
 
-def first_seq(fmt: int) -> int:
-    """The seq of the first event a test appends (a v2 archive begins with store_created)."""
-    return 2 if fmt == 2 else 1
-
-
-def key_file(folder: Path, fmt: int) -> Path:
-    """The key the store reads at open: payload.key (v1) or store.key (v2)."""
-    return folder / (KEY_NAME if fmt == 1 else STORE_KEY_NAME)
+#: the seq of the first event a test appends (an archive begins with store_created)
+FIRST_SEQ = 2
 
 
 def turn_keys(folder: Path) -> list[str]:
@@ -95,7 +81,7 @@ class Threads:
         return thread
 
 
-def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path, fmt: int) -> None:
+def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path) -> None:
     recorder = Recorder()
     writer = Writer(folder, projections_factory=lambda: (recorder,))
     started, release = threading.Event(), threading.Event()
@@ -111,7 +97,7 @@ def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path, fmt: 
         futures = [writer.submit(builder(turn(n))) for n in range(1, 10001)]
         release.set()
         results = [future.result(timeout=60) for future in [first, *futures]]
-        first = first_seq(fmt)
+        first = FIRST_SEQ
         assert [result.seq for (result,) in results] == list(range(first, first + 10001))
         assert all(result.outcome == "appended" for (result,) in results)
         transactions = [s for s in recorder.statements if s.startswith("BEGIN IMMEDIATE")]
@@ -130,9 +116,9 @@ def test_writer_burst_of_10000_keeps_order_and_group_commits(folder: Path, fmt: 
         store.close()
 
 
-def test_writer_durable_append_is_committed_on_return(folder: Path, fmt: int) -> None:
+def test_writer_durable_append_is_committed_on_return(folder: Path) -> None:
     writer = Writer(folder)
-    first = first_seq(fmt)
+    first = FIRST_SEQ
     try:
         ordinary = writer.submit(builder(turn(1)))
         (result,) = writer.append_durable(builder(turn(2)), timeout=10)
@@ -145,9 +131,9 @@ def test_writer_durable_append_is_committed_on_return(folder: Path, fmt: int) ->
         assert writer.close().complete
 
 
-def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path, fmt: int) -> None:
+def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path) -> None:
     EventStore.open(folder).close()
-    key_file(folder, fmt).write_text("garbage, not a key\n")
+    (folder / STORE_KEY_NAME).write_text("garbage, not a key\n")
     threads = Threads()
     writer = Writer(folder, thread_factory=threads)
     futures = [writer.submit(builder(turn(n)), label=f"turn {n}") for n in (1, 2, 3)]
@@ -173,24 +159,22 @@ def test_writer_close_reports_what_the_unopenable_store_kept(folder: Path, fmt: 
         late.result(timeout=1)
 
 
-def test_writer_durable_fails_fast_while_the_key_is_bad_then_recovers(
-    folder: Path, fmt: int
-) -> None:
+def test_writer_durable_fails_fast_while_the_key_is_bad_then_recovers(folder: Path) -> None:
     EventStore.open(folder).close()
-    key = key_file(folder, fmt)
+    key = folder / STORE_KEY_NAME
     good_key = key.read_text()
     key.write_text("garbage\n")
     writer = Writer(folder)
     try:
         queued = writer.submit(builder(turn(1)))
         began = time.monotonic()
-        with pytest.raises(WriterUnavailable, match="payload key" if fmt == 1 else "lookup key"):
+        with pytest.raises(WriterUnavailable, match="lookup key"):
             writer.append_durable(builder(turn(2)), timeout=30)
         assert time.monotonic() - began < 5
         assert not queued.done()
         key.write_text(good_key)
-        assert queued.result(timeout=10)[0].seq == first_seq(fmt)
-        assert writer.append_durable(builder(turn(3)), timeout=10)[0].seq == first_seq(fmt) + 1
+        assert queued.result(timeout=10)[0].seq == FIRST_SEQ
+        assert writer.append_durable(builder(turn(3)), timeout=10)[0].seq == FIRST_SEQ + 1
     finally:
         assert writer.close().complete
     assert turn_keys(folder) == [
@@ -199,10 +183,8 @@ def test_writer_durable_fails_fast_while_the_key_is_bad_then_recovers(
     ]  # the failed durable event was not written behind its caller's back
 
 
-def test_writer_locked_database_durable_fails_fast_ordinary_lands_later(
-    folder: Path, fmt: int
-) -> None:
-    first = first_seq(fmt)
+def test_writer_locked_database_durable_fails_fast_ordinary_lands_later(folder: Path) -> None:
+    first = FIRST_SEQ
     writer = Writer(folder, busy_timeout_ms=100)
     assert writer.flush(10)  # the store is open
     locker = raw(folder)
@@ -248,9 +230,9 @@ def test_writer_close_under_a_lock_never_writes_what_it_reported(folder: Path) -
         future.result(timeout=1)
 
 
-def test_writer_an_unencodable_event_does_not_wedge_the_queue(folder: Path, fmt: int) -> None:
+def test_writer_an_unencodable_event_does_not_wedge_the_queue(folder: Path) -> None:
     writer = Writer(folder)
-    first = first_seq(fmt)
+    first = FIRST_SEQ
     try:
         before = writer.submit(builder(turn(1)))
         bad = writer.submit(builder(turn(2), NewEvent("turn", "s1", {"t": 3}, {"x": float("nan")})))
@@ -270,19 +252,19 @@ def test_writer_an_unencodable_event_does_not_wedge_the_queue(folder: Path, fmt:
     try:  # the job that failed after inserting its payload (SQLite refused its session) left none
         named = {e.envelope.payload for e in store.events()}
         rows = store.conn.execute("SELECT digest FROM payloads")
-        stored = {row[0] if fmt == 1 else bytes(row[0]).hex() for row in rows}
+        stored = {bytes(row[0]).hex() for row in rows}
         assert stored == named and len(named) == first + 2  # v2: store_created's body too
     finally:
         store.close()
 
 
-def test_writer_refuses_to_build_on_a_damaged_log(folder: Path, fmt: int) -> None:
+def test_writer_refuses_to_build_on_a_damaged_log(folder: Path) -> None:
     store = EventStore.open(folder)
     store.append([turn(1), turn(2)])
     store.close()
-    seq = first_seq(fmt) + 1
+    seq = FIRST_SEQ + 1
     conn = raw(folder)
-    conn.execute(f"DROP TRIGGER {'events_append_only_update' if fmt == 1 else 'events_no_update'}")
+    conn.execute("DROP TRIGGER events_no_update")
     conn.execute("UPDATE events SET time = 'x' WHERE seq = ?", (seq,))
     conn.close()
     writer = Writer(folder)
@@ -292,14 +274,14 @@ def test_writer_refuses_to_build_on_a_damaged_log(folder: Path, fmt: int) -> Non
     writer.close(timeout=1)
 
 
-def test_registry_shares_one_writer_per_folder(folder: Path, fmt: int) -> None:
+def test_registry_shares_one_writer_per_folder(folder: Path) -> None:
     one = writers.acquire(folder)
     two = writers.acquire(folder / ".." / "archive")
     try:
         assert one is two
         assert writers.release(one) is None  # still held by the other provider
         future: Future[list[AppendResult]] = two.submit(builder(turn(1)))
-        assert future.result(timeout=10)[0].seq == first_seq(fmt)
+        assert future.result(timeout=10)[0].seq == FIRST_SEQ
     finally:
         report = writers.release(two)
     assert report is not None and report.complete
@@ -335,10 +317,7 @@ def test_a_durable_append_waits_for_the_open_time_proof_instead_of_failing(
     assert result.outcome == "appended"
 
 
-def test_an_edited_part_makes_the_writer_refuse_in_either_format(folder: Path, fmt: int) -> None:
-    format_version = fmt
-
-    # v1's TamperedPayload and v2's TamperedPart are one refusal (TamperedPart is the base)
+def test_an_edited_part_makes_the_writer_refuse(folder: Path) -> None:
     def said(text: str) -> Callable[[EventStore], list[NewEvent]]:
         def build(store: EventStore) -> list[NewEvent]:
             part = store.hasher.part({"role": "user", "content": "secret"})
@@ -347,14 +326,13 @@ def test_an_edited_part_makes_the_writer_refuse_in_either_format(folder: Path, f
 
         return build
 
-    store = EventStore.open(folder, format_version=format_version)
+    store = EventStore.open(folder)
     store.close()
     writer = Writer(folder)
     try:
         assert writer.append_durable(said("first"), timeout=10)[0].outcome == "appended"
         conn = raw(folder)  # edited under the open writer: its next append meets the row
-        trigger = "payloads_immutable" if format_version == 1 else "payloads_erase_only"
-        conn.execute(f"DROP TRIGGER {trigger}")
+        conn.execute("DROP TRIGGER payloads_erase_only")
         edited = conn.execute(
             'UPDATE payloads SET body = CAST(\'{"content":"secreT","role":"user"}\''
             " AS BLOB) WHERE CAST(body AS TEXT) LIKE '%\"secret\"%'"

@@ -36,33 +36,25 @@ from blake3 import blake3
 from ..domain.clock import format_time, utc_now
 from ..errors import ArchiveError
 from ..format import digests_v2
-from ..format.digests import FORMAT_VERSION, genesis_chain
 from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
 from ..format.verifier import (
     AGAIN,
     BUNDLE_NAME,
-    BUNDLE_VERSION,
     BUNDLE_VERSION_V3,
     CARRIED,
     ENVELOPE_HEAD_V3,
-    ENVELOPES,
     ENVELOPES_V3,
-    KEY_MEMBER,
     MANIFEST,
-    PAYLOAD_PREFIX,
     PAYLOADS,
     TOMBSTONE,
     Report,
-    envelope_line,
     seal_comment,
     seal_digest,
     selected,
     verify_bundle,
 )
 from ..storage.store import (
-    ENVELOPE_COLUMNS,
     ENVELOPE_COLUMNS_V2,
-    EventStore,
     EventStoreV2,
     Head,
     salted_payloads,
@@ -71,7 +63,6 @@ from ..storage.store_v2 import KeyFileError
 from ..storage.threads import context_thread
 
 CHAIN_FROM = ("genesis", "selection")
-_ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq"
 
 
 class ExportError(ArchiveError):
@@ -189,28 +180,8 @@ class _Stream(_Member):
         self.pending, self.waiting = [], 0
 
 
-def _start(
-    store: EventStore, selection: Selection, chain_from: str, head_seq: int
-) -> tuple[int, str]:
-    """(seq, chain) just before the first exported envelope."""
-    if chain_from == "genesis":
-        return 0, genesis_chain(store.store_id)
-    first = head_seq + 1
-    for seq, session, time in store.conn.execute(
-        "SELECT seq, session, time FROM events ORDER BY seq"
-    ):
-        if selection.matches(session, time):
-            first = seq
-            break
-    start = min(first, head_seq + 1) - 1
-    if start == 0:
-        return 0, genesis_chain(store.store_id)
-    row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (start,)).fetchone()
-    return start, str(row[0])
-
-
 def export_bundle(
-    store: EventStore,
+    store: EventStoreV2,
     out: Path,
     selection: Selection,
     *,
@@ -226,14 +197,12 @@ def export_bundle(
     """
     if chain_from not in CHAIN_FROM:
         raise ValueError(f"chain_from must be one of {CHAIN_FROM}")
-    v2 = isinstance(store, EventStoreV2)
-    if v2 and chain_from != "genesis":
+    if chain_from != "genesis":
         raise ExportError(
             "a format-2 bundle carries every envelope from the genesis (its tree root is "
             "checked against the signed checkpoint); drop --chain-from selection"
         )
-    if isinstance(store, EventStoreV2):
-        store.checkpoint()  # a writer signs the head first, so the bundle reaches it
+    store.checkpoint()  # a writer signs the head first, so the bundle reaches it
     out = Path(out)
     remove_stale_partials(out.parent)
     tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")
@@ -244,31 +213,16 @@ def export_bundle(
         try:
             conn.execute("BEGIN")  # one read snapshot: the head and every row agree
             try:
-                head = _signed_head(store) if isinstance(store, EventStoreV2) else store.head()
-                start_seq, start_chain = (
-                    (0, digests_v2.genesis(store.store_id).hex())
-                    if v2
-                    else _start(store, selection, chain_from, head.seq)
-                )
+                head = _signed_head(store)
+                start_seq, start_chain = 0, digests_v2.genesis(store.store_id).hex()
                 try:
                     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
                 except OSError as exc:  # name the path the user gave, not our temporary file
                     raise type(exc)(exc.errno, exc.strerror, str(out)) from None
                 with os.fdopen(fd, "w+b") as handle:
-                    if isinstance(store, EventStoreV2):
-                        envelopes, chosen, payloads = _write_v2(
-                            handle, store, selection, head, created_by, progress
-                        )
-                    else:
-                        envelopes, chosen, payloads = _write(
-                            handle,
-                            store,
-                            selection,
-                            (start_seq, start_chain),
-                            head,
-                            created_by,
-                            progress,
-                        )
+                    envelopes, chosen, payloads = _write_v2(
+                        handle, store, selection, head, created_by, progress
+                    )
                     size = handle.seek(0, os.SEEK_END)
                     handle.seek(size - 64)
                     seal = handle.read().decode("ascii")
@@ -367,76 +321,8 @@ def _info(name: str, when: tuple[int, int, int, int, int, int]) -> zipfile.ZipIn
     return info
 
 
-def _write(
-    handle: BinaryIO,
-    store: EventStore,
-    selection: Selection,
-    start: tuple[int, str],
-    head: Head,
-    created_by: str,
-    progress: Callable[[int], None] | None,
-) -> tuple[int, int, int]:
-    """Write the bundle into ``handle``: members, manifest, then the seal.
-
-    Returns (envelopes, selected events, payloads).
-    """
-    created = utc_now()
-    when = created.timetuple()[:6]
-    members: dict[str, dict[str, object]] = {}
-    needed: dict[str, None] = {}  # payload and part digests of the selected events, in order
-    envelopes = chosen = 0
-    with zipfile.ZipFile(handle, "w") as archive:
-        key = _Member()
-        archive.writestr(_info(KEY_MEMBER, when), key.feed(store.key.hex().encode("ascii") + b"\n"))
-        members[KEY_MEMBER] = key.entry()
-        lines = _Member()
-        with archive.open(_info(ENVELOPES, when), "w", force_zip64=True) as member:
-            for row in store.conn.execute(_ROWS_SQL, (start[0], head.seq)):
-                member.write(lines.feed(envelope_line(row)))
-                envelopes += 1
-                if selection.matches(row[3], row[1]):
-                    chosen += 1
-                    needed[row[6]] = None
-                    needed.update(dict.fromkeys(json.loads(row[7])))
-                if progress and envelopes % 1000 == 0:
-                    progress(envelopes)
-        members[ENVELOPES] = lines.entry()
-        for digest in sorted(needed):
-            body = store.payload(digest)
-            if body is None:
-                raise ExportError(
-                    f"payload {digest} is missing from the archive; "
-                    "`hermes-archive verify` names the event"
-                )
-            part = _Member()
-            archive.writestr(_info(PAYLOAD_PREFIX + digest, when), part.feed(body))
-            members[PAYLOAD_PREFIX + digest] = part.entry()
-        manifest: dict[str, object] = {
-            "bundle": BUNDLE_NAME,
-            "bundle_version": BUNDLE_VERSION,
-            "format_version": FORMAT_VERSION,
-            "store_id": store.store_id,
-            "created": format_time(created),
-            "created_by": created_by,
-            "head": {"seq": head.seq, "chain": head.chain},
-            "proof": {"start_seq": start[0], "start_chain": start[1]},
-            "selection": selection.as_dict(),
-            "envelopes": envelopes,
-            "selected_events": chosen,
-            "payloads": len(needed),
-            "members": members,
-        }
-        _write_manifest(archive, manifest, when)
-    if progress:
-        progress(envelopes)
-    _seal(handle)
-    return envelopes, chosen, len(needed)
-
-
-def _own_vkey(store: EventStore) -> str | None:
-    """The verifier key the export checks its own v2 bundle with (None: integrity only)."""
-    if not isinstance(store, EventStoreV2):
-        return None
+def _own_vkey(store: EventStoreV2) -> str | None:
+    """The verifier key the export checks its own bundle with (None: integrity only)."""
     try:
         return store.vkey
     except KeyFileError:

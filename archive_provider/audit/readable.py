@@ -7,11 +7,11 @@ SEQ``. Beside it goes a Datasette ``metadata.json``: titles, descriptions, colum
 and the archive's head and verification result at the time of the copy (also in the
 copy's ``archive`` table).
 
-The rows are read through the audit views of the archive's format (store.AUDIT_VIEWS or
-AUDIT_VIEWS_V2), made as temporary views on a read-only connection: the archive's own views are never run (an
-archive under audit is untrusted), and an archive older than the views is read the same.
-Everything streams in batches: memory stays flat whatever the archive's size. Only the
-events up to the verified head are copied, so the copy and its verification agree.
+The rows are read through the audit views (store.AUDIT_VIEWS_V2), made as temporary views
+on a read-only connection: the archive's own views are never run (an archive under audit
+is untrusted), and an archive older than the views is read the same. Everything streams
+in batches: memory stays flat whatever the archive's size. Only the events up to the
+verified head are copied, so the copy and its verification agree.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sqlite_utils
 
 from ..domain.clock import now_text
 from ..format.verifier import Report, verify_database
-from ..storage.store import AUDIT_VIEWS, AUDIT_VIEWS_V2, EventStore
+from ..storage.store import AUDIT_VIEWS_V2, EventStore
 from ..storage.store_v2 import write_private
 
 BATCH = 1000
@@ -210,11 +210,9 @@ def metadata_path(out: Path) -> Path:
     return out.with_name(out.stem + ".metadata.json")
 
 
-def _views(source: sqlite3.Connection) -> dict[str, str]:
-    """The audit view statements of the source archive's format, by view name."""
-    row = source.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    text = AUDIT_VIEWS_V2 if row is not None and str(row[0]) == "2" else AUDIT_VIEWS
-    statements = [part.strip() for part in text.split(";\n") if part.strip()]
+def _views() -> dict[str, str]:
+    """The audit view statements, by view name."""
+    statements = [part.strip() for part in AUDIT_VIEWS_V2.split(";\n") if part.strip()]
     return {statement.split()[5]: statement for statement in statements}
 
 
@@ -300,7 +298,7 @@ def _fill(db: sqlite_utils.Database, source: sqlite3.Connection, until: int) -> 
     archive's own views never run); the sessions are then summed up from the copied events
     with the same view's statement, so they count exactly what was copied.
     """
-    views = _views(source)
+    views = _views()
     for statement in views.values():
         source.execute(_temporary(statement))
     sessions = next(t for t in TABLES if t.name == "sessions")

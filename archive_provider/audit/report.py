@@ -172,8 +172,9 @@ def _describe(event_type: str, body: Any, fact: dict[str, Any]) -> str:
     if not isinstance(body, Mapping):
         return clip(body)
     if event_type == "turn":
-        count = len(body.get("messages") or [])
-        return f"turn {body.get('turn')} by {fact.get('author') or '—'}: {count} messages"
+        return (
+            f"turn {body.get('turn')} by {fact.get('author') or '—'}: {fact['messages']} messages"
+        )
     if event_type == "memory_write":
         action, target, content = fact["memory"]
         return f"{action} {target}: {content}"
@@ -221,11 +222,13 @@ def fact_of(
     author: str | None = None,
     memory_content: Any = None,
     sources: tuple[tuple[int, str], ...] = (),
+    messages: int = 0,
     erased: bool = False,
 ) -> Fact:
-    """The fact of one event (pure): ``author``, ``memory_content`` and ``sources`` are
-    what the caller read from the archive for it (a turn's author label, a memory write's
-    content, a recall's source events with their sessions); ``erased``: an event whose body
+    """The fact of one event (pure): ``author``, ``memory_content``, ``sources`` and
+    ``messages`` are what the caller read from the archive for it (a turn's author label, a
+    memory write's content, a recall's source events with their sessions, how many messages
+    a turn names: FORMAT.md 13.4); ``erased``: an event whose body
     an erasure removed (its envelope is all there is)."""
     if erased:
         memory = ("(erased)", "", "(erased)") if event_type == "memory_write" else None
@@ -240,7 +243,7 @@ def fact_of(
     if event_type == "memory_write":
         content = "(erased)" if memory_content is None else clip(memory_content, 80)
         memory = (clip(mapping.get("action"), 20), clip(mapping.get("target"), 40), content)
-    fields = {"author": author, "memory": memory, "sources": sources}
+    fields = {"author": author, "memory": memory, "sources": sources, "messages": messages}
     turn = mapping.get("turn")
     return Fact(
         seq,

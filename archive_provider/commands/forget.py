@@ -22,7 +22,7 @@ from archive_provider.commands import (
 
 if TYPE_CHECKING:
     from archive_provider.audit.erasure import Receipt, Scope
-    from archive_provider.storage.store import EventStore
+    from archive_provider.storage.store import EventStoreV2
 
 NAME = "forget"
 HELP = (
@@ -110,16 +110,8 @@ def who() -> str:
         return "unknown"
 
 
-def open_writer(ctx: CommandContext) -> EventStore:
-    from archive_provider.audit.erasure import require_v2
-
-    store = ctx.open_writable()
-    try:
-        require_v2(store)
-    except Exception:
-        store.close()
-        raise
-    return store
+def open_writer(ctx: CommandContext) -> EventStoreV2:
+    return ctx.open_writable()
 
 
 def render(receipt: Receipt) -> str:

@@ -1,7 +1,7 @@
 """key: the verifier key of a format-v2 archive, for witnesses and auditors to pin.
 
 Prints ``<name>+<key ID>+<base64>`` (signed-note verifier key form, docs/FORMAT.md 15.2),
-read from the signing key; never the private key. A v1 archive has no signing key.
+read from the signing key; never the private key.
 """
 
 from __future__ import annotations
@@ -19,16 +19,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.storage.store import EventStoreV2
-
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
     with ctx.store() as store:
-        if not isinstance(store, EventStoreV2):
-            raise CommandError(
-                "this archive is format version 1: it has no signing key "
-                "(`hermes-archive migrate` makes a v2 archive that has one)"
-            )
         vkey = store.vkey
     ctx.emit({"ok": True, "vkey": vkey, "origin": vkey.split("+")[0]}, vkey)
     return 0

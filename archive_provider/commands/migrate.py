@@ -3,7 +3,7 @@
 Run it with Hermes stopped. The v1 archive is verified first (one that does not verify is
 not migrated), renamed ``events.v1.db`` / ``payload.v1.key``, and a new v2 archive with a
 new store id and signing key records the v1 head it came from in its first event. A pending
-spill is taken into the v1 log first, so it is migrated with the rest (and verified with it).
+spill is then taken into the new archive (nothing writes a v1 log any more).
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(ctx: CommandContext) -> int:
     from archive_provider.host.spill_kinds import take_in_spill
     from archive_provider.projections.registry import default_projections
-    from archive_provider.storage.migrate import migrate, refuse_v2
+    from archive_provider.storage.migrate import migrate
     from archive_provider.storage.witness import Witness
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
-    with ctx.store() as store:  # a v2 archive is refused before its spill is touched
-        refuse_v2(store, ctx.archive)
-    take_in_spill(ctx.home)
     with ctx.progress("migrate", 0) as progress:
         done = migrate(
             ctx.archive,
@@ -38,6 +35,7 @@ def run(ctx: CommandContext) -> int:
             progress=progress,
             witness=Witness.for_home(ctx.home),
         )
+    take_in_spill(ctx.home)
     data = {
         "ok": True,
         "v1_store_id": done.v1_store_id,

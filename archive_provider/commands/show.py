@@ -39,8 +39,6 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
     An identity names one event; a payload digest may be shared by several events with the
     same payload (it is stored once), and then all of them are shown.
     """
-    from archive_provider.storage.store import EventStoreV2
-
     if ref.isdigit() and len(ref) <= 18:
         event = store.event(int(ref))
         if event is not None or len(ref) < 4:
@@ -50,11 +48,8 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
         raise UsageError(
             f"{ref!r} is neither a sequence number nor a hex digest prefix (4 to 64 digits)"
         )
-    bounds: tuple[str | bytes, str | bytes]
-    if isinstance(store, EventStoreV2):  # 32-byte BLOBs: every digest with the prefix lies within
-        bounds = (bytes.fromhex(prefix.ljust(64, "0")), bytes.fromhex(prefix.ljust(64, "f")))
-    else:  # hex text: every digest starting with prefix sorts between the two
-        bounds = (prefix, prefix + "g")
+    # 32-byte BLOBs: every digest with the prefix lies within
+    bounds = (bytes.fromhex(prefix.ljust(64, "0")), bytes.fromhex(prefix.ljust(64, "f")))
     conn = store.conn
     digests: dict[tuple[str, str], list[int]] = {}
     for kind in ("identity", "payload"):

@@ -151,15 +151,14 @@ def drain_line(drain: dict[str, Any]) -> str:
 STATUS_WITNESS_TIMEOUT_S = 2.0
 
 
-def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0) -> dict[str, Any]:
-    """v2: the local witness (cosigned size, the background walk) and each remote witness's
+def witness_status(
+    ctx: CommandContext, store: EventStoreV2, timeout: float = 0.0
+) -> dict[str, Any]:
+    """The local witness (cosigned size, the background walk) and each remote witness's
     lag: what it last cosigned (asked over the network) against the head, and why it lags."""
     from archive_provider.storage.remote_witnesses import check_remote
-    from archive_provider.storage.store import EventStoreV2
     from archive_provider.storage.witness import Witness, WitnessMismatch
 
-    if not isinstance(store, EventStoreV2):
-        return {}
     witness = Witness.for_home(ctx.home)
     local: dict[str, Any] = {"path": str(witness.path)}
     try:

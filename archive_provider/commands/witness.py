@@ -209,7 +209,6 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
         witness_removed,
         witness_set,
     )
-    from archive_provider.storage.store import EventStoreV2
     from archive_provider.storage.witness import who
 
     action, target = ctx.args.action, list(ctx.args.target)
@@ -224,10 +223,6 @@ def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
         )
     store = ctx.open_writable()
     try:
-        if not isinstance(store, EventStoreV2):
-            raise CommandError(
-                "remote witnesses need a format-v2 archive (`hermes-archive migrate`)"
-            )
         known = {endpoint.vkey for endpoint in witness_set(store.conn)}
         try:
             if action == "add":

@@ -25,8 +25,9 @@ from pathlib import Path
 from blake3 import blake3
 
 from ..format.canonical import decode
+from ..format.digests import genesis_chain
 from ..format.events import LoadedEvent, NewEvent, Part
-from ..format.verifier import verify_database
+from ..format.verifier import schema_problem, verify_database
 from .proof_v2 import advance
 from .safe_files import sync_dir
 from .spill import META_TAKEN, in_use, segment_paths
@@ -35,9 +36,12 @@ from .store import (
     KEY_NAME,
     EventStore,
     EventStoreV2,
+    Head,
     Projection,
     StoreError,
+    connect,
     iter_events,
+    read_key,
     rename_digests,
 )
 from .witness import Witness
@@ -72,10 +76,32 @@ def file_blake3(path: Path) -> str:
     return digest.hexdigest()
 
 
-def refuse_v2(store: EventStore, folder: Path) -> None:
-    """Refuse an archive that is format v2 already: there is nothing to migrate."""
-    if isinstance(store, EventStoreV2):
-        raise MigrationRefused(f"the archive at {folder} is already format version 2")
+def open_v1(folder: Path) -> tuple[sqlite3.Connection, bytes, str]:
+    """The v1 archive in ``folder``, read-only: its connection, payload key and store id.
+
+    The one reader of a v1 archive in the product (the provider and the other commands
+    refuse one); an archive that is format v2 already is refused: nothing to migrate.
+    """
+    db_path = folder / DB_NAME
+    if not db_path.exists():
+        raise StoreError(f"no archive at {db_path}")
+    conn = connect(db_path, readonly=True)
+    try:
+        problem = schema_problem(conn)
+        if problem:
+            raise StoreError(f"cannot open {db_path}: {problem}")
+        meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+        version = meta.get("format_version")
+        if version != "1":
+            raise MigrationRefused(
+                f"the archive at {folder} is already format version 2"
+                if version == "2"
+                else f"the archive at {folder} has format version {version}: not a v1 archive"
+            )
+        return conn, read_key(folder / KEY_NAME), str(meta["store_id"])
+    except BaseException:
+        conn.close()
+        raise
 
 
 def migrate(
@@ -105,10 +131,9 @@ def migrate(
             f"a running Hermes process is writing the spill of {folder} ({', '.join(live)}): "
             "stop Hermes and migrate again"
         )
-    old = EventStore.open(folder, create=False, readonly=True)  # verifying writes nothing
+    old, v1_key, v1_store_id = open_v1(folder)  # verifying writes nothing
     try:
-        refuse_v2(old, folder)
-        report = verify_database(old.conn, old.key, progress=progress)
+        report = verify_database(old, v1_key, progress=progress)
         if not report.ok:
             raise MigrationRefused(
                 f"the v1 archive at {folder} does not verify (seq {report.first_bad_seq}: "
@@ -119,11 +144,11 @@ def migrate(
             # the head this machine witnessed must be there: a rolled-back or replaced v1
             # log is not migrated (raises WitnessMismatch). A copy with no witness record
             # here (moved from another machine) is migrated, as FORMAT.md 19 describes
-            witness.check(old.conn, old.store_id)
-        head = old.head()
-        v1_store_id = old.store_id
-        v1_payloads = old.conn.execute("SELECT count(*) FROM payloads").fetchone()[0]
-        taken = old.conn.execute(
+            witness.check(old, v1_store_id)
+        row = old.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
+        head = Head(*row) if row else Head(0, genesis_chain(v1_store_id))
+        v1_payloads = old.execute("SELECT count(*) FROM payloads").fetchone()[0]
+        taken = old.execute(
             "SELECT name, value FROM meta WHERE substr(name, 1, ?) = ?",
             (len(META_TAKEN), META_TAKEN),
         ).fetchall()
@@ -167,13 +192,7 @@ def migrate(
             },
         )
 
-    new = EventStore.open(
-        folder,
-        format_version=2,
-        first_event=migrated_from,
-        projections=projections or (),
-    )
-    assert isinstance(new, EventStoreV2)
+    new = EventStore.open(folder, first_event=migrated_from, projections=projections or ())
     try:
         # a multi-row INSERT inside a transaction of up to BATCH_EVENTS events keeps a
         # statement journal, spilled to a temporary file past 64 KiB; in memory it is freed

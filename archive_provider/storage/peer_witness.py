@@ -114,7 +114,7 @@ def checkpoint_request(folder: Path, old_size: int) -> CheckpointRequest | None:
     proof = proofs(old_size, size) if 0 < old_size <= size else []
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
-        vkey = str(reader.vkey)  # type: ignore[attr-defined]
+        vkey = str(reader.vkey)
     finally:
         reader.close()
     return CheckpointRequest(format_add_checkpoint(old_size, proof, note), size, vkey)
@@ -130,7 +130,7 @@ def accept_cosignature(folder: Path, vkey: str, checkpoint: str, line: str) -> i
         return None
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
-        ours = reader.checkpoint_note(cosigned.size)  # type: ignore[attr-defined]
+        ours = reader.checkpoint_note(cosigned.size)
     finally:
         reader.close()
     if ours is None or not ours.decode("utf-8").startswith(checkpoint + "\n"):
@@ -155,9 +155,9 @@ def refusal_checks(folder: Path, peer: str, vkey: str, evidence: str) -> bool:
     try:
         if vkey not in peer_witness_keys(reader.conn, peer):
             return False
-        log_key = Verifier.from_vkey(reader.note_vkey())  # type: ignore[attr-defined]
+        log_key = Verifier.from_vkey(reader.note_vkey())
         checkpoint, _, cosigned = open_checkpoint(evidence, log_key, [cosigner_key(vkey)])
-        return bool(cosigned) and not tree_contains(reader, checkpoint)  # type: ignore[arg-type]
+        return bool(cosigned) and not tree_contains(reader, checkpoint)
     except ValueError:  # NoteError, BadWitness: a note or key that does not check
         return False
     finally:

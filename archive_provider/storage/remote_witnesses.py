@@ -271,7 +271,7 @@ def latest_checkpoint(folder: Path) -> tuple[bytes, ProofSource] | None:
 
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
-        note = reader.checkpoint_note()  # type: ignore[attr-defined]
+        note = reader.checkpoint_note()
     finally:
         reader.close()
     if note is None:

@@ -38,7 +38,6 @@ from ..errors import (
 from ..format import digests_v2, merkle
 from ..format.canonical import canonical_bytes
 from ..format.digests import (
-    FORMAT_VERSION,
     KEY_BYTES,
     Envelope,
     chain_hash,
@@ -97,13 +96,10 @@ log = logging.getLogger(__name__)
 DB_NAME = "events.db"
 KEY_NAME = "payload.key"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
-#: the format a new archive is made in (an existing one keeps its own)
-NEW_ARCHIVE_FORMAT = 2
 
 # Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
 # so they hold no copy of any text, need no projection, and verification never reads them.
-# Payload bodies are canonical JSON in UTF-8; the views show them as text. Both formats share
-# one text; what differs is how a digest named in a payload finds its part (FORMAT.md 17).
+# Payload bodies are canonical JSON in UTF-8; the views show them as text.
 
 
 def _audit_views(events_view: str, part: Callable[[str], str], author: str, sessions: str) -> str:
@@ -185,17 +181,7 @@ def _part_v2(hex_digest: str) -> str:
     )
 
 
-AUDIT_VIEWS = _audit_views(
-    events_view="""CREATE VIEW IF NOT EXISTS audit_events AS
-SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload, e.parts,
-       e.identity, e.payload AS payload_digest, e.chain
-FROM events e JOIN payloads p ON p.digest = e.payload""",
-    part=lambda digest: digest,
-    author="json_extract(e.payload, '$.author')",
-    sessions="",
-)
-
-#: The same views over a v2 archive (FORMAT.md 17): digests are 32-byte BLOBs, shown as hex;
+#: The views (FORMAT.md 17): digests are 32-byte BLOBs, shown as hex;
 #: a turn's author is the envelope's ``author``; the archive's own first events have no session.
 AUDIT_VIEWS_V2 = _audit_views(
     events_view="""CREATE VIEW IF NOT EXISTS audit_events AS
@@ -209,48 +195,6 @@ FROM events e JOIN payloads p ON p.digest = e.payload""",
     part=_part_v2,
     author="(SELECT x.author FROM events x WHERE x.seq = e.seq)",
     sessions="\n  AND e.type NOT IN ('store_created', 'migrated_from')",
-)
-
-
-SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS meta (
-    name  TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-    time     TEXT NOT NULL,
-    type     TEXT NOT NULL,
-    session  TEXT NOT NULL,
-    key      TEXT NOT NULL,
-    identity TEXT NOT NULL UNIQUE,
-    payload  TEXT NOT NULL,
-    parts    TEXT NOT NULL,
-    chain    TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_session ON events(session, seq);
-CREATE INDEX IF NOT EXISTS events_type ON events(type, seq);
-CREATE INDEX IF NOT EXISTS events_time ON events(time);
-CREATE TABLE IF NOT EXISTS payloads (
-    digest TEXT PRIMARY KEY,
-    body   BLOB NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS head (
-    id    INTEGER PRIMARY KEY CHECK (id = 1),
-    seq   INTEGER NOT NULL,
-    chain TEXT NOT NULL
-);
-CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
-BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
-BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS payloads_immutable BEFORE UPDATE ON payloads
-BEGIN SELECT RAISE(ABORT, 'payloads are immutable'); END;
-CREATE TRIGGER IF NOT EXISTS payloads_no_delete BEFORE DELETE ON payloads
-BEGIN SELECT RAISE(ABORT, 'payloads are kept; erasure is a recorded event'); END;
-"""
-    + AUDIT_VIEWS
 )
 
 
@@ -268,6 +212,17 @@ class StoreNotWritable(StoreError, ArchiveNotWritable):
 
 class StoreDamaged(StoreError, ArchiveDamaged):
     """The database cannot be read as an archive: restore it from backup."""
+
+
+class NeedsMigration(StoreError):
+    """A format-1 archive: this version serves format 2 only and reads 1 only to migrate it."""
+
+    @classmethod
+    def at(cls, folder: Path) -> NeedsMigration:
+        return cls(
+            f"the archive at {folder} is format version 1, which this version only migrates: "
+            "stop Hermes and run `hermes-archive migrate` (docs/FORMAT.md 19)"
+        )
 
 
 class PayloadMissing(StoreDamaged):
@@ -446,16 +401,14 @@ class EventStore:
         projections: Sequence[Projection]
         | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-        format_version: int | None = None,
         first_event: Callable[[EventStoreV2], NewEvent] | None = None,
-    ) -> EventStore:
-        """Open (and with ``create``, make) the store in ``folder`` (``<home>/archive``).
+    ) -> EventStoreV2:
+        """Open (and with ``create``, make) the format-2 store in ``folder`` (``<home>/archive``).
 
         ``projections`` may be a function of the open connection, to keep the projections
-        this archive holds (``projections.default_projections``). An existing archive opens
-        in the format its ``meta.format_version`` names (an :class:`EventStoreV2` for 2); a
-        new one is made in ``format_version`` (default :data:`NEW_ARCHIVE_FORMAT`); a new v2
-        archive's first event is ``first_event(store)`` (default :func:`store_created`).
+        this archive holds (``projections.default_projections``). A new archive's first
+        event is ``first_event(store)`` (default :func:`store_created`). A format-1 archive
+        is refused (:class:`NeedsMigration`): only ``migrate`` reads it.
         """
         folder = Path(folder)
         db_path = folder / DB_NAME
@@ -474,7 +427,7 @@ class EventStore:
             and _schema_less(db_path)
             and _interrupted_v2_keys(folder) is None
         ):  # an older version's making cut short before its keys were whole: set aside
-            make_archive(folder, format_version or NEW_ARCHIVE_FORMAT, first_event)
+            make_archive(folder, first_event)
             made = True
         elif (
             not readonly
@@ -488,13 +441,10 @@ class EventStore:
             if not create or readonly:
                 raise StoreError(f"no archive at {db_path}")
             if not folder.name.startswith(MAKING_PREFIX):
-                make_archive(folder, format_version or NEW_ARCHIVE_FORMAT, first_event)
+                make_archive(folder, first_event)
                 made = True
             else:  # inside make_archive: the keys and the file, then the schema below
-                if format_version == 2:
-                    new_store = _make_v2_keys(folder)
-                else:
-                    write_private(folder / KEY_NAME, secrets.token_bytes(KEY_BYTES).hex() + "\n")
+                new_store = _make_v2_keys(folder)
                 # create the file 0600 before SQLite opens it
                 os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
@@ -510,8 +460,9 @@ class EventStore:
                 new_store = _interrupted_v2_keys(folder)
             if new_store is not None:
                 _initialise_v2(conn, *new_store)
-            elif not readonly and _meta_or_none(conn, "format_version") in (None, "1"):
-                cls._initialise(conn)
+            elif not readonly and _meta_or_none(conn, "format_version") == "1":
+                conn.close()  # before anything is written to it
+                raise NeedsMigration.at(folder)
             elif not readonly and not _has(conn, "view", "audit_events"):
                 _add_audit_views_v2(conn)
             if new_store is None and not readonly and _lacks_part_reuse(conn):
@@ -530,13 +481,15 @@ class EventStore:
             version = int(cls._meta(conn, "format_version"))
         except sqlite3.DatabaseError as exc:
             raise _open_failure(db_path, exc, busy_timeout_ms) from exc
-        if version not in (FORMAT_VERSION, FORMAT_V2):
+        if version == 1:
+            conn.close()
+            raise NeedsMigration.at(folder)
+        if version != FORMAT_V2:
             conn.close()
             raise StoreError(
-                f"{db_path} has format version {version}; this build reads "
-                f"{FORMAT_VERSION} and {FORMAT_V2}"
+                f"{db_path} has format version {version}; this build reads {FORMAT_V2}"
             )
-        key_path = folder / (KEY_NAME if version == FORMAT_VERSION else STORE_KEY_NAME)
+        key_path = folder / STORE_KEY_NAME
         problem = regular_file_problem(key_path)
         if problem:
             conn.close()
@@ -548,54 +501,19 @@ class EventStore:
             raise
         if callable(projections):
             projections = projections(conn)
-        store: EventStore
-        if version == FORMAT_V2:
-            store = EventStoreV2(db_path, conn, key, store_id, projections, readonly=readonly)
-        else:
-            store = cls(db_path, conn, key, store_id, projections)
+        store = EventStoreV2(db_path, conn, key, store_id, projections, readonly=readonly)
         if not readonly:
             try:  # an existing v2 file takes its first write lock here
                 store._create_projections()
             except sqlite3.DatabaseError as exc:
                 conn.close()
                 raise _open_failure(db_path, exc, busy_timeout_ms) from exc
-        if isinstance(store, EventStoreV2) and (
-            new_store is not None or (not readonly and store.head().seq == 0)
-        ):  # a new store, or one a crash left before its first event
+        if new_store is not None or (not readonly and store.head().seq == 0):
+            # a new store, or one a crash left before its first event
             store.append([(first_event or store_created)(store)], durable=True)
-        elif isinstance(store, EventStoreV2) and made:
+        elif made:
             store._last_signed = utc_now().timestamp()  # make_archive signed its first one
         return store
-
-    @staticmethod
-    def _initialise(conn: sqlite3.Connection) -> None:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(
-                f"SQLite refused WAL mode (got {mode!r}); is the folder on a network filesystem?"
-            )
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            stale = conn.execute(  # views hold no data: an older shape is just remade
-                "SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = 'audit_turns'"
-                " AND sql NOT LIKE '%author_id%'"
-            ).fetchone()
-            if stale:
-                conn.execute("DROP VIEW audit_turns")
-            for statement in SCHEMA.split(";\n"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('format_version', ?)", (str(FORMAT_VERSION),)
-            )
-            conn.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (secrets.token_hex(16),)
-            )
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (now_text(),))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     @staticmethod
     def _meta(conn: sqlite3.Connection, name: str) -> str:
@@ -1244,9 +1162,7 @@ def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
     return value
 
 
-def make_archive(
-    folder: Path, format_version: int, first_event: Callable[[EventStoreV2], NewEvent] | None
-) -> None:
+def make_archive(folder: Path, first_event: Callable[[EventStoreV2], NewEvent] | None) -> None:
     """Make a new archive in ``folder`` whole, or leave none (issue "Faults").
 
     Keys, schema, the first event and its signed checkpoint are made in a ``.making-<random>``
@@ -1264,7 +1180,7 @@ def make_archive(
         if (folder / DB_NAME).exists():
             return  # another opener made it meanwhile, or an interrupted making was finished
         signing = signing_key_path(folder)
-        if format_version == 2 and signing.exists():
+        if signing.exists():
             raise KeyFileError(
                 f"the signing key {signing} already exists and belongs to another archive (a "
                 f"key signs for one store); point {SIGNING_KEY_ENV} at a new file for this one"
@@ -1272,7 +1188,7 @@ def make_archive(
         making = folder / (MAKING_PREFIX + secrets.token_hex(8))
         making.mkdir(mode=0o700)
         try:
-            EventStore.open(making, format_version=format_version, first_event=first_event).close()
+            EventStore.open(making, first_event=first_event).close()
             _seal(making)
             _place(folder, making)
         except BaseException as exc:
@@ -1838,14 +1754,12 @@ class ServeBasis:
     vkey: str | None  # v2: the log's verifier key (None when the signing key is unusable)
 
     @classmethod
-    def of(cls, store: EventStore, file: tuple[int, int] | None) -> ServeBasis:
-        if isinstance(store, EventStoreV2):
-            try:
-                vkey: str | None = store.vkey
-            except KeyFileError:
-                vkey = None
-            return cls(file, store.store_id, FORMAT_V2, b"", vkey)
-        return cls(file, store.store_id, FORMAT_VERSION, store.key, None)
+    def of(cls, store: EventStoreV2, file: tuple[int, int] | None) -> ServeBasis:
+        try:
+            vkey: str | None = store.vkey
+        except KeyFileError:
+            vkey = None
+        return cls(file, store.store_id, FORMAT_V2, b"", vkey)
 
     def problem(self, conn: sqlite3.Connection) -> str | None:
         """Why the database on ``conn`` is not the one proven, or None."""

@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,6 @@ from archive_provider.cli import main
 from archive_provider.storage import central
 from archive_provider.storage.ship import ShipError, Shipper, read_state
 from archive_provider.storage.store import archive_dir
-from tests.conftest import archive_format
 from tests.fleet.conftest import (
     PASSWORDS,
     Central,
@@ -34,24 +33,6 @@ from tests.fleet.conftest import (
 from tests.fleet.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
-def fmt(request: pytest.FixtureRequest) -> Iterator[int]:
-    """Both formats, for the tests that take it (format 2 adds its store_created event)."""
-    with archive_format(request.param):
-        yield request.param
-
-
-@pytest.fixture(autouse=True)
-def _v1_unless_both(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Format 1 archives for the rest: shipping them keeps working (format 2 is in
-    test_ship_v2.py)."""
-    if "fmt" in request.fixturenames:
-        yield
-        return
-    with archive_format(1):
-        yield
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +67,7 @@ def test_ship_is_idempotent_and_central_reads_match_the_archive(
     url = central_db.url()
     central_db.register(home)
     assert main(["--home", str(home), "ship", "--to", url, "--batch", "7"]) == 0
-    assert "shipped 25 events" in capsys.readouterr().out
+    assert "shipped 26 events" in capsys.readouterr().out  # store_created and 25 turns
     assert main(["--home", str(home), "ship", "--to", url]) == 0
     assert "shipped 0 events" in capsys.readouterr().out
     store_id = _store_id(home)
@@ -95,10 +76,10 @@ def test_ship_is_idempotent_and_central_reads_match_the_archive(
     reader = central_db.url("read_login")
     assert main(["--db", reader, "--json", "status"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert [(s["store_id"], s["events"]) for s in status["stores"]] == [(store_id, 25)]
+    assert [(s["store_id"], s["events"]) for s in status["stores"]] == [(store_id, 26)]
     assert main(["--db", reader, "log", "--limit", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[1] for line in lines] == ["23", "24", "25"]
+    assert [line.split()[1] for line in lines] == ["24", "25", "26"]
     assert main(["--db", reader, "--store", store_id, "--json", "show", "12"]) == 0
     shown = json.loads(capsys.readouterr().out)["events"][0]
     assert shown["parts"][0]["value"]["content"] == "tulip 11 about tulips"
@@ -119,10 +100,10 @@ def test_only_what_the_local_archive_verifies_is_shipped(
     append_turns(store, 10)
     store.close()
     conn = sqlite3.connect(archive_dir(home) / "events.db")
-    conn.execute("DROP TRIGGER payloads_immutable")
+    conn.execute("DROP TRIGGER payloads_erase_only")
     conn.execute(  # a changed message body under event 7
         'UPDATE payloads SET body = CAST(\'{"content":"forged","role":"user"}\' AS BLOB) '
-        "WHERE digest = (SELECT json_extract(parts, '$[0]') FROM events WHERE seq = 7)"
+        "WHERE digest = (SELECT substr(parts, 1, 32) FROM events WHERE seq = 7)"
     )
     conn.commit()
     conn.close()
@@ -136,7 +117,7 @@ def test_only_what_the_local_archive_verifies_is_shipped(
     # everything before the damage is shipped, even inside the batch that holds it
     assert [row[0] for row in central_rows(central_db, _store_id(home))] == [1, 2, 3, 4, 5, 6]
     state = read_state(archive_dir(home))
-    assert state is not None and "seq 7" in state["last_error"] and state["lag_events"] == 4
+    assert state is not None and "seq 7" in state["last_error"] and state["lag_events"] == 5
 
 
 def test_a_session_postgresql_cannot_hold_stops_shipping_before_it(
@@ -151,11 +132,11 @@ def test_a_session_postgresql_cannot_hold_stops_shipping_before_it(
     central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
     try:
-        with pytest.raises(ShipError, match="event 4 has a NUL character"):
+        with pytest.raises(ShipError, match="event 5 has a NUL character"):
             shipper.ship_once()
     finally:
         shipper.close()
-    assert [row[0] for row in central_rows(central_db, _store_id(home))] == [1, 2, 3]
+    assert [row[0] for row in central_rows(central_db, _store_id(home))] == [1, 2, 3, 4]
 
 
 def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) -> None:
@@ -169,7 +150,7 @@ def test_a_diverged_archive_is_not_shipped(tmp_path: Path, central_db: Central) 
     store.close()
     central_db.register(home)
     shipper = Shipper(archive_dir(home), central_db.url())
-    assert shipper.ship_once() == 10
+    assert shipper.ship_once() == 11
     shipper.close()
     older = make_archive(copy)
     append_turns(older, 7, text="another history")
@@ -188,7 +169,6 @@ def test_two_profiles_ship_concurrently_through_their_providers(
     tmp_path: Path,
     central_db: Central,
     make_provider: Callable[..., object],
-    fmt: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     homes = [tmp_path / "alpha", tmp_path / "beta"]
@@ -231,11 +211,11 @@ def test_two_profiles_ship_concurrently_through_their_providers(
 
 
 def test_follow_survives_the_server_killed_and_restarted(
-    tmp_path: Path, central_db: Central, pg: PgServer, fmt: int
+    tmp_path: Path, central_db: Central, pg: PgServer
 ) -> None:
     home = tmp_path / "home"
     store = make_archive(home)
-    first = int(fmt == 2)  # format 2's store_created
+    first = 1  # store_created
     append_turns(store, 20)
     url = central_db.url()
     central_db.register(home)
@@ -335,7 +315,7 @@ def test_pgpassfile_and_a_service_name_are_honoured(
     assert PASSWORDS["ship_login"] not in no_password
     central_db.register(home)
     shipper = Shipper(archive_dir(home), no_password)
-    assert shipper.ship_once() == 3
+    assert shipper.ship_once() == 4
     shipper.close()
     store = make_archive(home)
     append_turns(store, 2)
@@ -348,7 +328,7 @@ def test_pgpassfile_and_a_service_name_are_honoured(
         shipper.close()
     with central.connect("fleet") as conn:  # the statement timeout is set on every connection
         assert conn.execute("SHOW statement_timeout").fetchone() == ("30s",)
-    assert len(central_rows(central_db, _store_id(home))) == 5
+    assert len(central_rows(central_db, _store_id(home))) == 6
     os.environ.pop("PGPASSFILE", None)
 
 

@@ -147,7 +147,7 @@ def turn_texts(home: Path) -> tuple[list[str], set[int]]:
         texts, checkpoints = [], set()
         for event in store.events():
             if event.type == "turn":
-                for digest in event.body["messages"]:
+                for digest in event.messages:
                     value = decode(store.payload(digest) or b"null")
                     if isinstance(value, dict) and value.get("role") == "user":
                         texts.append(str(value.get("content")))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,8 @@ from archive_provider import ArchiveProvider  # noqa: E402
 
 TURNS = 12
 COMMANDS = ("export", "readable-copy", "forget", "migrate")
+#: a user's text in the format-1 fixture (tests/fixtures/v1_archive), kept by migrate
+V1_USER_TEXT = "A blue heron sat by the river"
 CHECKPOINT_EVERY = 4
 
 
@@ -117,11 +120,15 @@ def command(home: str, name: str, injectors: list[Injector]) -> dict[str, Any]:
     """An archive made without faults, then ``hermes-archive <name>`` with them."""
     from archive_provider.cli import main as archive_cli
 
-    if name == "migrate":
-        from archive_provider.storage.store import EventStore, archive_dir
+    if name == "migrate":  # an archive of 0.1.0 (format 1), which only migrate reads
+        from archive_provider.storage.store import archive_dir
 
-        EventStore.open(archive_dir(home), format_version=1).close()
-    result = run(home, "hooks", [])
+        v1 = Path(__file__).resolve().parents[1] / "fixtures" / "v1_archive"
+        shutil.copytree(v1, archive_dir(home))
+        os.chmod(archive_dir(home), 0o700)
+        result: dict[str, Any] = {"accepted": [V1_USER_TEXT], "returned": [], "raised": []}
+    else:
+        result = run(home, "hooks", [])
     result["migrated"] = name == "migrate"
     args = {
         "forget": ["--memory", "fault fact 3", "--reason", "fault campaign", "--yes"],

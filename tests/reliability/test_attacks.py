@@ -30,21 +30,14 @@ from archive_provider.host.install import activate
 from archive_provider.host.provider import ArchiveProvider, CheckpointError
 from archive_provider.host.settings import config_path
 from archive_provider.projections.recall import FENCE_CLOSE, FENCE_OPEN, Hit, render
-from archive_provider.storage.store import SCHEMA, EventStore, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.witness import Witness
 
-from ..conftest import archive_format
 from .conftest import events, flush, raw
 from .test_faults import EVIDENCE
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-proj-Abcdefghijklmnopqrstuvwxyz0123456789"
-TRIGGERS = (
-    "events_append_only_update",
-    "events_append_only_delete",
-    "payloads_immutable",
-    "payloads_no_delete",
-)
 
 
 def build(provider: ArchiveProvider, tag: str, turns: int = 3) -> list[dict[str, Any]]:
@@ -74,30 +67,6 @@ def cli(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProc
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         preexec_fn=limit,
     )
-
-
-def edit_payload(home: Path, digest: str, body: bytes) -> None:
-    """Change a stored payload as the attacker does: triggers dropped, row edited, put back."""
-    conn = raw(home)
-    for trigger in TRIGGERS:
-        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-    conn.execute("UPDATE payloads SET body = ? WHERE digest = ?", (body, digest))
-    for statement in SCHEMA.split(";\n"):
-        if "CREATE TRIGGER" in statement:
-            conn.execute(statement + ("" if statement.rstrip().endswith("END") else ";"))
-    conn.close()
-
-
-def first_user_digest(home: Path) -> str:
-    conn = raw(home)
-    try:
-        return str(
-            conn.execute(
-                "SELECT json_extract(parts, '$[0]') FROM events WHERE type = 'turn' ORDER BY seq"
-            ).fetchone()[0]
-        )
-    finally:
-        conn.close()
 
 
 # -- 1. the witness cannot be switched off from inside the folder it protects ---------------
@@ -171,39 +140,6 @@ def test_a_witnessed_archive_whose_witness_is_gone_is_refused_not_new(
 
 
 # -- 2. an edit made while the provider runs is neither built upon nor vouched for ----------
-
-
-@pytest.mark.usefixtures("v1_format")  # v1 triggers and JSON parts; test_tamper_v2 covers v2
-def test_a_checkpoint_fails_closed_on_an_edited_stored_message(
-    home: Path, providers: Callable[..., ArchiveProvider]
-) -> None:
-    """Point 2: the stored row under an evidence digest is not the bytes in hand."""
-    provider = providers()
-    messages = build(provider, "t")
-    edit_payload(home, first_user_digest(home), b'{"content":"I never said that","role":"user"}')
-    with pytest.raises(CheckpointError, match="not the bytes that digest names"):
-        provider.on_pre_compress(messages, require_checkpoint=True)
-
-
-@pytest.mark.usefixtures("v1_format")  # v1 triggers and JSON parts; test_tamper_v2 covers v2
-def test_a_clean_close_does_not_fingerprint_bytes_it_never_proved(
-    home: Path, providers: Callable[..., ArchiveProvider]
-) -> None:
-    """Point 2: an old message edited between turns; the session goes on and closes cleanly.
-    The next start must re-verify (and refuse), not trust a fingerprint of the edited file."""
-    provider = providers()
-    messages = build(provider, "t")
-    edit_payload(home, first_user_digest(home), b'{"content":"I never said that","role":"user"}')
-    messages += [{"role": "user", "content": "later"}, {"role": "assistant", "content": "ok"}]
-    provider.sync_turn("later", "ok", messages=messages)
-    assert flush(provider)
-    provider.shutdown()
-
-    again = providers()
-    with pytest.raises(CheckpointError, match="failed verification"):
-        again.on_pre_compress(EVIDENCE, require_checkpoint=True)
-    assert again.core.writer is not None and again.core.writer.last_proof is not None
-    assert again.core.writer.last_proof.path == "verify"  # type: ignore[attr-defined]
 
 
 # -- 3. edited projection rows are not served ----------------------------------------------
@@ -528,16 +464,14 @@ def test_a_huge_archived_message_does_not_come_back_whole(
 # -- 12. hostile files -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("version", "key_name"), [(1, "payload.key"), (2, "store.key")])
 def test_a_key_or_witness_pointing_at_dev_zero_is_refused_not_read(
-    home: Path, providers: Callable[..., ArchiveProvider], version: int, key_name: str
+    home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
-    """Point 12: the store's key (payload.key in v1, store.key in v2) and the witness file
-    linked to /dev/zero."""
-    with archive_format(version):
-        first = providers()
-        build(first, "t")
-        first.shutdown()
+    """Point 12: the store's key (store.key) and the witness file linked to /dev/zero."""
+    key_name = "store.key"
+    first = providers()
+    build(first, "t")
+    first.shutdown()
     witness = Witness.for_home(home)
     witness.path.unlink()
     witness.path.symlink_to("/dev/zero")

@@ -30,7 +30,6 @@ from archive_provider.host.settings import save_settings
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 
-from ..conftest import archive_format
 from .conftest import events, flush, part_values, same_but_redacted
 
 SECRETS = {
@@ -195,20 +194,15 @@ def test_redaction_is_idempotent_and_keeps_everything_else(
     assert same_but_redacted(text, redacted, found)  # only secret-shaped spans changed
 
 
-@pytest.mark.parametrize(
-    ("version", "keys"), [(1, ("payload.key",)), (2, ("store.key", "signing.key"))]
-)
 def test_archive_folder_and_files_are_private(
-    home: Path, providers: Callable[..., ArchiveProvider], version: int, keys: tuple[str, ...]
+    home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
+    keys = ("store.key", "signing.key")
     old = os.umask(0)  # the most permissive process umask: modes must not depend on it
     try:
-        with archive_format(version):  # the writer makes the archive at its first event
-            provider = providers()
-            provider.sync_turn("hello", "hi", session_id="s1")
-            assert provider.on_pre_compress(
-                [{"role": "user", "content": "x"}], require_checkpoint=True
-            )
+        provider = providers()  # the writer makes the archive at its first event
+        provider.sync_turn("hello", "hi", session_id="s1")
+        assert provider.on_pre_compress([{"role": "user", "content": "x"}], require_checkpoint=True)
         folder = archive_dir(home)
         assert (folder / "events.db-wal").exists() and (folder / "events.db-shm").exists()
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700

@@ -601,7 +601,7 @@ def test_a_spilled_session_rebuilds_the_direct_events_with_authors_masks_and_rew
 
 def test_a_v2_archive_takes_in_the_spill_with_the_accepted_times(home: Path) -> None:
     with freeze_time("2026-11-30T07:00:00Z"):  # before the spill: its times are kept
-        EventStore.open(archive_dir(home), format_version=2).close()
+        EventStore.open(archive_dir(home)).close()
     with freeze_time("2026-11-30T08:00:00Z"):
         spill_of(home, 3)
     with freeze_time("2026-12-01T09:30:00Z"):

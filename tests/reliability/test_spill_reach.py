@@ -1,4 +1,4 @@
-"""The spill is part of the archive (issue 20): ``migrate`` drains it, erasure reaches it, and a
+"""The spill is part of the archive (issue 20): ``migrate`` takes it in, erasure reaches it, and a
 segment a live process is writing is never taken by another.
 
 Real archives, real spill segments written by :class:`Spill` as a shutdown writes them, the
@@ -27,10 +27,19 @@ from archive_provider.host.spill_kinds import (
     turn_entry,
 )
 from archive_provider.storage.migrate import V1_DB_NAME, migrate
-from archive_provider.storage.spill import META_TAKEN, Spill, in_use, segment_paths
+from archive_provider.storage.spill import (
+    HEADER_BYTES,
+    MAGIC,
+    META_TAKEN,
+    Spill,
+    in_use,
+    open_segment,
+    segment_paths,
+)
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir, iter_events
 from archive_provider.storage.witness import Witness
 
+from ..conftest import v1_archive
 from .conftest import events, home_spill_key, verify_home
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,23 +126,21 @@ def raw_hits(home: Path, text: str) -> list[str]:
 # -- migrate ------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("v1_format")
-def test_migrate_takes_the_pending_spill_in_first_and_it_lands_exactly_once(
-    home: Path, providers: Callable[..., ArchiveProvider], capsys: pytest.CaptureFixture[str]
+def test_migrate_takes_the_pending_spill_into_the_new_archive_exactly_once(
+    home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    providers(session="before").shutdown()  # a v1 archive
+    folder = v1_archive(archive_dir(home))
     write_spill(home, {"sp": "spilled before the migration"})
     code, data = cli(capsys, home, "migrate")
     assert code == 0 and data["ok"]
-    folder = archive_dir(home)
-    assert not segment_paths(folder), "migrate drained the spill"
-    # taken into the v1 log before it was verified and migrated: the kept v1 file holds it
+    assert not segment_paths(folder), "migrate took the spill in"
+    # into the new archive: nothing writes the kept v1 file
     v1 = sqlite3.connect(f"{(folder / V1_DB_NAME).absolute().as_uri()}?mode=ro", uri=True)
     try:
-        v1_turns = [e for e in iter_events(v1, part_types=None) if e.session == "sp"]
+        assert not [e for e in iter_events(v1, part_types=None) if e.session == "sp"]
     finally:
         v1.close()
-    assert [e.type for e in v1_turns] == ["turn"] * 3 + ["memory_write"]
+    assert counts(home, "sp") == (3, 1)
     take_in(home)  # the next open of the v2 archive adds nothing of it again
     assert counts(home, "sp") == (3, 1)
     store = EventStore.open(folder, create=False, readonly=True)
@@ -144,27 +151,21 @@ def test_migrate_takes_the_pending_spill_in_first_and_it_lands_exactly_once(
     assert verify_home(home).ok
 
 
-@pytest.mark.usefixtures("v1_format")
-def test_a_spill_taken_row_survives_migration(
-    home: Path, providers: Callable[..., ArchiveProvider], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a crash after the commit that took a segment in, before its removal: the segment is
+def test_a_spill_taken_row_survives_migration(home: Path) -> None:
+    # a crash after the v1 commit that took a segment in, before its removal: the segment is
     # still there and only the v1 meta row says it is in. Migrated without that row, the v2
     # writer would take it in a second time (the memory write twice).
-    from archive_provider.storage import writer as writer_module
-
-    providers(session="before").shutdown()
+    folder = v1_archive(archive_dir(home))
     write_spill(home, {"sp": "taken in before the migration"})
-    folder = archive_dir(home)
     (segment,) = segment_paths(folder)
-
-    def crashed(path: Path) -> None:
-        raise OSError("the process died before the removal")
-
-    monkeypatch.setattr(writer_module, "remove", crashed)
-    take_in(home)
-    monkeypatch.undo()
-    assert segment.exists() and counts(home, "sp") == (3, 1)
+    with open_segment(segment) as handle:
+        segment_id = handle.read(HEADER_BYTES)[len(MAGIC) :]
+    v1 = sqlite3.connect(folder / "events.db", isolation_level=None)
+    v1.execute(  # as the v1 writer left it: every record of the segment taken in
+        "INSERT INTO meta (name, value) VALUES (?, ?)",
+        (META_TAKEN + segment_id.hex(), str(segment.stat().st_size)),
+    )
+    v1.close()
     migrate(folder, witness=Witness.for_home(home))  # no take-in: the segment is carried over
     conn = sqlite3.connect(folder / "events.db")
     try:
@@ -175,7 +176,7 @@ def test_a_spill_taken_row_survives_migration(
         conn.close()
     assert rows == (1,)
     take_in(home)
-    assert counts(home, "sp") == (3, 1), "the migrated spill_taken row kept it from doubling"
+    assert counts(home, "sp") == (0, 0), "the migrated spill_taken row kept it from doubling"
     assert not segment_paths(folder) and verify_home(home).ok
 
 

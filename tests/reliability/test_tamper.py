@@ -1,8 +1,6 @@
-"""Tamper evidence when the store is opened, not only by ``verify``; rollback via the witness.
+"""Rollback and replacement via the witness (the classes of damage to rows are in
+tests/test_tamper_v2.py and tests/test_witness_v2.py).
 
-Each class of damage is made the way an attacker with the file would (drop the append-only
-triggers, change rows with plain SQL). Then: ``verify`` names it (where the log alone can),
-and a provider opening the store refuses to append and says why, so a v2 host fails closed.
 A whole-store rollback (an older copy of the entire archive put back) verifies perfectly;
 only the witness catches it, and ``hermes-archive witness accept`` re-anchors it.
 """
@@ -15,17 +13,14 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from archive_provider.host.provider import ArchiveProvider
 from archive_provider.host.settings import save_settings
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 
-from ..conftest import archive_format
 from .conftest import events, raw, v2_agent, verify_home
 from .test_faults import EVIDENCE, blocked
 
@@ -55,13 +50,6 @@ def attacker(home: Path) -> sqlite3.Connection:
     return conn
 
 
-@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
-def fmt(request: pytest.FixtureRequest) -> Iterator[int]:
-    """New archives in each format, for what the witness must catch in both."""
-    with archive_format(request.param):
-        yield request.param
-
-
 def head_of(home: Path) -> int:
     conn = raw(home)
     try:
@@ -70,172 +58,13 @@ def head_of(home: Path) -> int:
         conn.close()
 
 
-# -- the classes ----------------------------------------------------------------------------
-
-
-def content_edit(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    seq, digest = conn.execute(
-        "SELECT seq, json_extract(parts, '$[0]') FROM events WHERE type = 'turn' ORDER BY seq LIMIT 1"
-    ).fetchone()
-    conn.execute(
-        "UPDATE payloads SET body = CAST(? AS BLOB) WHERE digest = ?",
-        ('{"content":"I never said that","role":"user"}', digest),
-    )
-    return int(seq)
-
-
-def truncation(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    conn.execute("DELETE FROM events WHERE seq > ?", (last - 2,))
-    return int(last - 1)
+# -- the damage ------------------------------------------------------------------------------
 
 
 def deletion(home: Path, other: Path) -> int:
     conn = attacker(home)
     conn.execute("DELETE FROM events WHERE seq = 4")
     return 4
-
-
-def reordering(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    conn.execute("UPDATE events SET seq = -1 WHERE seq = 5")
-    conn.execute("UPDATE events SET seq = 5 WHERE seq = 6")
-    conn.execute("UPDATE events SET seq = 6 WHERE seq = -1")
-    return 5
-
-
-def forged_insertion(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    row = conn.execute(f"SELECT {ROW} FROM events WHERE seq = 3").fetchone()
-    last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    forged = (last + 1, row[1], "turn", "s1", '{"forged":1}', "f" * 64, row[6], row[7], "e" * 64)
-    conn.execute(f"INSERT INTO events ({ROW}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", forged)
-    conn.execute("UPDATE head SET seq = ?, chain = ?", (last + 1, "e" * 64))
-    return int(last + 1)
-
-
-def copied_from_another_store(home: Path, other: Path) -> int:
-    source = raw(other)
-    row = source.execute(f"SELECT {ROW} FROM events WHERE type = 'memory_write' LIMIT 1").fetchone()
-    bodies = source.execute(
-        "SELECT digest, body FROM payloads WHERE digest = ? OR digest IN "
-        "(SELECT value FROM json_each(?))",
-        (row[6], row[7]),
-    ).fetchall()
-    source.close()
-    conn = attacker(home)
-    last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    conn.executemany("INSERT OR IGNORE INTO payloads VALUES (?, ?)", bodies)
-    conn.execute(
-        f"INSERT INTO events ({ROW}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (last + 1, *row[1:])
-    )
-    conn.execute("UPDATE head SET seq = ?, chain = ?", (last + 1, row[8]))
-    return int(last + 1)
-
-
-def older_over_newest(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    older = conn.execute(
-        "SELECT time, type, session, payload, parts FROM events WHERE seq = 2"
-    ).fetchone()
-    conn.execute(
-        "UPDATE events SET time = ?, type = ?, session = ?, payload = ?, parts = ? WHERE seq = ?",
-        (*older, last),
-    )
-    return int(last)
-
-
-def envelope_metadata_edit(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    conn.execute(
-        "UPDATE events SET session = 'someone-else', time = '2020-01-01T00:00:00.000000Z' "
-        "WHERE seq = 3"
-    )
-    return 3
-
-
-def store_metadata_edit(home: Path, other: Path) -> int:
-    conn = attacker(home)
-    conn.execute(
-        "UPDATE meta SET value = '00000000000000000000000000000000' WHERE name = 'store_id'"
-    )
-    return 1
-
-
-CLASSES: dict[str, Callable[[Path, Path], int]] = {
-    "content edit": content_edit,
-    "truncation": truncation,
-    "deletion": deletion,
-    "reordering": reordering,
-    "forged insertion": forged_insertion,
-    "event copied from another profile's store": copied_from_another_store,
-    "older event copied over the newest": older_over_newest,
-    "envelope metadata edit": envelope_metadata_edit,
-    "store metadata edit (store_id)": store_metadata_edit,
-}
-
-
-# The classes are made with v1's JSON parts and text digests: they run on a v1 archive; the
-# same classes on v2 are in tests/test_tamper_v2.py and tests/test_witness_v2.py.
-@pytest.mark.usefixtures("v1_format")
-@pytest.mark.parametrize("name", list(CLASSES))
-def test_tamper_is_caught_by_verify_and_refused_at_open(
-    name: str, tmp_path: Path, providers: Callable[..., ArchiveProvider]
-) -> None:
-    home, other = tmp_path / "home", tmp_path / "other"
-    first = providers(home)
-    build(first)
-    first.shutdown()  # clean close: the witness has a fingerprint, the fast path is armed
-    second = providers(other)
-    build(second, "other")
-    second.shutdown()
-    bad_seq = CLASSES[name](home, other)
-
-    report = verify_home(home)
-    assert not report.ok and report.first_bad_seq == bad_seq, (report.problem, report.first_bad_seq)
-
-    before = head_of(home)
-    provider = providers(home)
-    provider.sync_turn("after the tamper", "must not land", session_id="s1")
-    message = str(blocked(v2_agent(provider), EVIDENCE))
-    assert "failed verification" in message and "refused" in message, message
-    assert f"seq {bad_seq}" in message or "store" in name, message
-    assert provider.core.writer is not None and provider.core.writer.refused
-    assert head_of(home) == before  # nothing was built on the damage
-    withheld = provider.prefetch("question")  # nor recalled from it: a fenced notice says why
-    assert "recall withheld" in withheld and "after the tamper" not in withheld
-    assert (
-        "withheld"
-        in json.loads(provider.handle_tool_call("archive_search", {"query": "question"}))["error"]
-    )
-    print(f"\n{name}: verify names seq {bad_seq}; refused at open")
-
-
-@pytest.mark.usefixtures("v1_format")  # v1's full verify on open (v2 proves from checkpoints)
-def test_refusal_is_not_re_verified_until_the_files_change(
-    home: Path, providers: Callable[..., ArchiveProvider], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first = providers()
-    build(first)
-    first.shutdown()
-    deletion(home, home)
-    from archive_provider.storage import witness as witness_module
-
-    calls = []
-    real = witness_module.verify_database
-    monkeypatch.setattr(
-        witness_module, "verify_database", lambda *a, **k: calls.append(1) or real(*a, **k)
-    )
-    provider = providers()
-    for _ in range(3):
-        blocked(v2_agent(provider), EVIDENCE)
-    assert len(calls) == 1
-
-
-# -- whole-store rollback: only the witness can tell ----------------------------------------
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -271,15 +100,13 @@ def backed_up_then_grown(
 
 
 def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately(
-    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+    tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     backup = backed_up_then_grown(tmp_path, home, providers)
     witnessed = Witness.for_home(home).read()
     assert witnessed is not None and witnessed.seq == head_of(home)
     conn = raw(home)
-    assert conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone() == (
-        str(fmt),
-    )
+    assert conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone() == ("2",)
     conn.close()
 
     restore(backup, archive_dir(home))  # the whole store, as it was
@@ -323,7 +150,7 @@ def test_whole_store_rollback_is_caught_by_the_witness_and_accepted_deliberately
 
 
 def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
-    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+    tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     first = providers()
     build(first)
@@ -333,7 +160,7 @@ def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
     build(second, "other")
     second.shutdown()
     restore(archive_dir(other), archive_dir(home))
-    for key in ("payload.key",) if fmt == 1 else ("store.key", "signing.key"):
+    for key in ("store.key", "signing.key"):
         shutil.copy2(archive_dir(other) / key, archive_dir(home) / key)
     provider = providers()
     message = str(blocked(v2_agent(provider), EVIDENCE))
@@ -345,7 +172,7 @@ def test_a_replaced_store_is_caught_and_accept_refuses_a_damaged_log(
 
 
 def test_the_witness_costs_sync_turn_nothing(
-    fmt: int, home: Path, providers: Callable[..., ArchiveProvider]
+    home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     provider = providers()
     assert provider.on_pre_compress(EVIDENCE, require_checkpoint=True)
@@ -362,28 +189,8 @@ def test_the_witness_costs_sync_turn_nothing(
     assert record is not None and record.seq == head_of(home)  # a FULL commit moved it
 
 
-@pytest.mark.usefixtures("v1_format")  # v2 keeps tiles and signed checkpoints: its rollback is
-# the whole-store one above (and tests/test_witness_v2.py's consistent-looking rewrite)
-def test_a_consistent_truncation_passes_verify_but_not_the_witness(
-    home: Path, providers: Callable[..., ArchiveProvider]
-) -> None:
-    first = providers()
-    build(first)
-    first.shutdown()
-    conn = attacker(home)
-    last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
-    conn.execute("DELETE FROM events WHERE seq > ?", (last - 3,))
-    chain = conn.execute("SELECT chain FROM events WHERE seq = ?", (last - 3,)).fetchone()[0]
-    conn.execute("UPDATE head SET seq = ?, chain = ?", (last - 3, chain))
-    conn.close()
-    assert verify_home(home).ok  # consistent: the log alone cannot tell
-    provider = providers()
-    message = str(blocked(v2_agent(provider), EVIDENCE))
-    assert "witness mismatch" in message and "rolled back by 3 events" in message, message
-
-
 def test_a_required_checkpoint_behind_a_journal_fails_at_once_with_the_refusal(
-    fmt: int, tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
+    tmp_path: Path, home: Path, providers: Callable[..., ArchiveProvider]
 ) -> None:
     """With ``journal_every_event``, a turn waits in the spill before the checkpoint; on a
     refused log it can never be taken in, so the checkpoint must fail with the refusal, not

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from archive_provider.storage.outside import (
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import default_witness_dir
 
-from ..conftest import archive_format
+from ..conftest import v1_archive
 from .conftest import events, flush, home_spill_key, raw
 from .test_attacks import build, cli
 
@@ -154,29 +155,30 @@ def test_a_database_swapped_in_while_the_provider_runs_is_not_served(
     conn = raw(home)
     victim = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0]
     conn.close()
-    with archive_format(1), pytest.MonkeyPatch.context() as patch:  # the store id is public
-        patch.setattr("archive_provider.storage.store.secrets.token_hex", lambda n: victim)
-        forger = providers(tmp_path / "forge-home")
-        build(forger, FORGED)
-        forger.shutdown()
-    forged = tmp_path / "forge-home" / "archive"
+    # a format-1 archive (0.1.0 wrote it; its texts are in the log) made to carry the victim's
+    # store id, which is public: the forger's file and its own payload key
+    forged = v1_archive(tmp_path / "forge-home" / "archive")
+    conn = sqlite3.connect(forged / "events.db")
+    conn.execute("UPDATE meta SET value = ? WHERE name = 'store_id'", (victim,))
+    conn.commit()
+    conn.close()
     os.replace(forged / "payload.key", archive_dir(home) / "payload.key")
     os.replace(forged / "events.db", archive_dir(home) / "events.db")
     for end in ("-wal", "-shm"):  # the live writer's, which SQLite would replay over it
         (archive_dir(home) / f"events.db{end}").unlink()
 
-    answer = provider.handle_tool_call("archive_search", {"query": "wire the funds account"})
-    assert "4242" not in answer and "withheld" in answer, answer
-    recalled = provider.prefetch("wire the funds account")
-    assert "4242" not in recalled and "recall withheld" in recalled, recalled
+    answer = provider.handle_tool_call("archive_search", {"query": "blue heron river"})
+    assert "heron" not in answer and "withheld" in answer, answer
+    recalled = provider.prefetch("blue heron river")
+    assert "heron" not in recalled and "recall withheld" in recalled, recalled
 
-    provider.sync_turn("after the swap", "noted")  # the writer proves the new file
+    provider.sync_turn("after the swap", "noted")  # the writer opens the new file: refused
     flush(provider, timeout=5)
     writer = provider.core.writer
-    assert writer is not None and writer.refused, writer.last_error
-    assert "a format the witness did not pin is refused" in writer.refused
-    answer = provider.handle_tool_call("archive_search", {"query": "wire the funds account"})
-    assert "4242" not in answer and "withheld" in answer, answer
+    assert writer is not None and "format version 1" in str(writer.last_error), writer
+    assert "hermes-archive migrate" in str(writer.last_error)
+    answer = provider.handle_tool_call("archive_search", {"query": "blue heron river"})
+    assert "heron" not in answer and "withheld" in answer, answer
 
 
 def test_a_copy_of_the_same_database_serves_only_after_it_is_proven_again(

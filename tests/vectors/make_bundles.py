@@ -28,7 +28,6 @@ from archive_provider.audit.export import Selection, export_bundle  # noqa: E402
 from archive_provider.audit.prove import prove  # noqa: E402
 from archive_provider.format.verifier import verify_bundle, verify_proof  # noqa: E402
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir  # noqa: E402
-from tests.conftest import archive_format  # noqa: E402
 from tests.test_cli import build_archive  # noqa: E402
 from tests.test_export import reseal  # noqa: E402
 
@@ -115,8 +114,7 @@ def main() -> None:
     PROOFS.mkdir()
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(scratch) / "home"
-        with archive_format(2):
-            build_archive(home)
+        build_archive(home)
         store = EventStore.open(archive_dir(home), create=False, readonly=True)
         assert isinstance(store, EventStoreV2)
         vkey = store.vkey
