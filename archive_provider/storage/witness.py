@@ -75,6 +75,29 @@ class WitnessMismatch(ArchiveDamaged):
     """The archive does not contain the head the witness recorded (rollback or replacement)."""
 
 
+def migrated_from(conn: sqlite3.Connection) -> str | None:
+    """The v1 store a migrated archive was made from (none for any other archive)."""
+    found = conn.execute("SELECT value FROM meta WHERE name = 'migrated_from'").fetchone()
+    return str(found[0]) if found else None
+
+
+def half_migrated(archive: Path, store_id: str, seen: WitnessRecord) -> str:
+    """The refusal of a v2 archive whose ``migrate`` stopped before the witness moved to it:
+    the witness still names the v1 store, kept whole beside it; and the way to finish."""
+    from .migrate import V1_DB_NAME
+
+    return (
+        f"witness mismatch: the archive at {archive} is store {store_id}, made by "
+        f"`hermes-archive migrate` from store {seen.store_id}, which the witness last saw at "
+        f"seq {seen.seq}: the migration stopped before it finished (the v1 archive is kept "
+        f"whole as {archive / V1_DB_NAME}). Check that the new archive holds every v1 event, "
+        f"`hermes-archive verify --lineage {archive / V1_DB_NAME}`, then finish it: "
+        '`hermes-archive witness accept --reason "migration finished"`; if the check fails, '
+        "put the v1 archive back and migrate again (docs/RECOVER.md, 'A migration stopped "
+        "half-way')."
+    )
+
+
 def default_witness_dir(hermes_home: str | os.PathLike[str]) -> Path:
     """``<HERMES_HOME>.archive-witness``: beside the profile, outside its backups."""
     home = Path(hermes_home).expanduser().absolute()
@@ -365,6 +388,8 @@ class Witness:
         )
         at_path = self.read()
         if at_path is not None and at_path.store_id != store_id:
+            if migrated_from(conn) == at_path.store_id:
+                raise WitnessMismatch(half_migrated(self.archive, store_id, at_path))
             raise WitnessMismatch(
                 f"witness mismatch: the archive at {self.archive} is store {store_id}, but the "
                 f"witness {self.path} last saw store {at_path.store_id} at seq {at_path.seq} "
