@@ -96,6 +96,8 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "events.db"
 KEY_NAME = "payload.key"
+#: where ``migrate`` keeps a migrated v1 archive, beside the v2 one it made
+V1_DB_NAME = "events.v1.db"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 #: the format a new archive is made in (an existing one keeps its own)
 NEW_ARCHIVE_FORMAT = 2

@@ -62,6 +62,7 @@ from ..format.events import NewEvent
 from ..format.verifier import verify_database
 from .outside import WITNESS_ENV, InsideProfile, outside_value
 from .safe_files import UnsafeFile, folder_problem, read_small
+from .store import V1_DB_NAME
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,6 @@ def migrated_from(conn: sqlite3.Connection) -> str | None:
 def half_migrated(archive: Path, store_id: str, seen: WitnessRecord) -> str:
     """The refusal of a v2 archive whose ``migrate`` stopped before the witness moved to it:
     the witness still names the v1 store, kept whole beside it; and the way to finish."""
-    from .migrate import V1_DB_NAME
-
     return (
         f"witness mismatch: the archive at {archive} is store {store_id}, made by "
         f"`hermes-archive migrate` from store {seen.store_id}, which the witness last saw at "
