@@ -186,3 +186,56 @@ def test_the_lineage_against_another_v1_file_fails(home: Path, tmp_path: Path) -
     finally:
         store.close()
     assert not found.ok and "does not hold the head" in (found.problem or "")
+
+
+def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fault after the v2 archive is made and before the witness moves to it (the state
+    ``migrate`` leaves without its witness step) left every open refusing with "the archive
+    was replaced ... restore the newest backup": now the refusal says a migration stopped,
+    and its way out (lineage check, then ``witness accept``) opens the archive whole."""
+    from archive_provider import ArchiveProvider
+    from archive_provider.cli import main
+    from archive_provider.storage.store import archive_dir
+
+    home = tmp_path / "home"
+    EventStore.open(archive_dir(home), format_version=1).close()
+    provider = ArchiveProvider()
+    provider.initialize("s1", hermes_home=str(home), platform="cli")
+    provider.sync_turn("a turn before the migration", "noted", session_id="s1")
+    provider.on_pre_compress([{"role": "user", "content": "c"}], require_checkpoint=True)
+    provider.shutdown()  # the witness now names the v1 store
+    migrate(archive_dir(home))  # made and filled, the witness never moved
+
+    def checkpoint() -> str:
+        provider = ArchiveProvider()
+        provider.initialize("s1", hermes_home=str(home), platform="cli")
+        try:
+            return provider.on_pre_compress(
+                [{"role": "user", "content": "after"}], require_checkpoint=True
+            )
+        finally:
+            provider.shutdown()
+
+    with pytest.raises(Exception, match="the migration stopped before it finished") as refused:
+        checkpoint()
+    v1_file = archive_dir(home) / V1_DB_NAME
+    assert f"verify --lineage {v1_file}" in str(refused.value)
+    assert "witness accept" in str(refused.value)
+    assert main(["--home", str(home), "verify", "--lineage", str(v1_file)]) == 0
+    reason = ["--reason", "migration finished"]
+    assert main(["--home", str(home), "witness", "accept", *reason]) == 0
+    capsys.readouterr()
+    assert "Archive checkpoint" in checkpoint()
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        texts = [
+            decode(store.payload(d) or b"null")
+            for e in store.events()
+            if e.type == "turn"
+            for d in e.messages
+        ]
+    finally:
+        store.close()
+    assert {"role": "user", "content": "a turn before the migration"} in texts

@@ -34,6 +34,7 @@ from .spill import META_TAKEN, in_use, segment_paths
 from .store import (
     DB_NAME,
     KEY_NAME,
+    V1_DB_NAME,
     EventStore,
     EventStoreV2,
     Head,
@@ -46,7 +47,6 @@ from .store import (
 )
 from .witness import Witness
 
-V1_DB_NAME = "events.v1.db"
 V1_KEY_NAME = "payload.v1.key"
 #: events per v2 transaction at most (a v1 transaction's events share a time and stay together)
 BATCH_EVENTS = 2000

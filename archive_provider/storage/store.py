@@ -95,6 +95,8 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "events.db"
 KEY_NAME = "payload.key"
+#: where ``migrate`` keeps a migrated v1 archive, beside the v2 one it made
+V1_DB_NAME = "events.v1.db"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 
 # Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,

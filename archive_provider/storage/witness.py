@@ -62,6 +62,7 @@ from ..format.events import NewEvent
 from ..format.verifier import verify_database
 from .outside import WITNESS_ENV, InsideProfile, outside_value
 from .safe_files import UnsafeFile, folder_problem, read_small
+from .store import V1_DB_NAME
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,27 @@ WITNESS_FORMAT_V2 = 2
 
 class WitnessMismatch(ArchiveDamaged):
     """The archive does not contain the head the witness recorded (rollback or replacement)."""
+
+
+def migrated_from(conn: sqlite3.Connection) -> str | None:
+    """The v1 store a migrated archive was made from (none for any other archive)."""
+    found = conn.execute("SELECT value FROM meta WHERE name = 'migrated_from'").fetchone()
+    return str(found[0]) if found else None
+
+
+def half_migrated(archive: Path, store_id: str, seen: WitnessRecord) -> str:
+    """The refusal of a v2 archive whose ``migrate`` stopped before the witness moved to it:
+    the witness still names the v1 store, kept whole beside it; and the way to finish."""
+    return (
+        f"witness mismatch: the archive at {archive} is store {store_id}, made by "
+        f"`hermes-archive migrate` from store {seen.store_id}, which the witness last saw at "
+        f"seq {seen.seq}: the migration stopped before it finished (the v1 archive is kept "
+        f"whole as {archive / V1_DB_NAME}). Check that the new archive holds every v1 event, "
+        f"`hermes-archive verify --lineage {archive / V1_DB_NAME}`, then finish it: "
+        '`hermes-archive witness accept --reason "migration finished"`; if the check fails, '
+        "put the v1 archive back and migrate again (docs/RECOVER.md, 'A migration stopped "
+        "half-way')."
+    )
 
 
 def default_witness_dir(hermes_home: str | os.PathLike[str]) -> Path:
@@ -365,6 +387,8 @@ class Witness:
         )
         at_path = self.read()
         if at_path is not None and at_path.store_id != store_id:
+            if migrated_from(conn) == at_path.store_id:
+                raise WitnessMismatch(half_migrated(self.archive, store_id, at_path))
             raise WitnessMismatch(
                 f"witness mismatch: the archive at {self.archive} is store {store_id}, but the "
                 f"witness {self.path} last saw store {at_path.store_id} at seq {at_path.seq} "

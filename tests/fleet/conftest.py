@@ -88,6 +88,11 @@ class Central:
 @pytest.fixture
 def central_db(pg: PgServer) -> Central:
     """A fresh database with the central schema, made by `central.init` as the superuser."""
+    return make_central(pg)
+
+
+def make_central(pg: PgServer) -> Central:
+    """A fresh central database on ``pg`` with its login roles (also the fault campaign's)."""
     if not pg.running():  # a test that killed the server and failed before restarting it
         pg.start()
     dbname = f"fleet_{next(_databases)}"

@@ -19,12 +19,16 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from archive_provider import ArchiveProvider
 from archive_provider.format.canonical import decode
 from archive_provider.storage.store import EventStore, archive_dir
+from tests.fleet.conftest import Central, central_rows, local_rows, make_central
+from tests.fleet.pgserver import PgServer
 
 from .conftest import verify_home
 
@@ -91,10 +95,26 @@ def fiu_run() -> str:
     return path
 
 
+@contextmanager
+def central_for(scenario: str) -> Iterator[Central | None]:
+    """A real PostgreSQL with a central database for ``ship`` (none for the others)."""
+    if scenario != "ship":
+        yield None
+        return
+    server = PgServer()
+    server.start()
+    try:
+        yield make_central(server)
+    finally:
+        server.cleanup()
+
+
 def run_child(
-    home: Path, scenario: str, report: Path, faults: list[str]
+    home: Path, scenario: str, report: Path, faults: list[str], central: Central | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), HERMES_HOME=str(home))
+    if central is not None:
+        env.update(FAULT_SHIP_TO=central.url(), FAULT_CENTRAL_ADMIN=central.url("admin_login"))
     return subprocess.run(
         [fiu_run(), "-x", "-f", "", sys.executable, str(CHILD), str(home), scenario]
         + [str(report), *faults],
@@ -106,10 +126,10 @@ def run_child(
     )
 
 
-def calls_made(tmp: Path, point: str, scenario: str) -> int:
+def calls_made(tmp: Path, point: str, scenario: str, central: Central | None = None) -> int:
     """How many calls to ``point`` the scenario makes with no fault (the sweep's range)."""
     home, report = tmp / f"count-{scenario}-{point.replace('/', '_')}", tmp / "count.json"
-    done = run_child(home, scenario, report, [f"{point}@0"])
+    done = run_child(home, scenario, report, [f"{point}@0"], central)
     if done.returncode != 0 or not report.exists():
         raise RuntimeError(f"the counting run failed: {done.stderr[-2000:]}")
     result = json.loads(report.read_text())
@@ -118,12 +138,14 @@ def calls_made(tmp: Path, point: str, scenario: str) -> int:
     return int(result["calls"][0])
 
 
-def fault_run(tmp: Path, scenario: str, faults: list[str]) -> Outcome:
+def fault_run(
+    tmp: Path, scenario: str, faults: list[str], central: Central | None = None
+) -> Outcome:
     """One run of the child with ``faults``, judged with faults off."""
     name = "-".join(f.replace("/", "_") for f in faults)
     home = tmp / f"home-{scenario}-{name}"
     report = home.with_suffix(".json")
-    done = run_child(home, scenario, report, faults)
+    done = run_child(home, scenario, report, faults, central)
     point = faults[0].partition("@")[0]
     label = " ".join(f.rpartition("/")[2] for f in faults)
     if not report.exists():
@@ -132,11 +154,14 @@ def fault_run(tmp: Path, scenario: str, faults: list[str]) -> Outcome:
     verdict, detail = judge(home, result, done.stderr)
     if verdict == "survived" and scenario in ("export", "readable-copy"):
         verdict, detail = judge_output(home, scenario, result["status"], done.stderr)
+    elif verdict == "survived" and central is not None:
+        verdict, detail = judge_central(home, central, str(result["store_id"]), result["status"])
     elif verdict == "survived" and result.get("status", 0) != 0:
         verdict, detail = "refused", f"{scenario} exit {result['status']}"
     shutil.rmtree(home, ignore_errors=True)
-    for leftover in home.parent.glob(home.name + ".out*"):
+    for leftover in [*home.parent.glob(home.name + ".out*"), *home.parent.glob("*.stderr")]:
         leftover.unlink()
+    shutil.rmtree(home.with_name(home.name + ".witness"), ignore_errors=True)
     return Outcome(point, label, scenario, verdict, detail, done.stderr.count(LOUD_ANY))
 
 
@@ -147,7 +172,7 @@ def turn_texts(home: Path) -> tuple[list[str], set[int]]:
         texts, checkpoints = [], set()
         for event in store.events():
             if event.type == "turn":
-                for digest in event.messages:
+                for digest in event.messages:  # either format (v2: the parts)
                     value = decode(store.payload(digest) or b"null")
                     if isinstance(value, dict) and value.get("role") == "user":
                         texts.append(str(value.get("content")))
@@ -203,6 +228,21 @@ def judge_output(home: Path, scenario: str, status: object, stderr: str) -> tupl
     return verdict, detail or ("" if status == 0 else "whole; only the report failed")
 
 
+def judge_central(home: Path, central: Central, store_id: str, status: object) -> tuple[str, str]:
+    """A ship after a fault: the central copy is the local archive's first events, never
+    a different or torn sequence, and shipping again with faults off brings it level."""
+    from archive_provider.cli import main as archive_cli
+
+    shipped, local = central_rows(central, store_id), local_rows(home)
+    if shipped != local[: len(shipped)]:
+        return "BROKEN", f"the central copy differs from the archive ({len(shipped)} events)"
+    if archive_cli(["--home", str(home), "ship", "--to", central.url()]) != 0:
+        return "BROKEN", "shipping again with faults off failed"
+    if central_rows(central, store_id) != local_rows(home):
+        return "BROKEN", "shipping again did not bring the central copy level"
+    return ("survived", "") if status == 0 else ("refused", f"ship exit {status}")
+
+
 def _output_whole(home: Path, scenario: str, out: Path) -> tuple[str, str]:
     from archive_provider.cli import main as archive_cli
 
@@ -226,13 +266,24 @@ def sweep(
     """Fail each call of each point in turn (``per_point`` evenly spaced ones, or all);
     with ``every``, that call and every one after it."""
     table = Table()
-    for point in points:
-        total = calls_made(tmp, point, scenario)
-        chosen = list(range(1, total + 1))
-        if per_point is not None and total > per_point:
-            step = total / per_point
-            chosen = sorted({1 + int(i * step) for i in range(per_point)})
-        for nth in chosen:
-            fault = f"{point}@{nth}{'+' if every else ''}"
-            table.outcomes.append(fault_run(tmp, scenario, [fault]))
+    with central_for(scenario) as central:
+        for point in points:
+            table.outcomes += _sweep_point(tmp, scenario, point, per_point, every, central)
     return table
+
+
+def _sweep_point(
+    tmp: Path,
+    scenario: str,
+    point: str,
+    per_point: int | None,
+    every: bool,
+    central: Central | None,
+) -> list[Outcome]:
+    total = calls_made(tmp, point, scenario, central)
+    chosen = list(range(1, total + 1))
+    if per_point is not None and total > per_point:
+        step = total / per_point
+        chosen = sorted({1 + int(i * step) for i in range(per_point)})
+    suffix = "+" if every else ""
+    return [fault_run(tmp, scenario, [f"{point}@{nth}{suffix}"], central) for nth in chosen]

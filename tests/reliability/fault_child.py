@@ -16,8 +16,14 @@ Scenarios (each makes a new archive in ``home`` unless it already has one):
 ``hooks``    initialize, 12 turns, memory writes, a checkpoint that is not required, shutdown
 ``required`` the same with every checkpoint required (``require_checkpoint=True``)
 ``killed``   the turns only, then a second's pause and ``os._exit`` (no shutdown)
-``export``, ``readable-copy``, ``forget``, ``migrate``  ``hooks`` with no fault (for
-             ``migrate`` on a format-1 archive), then the command with the faults (its
+``witness``  ``hooks`` with no fault, a real ``witness serve`` on 127.0.0.1 added with
+             ``witness add``, then ``hooks`` again with the faults while the writer submits
+             its checkpoints to that witness
+``export``, ``readable-copy``, ``forget``, ``migrate``, ``retention``, ``ship``  ``hooks``
+             with no fault (for ``migrate`` on a format-1 archive; for ``retention`` first
+             12 turns dated 30 days back, then a 7-day policy; for ``ship`` the store
+             registered at the central PostgreSQL named by ``FAULT_CENTRAL_ADMIN``), then the
+             command with the faults (``retention apply``; ``ship --to $FAULT_SHIP_TO``; its
              output ``<home>.out``); the report says its exit status
 
 With faults off again, the child writes ``report`` (JSON): the turns whose ``sync_turn``
@@ -41,7 +47,7 @@ import fiu  # noqa: E402
 from archive_provider import ArchiveProvider  # noqa: E402
 
 TURNS = 12
-COMMANDS = ("export", "readable-copy", "forget", "migrate")
+COMMANDS = ("export", "readable-copy", "forget", "migrate", "retention", "ship")
 #: a user's text in the format-1 fixture (tests/fixtures/v1_archive), kept by migrate
 V1_USER_TEXT = "A blue heron sat by the river"
 CHECKPOINT_EVERY = 4
@@ -82,7 +88,8 @@ def start(injectors: list[Injector], phase: str) -> None:
         injector.start(phase)
 
 
-def run(home: str, scenario: str, injectors: list[Injector]) -> dict[str, Any]:
+def run(home: str, scenario: str, injectors: list[Injector], tag: str = "") -> dict[str, Any]:
+    """The provider's hooks; ``tag`` tells apart the turns of a second run on one profile."""
     required = scenario == "required"
     accepted: list[str] = []
     returned: list[str] = []
@@ -91,7 +98,7 @@ def run(home: str, scenario: str, injectors: list[Injector]) -> dict[str, Any]:
     provider.initialize("f1", hermes_home=home, platform="cli", agent_context="primary")
     messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
     for turn in range(1, TURNS + 1):
-        user = f"fault user {turn}"
+        user = f"fault user {tag}{turn}"
         messages += [
             {"role": "user", "content": user},
             {"role": "assistant", "content": f"fault answer {turn}"},
@@ -128,11 +135,25 @@ def command(home: str, name: str, injectors: list[Injector]) -> dict[str, Any]:
         os.chmod(archive_dir(home), 0o700)
         result: dict[str, Any] = {"accepted": [V1_USER_TEXT], "returned": [], "raised": []}
     else:
+        if name == "retention":
+            from datetime import datetime, timedelta
+
+            from freezegun import freeze_time
+
+            with freeze_time(datetime.now() - timedelta(days=30), tick=True):
+                run(home, "hooks", [], tag="expired ")  # erased by the policy: not counted
+            policy = ["set", "--days", "7", "--reason", "fault campaign", "--yes"]
+            if archive_cli(["--home", home, "retention", *policy]) != 0:
+                raise RuntimeError("the retention policy could not be set")
         result = run(home, "hooks", [])
     result["migrated"] = name == "migrate"
+    if name == "ship":
+        result["store_id"] = register(home)
     args = {
         "forget": ["--memory", "fault fact 3", "--reason", "fault campaign", "--yes"],
         "migrate": [],
+        "retention": ["apply", "--yes"],
+        "ship": ["--to", os.environ.get("FAULT_SHIP_TO", "")],
     }.get(name, [home + ".out"])
     start(injectors, "start")
     try:
@@ -142,12 +163,56 @@ def command(home: str, name: str, injectors: list[Injector]) -> dict[str, Any]:
     return result
 
 
+def register(home: str) -> str:
+    """The administrator's step before a store may ship: register it to the shipper."""
+    from archive_provider.storage import central
+    from archive_provider.storage.ship import registration
+    from archive_provider.storage.store import EventStore, archive_dir
+
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        found = registration(store)
+    finally:
+        store.close()
+    central.register(os.environ["FAULT_CENTRAL_ADMIN"], found, "ship_login", "fault campaign")
+    return found.store_id
+
+
+def witnessed(home: str, injectors: list[Injector]) -> dict[str, Any]:
+    """``hooks`` on an archive with a remote witness added, the faults on while it runs."""
+    from archive_provider.cli import main as archive_cli
+    from archive_provider.storage.store import EventStore, archive_dir
+    from tests.test_witness_remote import WitnessProcess, keygen
+
+    run(home, "hooks", [])
+    store = EventStore.open(archive_dir(home), create=False, readonly=True)
+    try:
+        log_key = store.vkey
+    finally:
+        store.close()
+    state = Path(home + ".witness")
+    keygen(state, "fault.example/witness")
+    server = WitnessProcess(state, [log_key])
+    try:
+        added = ["witness", "add", server.url, server.vkey, "--reason", "fault campaign"]
+        if archive_cli(["--home", home, *added]) != 0:
+            raise RuntimeError("the remote witness could not be added")
+        start(injectors, "start")
+        return run(home, "hooks", injectors, tag="witnessed ")
+    finally:
+        for injector in injectors:
+            injector.stop()
+        server.stop()
+
+
 def main() -> None:
     home, scenario, report = sys.argv[1:4]
     injectors = [Injector(spec) for spec in sys.argv[4:]]
     try:
         if scenario in COMMANDS:
             result = command(home, scenario, injectors)
+        elif scenario == "witness":
+            result = witnessed(home, injectors)
         else:
             start(injectors, "start")
             result = run(home, scenario, injectors)

@@ -83,7 +83,9 @@ def test_a_spill_the_disk_will_not_fsync_is_still_written_and_said_once(
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("scenario", ["hooks", "required", "export", "readable-copy"])
+@pytest.mark.parametrize(
+    "scenario", ["hooks", "required", "export", "readable-copy", "witness", "retention", "ship"]
+)
 def test_bounded_fault_sweep(tmp_path: Path, scenario: str) -> None:
     """Two evenly spaced calls of each failure point, each failed once: nothing accepted
     is lost, every returned checkpoint is there, the archive opens and verifies; a command
