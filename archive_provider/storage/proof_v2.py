@@ -93,7 +93,16 @@ def cosigner(directory: Path) -> Signer:
             with os.fdopen(fd, "w") as handle:
                 handle.write(signer.private_key + "\n")
                 handle.flush()
-                os.fsync(handle.fileno())
+                try:
+                    os.fsync(handle.fileno())
+                except OSError as exc:  # written whole: what it keys stays readable
+                    log.warning(
+                        "archive: the local witness key %s is written but not synced (%s): a crash "
+                        "before the disk syncs it sets aside the spill records it keyed "
+                        "(RECOVER.md, 'Damaged spill')",
+                        path,
+                        exc,
+                    )
             return signer.as_cosigner()
         except (UnsafeFile, UnicodeDecodeError, NoteError) as exc:
             raise OSError(f"the local witness key {path} cannot be used: {exc}") from None
