@@ -189,7 +189,7 @@ def test_the_lineage_against_another_v1_file_fails(home: Path, tmp_path: Path) -
 
 
 def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A fault after the v2 archive is made and before the witness moves to it (the state
     ``migrate`` leaves without its witness step) left every open refusing with "the archive
@@ -198,14 +198,13 @@ def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
     from archive_provider import ArchiveProvider
     from archive_provider.cli import main
     from archive_provider.storage.store import archive_dir
+    from archive_provider.storage.witness import Witness
 
-    home = tmp_path / "home"
-    EventStore.open(archive_dir(home), format_version=1).close()
-    provider = ArchiveProvider()
-    provider.initialize("s1", hermes_home=str(home), platform="cli")
-    provider.sync_turn("a turn before the migration", "noted", session_id="s1")
-    provider.on_pre_compress([{"role": "user", "content": "c"}], require_checkpoint=True)
-    provider.shutdown()  # the witness now names the v1 store
+    conn = sqlite3.connect(archive_dir(home) / "events.db")
+    store_id = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0]
+    seq, chain = conn.execute("SELECT seq, chain FROM head").fetchone()
+    conn.close()
+    assert Witness.for_home(home).write(store_id, seq, chain)  # as 0.1.0 left it: the v1 head
     migrate(archive_dir(home))  # made and filled, the witness never moved
 
     def checkpoint() -> str:
@@ -238,4 +237,4 @@ def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
         ]
     finally:
         store.close()
-    assert {"role": "user", "content": "a turn before the migration"} in texts
+    assert {"role": "user", "content": "A blue heron sat by the river"} in texts
