@@ -9,13 +9,11 @@ through a real store with the clock frozen and compares the rows it wrote.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 from blake3 import blake3
-from freezegun import freeze_time
 
 from archive_provider.format import verifier
 from archive_provider.format.canonical import canonical_bytes
@@ -32,8 +30,7 @@ from archive_provider.format.digests import (
     parts_text,
     payload_digest,
 )
-from archive_provider.format.events import Hasher, NewEvent
-from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore
+from archive_provider.format.events import Hasher
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "chain.json").read_text(encoding="utf-8"))
 KEY = bytes.fromhex(VECTORS["payload_key_hex"])
@@ -268,39 +265,3 @@ def test_verify_rows_reports_malformed_rows_instead_of_crashing(column: int, val
 
 
 # -- the store writes exactly these rows ----------------------------------------------------
-
-
-def test_store_writes_the_vector_rows(tmp_path: Path) -> None:
-    """With the key, store_id and clock fixed, a real store produces the frozen chain."""
-    folder = tmp_path / "archive"
-    folder.mkdir(mode=0o700)
-    (folder / KEY_NAME).write_text(KEY.hex() + "\n")
-    (folder / KEY_NAME).chmod(0o600)
-    conn = sqlite3.connect(folder / DB_NAME)
-    conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    conn.execute("INSERT INTO meta VALUES ('store_id', ?), ('format_version', '1')", (STORE_ID,))
-    conn.commit()
-    conn.close()
-    store = EventStore.open(folder)
-    try:
-        assert store.store_id == STORE_ID
-        hasher = store.hasher
-        for event in EVENTS:
-            parts = tuple(hasher.part(part["value"]) for part in event["parts"])
-            new = NewEvent(event["type"], event["session"], event["key"], event["body"], parts)
-            with freeze_time(event["time"]):
-                (result,) = store.append([new])
-            assert (result.outcome, result.seq, result.identity) == (
-                "appended",
-                event["seq"],
-                event["identity"],
-            )
-        rows = store.conn.execute(
-            "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events ORDER BY seq"
-        ).fetchall()
-        assert rows == [_row(event) for event in EVENTS]
-        head = store.head()
-        assert (head.seq, head.chain) == (VECTORS["head"]["seq"], VECTORS["head"]["chain"])
-        assert verifier.verify_database(store.conn, KEY).ok
-    finally:
-        store.close()

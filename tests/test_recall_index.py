@@ -9,7 +9,6 @@ leaves tokens behind and the two differ.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,15 +18,11 @@ import pytest
 
 from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
-from archive_provider.audit.replay import verify_projections
 from archive_provider.domain import builders
 from archive_provider.format.events import NewEvent
 from archive_provider.projections import recall
-from archive_provider.projections.builtin import RecallProjection, transcript_rows
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import EventStore
-
-FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
 
 
 @pytest.fixture
@@ -149,54 +144,3 @@ def test_memory_rewind_and_erasure_leave_no_token_behind(store: EventStore) -> N
         assert "quokka" not in terms and "walrus" in terms
         assert not recall.search(store.conn, "quokka")
         assert_index_matches_content(store.conn)
-
-
-def test_an_archive_with_the_old_recall_index_is_rebuilt_on_open(tmp_path: Path) -> None:
-    """The committed v1 fixture was written by recall version 3 (the text in the index) and
-    sessions version 2 (hex digests in the transcript)."""
-    folder = tmp_path / "archive"
-    shutil.copytree(FIXTURE, folder)
-    old = sqlite3.connect(folder / "events.db")
-    names = {r[0] for r in old.execute("SELECT name FROM sqlite_master")}
-    assert {"recall_fts_content", "recall_memory"} <= names
-    indexed = old.execute("SELECT rowid, text, kind, session, seq, role FROM recall_fts").fetchall()
-    sessions = [r[0] for r in old.execute("SELECT DISTINCT session FROM transcript")]
-    transcripts = {s: transcript_rows(old, s) for s in sessions}
-    assert {type(d) for rows in transcripts.values() for d, _ in rows} == {str}  # hex text
-    old.close()
-    store = EventStore.open(folder, create=False, projections=default_projections)
-    try:
-        names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master")}
-        assert "recall_fts_content" not in names and "recall_memory" not in names
-        version = store.conn.execute(
-            "SELECT version, last_seq FROM projection_state WHERE name = 'recall'"
-        ).fetchone()
-        assert version == (RecallProjection.version, store.head().seq)
-        rows = store.conn.execute(
-            "SELECT rowid, text, kind, session, seq, role FROM recall_fts"
-        ).fetchall()
-        assert rows == indexed  # the same rows, now read from the payloads
-        assert_index_matches_content(store.conn)
-        # the transcript's digests are 32 bytes now, read back as the same hex
-        assert store.conn.execute(
-            "SELECT DISTINCT typeof(digest), length(digest) FROM transcript"
-        ).fetchall() == [("blob", 32)]
-        assert {s: transcript_rows(store.conn, s) for s in sessions} == transcripts
-    finally:
-        store.close()
-    assert verify_projections(folder, scratch_dir=tmp_path).ok
-
-
-def test_search_on_an_archive_not_yet_rebuilt_says_what_to_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from archive_provider.cli import main
-
-    home = tmp_path / "home"
-    shutil.copytree(FIXTURE, home / "archive")
-    assert main(["--home", str(home), "search", "Ziggy"]) != 0  # read-only: nothing rebuilt
-    assert "hermes-archive replay" in capsys.readouterr().err
-    assert main(["--home", str(home), "replay"]) == 0
-    capsys.readouterr()
-    assert main(["--home", str(home), "search", "Ziggy"]) == 0
-    assert "Ziggy" in capsys.readouterr().out
