@@ -32,17 +32,7 @@ def test_a_served_recall_handed_back_in_a_turn_and_a_checkpoint_goes_with_its_so
     make_provider, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    first = make_provider(home, session="s-old")
-    first.sync_turn(
-        "", "", session_id="s-old", messages=[SYSTEM, {"role": "user", "content": SAID}]
-    )
-    flush(first)
-    first.shutdown()
-
-    second = make_provider(home, session="s-new")
-    second.on_turn_start(1, ASKED)
-    served = second.prefetch(ASKED)
-    assert "PLUM-4417" in served
+    second, served = served_in_new_session(make_provider, home)
     # the host (hermes-agent's own code) appends it to the API copy of the user message
     sent = ASKED + "\n\n" + build_memory_context_block(served)
     messages = [
