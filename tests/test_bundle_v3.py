@@ -27,7 +27,7 @@ from archive_provider.format import verifier
 from archive_provider.format.verifier import V2_PAYLOAD, seal_comment, verify_bundle
 from archive_provider.storage.store import archive_dir
 from tests.conftest import verifier_key
-from tests.test_export import export, members, reseal
+from tests.test_export import export, members, reseal, write_sealed
 
 #: one record of payloads.bin: (kind byte, digest, salt or erasure seq, body)
 Record = tuple[int, bytes, bytes | int, bytes]
@@ -651,16 +651,7 @@ def write_manifest(bundle: Path, text: bytes) -> None:
     """Reseal ``bundle`` with ``text`` as its manifest, verbatim (a forger's own JSON)."""
     content = members(bundle)
     content.pop("manifest.json", None)
-    with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, body in content.items():
-            archive.writestr(name, body)
-        archive.writestr("manifest.json", text)
-        archive.comment = seal_comment(blake3(text).hexdigest())
-    with open(bundle, "r+b") as handle:
-        size = handle.seek(0, 2)
-        seal = verifier.seal_digest(handle, size)
-        handle.seek(size - 64)
-        handle.write(seal.encode())
+    write_sealed(bundle, content, text)
 
 
 def test_a_manifest_naming_a_member_twice_is_refused(bundle: Path, vkey: str) -> None:

@@ -145,12 +145,21 @@ def reseal(bundle: Path, change: Callable[[dict[str, bytes], dict[str, Any]], No
     manifest["members"] = {
         n: {"size": len(b), "blake3": blake3(b).hexdigest()} for n, b in content.items()
     }
-    text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    write_sealed(bundle, content, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_sealed(bundle: Path, content: dict[str, bytes], manifest: bytes) -> None:
+    """Write ``bundle`` with these members and ``manifest`` verbatim, sealed as export seals."""
     with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, body in content.items():
             archive.writestr(name, body)
-        archive.writestr(MANIFEST, text)
-        archive.comment = seal_comment(blake3(text).hexdigest())
+        archive.writestr(MANIFEST, manifest)
+        archive.comment = seal_comment(blake3(manifest).hexdigest())
+    seal_file(bundle)
+
+
+def seal_file(bundle: Path) -> None:
+    """Write the seal over the whole file into the last 64 bytes of its comment."""
     with open(bundle, "r+b") as handle:
         size = handle.seek(0, 2)
         seal = seal_digest(handle, size)

@@ -20,7 +20,8 @@ import pytest
 from blake3 import blake3
 
 from archive_provider.format import verifier
-from archive_provider.format.verifier import MANIFEST, seal_comment, seal_digest
+from archive_provider.format.verifier import MANIFEST, seal_comment
+from tests.test_export import seal_file
 
 VECTORS = Path(__file__).parent / "vectors"
 STANDALONE = ("verifier.py", "merkle.py", "signed_note.py", "tlog_proof.py")
@@ -88,11 +89,7 @@ def write_bundle(source: Path, out: Path, big: str, head: bytes, size: int) -> N
         text = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
         archive.writestr(MANIFEST, text)
         archive.comment = seal_comment(blake3(text).hexdigest())
-    with open(out, "r+b") as handle:
-        end = handle.seek(0, 2)
-        seal = seal_digest(handle, end)
-        handle.seek(end - 64)
-        handle.write(seal.encode())
+    seal_file(out)
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
