@@ -57,15 +57,16 @@ _EXPORTS = {
     "archive_dir": "archive_provider.storage.store",
     "connect": "archive_provider.storage.store",
     "part_body": "archive_provider.storage.store",
-    "PeerAnswer": "archive_provider.storage.peer_witness",
-    "PeerWitness": "archive_provider.storage.peer_witness",
-    "accept_cosignature": "archive_provider.storage.peer_witness",
-    "checkpoint_request": "archive_provider.storage.peer_witness",
-    "cosigned_size": "archive_provider.storage.peer_witness",
-    "refusal_checks": "archive_provider.storage.peer_witness",
-    "witness_added": "archive_provider.storage.remote_witnesses",
-    "witness_refused": "archive_provider.storage.remote_witnesses",
-    "witness_set": "archive_provider.storage.remote_witnesses",
+    # witnesses: the peers that cosign each other, and the log's remote witness set
+    "PeerAnswer": "archive_provider.witnesses.peer",
+    "PeerWitness": "archive_provider.witnesses.peer",
+    "accept_cosignature": "archive_provider.witnesses.peer",
+    "checkpoint_request": "archive_provider.witnesses.peer",
+    "cosigned_size": "archive_provider.witnesses.peer",
+    "refusal_checks": "archive_provider.witnesses.peer",
+    "witness_added": "archive_provider.witnesses.remote",
+    "witness_refused": "archive_provider.witnesses.remote",
+    "witness_set": "archive_provider.witnesses.remote",
     # projections
     "TableProjection": "archive_provider.projections.base",
     "recall_echo_cut": "archive_provider.projections.recall",
@@ -191,7 +192,8 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
     from .projections.recall import recall_echo_cut
-    from .storage.peer_witness import (
+    from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body
+    from .witnesses.peer import (
         PeerAnswer,
         PeerWitness,
         accept_cosignature,
@@ -199,5 +201,4 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
         cosigned_size,
         refusal_checks,
     )
-    from .storage.remote_witnesses import witness_added, witness_refused, witness_set
-    from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body
+    from .witnesses.remote import witness_added, witness_refused, witness_set

@@ -5,7 +5,7 @@ PostgreSQL 15 (the test suite's server helper: Debian's binaries, an unprivilege
 127.0.0.1), builds a corpus archive (format 2 by default), then in the same run and against
 the same server
 
-* ships it with :class:`archive_provider.storage.ship.Shipper` into a fresh central database
+* ships it with :class:`archive_provider.fleet.ship.Shipper` into a fresh central database
   (read, verify with BLAKE3 and, format 2, the checkpoint signatures; send, one transaction
   per batch, server triggers checking every row and, format 2, growing the SHA-256 tree
   and matching each signed checkpoint's root), and
@@ -34,10 +34,10 @@ from typing import Any
 
 import psycopg
 
+from archive_provider.fleet import central
+from archive_provider.fleet.ship import Shipper, registration
 from archive_provider.format import digests_v2
 from archive_provider.format.verifier import genesis
-from archive_provider.storage import central
-from archive_provider.storage.ship import Shipper, registration
 from archive_provider.storage.store import DB_NAME, EventStore
 
 from .common import Row, Workdir, machine, percentile, quiet_logging, table

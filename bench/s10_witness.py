@@ -1,6 +1,6 @@
 """Row 10: remote witnesses (C2SP tlog-witness) and the consistency proofs they check.
 
-* cosign round trip on loopback: ``witness_client.submit`` of a checkpoint one leaf larger
+* cosign round trip on loopback: ``witnesses.client.submit`` of a checkpoint one leaf larger
   than the last, with its consistency proof, to a ``hermes-archive witness serve`` process
   (parse, log signature, proof, state write with fsync, cosignature, and the client's check
   of it); baseline: a bare HTTP POST of the same bytes, on a new connection as ``submit``
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from archive_provider.format import merkle
 from archive_provider.format.signed_note import Checkpoint, Signer, format_add_checkpoint, sign_note
-from archive_provider.storage.witness_client import submit
+from archive_provider.witnesses.client import submit
 
 from .common import Row, Workdir, interleaved, median
 

@@ -16,7 +16,7 @@ HEAVY = (
     "archive_provider.format.signed_note",
     "archive_provider.projections.registry",
     "archive_provider.audit.erasure",
-    "archive_provider.storage.central",
+    "archive_provider.fleet.central",
     "cryptography",
     "zipfile",
     "importlib.metadata",

@@ -20,9 +20,9 @@ import pytest
 from archive_provider import ArchiveProvider
 from archive_provider.cli import main
 from archive_provider.commands.status import witness_lines
+from archive_provider.fleet.ship import STATE_NAME, Shipper, describe_state, read_state
 from archive_provider.format.signed_note import Signer
 from archive_provider.storage.proof_v2 import cosigner
-from archive_provider.storage.ship import STATE_NAME, Shipper, describe_state, read_state
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 from tests.test_cli import assistant, build_archive, user
@@ -110,7 +110,7 @@ def test_the_missing_psycopg_hint_names_what_pip_can_install() -> None:
     child = (
         "import sys\n"
         "sys.modules['psycopg'] = None\n"
-        "from archive_provider.storage.central import CentralError, connect\n"
+        "from archive_provider.fleet.central import CentralError, connect\n"
         "try:\n"
         "    connect('postgresql://x@127.0.0.1:1/y')\n"
         "except CentralError as exc:\n"

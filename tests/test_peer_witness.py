@@ -1,4 +1,4 @@
-"""A peer witness over a channel that is not HTTP (storage/peer_witness.py): the tlog-witness
+"""A peer witness over a channel that is not HTTP (witnesses/peer.py): the tlog-witness
 rules of the remote witness with the state in the agent's witness folder, plus what a
 redelivering channel needs (a smaller checkpoint is a rollback at once, a message sent before
 the last cosignature is stale). Real v2 archives and writers; no Matrix (the hivemind tests
@@ -14,15 +14,15 @@ from pathlib import Path
 from archive_provider.domain.clock import format_time, utc_now
 from archive_provider.format.events import NewEvent
 from archive_provider.format.signed_note import Verifier, open_checkpoint
-from archive_provider.storage.peer_witness import (
+from archive_provider.storage.store import EventStore
+from archive_provider.storage.witness import Witness
+from archive_provider.storage.writer import Writer
+from archive_provider.witnesses.peer import (
     PeerWitness,
     accept_cosignature,
     checkpoint_request,
     cosigned_size,
 )
-from archive_provider.storage.store import EventStore
-from archive_provider.storage.witness import Witness
-from archive_provider.storage.writer import Writer
 
 PEER = "@alice:localhost"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from freezegun import freeze_time
 
 from archive_provider.domain.clock import format_time
+from archive_provider.fleet.ship import STATE_NAME, ShipState, _write_state
 from archive_provider.host.settings import Settings
 from archive_provider.host.shipping import STATE_RECHECK_S, current_state, shipping_alarm
-from archive_provider.storage.ship import STATE_NAME, ShipState, _write_state
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 REQUIRED = Settings(

@@ -119,5 +119,5 @@ def test_a_built_wheel_and_sdist_install_and_run_outside_the_source_tree(
     assert 'id="report-data"' in (tmp_path / "report.html").read_text()
     status = run(tool, "--home", home, cwd=tmp_path)  # v2 also counts its store_created
     assert re.search(r"^Events: \d+ \((.+, )?turn 1\)$", status, re.MULTILINE), status
-    # the central store's schema is a package resource beside storage/central.py
+    # the central store's schema is a package resource beside fleet/central.py
     assert "CREATE SCHEMA IF NOT EXISTS hermes_archive" in run(tool, "central", "sql", cwd=tmp_path)

@@ -17,7 +17,7 @@ from archive_provider.format.signed_note import (
     cosigner_verifier,
 )
 from archive_provider.storage.store import archive_dir
-from archive_provider.storage.witness_server import KEY_FILE, keygen, load_key
+from archive_provider.witnesses.server import KEY_FILE, keygen, load_key
 from tests.test_cli import build_archive, run_json, run_text
 
 

@@ -35,7 +35,7 @@ from archive_provider.format.signed_note import (
     parse_note,
     sign_note,
 )
-from archive_provider.storage.witness_client import (
+from archive_provider.witnesses.client import (
     BadCosignature,
     WitnessConflict,
     WitnessEndpoint,
@@ -45,7 +45,7 @@ from archive_provider.storage.witness_client import (
     WitnessUnreachable,
     submit,
 )
-from archive_provider.storage.witness_server import origin_hash
+from archive_provider.witnesses.server import origin_hash
 
 REPO = Path(__file__).resolve().parent.parent
 NOTES = json.loads((REPO / "tests" / "vectors" / "notes.json").read_text(encoding="utf-8"))
@@ -437,7 +437,7 @@ def test_the_c2sp_example_request_parses_and_its_unknown_origin_is_404(
         "\u2014 witness.example/w1 CMp+6LWBU0anHGH5aNDTJkH/gj79sG+T6+iP2ThYN5krrDJbR1HDnucjL39QsZ"
         "TSvVjyQLrdk3DXDqI5G2HgLatVs0pWh6Up69HVOw==\n"
     )
-    from archive_provider.storage.witness_client import _cosignature
+    from archive_provider.witnesses.client import _cosignature
 
     text = parse_note(Log(log_key).grow(1).note()).text
     with pytest.raises(BadCosignature, match="no cosignature from"):
@@ -525,7 +525,7 @@ def test_a_witness_that_lost_its_state_is_caught_up_and_reported(
         lambda endpoint, checkpoint, sig: got.append(checkpoint.size),
         known_sizes={w.vkey: 17},
     )
-    with caplog.at_level("WARNING", logger="archive_provider.storage.witness_client"):
+    with caplog.at_level("WARNING", logger="archive_provider.witnesses.client"):
         submitter.start()
         submitter.notify()
         try:

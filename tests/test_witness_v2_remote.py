@@ -20,8 +20,8 @@ from archive_provider.format.events import NewEvent
 from archive_provider.format.signed_note import Verifier
 from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
 from archive_provider.storage.witness import Witness
-from archive_provider.storage.witness_client import WitnessLag
 from archive_provider.storage.writer import Writer
+from archive_provider.witnesses.client import WitnessLag
 from tests.test_witness_remote import WitnessProcess, keygen
 
 LIVENESS_S = 90.0  # a bound for a loaded CI box, never a performance claim

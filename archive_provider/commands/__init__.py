@@ -261,7 +261,7 @@ class Command:
             except Exception as exc:
                 if os.environ.get("HERMES_ARCHIVE_DEBUG"):
                     raise
-                from archive_provider.storage.central import scrub
+                from archive_provider.fleet.central import scrub
 
                 secrets = (ctx.db or "", str(getattr(ctx.args, "to", "") or ""))
                 return ctx.fail(scrub(_message(exc), *secrets))

@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.storage import central
+    from archive_provider.fleet import central
 
     action = ctx.args.action
     if action == "sql":
@@ -66,8 +66,8 @@ def run(ctx: CommandContext) -> int:
 
 
 def _register(ctx: CommandContext, db: str) -> int:
-    from archive_provider.storage import central
-    from archive_provider.storage.ship import registration
+    from archive_provider.fleet import central
+    from archive_provider.fleet.ship import registration
 
     shipper = ctx.args.shipper
     if not shipper:
@@ -86,7 +86,7 @@ def _register(ctx: CommandContext, db: str) -> int:
 
 
 def _release_hold(ctx: CommandContext, db: str) -> int:
-    from archive_provider.storage import central
+    from archive_provider.fleet import central
 
     if not ctx.args.hold or not ctx.central_store or not (ctx.args.reason or "").strip():
         raise UsageError("central release-hold needs HOLD, --store ID and --reason WHY")

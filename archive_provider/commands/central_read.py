@@ -41,7 +41,7 @@ class CentralView:
     """What the renderers read from an archive (payload bodies), for one central store."""
 
     def __init__(self, conn: Any, store_id: str) -> None:
-        from archive_provider.storage.central import payload_reader
+        from archive_provider.fleet.central import payload_reader
 
         self.store_id = store_id
         self._read = payload_reader(conn, store_id)
@@ -52,7 +52,7 @@ class CentralView:
 
 @contextmanager
 def _connection(ctx: CommandContext) -> Iterator[Any]:
-    from archive_provider.storage.central import CentralError, connect
+    from archive_provider.fleet.central import CentralError, connect
 
     try:
         conn = connect(ctx.db or "")
@@ -83,7 +83,7 @@ def _record(conn: Any, row: tuple[Any, ...], *, full: bool = False) -> dict[str,
 
 
 def status(ctx: CommandContext) -> int:
-    from archive_provider.storage.central import redacted, summary
+    from archive_provider.fleet.central import redacted, summary
 
     with _connection(ctx) as conn:
         stores = summary(conn, ctx.central_store)
@@ -107,7 +107,7 @@ def status(ctx: CommandContext) -> int:
 def _chosen(conn: Any, ctx: CommandContext) -> list[Any]:
     """The stores ``--store`` names (all without it); naming none that exists is an error of
     its own, never "nothing matches" about what was asked of it."""
-    from archive_provider.storage.central import stores
+    from archive_provider.fleet.central import stores
 
     chosen = stores(conn, ctx.central_store)
     if ctx.central_store and not chosen:
@@ -116,7 +116,7 @@ def _chosen(conn: Any, ctx: CommandContext) -> list[Any]:
 
 
 def verify(ctx: CommandContext) -> int:
-    from archive_provider.storage.central import verify_store
+    from archive_provider.fleet.central import verify_store
 
     if getattr(ctx.args, "projections", False):
         raise UsageError("--projections applies to a local archive; the central store has none")
@@ -319,8 +319,8 @@ class _LaidOut(CommandContext):
 def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
     """One format 2 central store as a local archive (read-only) for a local command."""
     from archive_provider.audit.replay import rebuild_connection
+    from archive_provider.fleet.central import lay_out_v2, stores
     from archive_provider.projections.registry import default_projections
-    from archive_provider.storage.central import lay_out_v2, stores
     from archive_provider.storage.store import DB_NAME, archive_dir
     from archive_provider.storage.store_v2 import STORE_KEY_NAME, write_private
 

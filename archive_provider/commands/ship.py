@@ -55,16 +55,16 @@ def _line(data: dict[str, Any]) -> str:
 def _is_the_providers(ctx: CommandContext, target: str) -> bool:
     """Whether ``target`` is where the provider ships (its ``ship_to``), or the provider ships
     nowhere: only then is this run's state the archive's shipping state (``status``)."""
+    from archive_provider.fleet.central import redacted
     from archive_provider.host.settings import settings_and_problems
-    from archive_provider.storage.central import redacted
 
     configured = settings_and_problems(ctx.home)[0].ship_to
     return not configured or redacted(configured) == redacted(target)
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.storage.central import CentralError
-    from archive_provider.storage.ship import ShipError, Shipper
+    from archive_provider.fleet.central import CentralError
+    from archive_provider.fleet.ship import ShipError, Shipper
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive} to ship")

@@ -33,8 +33,8 @@ def _spill(ctx: CommandContext) -> dict[str, Any]:
 
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
+    from archive_provider.fleet.ship import at_local_head, read_state
     from archive_provider.storage.outside import inside_problems
-    from archive_provider.storage.ship import at_local_head, read_state
     from archive_provider.storage.store import DB_NAME
 
     refused = inside_problems(ctx.home)  # protection variables set from inside the profile
@@ -156,8 +156,8 @@ def witness_status(
 ) -> dict[str, Any]:
     """The local witness (cosigned size, the background walk) and each remote witness's
     lag: what it last cosigned (asked over the network) against the head, and why it lags."""
-    from archive_provider.storage.remote_witnesses import check_remote
     from archive_provider.storage.witness import Witness, WitnessMismatch
+    from archive_provider.witnesses.remote import check_remote
 
     witness = Witness.for_home(ctx.home)
     local: dict[str, Any] = {"path": str(witness.path)}
@@ -306,7 +306,7 @@ def _human(data: dict[str, Any]) -> str:
         )
     shipping = data.get("shipping")
     if shipping:
-        from archive_provider.storage.ship import describe_state
+        from archive_provider.fleet.ship import describe_state
 
         lines.append("Shipping " + describe_state(shipping))
     required = data.get("shipping_required")

@@ -82,8 +82,8 @@ def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     """Every witness key this archive relies on: the local witness's cosigner key (as
     C2SP's type 0x04 and as the Ed25519 type 0x01 Go's tools read) and each remote one."""
     from archive_provider.storage.proof_v2 import COSIGNER_KEY, cosigner
-    from archive_provider.storage.remote_witnesses import witness_set
     from archive_provider.storage.store import EventStoreV2
+    from archive_provider.witnesses.remote import witness_set
 
     local = None
     if (witness.directory / COSIGNER_KEY).is_file():
@@ -202,14 +202,14 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
 
 def _change_set(ctx: CommandContext, reason: str) -> dict[str, Any]:
     """``witness add URL VKEY`` / ``witness remove VKEY --yes``: an event in the log (16.2)."""
-    from archive_provider.storage.remote_witnesses import (
+    from archive_provider.storage.witness import who
+    from archive_provider.witnesses.remote import (
         BadWitness,
         cosigner_key,
         witness_added,
         witness_removed,
         witness_set,
     )
-    from archive_provider.storage.witness import who
 
     action, target = ctx.args.action, list(ctx.args.target)
     if action == "add" and len(target) != 2:

@@ -25,7 +25,7 @@ def _state(ctx: CommandContext) -> Path:
 
 
 def run_remote(ctx: CommandContext) -> int:
-    from archive_provider.storage.witness_server import (
+    from archive_provider.witnesses.server import (
         WitnessHTTPServer,
         WitnessStateError,
         keygen,

@@ -22,11 +22,11 @@ from typing import Any, TypeVar
 from ..audit.erasure import RetentionWorker
 from ..domain.clock import now_text
 from ..domain.evidence import archivable_text, is_set
+from ..fleet.ship import BackgroundShipper, shippers
 from ..format.events import NewEvent
 from ..projections.recall import Hit, ProofCache, Prover, TermCounts, search
 from ..projections.registry import default_projections
 from ..storage.proof_v2 import pinned
-from ..storage.ship import BackgroundShipper, shippers
 from ..storage.spill import Encoder
 from ..storage.store import (
     DB_NAME,

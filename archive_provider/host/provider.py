@@ -823,8 +823,8 @@ class ArchiveProvider(MemoryProviderBase):
         comes from inside the profile, and, when the archive ships to a central store, where
         shipping stands (lag in events and seconds, last error). Reads only the profile's env
         files and the shipping state file beside the archive: no database, no network."""
-        from ..storage.central import redacted
-        from ..storage.ship import describe_state, read_state
+        from ..fleet.central import redacted
+        from ..fleet.ship import describe_state, read_state
 
         shown = dict(provider_config) if isinstance(provider_config, dict) else {}
         if shown.get("ship_to"):

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..domain.clock import utc_now
-from ..storage.central import fleet_install_hint, fleet_missing
-from ..storage.ship import STATE_NAME, behind, read_state
+from ..fleet.central import fleet_install_hint, fleet_missing
+from ..fleet.ship import STATE_NAME, behind, read_state
 from .settings import Settings
 
 #: ``hermes-archive status`` exit code when shipping is required and is behind or cannot run

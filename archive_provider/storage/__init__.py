@@ -1,2 +1,2 @@
-"""Storage: the event store, the one writer per database, the witness, and the central
-PostgreSQL store with the shipper that copies a verified log to it."""
+"""Storage: the event store, the one writer per database, the spill, and the local witness
+(part of the store's open-time proof)."""

@@ -88,7 +88,7 @@ from .witness import (
 )
 
 if TYPE_CHECKING:
-    from .witness_client import WitnessLag, WitnessSubmitter
+    from ..witnesses.client import WitnessLag, WitnessSubmitter
 
 log = logging.getLogger(__name__)
 
@@ -836,7 +836,7 @@ class Writer:
 
     def _start_submitter(self, store: EventStoreV2) -> None:
         """Submit checkpoints to the log's remote witnesses in the background (16.2)."""
-        from .remote_witnesses import start_submitter
+        from ..witnesses.remote import start_submitter
 
         try:
             self._submitter = start_submitter(store, self._thread_factory)

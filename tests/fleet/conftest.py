@@ -16,9 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from archive_provider.fleet import central
+from archive_provider.fleet.ship import registration
 from archive_provider.format.events import NewEvent
-from archive_provider.storage import central
-from archive_provider.storage.ship import registration
 from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.pgserver import PgServer
 

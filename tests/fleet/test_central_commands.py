@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from archive_provider.cli import main
+from archive_provider.fleet.ship import Shipper
 from archive_provider.format.verifier import main as verifier_main
-from archive_provider.storage.ship import Shipper
 from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.conftest import Central
 from tests.test_cli import build_archive

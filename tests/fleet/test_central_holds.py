@@ -13,7 +13,7 @@ from freezegun import freeze_time
 from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.cli import main
-from archive_provider.storage.ship import ShipError, Shipper
+from archive_provider.fleet.ship import ShipError, Shipper
 from archive_provider.storage.store import EventStoreV2, archive_dir
 from tests.fleet.conftest import Central, append_turns, make_archive
 

@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 
 from archive_provider.cli import main
-from archive_provider.storage.ship import Shipper
+from archive_provider.fleet.ship import Shipper
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central
 from tests.test_report import HOSTILE, HOSTILE_SESSION, SECRET, build_archive, page_data

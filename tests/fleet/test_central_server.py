@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from archive_provider.cli import main
-from archive_provider.storage import central
-from archive_provider.storage.ship import ShipError, Shipper
+from archive_provider.fleet import central
+from archive_provider.fleet.ship import ShipError, Shipper
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from archive_provider.cli import main
-from archive_provider.storage.ship import Shipper
+from archive_provider.fleet.ship import Shipper
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central
 from tests.fleet.test_central_commands import shipped

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from archive_provider.cli import main
-from archive_provider.storage import central
-from archive_provider.storage.ship import ShipError, Shipper, read_state
+from archive_provider.fleet import central
+from archive_provider.fleet.ship import ShipError, Shipper, read_state
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import (
     PASSWORDS,

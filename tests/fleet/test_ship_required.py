@@ -25,9 +25,9 @@ from freezegun import freeze_time
 from archive_provider import ArchiveProvider
 from archive_provider.cli import main
 from archive_provider.domain.clock import parse_time
+from archive_provider.fleet.ship import read_state
 from archive_provider.host.install import activate, install_plugin
 from archive_provider.host.settings import save_settings
-from archive_provider.storage.ship import read_state
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import PASSWORDS, Central, central_rows, local_rows, make_archive
 from tests.fleet.pgserver import PgServer

@@ -18,10 +18,10 @@ import pytest
 from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.cli import main
+from archive_provider.fleet import central
+from archive_provider.fleet.ship import ShipError, Shipper, read_state
 from archive_provider.format import merkle, signed_note
 from archive_provider.format.signed_note import Signer
-from archive_provider.storage import central
-from archive_provider.storage.ship import ShipError, Shipper, read_state
 from archive_provider.storage.store import EventStoreV2, archive_dir
 from tests.fleet.conftest import PASSWORDS, Central, append_turns, central_rows, make_archive
 
@@ -526,7 +526,7 @@ def test_a_cosignature_that_does_not_verify_with_its_witness_key_is_not_shipped(
 ) -> None:
     """Issue 19 point 2 for cosignatures: the key is the one the log's `witness_added`
     names; a cosignature that does not verify with it stays local and the pass says so."""
-    from archive_provider.storage.remote_witnesses import witness_added
+    from archive_provider.witnesses.remote import witness_added
 
     home = tmp_path / "home"
     store = _v2(home)

@@ -1286,7 +1286,7 @@ def test_b19_every_provider_thread_goes_through_the_host_helper(
     allowed = {"archive_provider/storage/threads.py",  # context_thread, the 0.19.0 fallback
                "archive_provider/demo/fake_llm.py",  # the demo's loopback LLM server
                # `witness serve` is its own process, never inside a host
-               "archive_provider/storage/witness_server.py",
+               "archive_provider/witnesses/server.py",
                # a `verify --jobs` helper's watch on its parent: only in the helper's own
                # interpreter (verifier._helper_main), never inside a host
                "archive_provider/format/verifier.py"}  # fmt: skip

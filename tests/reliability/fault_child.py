@@ -165,8 +165,8 @@ def command(home: str, name: str, injectors: list[Injector]) -> dict[str, Any]:
 
 def register(home: str) -> str:
     """The administrator's step before a store may ship: register it to the shipper."""
-    from archive_provider.storage import central
-    from archive_provider.storage.ship import registration
+    from archive_provider.fleet import central
+    from archive_provider.fleet.ship import registration
     from archive_provider.storage.store import EventStore, archive_dir
 
     store = EventStore.open(archive_dir(home), create=False, readonly=True)

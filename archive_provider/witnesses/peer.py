@@ -6,7 +6,7 @@ channel can carry it: the log side sends an ``add-checkpoint`` body
 (:meth:`PeerWitness.answer`), and the log side keeps a verified cosignature in
 ``cosignatures`` (:func:`accept_cosignature`) or records a refusal (:func:`witness_refused`).
 
-The witness side *is* the remote witness (:class:`.witness_server.Witness`): the same rules
+The witness side *is* the remote witness (:class:`.server.Witness`): the same rules
 and the same state file per log, kept in the agent's own witness folder (outside its
 archive), under its own cosigner key. Two additions for a channel that redelivers and
 carries no request/response pairing: a checkpoint smaller than the one cosigned is refused
@@ -31,17 +31,17 @@ from ..format.signed_note import (
     parse_checkpoint,
     parse_note,
 )
-from .remote_witnesses import (
+from ..storage.store import DB_NAME, EventStore, connect
+from ..storage.witness import witness_dir_for
+from .client import BadCosignature, _cosignature
+from .remote import (
     cosigner_key,
     latest_checkpoint,
     peer_witness_keys,
     store_cosignature,
     tree_contains,
 )
-from .store import DB_NAME, EventStore, connect
-from .witness import witness_dir_for
-from .witness_client import BadCosignature, _cosignature
-from .witness_server import (
+from .server import (
     KEY_FILE,
     Witness,
     check_private_dir,

@@ -34,7 +34,7 @@ from ..format.signed_note import (
     parse_checkpoint,
     parse_note,
 )
-from .threads import ThreadFactory, context_thread
+from ..storage.threads import ThreadFactory, context_thread
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from ..format.verifier import (
     verify_database_v2,
     verify_rows,
 )
-from .store_v2 import SCHEMA_V2
+from ..storage.store_v2 import SCHEMA_V2
 
 if TYPE_CHECKING:
     import psycopg
@@ -222,7 +222,7 @@ def pool(
 
 
 def schema_sql() -> str:
-    return resources.files("archive_provider.storage").joinpath("central.sql").read_text("utf-8")
+    return resources.files("archive_provider.fleet").joinpath("central.sql").read_text("utf-8")
 
 
 def init(target: str) -> None:

@@ -46,6 +46,8 @@ from ..domain.fence import one_line
 from ..errors import ArchiveDamaged
 from ..format import digests_v2, signed_note
 from ..format.verifier import genesis, verify_range_v2, verify_rows
+from ..storage.store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
+from ..storage.store_v2 import write_private
 from .central import (
     COSIGNATURES_SQL,
     SCHEMA,
@@ -57,8 +59,6 @@ from .central import (
     scrub,
     witness_keys,
 )
-from .store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
-from .store_v2 import write_private
 
 if TYPE_CHECKING:
     import psycopg

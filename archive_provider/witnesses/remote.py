@@ -30,9 +30,9 @@ from ..format.signed_note import (
     cosigner_verifier,
     open_checkpoint,
 )
-from .store import DB_NAME, connect, payload_body
-from .threads import ThreadFactory
-from .witness_client import (
+from ..storage.store import DB_NAME, connect, payload_body
+from ..storage.threads import ThreadFactory
+from .client import (
     ProofSource,
     WitnessEndpoint,
     WitnessSubmitter,
@@ -41,7 +41,7 @@ from .witness_client import (
 )
 
 if TYPE_CHECKING:
-    from .store import EventStoreV2
+    from ..storage.store import EventStoreV2
 
 MAX_ANSWER_BYTES = 64 * 1024
 
@@ -267,7 +267,7 @@ def tree_contains(store: EventStoreV2, checkpoint: Checkpoint) -> bool:
 def latest_checkpoint(folder: Path) -> tuple[bytes, ProofSource] | None:
     """The newest signed checkpoint note of the archive in ``folder`` and a source of
     consistency proofs to it, each read on a read-only connection of its own."""
-    from .store import EventStore
+    from ..storage.store import EventStore
 
     reader = EventStore.open(folder, create=False, readonly=True)
     try:
@@ -313,7 +313,7 @@ def start_submitter(store: EventStoreV2, thread_factory: ThreadFactory) -> Witne
     Each thread reads the latest note and proofs on a read-only connection of its own and
     stores each verified cosignature with a short write of its own: never the writer's
     connection, never a turn's or a checkpoint's time (DESIGN invariant 12). Peer witnesses
-    (no URL) are asked over their own channel (:mod:`.peer_witness`), not here.
+    (no URL) are asked over their own channel (:mod:`.peer`), not here.
     """
     endpoints = [e for e in witness_set(store.conn) if e.url is not None]
     if not endpoints:
