@@ -38,6 +38,7 @@ from ..storage.store import (
 )
 from ..storage.witness import Witness, WitnessMismatch
 from ..storage.writer import Writer, WriterUnavailable, writers
+from ..witnesses.remote import start_submitter
 from .hermes import spawn_thread
 from .known_checkpoints import KnownCheckpoints
 from .settings import Settings
@@ -165,6 +166,7 @@ class ArchiveCore:
                 thread_factory=spawn_thread,
                 busy_timeout_ms=int(self.settings.busy_timeout_s * 1000),
                 witness=Witness.for_home(self.home),
+                submitter_factory=start_submitter,  # the log's remote witnesses, if it names any
                 kinds=spill_kinds(self.settings.redact_secrets),
                 queue_max_events=self.settings.queue_max_events,
                 queue_max_bytes=self.settings.queue_max_bytes,

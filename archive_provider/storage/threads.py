@@ -1,7 +1,7 @@
 """The threads of the storage layer: one factory type, one fallback factory.
 
-Kept apart from the writer so the witness client and the writer (which starts it) do not
-import each other.
+Kept apart from the writer so the remote witnesses' submitter (a layer above) runs on the
+same factory without importing the writer.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ the thread is gone anyway, the next ``submit`` starts a new one. Queued jobs are
 Before the first append the writer proves the log is intact (:func:`witness.open_proof`:
 the clean-close fingerprint or a full verify, then the external witness), refuses to build
 on a log that fails, and verifies rows another process appended before appending after
-them. With a witness it records the head after every FULL commit and on close.
+them. With a witness it records the head after every FULL commit and on close. Handed a
+submitter factory (the provider's), it wakes the log's remote witnesses after each commit.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..domain import builders
 from ..domain.clock import now_text, utc_now
@@ -87,9 +88,6 @@ from .witness import (
     open_proof,
 )
 
-if TYPE_CHECKING:
-    from ..witnesses.client import WitnessLag, WitnessSubmitter
-
 log = logging.getLogger(__name__)
 
 Build = Callable[[EventStore], Sequence[NewEvent]]
@@ -97,6 +95,21 @@ Build = Callable[[EventStore], Sequence[NewEvent]]
 #: the dict is per-segment state the taker keeps (transcripts, for deltas)
 Taker = Callable[[EventStore | None, Record, dict[Any, Any]], Sequence[NewEvent]]
 Position = tuple[int, int]  # (spill segment number, records in it)
+
+
+class RemoteSubmitter(Protocol):
+    """What the writer needs of the background submitter to the log's remote witnesses: a
+    wake-up after each commit that returns at once (DESIGN invariant 12), and a bounded stop."""
+
+    def notify(self) -> None: ...
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+
+#: starts submission to a proven v2 log's remote witnesses on threads of the given factory
+#: (None: the log names none). The layer that builds the writer hands it in (the provider's
+#: is ``witnesses.remote.start_submitter``); storage never imports the witnesses above it.
+SubmitterFactory = Callable[[EventStoreV2, ThreadFactory], RemoteSubmitter | None]
 
 MAX_BATCH_JOBS = 512
 #: how long a durable append may wait in all while the log is being proved on open (a full
@@ -311,6 +324,7 @@ class Writer:
         busy_timeout_ms: int = 5000,
         verify_on_open: bool = True,
         witness: Witness | None = None,
+        submitter_factory: SubmitterFactory | None = None,
         kinds: Mapping[str, Taker] | None = None,
         queue_max_events: int = 2_000,
         queue_max_bytes: int = 64 << 20,
@@ -322,6 +336,7 @@ class Writer:
         self._busy_timeout_ms = busy_timeout_ms
         self._verify_on_open = verify_on_open
         self.witness = witness
+        self._submitter_factory = submitter_factory
         self._thread_factory = thread_factory
         self._thread_lock = threading.Lock()
         self._verified: Head | None = None  # the head known good (proved, or written by us)
@@ -373,7 +388,7 @@ class Writer:
         self.basis: ServeBasis | None = None
         self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
         self._walk: BackgroundWalk | None = None  # v2: the walk over older history
-        self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
+        self._submitter: RemoteSubmitter | None = None  # v2: remote witnesses of the log
         self._history_proven = False  # every event was verified (a clean close may vouch)
         if not verify_on_open:
             self.proven.set()  # the caller chose not to prove (a checkpoint-only context)
@@ -807,8 +822,14 @@ class Writer:
             if self.refused is None:  # the walk may already have found damage
                 self.basis = ServeBasis.of(store, opened)
                 self.proven.set()
-        if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
-            self._start_submitter(store)
+        start = self._submitter_factory
+        if (
+            start is not None
+            and isinstance(store, EventStoreV2)
+            and self._verify_on_open
+            and self._submitter is None
+        ):
+            self._start_submitter(store, start)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
         self._data_version = _data_version(store)
@@ -834,18 +855,12 @@ class Writer:
         )
         self._walk.start()
 
-    def _start_submitter(self, store: EventStoreV2) -> None:
+    def _start_submitter(self, store: EventStoreV2, start: SubmitterFactory) -> None:
         """Submit checkpoints to the log's remote witnesses in the background (16.2)."""
-        from ..witnesses.remote import start_submitter
-
         try:
-            self._submitter = start_submitter(store, self._thread_factory)
+            self._submitter = start(store, self._thread_factory)
         except Exception as exc:  # a witness set that cannot be read never stops archiving
             log.warning("archive: remote witnesses not started: %s", exc)
-
-    def witness_lag(self) -> list[WitnessLag]:
-        """How far each remote witness is behind, and its last error (for ``status``)."""
-        return self._submitter.status() if self._submitter is not None else []
 
     def _walk_complete(self) -> bool:
         """Whether every event was verified in this process (so a clean close may vouch)."""
