@@ -440,6 +440,13 @@ def shutdown_drain(
     )
 
 
+def spill_taken(segment: str, *, file: str) -> NewEvent:
+    """Records of a spill segment are in the log: appended with the first commit that takes
+    one in. Its identity is the segment id alone, so the log itself remembers every segment
+    it took records from and a copy put back later adds nothing (FORMAT.md, "Spill file")."""
+    return NewEvent("spill_taken", "", {"segment": segment}, {"file": file})
+
+
 def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
     """A hook's input could not be archived: recorded, never silently dropped."""
     return NewEvent(

@@ -24,6 +24,7 @@ EVENT_TYPES = frozenset(
         "tool_call",
         "write_failed",
         "shutdown_drain",
+        "spill_taken",
         "peer_seen",
         "peer_message_received",
         "peer_message_sent",

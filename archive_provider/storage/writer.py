@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from ..domain import builders
 from ..domain.clock import now_text, utc_now
 from ..errors import ArchiveUnavailable, Failure, classify
-from ..format.digests import genesis_chain
+from ..format import digests_v2
+from ..format.digests import genesis_chain, key_text, parts_text
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
 from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
@@ -49,6 +50,7 @@ from .spill import (
     MAGIC,
     META_TAKEN,
     ROTATE_BYTES,
+    SUFFIX,
     Encoder,
     Record,
     Spill,
@@ -1120,7 +1122,7 @@ class Writer:
             row = store.conn.execute(
                 "SELECT value FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),)
             ).fetchone()
-            skip = int(row[0]) if row is not None else 0
+            skip = int(row[0]) if row is not None else (END if _in_log(store, segment) else 0)
         except (OSError, ValueError, SpillDamaged):
             segment, skip = b"", 0  # unreadable: reading it reports the damage
         return _Reading(path, segment_number(path), segment, skip)
@@ -1317,16 +1319,20 @@ class Writer:
         One meta row per segment, so a segment whose removal failed is still known when a
         later one has been taken in; rows of segments removed since are dropped.
         """
-        last: dict[bytes, int] = {}
+        last: dict[bytes, Job] = {}
         for job in batch:
             if job.taken is not None:
-                last[job.taken[0]] = job.taken[1]
-        for segment, end in last.items():
+                last[job.taken[0]] = job
+        for segment, job in last.items():
+            segment_id, end, (number, _) = job.taken  # type: ignore[misc]
             store.conn.execute(
                 "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) "
                 "DO UPDATE SET value = excluded.value",
                 (META_TAKEN + segment.hex(), str(end)),
             )
+            # once per segment (its identity): outlives the meta row, so a copy put back adds nothing
+            taken = builders.spill_taken(segment_id.hex(), file=f"{number:012d}{SUFFIX}")
+            store.append_in_transaction([taken], time=job.time)
         for segment in self._removed:
             store.conn.execute("DELETE FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),))
         self._removed = []
@@ -1505,6 +1511,14 @@ class Writer:
 def _data_version(store: EventStore) -> int:
     """SQLite's count of commits made by *other* connections (ours leave it alone)."""
     return int(store.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def _in_log(store: EventStore, segment: bytes) -> bool:
+    """Whether the log holds the ``spill_taken`` of this segment: its records were taken in
+    and its meta row dropped after its removal, so what is found now is a copy put back."""
+    event = builders.spill_taken(segment.hex(), file="")
+    key, parts = key_text(event.key), parts_text([])
+    return store.identity_seq(digests_v2.identity(event.type, "", key, parts).hex()) is not None
 
 
 @dataclass

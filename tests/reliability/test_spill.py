@@ -35,6 +35,7 @@ from archive_provider.host.spill_kinds import turn_entry
 from archive_provider.projections.builtin import transcript_digests
 from archive_provider.storage.spill import (
     HEADER_BYTES,
+    MAGIC,
     Spill,
     damaged_paths,
     read_records,
@@ -221,6 +222,41 @@ def test_a_spill_taken_in_twice_adds_nothing(home: Path, monkeypatch: pytest.Mon
     rows = conn.execute("SELECT count(*) FROM meta WHERE name LIKE 'spill_taken:%'").fetchone()
     conn.close()
     assert rows[0] <= 1, "rows of removed segments are dropped"
+
+
+def test_a_taken_in_segment_copied_back_adds_nothing(home: Path) -> None:
+    # a genuine segment restored from a backup after it was taken in (its meta row long
+    # dropped): the log itself says the segment is in, so the copy adds nothing; a forged
+    # segment beside it is still set aside
+    from archive_provider.commands.status import collect
+    from archive_provider.host.spill_kinds import take_in_spill
+
+    from .test_trust_boundary import plant_segment
+
+    take_in(home)
+    spill_of(home, 5)
+    (segment,) = segment_paths(archive_dir(home))
+    backup = segment.read_bytes()
+    assert take_in_spill(home) == 1
+    before = [e.envelope.identity for e in events(home)]
+    assert sum(1 for e in events(home) if e.type == "turn") == 5
+    conn = raw(home)
+    assert not conn.execute("SELECT 1 FROM meta WHERE name LIKE 'spill_taken:%'").fetchall()
+    conn.close()
+    for name in (segment, segment.with_name(f"{900:012d}.spill")):  # its own name, or later
+        name.write_bytes(backup)
+        assert take_in_spill(home) == 1
+        added = [(e.type, e.body) for e in events(home)[len(before) :]]
+        assert not added, f"a copy of a segment taken in was replayed into the log: {added}"
+        assert not segment_paths(archive_dir(home)) and verify_home(home).ok
+        status = collect(context(home))["spill"]
+        assert (status["segments"], status["damaged"]) == (0, [])
+    length = int.from_bytes(backup[HEADER_BYTES : HEADER_BYTES + 4], "big")
+    body = backup[HEADER_BYTES + 36 : HEADER_BYTES + 36 + length]  # a genuine record's body
+    forged = plant_segment(home, 901, [body], MAGIC)  # under a check made without the key
+    take_in_spill(home)
+    assert not forged.exists() and len(damaged_paths(archive_dir(home))) == 1
+    assert sum(1 for e in events(home) if e.type == "turn") == 5
 
 
 @pytest.mark.parametrize("damage", ["torn tail", "changed record", "no header"])
