@@ -447,6 +447,33 @@ def spill_taken(segment: str, *, file: str) -> NewEvent:
     return NewEvent("spill_taken", "", {"segment": segment}, {"file": file})
 
 
+def spill_accepted(
+    segment: str,
+    *,
+    file: str,
+    digest: str,
+    kinds: Mapping[str, int],
+    reason: str,
+    who: Mapping[str, Any],
+) -> NewEvent:
+    """An operator took in the records of a spill segment that nothing authenticates (one
+    kept aside in ``spill/damaged/``): who, why, and which file (its BLAKE3 ``digest``). The
+    records follow it in the log; its identity is the segment id, so it is recorded once."""
+    return NewEvent(
+        "spill_accepted",
+        "",
+        {"segment": segment},
+        {
+            "file": file,
+            "digest": digest,
+            "records": sum(kinds.values()),
+            "kinds": dict(kinds),
+            "reason": archivable_text(reason),
+            **who,
+        },
+    )
+
+
 def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
     """A hook's input could not be archived: recorded, never silently dropped."""
     return NewEvent(

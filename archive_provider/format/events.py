@@ -25,6 +25,7 @@ EVENT_TYPES = frozenset(
         "write_failed",
         "shutdown_drain",
         "spill_taken",
+        "spill_accepted",
         "peer_seen",
         "peer_message_received",
         "peer_message_sent",

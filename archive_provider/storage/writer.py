@@ -1122,7 +1122,10 @@ class Writer:
             row = store.conn.execute(
                 "SELECT value FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),)
             ).fetchone()
-            skip = int(row[0]) if row is not None else (END if _in_log(store, segment) else 0)
+            # no row, but the log took it in: its row was dropped at its removal, and this
+            # is a copy put back (from a backup, or by whoever can write archive/)
+            taken = logged_seq(store, builders.spill_taken(segment.hex(), file="")) is not None
+            skip = int(row[0]) if row is not None else END if taken else 0
         except (OSError, ValueError, SpillDamaged):
             segment, skip = b"", 0  # unreadable: reading it reports the damage
         return _Reading(path, segment_number(path), segment, skip)
@@ -1513,12 +1516,11 @@ def _data_version(store: EventStore) -> int:
     return int(store.conn.execute("PRAGMA data_version").fetchone()[0])
 
 
-def _in_log(store: EventStore, segment: bytes) -> bool:
-    """Whether the log holds the ``spill_taken`` of this segment: its records were taken in
-    and its meta row dropped after its removal, so what is found now is a copy put back."""
-    event = builders.spill_taken(segment.hex(), file="")
+def logged_seq(store: EventStore, event: NewEvent) -> int | None:
+    """The seq of the event with ``event``'s identity in a v2 log (an event without parts,
+    such as ``spill_taken``), or None when none is archived."""
     key, parts = key_text(event.key), parts_text([])
-    return store.identity_seq(digests_v2.identity(event.type, "", key, parts).hex()) is not None
+    return store.identity_seq(digests_v2.identity(event.type, event.session, key, parts).hex())
 
 
 @dataclass

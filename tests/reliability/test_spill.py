@@ -259,6 +259,59 @@ def test_a_taken_in_segment_copied_back_adds_nothing(home: Path) -> None:
     assert sum(1 for e in events(home) if e.type == "turn") == 5
 
 
+def test_records_nothing_authenticates_enter_the_log_only_when_an_operator_accepts_them(
+    home: Path,
+) -> None:
+    # a writer whose witness folder could not be used keys nothing: its segment is set aside
+    # at the next open; `spill show` lets the operator review it and `spill accept` takes
+    # it in after an event that says who and why, once
+    import json
+
+    from .test_attacks import cli
+
+    take_in(home)
+    unkeyed = Spill(archive_dir(home), key=lambda: None)  # what spill_key gives such a writer
+    messages: list[dict[str, Any]] = []
+    jobs = []
+    for turn in range(3):
+        messages = [
+            *messages,
+            {"role": "user", "content": f"said while the witness was away {turn}"},
+            {"role": "assistant", "content": f"reply {turn}"},
+        ]
+        jobs.append((turn_entry("away", messages, False, True), utc_now()))
+    with unkeyed.lock:
+        unkeyed.prepend(jobs)
+    take_in(home)
+    assert not [e for e in events(home) if e.type == "turn"], "never archived on its own"
+    (kept,) = damaged_paths(archive_dir(home))
+
+    shown = cli(home, "--json", "spill", "show", kept.name)
+    assert shown.returncode == 0, shown.stderr
+    (described,) = json.loads(shown.stdout)["kept"]
+    assert (described["checked_with"], described["kinds"]) == ("nothing", {"turn": 3})
+    assert "witness was away 2" in json.loads(shown.stdout)["records"][2]["args"]
+
+    refused = cli(home, "spill", "accept", kept.name, "--reason", "mine")
+    assert refused.returncode == 2 and "--yes" in refused.stderr  # not without confirmation
+    accepted = cli(
+        home, "spill", "accept", kept.name, "--reason", "mine: witness disk was full", "--yes"
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    log = events(home)
+    (event,) = [e for e in log if e.type == "spill_accepted"]
+    assert event.body["reason"] == "mine: witness disk was full" and event.body["user"]
+    assert event.body["kinds"] == {"turn": 3}
+    turns = [e for e in log if e.type == "turn"]
+    assert len(turns) == 3 and all(t.seq > event.seq for t in turns)
+    assert verify_home(home).ok
+
+    again = cli(home, "spill", "accept", kept.name, "--reason", "twice", "--yes")
+    assert again.returncode == 0 and "0 events added" in again.stdout, again.stdout
+    assert len(events(home)) == len(log), "a second acceptance adds nothing"
+    assert "accepted into the log at seq" in cli(home, "spill", "show").stdout
+
+
 @pytest.mark.parametrize("damage", ["torn tail", "changed record", "no header"])
 def test_a_damaged_spill_is_reported_and_kept_aside(home: Path, damage: str) -> None:
     spill_of(home, 10)
