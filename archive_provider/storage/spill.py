@@ -24,9 +24,11 @@ never deleted) for the writer to report. A segment of the unauthenticated format
 than what the log already holds (:func:`read_records` raises it to ``not_before``). The
 writer records how far it has taken a segment in the ``meta`` row
 ``spill_taken:<segment id>`` inside the transaction that commits it, so a segment taken
-in again (a crash after the commit, before its removal) adds nothing twice. Identities
-alone would not do: a turn's and a memory write's include their ordinal in the session.
-docs/FORMAT.md, "Spill file", is the written spec.
+in again (a crash after the commit, before its removal) adds nothing twice; the same
+transaction appends a ``spill_taken`` event identified by the segment id, which outlives
+the row, so a copy put back after the removal adds nothing either. The records' own
+identities would not do: a turn's and a memory write's include their ordinal in the
+session. docs/FORMAT.md, "Spill file", is the written spec.
 
 This module knows files and records only; what a record means (its ``kind``) is the
 provider's business: it hands the writer an encoder per job and a taker per kind.

@@ -1320,22 +1320,23 @@ class Writer:
         """In the batch's transaction: how far each spill segment is taken in (exactly once).
 
         One meta row per segment, so a segment whose removal failed is still known when a
-        later one has been taken in; rows of segments removed since are dropped.
+        later one has been taken in; rows of segments removed since are dropped. The log
+        itself gets a ``spill_taken`` per segment (once: its identity is the segment id),
+        which outlives the row, so a copy of the segment put back later adds nothing.
         """
-        last: dict[bytes, Job] = {}
+        last: dict[bytes, tuple[int, int, str | None]] = {}  # id -> end, number, time
         for job in batch:
             if job.taken is not None:
-                last[job.taken[0]] = job
-        for segment, job in last.items():
-            segment_id, end, (number, _) = job.taken  # type: ignore[misc]
+                segment, end, (number, _) = job.taken
+                last[segment] = (end, number, job.time)
+        for segment, (end, number, accepted) in last.items():
             store.conn.execute(
                 "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) "
                 "DO UPDATE SET value = excluded.value",
                 (META_TAKEN + segment.hex(), str(end)),
             )
-            # once per segment (its identity): outlives the meta row, so a copy put back adds nothing
-            taken = builders.spill_taken(segment_id.hex(), file=f"{number:012d}{SUFFIX}")
-            store.append_in_transaction([taken], time=job.time)
+            taken = builders.spill_taken(segment.hex(), file=f"{number:012d}{SUFFIX}")
+            store.append_in_transaction([taken], time=accepted)
         for segment in self._removed:
             store.conn.execute("DELETE FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),))
         self._removed = []
