@@ -57,6 +57,10 @@ _EXPORTS = {
     "archive_dir": "archive_provider.storage.store",
     "connect": "archive_provider.storage.store",
     "part_body": "archive_provider.storage.store",
+    "InsideProfile": "archive_provider.storage.outside",
+    "WITNESS_PEERS_ENV": "archive_provider.storage.outside",
+    "ignored_in_profile": "archive_provider.storage.outside",
+    "outside_value": "archive_provider.storage.outside",
     # witnesses: the peers that cosign each other, and the log's remote witness set
     "PeerAnswer": "archive_provider.witnesses.peer",
     "PeerWitness": "archive_provider.witnesses.peer",
@@ -103,6 +107,7 @@ __all__ = [
     "Hasher",
     "HostLLMReply",
     "INT_MAX",
+    "InsideProfile",
     "InvalidRequest",
     "NewEvent",
     "Part",
@@ -112,6 +117,7 @@ __all__ = [
     "StoredEvent",
     "TableProjection",
     "UsageError",
+    "WITNESS_PEERS_ENV",
     "accept_cosignature",
     "archivable_text",
     "archive_command",
@@ -129,9 +135,11 @@ __all__ = [
     "format_time",
     "get_secret",
     "identity_digest",
+    "ignored_in_profile",
     "load_tool_schema",
     "now_text",
     "one_line",
+    "outside_value",
     "parse_time",
     "part_body",
     "recall_echo_cut",
@@ -192,6 +200,12 @@ if TYPE_CHECKING:  # the same names, for type checkers and the import contracts
     from .host.settings import Settings, config_path, save_settings
     from .projections.base import TableProjection
     from .projections.recall import recall_echo_cut
+    from .storage.outside import (
+        WITNESS_PEERS_ENV,
+        InsideProfile,
+        ignored_in_profile,
+        outside_value,
+    )
     from .storage.store import DB_NAME, EventStore, archive_dir, connect, part_body
     from .witnesses.peer import (
         PeerAnswer,

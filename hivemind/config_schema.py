@@ -117,21 +117,15 @@ CONFIG_SCHEMA = ProviderConfigSchema(
             "them at 0, are extractive (quoted sentences, no model).",
         ),
         ProviderField(
-            key="witness_peers",
-            label="Peers that witness this archive",
-            kind=KIND_TEXT,
-            default="",
-            group="Witnessing",
-            description="Matrix user ids (comma-separated) this agent sends its signed "
-            "checkpoints to and cosigns for; blank: off. Both sides must list each other.",
-        ),
-        ProviderField(
             key="witness_interval_s",
             label="Checkpoint to peers every (s)",
             kind=KIND_NUMBER,
             default="60",
             group="Witnessing",
-            description="At most one checkpoint per peer this often, only when it changed.",
+            description="At most one checkpoint per peer this often, only when it changed. "
+            "Which peers witness this archive is not set here: HIVEMIND_WITNESS_PEERS in the "
+            "environment of the service that starts Hermes (a protection the profile must "
+            "not choose).",
         ),
         ProviderField(
             key="summary_input_chars",

@@ -163,7 +163,7 @@ class HivemindProvider(ArchiveProvider):
             log.info("hivemind: still connecting to %s in the background", link.user_id)
 
     def _witnessing(self, user_id: str) -> PeerWitnessing | None:
-        """Peers witnessing this archive, when ``witness_peers`` names any (else None).
+        """Peers witnessing this archive, when ``HIVEMIND_WITNESS_PEERS`` names any (else None).
 
         A witness folder that cannot be used turns witnessing off, never the peers."""
         if not self._peer_settings.witness_peers or self.core.home is None:

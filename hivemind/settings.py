@@ -4,6 +4,11 @@ They live in ``<HERMES_HOME>/hivemind/config.json`` (the file hermes' dashboard 
 this provider's ``flat_json`` schema); ``HIVEMIND_<KEY>`` environment variables override
 them. The archive's own settings still come from ``<HERMES_HOME>/archive/config.json``.
 
+``witness_peers`` (who witnesses the archive) is a protection: whoever can write the profile
+could drop the peers that would catch a rollback, or name their own. It comes from the
+protection variable ``HIVEMIND_WITNESS_PEERS`` only, refused when the profile's ``.env``
+sets it; in ``config.json`` it is ignored with one line (docs/DESIGN.md invariant 13).
+
 The Matrix credentials are not settings: ``MATRIX_HOMESERVER``, ``MATRIX_USER_ID`` and
 ``MATRIX_ACCESS_TOKEN`` (optionally ``MATRIX_DEVICE_ID``) are read through the host's secret
 scope, so the token never lands in a config file or the log.
@@ -12,12 +17,21 @@ scope, so the token never lands in a config file or the log.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from archive_provider import config_path
+from archive_provider import (
+    WITNESS_PEERS_ENV,
+    InsideProfile,
+    config_path,
+    ignored_in_profile,
+    outside_value,
+)
+
+log = logging.getLogger(__name__)
 
 CONFIG_SECTION = "hivemind"
 CREDENTIALS = ("MATRIX_HOMESERVER", "MATRIX_USER_ID", "MATRIX_ACCESS_TOKEN")
@@ -41,7 +55,7 @@ class HivemindSettings:
     summary_input_chars: int = 4000  # peer text sent per call (newest messages first)
     summary_timeout_s: float = 30.0
     # Peers witnessing each other's archives (FORMAT.md 16.3): off while empty
-    witness_peers: tuple[str, ...] = ()  # user ids we send checkpoints to and cosign for
+    witness_peers: tuple[str, ...] = ()  # from HIVEMIND_WITNESS_PEERS only (module docstring)
     witness_interval_s: float = 60.0  # how often our newest checkpoint is sent, at most
 
     @property
@@ -102,20 +116,38 @@ def _coerce(settings: HivemindSettings, values: dict[str, Any]) -> HivemindSetti
     return replace(settings, **changes)
 
 
+#: settings read from outside the profile only, and the protection variable of each
+OUTSIDE_ONLY = {"witness_peers": WITNESS_PEERS_ENV}
+
+
 def load_settings(home: Path) -> HivemindSettings:
     path = config_path(home, CONFIG_SECTION)
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    settings = _coerce(HivemindSettings(), data if isinstance(data, dict) else {})
+    data = data if isinstance(data, dict) else {}
+    for line in ignored_in_profile(home):
+        log.error("hivemind: %s", line)
+    settings = _coerce(HivemindSettings(), {k: v for k, v in data.items() if k not in OUTSIDE_ONLY})
     env = {
         f.name: os.environ[f"HIVEMIND_{f.name.upper()}"]
         for f in fields(HivemindSettings)
-        if f"HIVEMIND_{f.name.upper()}" in os.environ
+        if f"HIVEMIND_{f.name.upper()}" in os.environ and f.name not in OUTSIDE_ONLY
     }
+    for key, name in OUTSIDE_ONLY.items():
+        try:
+            env[key] = outside_value(name, home) or ""
+        except InsideProfile as exc:  # the service's own value is lost: said, and in status
+            log.error("hivemind: %s is not used: %s", key, exc)
     return _coerce(settings, env)
 
 
 def save_settings(home: Path, values: dict[str, Any]) -> None:
-    """Merge ``values`` (checked against the field types) into the profile's config.json."""
+    """Merge ``values`` (checked against the field types) into the profile's config.json;
+    a setting read from outside the profile only raises, naming the variable to use."""
+    for key in OUTSIDE_ONLY.keys() & values.keys():
+        raise ValueError(
+            f"hivemind setting {key} is not kept in the profile: set {OUTSIDE_ONLY[key]} "
+            "in the environment of the service that starts Hermes"
+        )
     checked = _coerce(HivemindSettings(), values)
     path = config_path(home, CONFIG_SECTION)
     current = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

@@ -249,7 +249,7 @@ def _spill_lines(spill: dict[str, Any]) -> list[str]:
     if spill["damaged"]:
         lines.append(
             f"Damaged spill kept aside in spill/damaged: {', '.join(spill['damaged'])} "
-            "(see docs/RECOVER.md, 'Damaged spill')"
+            "(review with `hermes-archive spill show`; docs/RECOVER.md, 'Damaged spill')"
         )
     return lines
 

@@ -440,6 +440,40 @@ def shutdown_drain(
     )
 
 
+def spill_taken(segment: str, *, file: str) -> NewEvent:
+    """Records of a spill segment are in the log: appended with the first commit that takes
+    one in. Its identity is the segment id alone, so the log itself remembers every segment
+    it took records from and a copy put back later adds nothing (FORMAT.md, "Spill file")."""
+    return NewEvent("spill_taken", "", {"segment": segment}, {"file": file})
+
+
+def spill_accepted(
+    segment: str,
+    *,
+    file: str,
+    digest: str,
+    kinds: Mapping[str, int],
+    reason: str,
+    who: Mapping[str, Any],
+) -> NewEvent:
+    """An operator took in the records of a spill segment that nothing authenticates (one
+    kept aside in ``spill/damaged/``): who, why, and which file (its BLAKE3 ``digest``). The
+    records follow it in the log; its identity is the segment id, so it is recorded once."""
+    return NewEvent(
+        "spill_accepted",
+        "",
+        {"segment": segment},
+        {
+            "file": file,
+            "digest": digest,
+            "records": sum(kinds.values()),
+            "kinds": dict(kinds),
+            "reason": archivable_text(reason),
+            **who,
+        },
+    )
+
+
 def write_failed(session: str, *, at: str, hook: str, error: str) -> NewEvent:
     """A hook's input could not be archived: recorded, never silently dropped."""
     return NewEvent(

@@ -24,6 +24,8 @@ EVENT_TYPES = frozenset(
         "tool_call",
         "write_failed",
         "shutdown_drain",
+        "spill_taken",
+        "spill_accepted",
         "peer_seen",
         "peer_message_received",
         "peer_message_sent",

@@ -834,7 +834,7 @@ class ArchiveProvider(MemoryProviderBase):
             return shown
         folder = Path(home).expanduser()
         refused = inside_problems(folder)
-        if refused:  # the witness or key location comes from inside the profile: refused
+        if refused:  # a protection comes from inside the profile: refused or ignored
             shown["protection"] = "REFUSED: " + " ".join(refused)
         settings = self._profile_settings()[0]
         state = read_state(archive_dir(folder))

@@ -1,7 +1,8 @@
 """Protection variables: settings that must come from outside the profile they protect.
 
-The witness location and the signing key are trusted only because whoever can write the
-profile folder (``HERMES_HOME``) cannot choose them (docs/DESIGN.md, "Trust boundary").
+The witness location, the signing key and the hivemind peers that witness the archive are
+trusted only because whoever can write the profile folder (``HERMES_HOME``) cannot choose
+them (docs/DESIGN.md, "Trust boundary").
 The process environment is outside the folder only where nothing in the folder feeds it,
 and Hermes does feed it: at start-up it loads ``$HERMES_HOME/.env`` into ``os.environ``
 with override (CLI, gateway, cron), and ``$HERMES_HOME/.op.env`` for what is still unset.
@@ -11,6 +12,7 @@ resolves inside ``HERMES_HOME`` (a witness or key beside the archive it vouches 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -20,6 +22,7 @@ from ..errors import ArchiveDamaged
 
 WITNESS_ENV = "ARCHIVE_WITNESS_DIR"
 SIGNING_KEY_ENV = "HERMES_ARCHIVE_SIGNING_KEY"
+WITNESS_PEERS_ENV = "HIVEMIND_WITNESS_PEERS"
 #: each protection variable and what it protects (docs/OPERATIONS.md lists them)
 PROTECTION_VARIABLES = {
     WITNESS_ENV: "the local witness (rollback and rewrite detection, the pinned log key)",
@@ -27,7 +30,11 @@ PROTECTION_VARIABLES = {
     "ARCHIVE_SHIP_TO": "the central store the archive is shipped to",
     "ARCHIVE_SHIP_REQUIRED": "whether shipping is required",
     "ARCHIVE_SHIP_MAX_LAG_S": "how far shipping may fall behind before it counts as behind",
+    WITNESS_PEERS_ENV: "the hivemind peers that witness the archive (and that it witnesses)",
 }
+#: protection settings a settings file in the profile may still name (they were read there
+#: before): (folder, key) -> the variable that sets them now; the file's value is ignored
+IGNORED_IN_PROFILE = {("hivemind", "witness_peers"): WITNESS_PEERS_ENV}
 #: the protection variables that name a file or folder, refused too when it is inside
 PATH_VARIABLES = (WITNESS_ENV, SIGNING_KEY_ENV)
 #: the files in the profile Hermes loads into the environment at start-up
@@ -45,7 +52,7 @@ def profile_sets(home: Path, name: str) -> Path | None:
     assign it counts, so a parse the host reads differently can only refuse more)."""
     for file_name in PROFILE_ENV_FILES:
         path = home / file_name
-        text = _env_text(path)
+        text = _profile_file_text(path)
         for line in text.splitlines():
             found = _ASSIGNMENT.match(line)
             if found and found.group(1) == name:
@@ -53,10 +60,10 @@ def profile_sets(home: Path, name: str) -> Path | None:
     return None
 
 
-def _env_text(path: Path) -> str:
-    """The text of a profile env file ('' when absent or not a regular file): opened without
-    blocking, so a FIFO put in its place cannot hang ``status``; links are followed, as
-    Hermes follows them; at most :data:`ENV_FILE_LIMIT` bytes."""
+def _profile_file_text(path: Path) -> str:
+    """The text of a profile env or settings file ('' when absent or not a regular file):
+    opened without blocking, so a FIFO put in its place cannot hang ``status``; links are
+    followed, as Hermes follows them; at most :data:`ENV_FILE_LIMIT` bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
@@ -95,12 +102,33 @@ def outside_value(name: str, home: str | os.PathLike[str]) -> str | None:
     return value or None
 
 
+def ignored_in_profile(home: str | os.PathLike[str]) -> list[str]:
+    """One line per protection setting named in a settings file of the profile
+    (:data:`IGNORED_IN_PROFILE`): it is ignored there, and the line says where it goes."""
+    folder = Path(home).expanduser().absolute()
+    lines = []
+    for (section, key), name in IGNORED_IN_PROFILE.items():
+        path = folder / section / "config.json"
+        try:
+            data = json.loads(_profile_file_text(path) or "{}")
+        except ValueError:
+            continue  # the settings reader reports a file that is not JSON
+        if isinstance(data, dict) and data.get(key) not in (None, "", []):
+            lines.append(
+                f"{section} setting {key} in {path} is ignored: {PROTECTION_VARIABLES[name]} "
+                "cannot be chosen from inside the profile they protect. Remove it there and "
+                f"set {name} in the environment of the service that starts Hermes."
+            )
+    return lines
+
+
 def inside_problems(home: str | os.PathLike[str]) -> list[str]:
-    """One line per protection variable refused for ``home`` (for status)."""
+    """One line per protection variable refused for ``home``, and per protection setting
+    a settings file in the profile names (for status)."""
     problems = []
     for name in PROTECTION_VARIABLES:
         try:
             outside_value(name, home)
         except InsideProfile as exc:
             problems.append(str(exc))
-    return problems
+    return problems + ignored_in_profile(home)

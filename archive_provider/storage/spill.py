@@ -24,9 +24,11 @@ never deleted) for the writer to report. A segment of the unauthenticated format
 than what the log already holds (:func:`read_records` raises it to ``not_before``). The
 writer records how far it has taken a segment in the ``meta`` row
 ``spill_taken:<segment id>`` inside the transaction that commits it, so a segment taken
-in again (a crash after the commit, before its removal) adds nothing twice. Identities
-alone would not do: a turn's and a memory write's include their ordinal in the session.
-docs/FORMAT.md, "Spill file", is the written spec.
+in again (a crash after the commit, before its removal) adds nothing twice; the same
+transaction appends a ``spill_taken`` event identified by the segment id, which outlives
+the row, so a copy put back after the removal adds nothing either. The records' own
+identities would not do: a turn's and a memory write's include their ordinal in the
+session. docs/FORMAT.md, "Spill file", is the written spec.
 
 This module knows files and records only; what a record means (its ``kind``) is the
 provider's business: it hands the writer an encoder per job and a taker per kind.
@@ -304,10 +306,10 @@ def set_aside(path: Path) -> Path:
 class _Segment:
     """The segment this process appends to: its descriptor, what is on file, what is not yet."""
 
-    def __init__(self, path: Path, *, sync: bool = True) -> None:
+    def __init__(self, path: Path, *, sync: bool = True, segment_id: bytes | None = None) -> None:
         self.path = path
         self.number = segment_number(path)
-        self.id = os.urandom(ID_BYTES)
+        self.id = segment_id or os.urandom(ID_BYTES)
         # made under a name no reader lists, locked, then linked into place: another process
         # never finds a segment of ours without its header or without our lock (in_use)
         making = path.with_name(path.name + ".new")
@@ -569,6 +571,29 @@ class Spill:
         finally:
             os.close(segment.fd)
         return segment.path
+
+
+def write_accepted(folder: Path, segment_id: bytes, records: list[Record], key: bytes) -> Path:
+    """A segment, after every one waiting, of records an operator accepted from a segment
+    kept in ``spill/damaged/`` (``hermes-archive spill accept``), each checked with ``key``.
+
+    It carries the kept segment's own id, so the log's ``spill_taken`` for that id makes a
+    second acceptance of the same segment add nothing."""
+    existing = segment_paths(folder)
+    number = (segment_number(existing[-1]) if existing else 0) + 2
+    segment = _Segment(folder / SPILL_DIR / f"{number:012d}{SUFFIX}", segment_id=segment_id)
+    try:
+        segment.write(
+            [frame(segment_id, record_body(r.kind, r.accepted, r.args), key) for r in records]
+        )
+        os.fsync(segment.fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove(segment.path)
+        raise
+    finally:
+        os.close(segment.fd)
+    return segment.path
 
 
 def synced(how: Callable[[Any], None], what: Any, sync: bool) -> None:

@@ -40,7 +40,8 @@ from typing import Any, Protocol
 from ..domain import builders
 from ..domain.clock import now_text, utc_now
 from ..errors import ArchiveUnavailable, Failure, classify
-from ..format.digests import genesis_chain
+from ..format import digests_v2
+from ..format.digests import genesis_chain, key_text, parts_text
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database, verify_rows
 from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
@@ -50,6 +51,7 @@ from .spill import (
     MAGIC,
     META_TAKEN,
     ROTATE_BYTES,
+    SUFFIX,
     Encoder,
     Record,
     Spill,
@@ -1135,7 +1137,10 @@ class Writer:
             row = store.conn.execute(
                 "SELECT value FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),)
             ).fetchone()
-            skip = int(row[0]) if row is not None else 0
+            # no row, but the log took it in: its row was dropped at its removal, and this
+            # is a copy put back (from a backup, or by whoever can write archive/)
+            taken = logged_seq(store, builders.spill_taken(segment.hex(), file="")) is not None
+            skip = int(row[0]) if row is not None else END if taken else 0
         except (OSError, ValueError, SpillDamaged):
             segment, skip = b"", 0  # unreadable: reading it reports the damage
         return _Reading(path, segment_number(path), segment, skip)
@@ -1330,18 +1335,23 @@ class Writer:
         """In the batch's transaction: how far each spill segment is taken in (exactly once).
 
         One meta row per segment, so a segment whose removal failed is still known when a
-        later one has been taken in; rows of segments removed since are dropped.
+        later one has been taken in; rows of segments removed since are dropped. The log
+        itself gets a ``spill_taken`` per segment (once: its identity is the segment id),
+        which outlives the row, so a copy of the segment put back later adds nothing.
         """
-        last: dict[bytes, int] = {}
+        last: dict[bytes, tuple[int, int, str | None]] = {}  # id -> end, number, time
         for job in batch:
             if job.taken is not None:
-                last[job.taken[0]] = job.taken[1]
-        for segment, end in last.items():
+                segment, end, (number, _) = job.taken
+                last[segment] = (end, number, job.time)
+        for segment, (end, number, accepted) in last.items():
             store.conn.execute(
                 "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT(name) "
                 "DO UPDATE SET value = excluded.value",
                 (META_TAKEN + segment.hex(), str(end)),
             )
+            taken = builders.spill_taken(segment.hex(), file=f"{number:012d}{SUFFIX}")
+            store.append_in_transaction([taken], time=accepted)
         for segment in self._removed:
             store.conn.execute("DELETE FROM meta WHERE name = ?", (META_TAKEN + segment.hex(),))
         self._removed = []
@@ -1520,6 +1530,13 @@ class Writer:
 def _data_version(store: EventStore) -> int:
     """SQLite's count of commits made by *other* connections (ours leave it alone)."""
     return int(store.conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def logged_seq(store: EventStore, event: NewEvent) -> int | None:
+    """The seq of the event with ``event``'s identity in a v2 log (an event without parts,
+    such as ``spill_taken``), or None when none is archived."""
+    key, parts = key_text(event.key), parts_text([])
+    return store.identity_seq(digests_v2.identity(event.type, event.session, key, parts).hex())
 
 
 @dataclass

@@ -116,6 +116,8 @@ def make_agent(
         user: TestUser, *, home: Path | None = None, session: str = "s1", **config: Any
     ) -> HivemindProvider:
         home = home or tmp_path / user.user_id.split(":")[0].lstrip("@")
+        # who witnesses comes from the service's environment, never the profile's files
+        monkeypatch.setenv("HIVEMIND_WITNESS_PEERS", ",".join(config.pop("witness_peers", ())))
         write_config(home, **config)
         monkeypatch.setenv("MATRIX_HOMESERVER", homeserver.base_url)
         monkeypatch.setenv("MATRIX_USER_ID", user.user_id)

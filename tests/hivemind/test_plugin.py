@@ -238,3 +238,53 @@ def test_settings_files_environment_and_save_config(
     assert json.loads((tmp_path / "archive" / "config.json").read_text())["recall_limit"] == 3
     written = "".join(p.read_text() for p in tmp_path.rglob("*.json"))
     assert "syt_secret" not in written
+
+
+def test_who_witnesses_is_chosen_outside_the_profile_never_by_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever can write the profile cannot name their own witness peer or drop the chosen
+    ones: ``witness_peers`` in hivemind/config.json is ignored, HIVEMIND_WITNESS_PEERS from
+    the service's environment decides, a profile ``.env`` that sets it is refused, and
+    ``status`` says each in a ``Protection:`` line."""
+    from archive_provider.commands import CommandContext
+    from archive_provider.commands.status import _human, collect
+
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)  # port 9: nothing listens there
+    monkeypatch.delenv("HIVEMIND_WITNESS_PEERS", raising=False)
+    config = tmp_path / "hivemind" / "config.json"
+    config.parent.mkdir()
+
+    def witnesses(settings: dict[str, Any]) -> frozenset[str] | None:
+        """The peers the started provider sends its checkpoints to and cosigns for."""
+        config.write_text(json.dumps({"connect_wait_s": 0, **settings}))
+        provider = HivemindProvider()
+        provider.initialize("s1", hermes_home=str(tmp_path), platform="cli")
+        try:
+            assert provider._link is not None
+            witnessing = provider._link._witnessing
+            return None if witnessing is None else witnessing._peers
+        finally:
+            provider.shutdown()
+
+    def protection_lines() -> list[str]:
+        status = _human(collect(CommandContext(home=tmp_path, json=False, args=None)))
+        return [line for line in status.splitlines() if line.startswith("Protection:")]
+
+    assert witnesses({"witness_peers": ["@mallory:evil.example"]}) is None
+    (line,) = protection_lines()
+    assert "witness_peers" in line and "HIVEMIND_WITNESS_PEERS" in line, line
+
+    monkeypatch.setenv("HIVEMIND_WITNESS_PEERS", "@bob:hs, @carol:hs")
+    chosen = {"@bob:hs", "@carol:hs"}
+    assert witnesses({"witness_peers": ["@mallory:evil.example"]}) == chosen
+    assert witnesses({"witness_peers": []}) == chosen  # the file cannot drop them either
+    assert protection_lines() == []
+    with pytest.raises(ValueError, match="HIVEMIND_WITNESS_PEERS"):
+        save_settings(tmp_path, {"witness_peers": "@mallory:evil.example"})
+
+    (tmp_path / ".env").write_text("HIVEMIND_WITNESS_PEERS=@mallory:evil.example\n")
+    assert witnesses({}) is None  # Hermes would load it over the service's list: not used
+    (line,) = protection_lines()
+    assert line.startswith("Protection: REFUSED: HIVEMIND_WITNESS_PEERS is refused"), line

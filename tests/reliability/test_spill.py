@@ -35,6 +35,7 @@ from archive_provider.host.spill_kinds import turn_entry
 from archive_provider.projections.builtin import transcript_digests
 from archive_provider.storage.spill import (
     HEADER_BYTES,
+    MAGIC,
     Spill,
     damaged_paths,
     read_records,
@@ -221,6 +222,94 @@ def test_a_spill_taken_in_twice_adds_nothing(home: Path, monkeypatch: pytest.Mon
     rows = conn.execute("SELECT count(*) FROM meta WHERE name LIKE 'spill_taken:%'").fetchone()
     conn.close()
     assert rows[0] <= 1, "rows of removed segments are dropped"
+
+
+def test_a_taken_in_segment_copied_back_adds_nothing(home: Path) -> None:
+    # a genuine segment restored from a backup after it was taken in (its meta row long
+    # dropped): the log itself says the segment is in, so the copy adds nothing; a forged
+    # segment beside it is still set aside
+    from archive_provider.commands.status import collect
+    from archive_provider.host.spill_kinds import take_in_spill
+
+    from .test_trust_boundary import plant_segment
+
+    take_in(home)
+    spill_of(home, 5)
+    (segment,) = segment_paths(archive_dir(home))
+    backup = segment.read_bytes()
+    assert take_in_spill(home) == 1
+    before = [e.envelope.identity for e in events(home)]
+    assert sum(1 for e in events(home) if e.type == "turn") == 5
+    conn = raw(home)
+    assert not conn.execute("SELECT 1 FROM meta WHERE name LIKE 'spill_taken:%'").fetchall()
+    conn.close()
+    for name in (segment, segment.with_name(f"{900:012d}.spill")):  # its own name, or later
+        name.write_bytes(backup)
+        assert take_in_spill(home) == 1
+        added = [(e.type, e.body) for e in events(home)[len(before) :]]
+        assert not added, f"a copy of a segment taken in was replayed into the log: {added}"
+        assert not segment_paths(archive_dir(home)) and verify_home(home).ok
+        status = collect(context(home))["spill"]
+        assert (status["segments"], status["damaged"]) == (0, [])
+    length = int.from_bytes(backup[HEADER_BYTES : HEADER_BYTES + 4], "big")
+    body = backup[HEADER_BYTES + 36 : HEADER_BYTES + 36 + length]  # a genuine record's body
+    forged = plant_segment(home, 901, [body], MAGIC)  # under a check made without the key
+    take_in_spill(home)
+    assert not forged.exists() and len(damaged_paths(archive_dir(home))) == 1
+    assert sum(1 for e in events(home) if e.type == "turn") == 5
+
+
+def test_records_nothing_authenticates_enter_the_log_only_when_an_operator_accepts_them(
+    home: Path,
+) -> None:
+    # a writer whose witness folder could not be used keys nothing: its segment is set aside
+    # at the next open; `spill show` lets the operator review it and `spill accept` takes
+    # it in after an event that says who and why, once
+    import json
+
+    from .test_attacks import cli
+
+    take_in(home)
+    unkeyed = Spill(archive_dir(home), key=lambda: None)  # what spill_key gives such a writer
+    messages: list[dict[str, Any]] = []
+    jobs = []
+    for turn in range(3):
+        messages = [
+            *messages,
+            {"role": "user", "content": f"said while the witness was away {turn}"},
+            {"role": "assistant", "content": f"reply {turn}"},
+        ]
+        jobs.append((turn_entry("away", messages, False, True), utc_now()))
+    with unkeyed.lock:
+        unkeyed.prepend(jobs)
+    take_in(home)
+    assert not [e for e in events(home) if e.type == "turn"], "never archived on its own"
+    (kept,) = damaged_paths(archive_dir(home))
+
+    shown = cli(home, "--json", "spill", "show", kept.name)
+    assert shown.returncode == 0, shown.stderr
+    (described,) = json.loads(shown.stdout)["kept"]
+    assert (described["checked_with"], described["kinds"]) == ("nothing", {"turn": 3})
+    assert "witness was away 2" in json.loads(shown.stdout)["records"][2]["args"]
+
+    refused = cli(home, "spill", "accept", kept.name, "--reason", "mine")
+    assert refused.returncode == 2 and "--yes" in refused.stderr  # not without confirmation
+    accepted = cli(
+        home, "spill", "accept", kept.name, "--reason", "mine: witness disk was full", "--yes"
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    log = events(home)
+    (event,) = [e for e in log if e.type == "spill_accepted"]
+    assert event.body["reason"] == "mine: witness disk was full" and event.body["user"]
+    assert event.body["kinds"] == {"turn": 3}
+    turns = [e for e in log if e.type == "turn"]
+    assert len(turns) == 3 and all(t.seq > event.seq for t in turns)
+    assert verify_home(home).ok
+
+    again = cli(home, "spill", "accept", kept.name, "--reason", "twice", "--yes")
+    assert again.returncode == 0 and "0 events added" in again.stdout, again.stdout
+    assert len(events(home)) == len(log), "a second acceptance adds nothing"
+    assert "accepted into the log at seq" in cli(home, "spill", "show").stdout
 
 
 @pytest.mark.parametrize("damage", ["torn tail", "changed record", "no header"])
