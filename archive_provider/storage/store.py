@@ -40,14 +40,11 @@ from ..format.canonical import canonical_bytes
 from ..format.digests import (
     KEY_BYTES,
     Envelope,
-    chain_hash,
-    genesis_chain,
-    identity_of_key_text,
     key_text,
     parts_text,
 )
 from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
-from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, Part, StoredEvent
+from ..format.events import AppendResult, LoadedEvent, NewEvent, Part, StoredEvent
 from ..format.signed_note import (
     Checkpoint,
     Signature,
@@ -81,7 +78,6 @@ from .store_v2 import (
     TILE_INNER_SCHEMA,
     KeyFileError,
     PartHasher,
-    TamperedPart,
     TreeEdge,
     make_signer,
     quoted_by,
@@ -231,10 +227,6 @@ class PayloadMissing(StoreDamaged):
     """An event's payload row is gone from the payloads table; the message names the event."""
 
 
-class TamperedPayload(StoreError, TamperedPart):
-    """A payload already stored under a digest is not the bytes that digest names."""
-
-
 class Projection(Protocol):
     """The one projection contract: derived state updated in the append transaction.
 
@@ -367,10 +359,15 @@ def connect(
 
 
 class EventStore:
-    """One archive database: append, read, head. Not thread-safe: one owner at a time."""
+    """One archive database (docs/FORMAT.md Part II): append, read, head. Not thread-safe:
+    one owner at a time.
 
-    #: v2: the archive has ``tile_inner`` (FORMAT.md 14.5); v1 has no tree
-    tile_inner = False
+    Digests are 32-byte BLOBs in the database and hex text in the API (envelopes, results,
+    projections). Parts are resolved in the append transaction through the keyed lookup
+    (:class:`PartHasher`); every append grows the Merkle tiles and writes the root with the
+    head; checkpoints are signed at durable commits, at least every
+    :data:`CHECKPOINT_INTERVAL_S` of commits, and at a clean close.
+    """
 
     def __init__(
         self,
@@ -379,17 +376,47 @@ class EventStore:
         key: bytes,
         store_id: str,
         projections: Sequence[Projection] = (),
+        *,
+        readonly: bool = False,
     ) -> None:
         self.path = path
         self.conn = conn
         self.key = key
         self.store_id = store_id
-        self.hasher = Hasher(key)
         self.projections = list(projections)
         self._runner = projections if isinstance(projections, ProjectionRunner) else None
         self.broken_projections: dict[str, str] = {}
         self._head: Head | None = None  # the head as appended so far, inside a transaction
         self._time = ""  # the time of the open transaction: every event it appends has it
+        self.hasher = self.parts_hasher = PartHasher(key, conn)
+        self.origin = digests_v2.origin(store_id)
+        self.signer: Signer | None = (
+            None if readonly else read_signer(signing_key_path(path.parent), self.origin)
+        )
+        self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
+        self._signed_now = False
+        self._growing: merkle.TileAppender | None = None  # inside a transaction
+        self._written_root: bytes | None = None  # the root _write_head wrote (once a commit)
+        self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
+        #: the roots of the trees this store committed, newest last (bounded): the serve-time
+        #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
+        self.committed_roots: dict[int, bytes] = {}
+        #: a copy laid out from central rows has no signing key: the key it was registered with
+        self.registered_vkey: str | None = None
+        # a read-only open of an older archive may lack it; the append writes the inner row
+        # of each leaf tile it completes
+        self.tile_inner = _has_table(conn, "tile_inner")
+
+    @property
+    def vkey(self) -> str:
+        """The verifier key of this archive's signing key (``hermes-archive key``).
+
+        Read from the signing key itself, never from ``meta.vkey`` (informational only).
+        """
+        if self.registered_vkey is not None and self.signer is None:
+            return self.registered_vkey
+        signer = self.signer or read_signer(signing_key_path(self.path.parent), self.origin)
+        return signer.vkey
 
     # -- opening -------------------------------------------------------------------------
 
@@ -565,6 +592,12 @@ class EventStore:
                     self._apply_projection(projection, event)
 
     def close(self) -> None:
+        """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
+        if self.signer is not None:
+            try:
+                self.checkpoint()
+            except sqlite3.Error:
+                log.warning("archive: the closing checkpoint of %s was not signed", self.path)
         self.conn.close()
 
     # -- reading -------------------------------------------------------------------------
@@ -576,8 +609,10 @@ class EventStore:
         return self._read_head()
 
     def _read_head(self) -> Head:
-        row = self.conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
-        return Head(row[0], row[1]) if row else Head(0, genesis_chain(self.store_id))
+        row = self.conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
+        if row is None:
+            return Head(0, digests_v2.genesis(self.store_id).hex(), merkle.EMPTY_ROOT.hex())
+        return Head(int(row[0]), bytes(row[1]).hex(), bytes(row[2]).hex())
 
     def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
         """Events in sequence order with their payloads, streamed (memory stays flat)."""
@@ -590,14 +625,15 @@ class EventStore:
         return payload_body(self.conn, digest)
 
     def unstored(self, digests: Iterable[str]) -> set[str]:
-        """The payload digests among ``digests`` that the payloads table does not hold yet."""
+        """The payload digests among ``digests`` whose bodies the payloads table does not hold."""
         wanted = set(digests)
-        sql = "SELECT digest FROM payloads WHERE digest IN ({})"
-        return wanted - {row[0] for row in select_in(self.conn, sql, wanted)}
+        return {d for d in wanted if payload_body(self.conn, d) is None}
 
     def identity_seq(self, identity: str) -> int | None:
         """The seq of the event with this identity digest, or None when it is not archived."""
-        row = self.conn.execute("SELECT seq FROM events WHERE identity = ?", (identity,)).fetchone()
+        row = self.conn.execute(
+            "SELECT seq FROM events WHERE identity = ?", (bytes.fromhex(identity),)
+        ).fetchone()
         return int(row[0]) if row else None
 
     # -- appending -----------------------------------------------------------------------
@@ -641,260 +677,6 @@ class EventStore:
         finally:
             self._head = None
             self._ended(committed)
-
-    def _write_head(self, start: Head, end: Head, *, durable: bool) -> None:
-        """Record the new head before ``COMMIT`` (v2 also writes tiles and may sign)."""
-        self.conn.execute(
-            "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
-            "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
-            (end.seq, end.chain),
-        )
-
-    def _began(self) -> None:
-        """At a transaction's start: v2 forgets parts named outside one."""
-
-    def _ended(self, committed: bool) -> None:
-        """After a transaction: v2 keeps or forgets the tree edge it grew."""
-
-    def append_in_transaction(
-        self, events: Iterable[NewEvent], *, time: str | None = None
-    ) -> list[AppendResult]:
-        """Append inside an open :meth:`transaction`; later reads in it see these events.
-
-        ``time`` stamps them instead of the transaction's time: events taken in from the
-        spill keep the time the provider accepted them, migrated ones their first time.
-
-        Everything that can fail on the input (encoding, hashing) happens before the first
-        insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
-        with one ``executemany`` each, and the projections see the events in order (they may
-        read the rows just inserted).
-        """
-        if self._head is None:
-            raise RuntimeError("append_in_transaction needs an open transaction()")
-        conn = self.conn
-        seq, chain = self._head.seq, self._head.chain
-        time = time or self._time
-        results: list[AppendResult] = []
-        payload_rows: list[tuple[str, bytes]] = []
-        event_rows: list[tuple[object, ...]] = []
-        records: list[StoredEvent] = []
-        batch: dict[str, int] = {}  # identities appended by this call
-        for event in events:
-            key = key_text(event.key)
-            identity = identity_of_key_text(event.type, key)
-            existing = batch.get(identity) or self.identity_seq(identity)
-            if existing is not None:
-                # its parts are in hand: what is stored under their digests must be them
-                payload_rows.extend((part.digest, part.body) for part in event.parts)
-                results.append(AppendResult("already_archived", existing, identity, event.type))
-                continue
-            body = canonical_bytes(event.body)
-            payload = self.hasher.digest(body)
-            payload_rows.append((payload, body))
-            payload_rows.extend((part.digest, part.body) for part in event.parts)
-            seq += 1
-            fields = (
-                seq,
-                time,
-                event.type,
-                event.session,
-                key,
-                identity,
-                payload,
-                parts_text([part.digest for part in event.parts]),
-            )  # the envelope, in the order of the events table's columns
-            envelope = Envelope(*fields)
-            chain = chain_hash(chain, envelope)
-            event_rows.append((*fields, chain))
-            # the parts' bodies go along: projections need not read back what is in hand
-            records.append(
-                LoadedEvent(envelope, chain, body, {p.digest: p.body for p in event.parts})
-            )
-            batch[identity] = seq
-            results.append(AppendResult("appended", seq, identity, event.type))
-        self._check_stored(payload_rows)
-        if not event_rows:
-            return results
-        _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
-        _insert(
-            conn,
-            f"INSERT INTO events ({ENVELOPE_COLUMNS}) VALUES ",
-            event_rows,
-        )
-        self._head = Head(seq, chain)
-        for record in records:
-            for projection in self.projections:
-                self._apply_projection(projection, record)
-        return results
-
-    def _check_stored(self, rows: Sequence[tuple[str, bytes]]) -> None:
-        """Fail closed when a payload already stored is not the bytes in hand for its digest.
-
-        ``INSERT OR IGNORE`` keeps the stored row, so an edited row would otherwise be
-        built upon (and a checkpoint would report the evidence as archived). The bytes in
-        hand are the ones the digest was computed from, so equality proves the row.
-        """
-        wanted = dict(rows)
-        for digest, body in select_in(
-            self.conn, "SELECT digest, body FROM payloads WHERE digest IN ({})", wanted
-        ):
-            if bytes(body) != wanted[digest]:
-                raise TamperedPayload(
-                    f"the payload stored under {digest} in {self.path} is not the bytes "
-                    "that digest names (the row was edited after it was written)"
-                )
-
-    def settle(self, name: str) -> None:
-        """Write out what projection ``name`` buffered in the open transaction, as before an
-        event it does not defer: a build is about to read its tables."""
-        for projection in self.projections:
-            if projection.name == name:
-                self._finish(projection)
-
-    def _finish_projections(self) -> None:
-        """Before the commit: let projections that buffer within a transaction write it out."""
-        for projection in self.projections:
-            self._finish(projection)
-
-    def _finish(self, projection: Projection) -> None:
-        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
-        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
-        the log's events are not affected."""
-        finish = getattr(projection, "finish", None)
-        if finish is None:
-            return
-        try:
-            finish(self.conn)
-        except sqlite3.OperationalError:
-            raise
-        except Exception as exc:
-            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
-            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
-
-    def _discard_projections(self) -> None:
-        for projection in self.projections:
-            discard = getattr(projection, "discard", None)
-            if discard is not None:
-                discard()
-
-    def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
-        """Apply one projection; a projection bug never costs the log an event.
-
-        A failing projection is rolled back to before this event and left behind (its
-        last_seq stays put) for the rest of this session, so status and
-        ``verify --projections`` show it and a replay after the fix rebuilds it.
-        Environmental errors (disk full, locks) still fail the whole transaction.
-        """
-        if projection.name in self.broken_projections:
-            return
-        defers = getattr(projection, "defers", None)
-        if defers is not None and not defers(event.type):
-            self._finish(projection)  # what it buffered goes first, outside the savepoint
-            if projection.name in self.broken_projections:
-                return
-        handles = getattr(projection, "handles", None)
-        if (isinstance(handles, frozenset) and event.type not in handles) or (
-            defers is not None and defers(event.type)
-        ):
-            # it writes nothing now (rows and last_seq wait for finish): no savepoint needed
-            try:
-                projection.apply(self.conn, event)
-            except sqlite3.OperationalError:
-                raise
-            except Exception as exc:
-                self._left_behind(projection, event, exc)
-            return
-        self.conn.execute("SAVEPOINT projection")
-        try:
-            projection.apply(self.conn, event)
-        except sqlite3.OperationalError:
-            raise
-        except Exception as exc:
-            self.conn.execute("ROLLBACK TO projection")
-            self._left_behind(projection, event, exc)
-        self.conn.execute("RELEASE projection")
-
-    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
-        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
-        log.error(
-            "archive projection %s failed at seq %d and is left behind: %s",
-            projection.name,
-            event.seq,
-            exc,
-        )
-
-
-class EventStoreV2(EventStore):
-    """A format-v2 archive (docs/FORMAT.md Part II) behind the same API as v1.
-
-    Digests are 32-byte BLOBs in the database and hex text in the API (envelopes, results,
-    projections), as in v1. Parts are resolved in the append transaction through the keyed
-    lookup (:class:`PartHasher`); every append grows the Merkle tiles and writes the root
-    with the head; checkpoints are signed at durable commits, at least every
-    :data:`CHECKPOINT_INTERVAL_S` of commits, and at a clean close.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        conn: sqlite3.Connection,
-        key: bytes,
-        store_id: str,
-        projections: Sequence[Projection] = (),
-        *,
-        readonly: bool = False,
-    ) -> None:
-        super().__init__(path, conn, key, store_id, projections)
-        self.hasher = self.parts_hasher = PartHasher(key, conn)
-        self.origin = digests_v2.origin(store_id)
-        self.signer: Signer | None = (
-            None if readonly else read_signer(signing_key_path(path.parent), self.origin)
-        )
-        self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
-        self._signed_now = False
-        self._growing: merkle.TileAppender | None = None  # inside a transaction
-        self._written_root: bytes | None = None  # the root _write_head wrote (once a commit)
-        self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
-        #: the roots of the trees this store committed, newest last (bounded): the serve-time
-        #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
-        self.committed_roots: dict[int, bytes] = {}
-        #: a copy laid out from central rows has no signing key: the key it was registered with
-        self.registered_vkey: str | None = None
-        # a read-only open of an older archive may lack it; the append writes the inner row
-        # of each leaf tile it completes
-        self.tile_inner = _has_table(conn, "tile_inner")
-
-    @property
-    def vkey(self) -> str:
-        """The verifier key of this archive's signing key (``hermes-archive key``).
-
-        Read from the signing key itself, never from ``meta.vkey`` (informational only).
-        """
-        if self.registered_vkey is not None and self.signer is None:
-            return self.registered_vkey
-        signer = self.signer or read_signer(signing_key_path(self.path.parent), self.origin)
-        return signer.vkey
-
-    def _read_head(self) -> Head:
-        row = self.conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
-        if row is None:
-            return Head(0, digests_v2.genesis(self.store_id).hex(), merkle.EMPTY_ROOT.hex())
-        return Head(int(row[0]), bytes(row[1]).hex(), bytes(row[2]).hex())
-
-    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
-        return iter_events(self.conn, after_seq, until_seq, part_types=())
-
-    def unstored(self, digests: Iterable[str]) -> set[str]:
-        wanted = set(digests)
-        return {d for d in wanted if payload_body(self.conn, d) is None}
-
-    def identity_seq(self, identity: str) -> int | None:
-        row = self.conn.execute(
-            "SELECT seq FROM events WHERE identity = ?", (bytes.fromhex(identity),)
-        ).fetchone()
-        return int(row[0]) if row else None
-
-    # -- appending -----------------------------------------------------------------------
 
     def append_in_transaction(
         self, events: Iterable[NewEvent], *, time: str | None = None
@@ -1138,14 +920,88 @@ class EventStoreV2(EventStore):
                 raise
             return recorded
 
-    def close(self) -> None:
-        """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
-        if self.signer is not None:
+    def settle(self, name: str) -> None:
+        """Write out what projection ``name`` buffered in the open transaction, as before an
+        event it does not defer: a build is about to read its tables."""
+        for projection in self.projections:
+            if projection.name == name:
+                self._finish(projection)
+
+    def _finish_projections(self) -> None:
+        """Before the commit: let projections that buffer within a transaction write it out."""
+        for projection in self.projections:
+            self._finish(projection)
+
+    def _finish(self, projection: Projection) -> None:
+        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
+        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
+        the log's events are not affected."""
+        finish = getattr(projection, "finish", None)
+        if finish is None:
+            return
+        try:
+            finish(self.conn)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
+            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
+
+    def _discard_projections(self) -> None:
+        for projection in self.projections:
+            discard = getattr(projection, "discard", None)
+            if discard is not None:
+                discard()
+
+    def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
+        """Apply one projection; a projection bug never costs the log an event.
+
+        A failing projection is rolled back to before this event and left behind (its
+        last_seq stays put) for the rest of this session, so status and
+        ``verify --projections`` show it and a replay after the fix rebuilds it.
+        Environmental errors (disk full, locks) still fail the whole transaction.
+        """
+        if projection.name in self.broken_projections:
+            return
+        defers = getattr(projection, "defers", None)
+        if defers is not None and not defers(event.type):
+            self._finish(projection)  # what it buffered goes first, outside the savepoint
+            if projection.name in self.broken_projections:
+                return
+        handles = getattr(projection, "handles", None)
+        if (isinstance(handles, frozenset) and event.type not in handles) or (
+            defers is not None and defers(event.type)
+        ):
+            # it writes nothing now (rows and last_seq wait for finish): no savepoint needed
             try:
-                self.checkpoint()
-            except sqlite3.Error:
-                log.warning("archive: the closing checkpoint of %s was not signed", self.path)
-        super().close()
+                projection.apply(self.conn, event)
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                self._left_behind(projection, event, exc)
+            return
+        self.conn.execute("SAVEPOINT projection")
+        try:
+            projection.apply(self.conn, event)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.conn.execute("ROLLBACK TO projection")
+            self._left_behind(projection, event, exc)
+        self.conn.execute("RELEASE projection")
+
+    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
+        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
+        log.error(
+            "archive projection %s failed at seq %d and is left behind: %s",
+            projection.name,
+            event.seq,
+            exc,
+        )
+
+
+# renamed to EventStore in the next commit
+EventStoreV2 = EventStore
 
 
 #: the v2 events table's columns, in envelope order then the chain

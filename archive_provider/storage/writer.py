@@ -70,12 +70,12 @@ from .store import (
     Projection,
     ServeBasis,
     StoreError,
-    TamperedPart,
     connect,
     file_identity,
     head_time,
     payload_body,
 )
+from .store_v2 import TamperedPart
 from .threads import ThreadFactory, context_thread
 from .witness import (
     Proof,
@@ -1404,7 +1404,7 @@ class Writer:
                 job.events = list(job.build(store))
             # an event taken in from the spill carries the time it was accepted
             return store.append_in_transaction(job.events, time=job.time)
-        except TamperedPart as exc:  # the log was edited under us (v1 TamperedPayload is one)
+        except TamperedPart as exc:  # the log was edited under us
             raise _Refused(
                 f"{exc}. Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
                 "'Tamper detected')."
