@@ -25,7 +25,7 @@ from archive_provider.storage.migrate import (
     file_blake3,
     migrate,
 )
-from archive_provider.storage.store import EventStore, EventStoreV2, Head, iter_events
+from archive_provider.storage.store import EventStore, Head, iter_events
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
 
@@ -70,7 +70,7 @@ def test_migrate_keeps_the_v1_file_and_maps_every_event(home: Path) -> None:
     assert file_blake3(folder / V1_DB_NAME) == before  # kept, never written again
     assert (folder / V1_KEY_NAME).exists() and not (folder / "payload.key").exists()
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2) and store.store_id != v1_head.chain
+    assert isinstance(store, EventStore) and store.store_id != v1_head.chain
     try:
         report = verify_database(store.conn, store.key, vkey=store.vkey)
         assert report.ok and report.as_dict()["authenticity"] == "verified", report.problem

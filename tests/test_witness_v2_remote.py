@@ -18,7 +18,7 @@ import pytest
 from archive_provider.cli import main
 from archive_provider.format.events import NewEvent
 from archive_provider.format.signed_note import Verifier
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.witness_client import WitnessLag
 from archive_provider.storage.writer import Writer
@@ -85,7 +85,7 @@ def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
     home = tmp_path / "home"
     folder = archive_dir(home)
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
+    assert isinstance(store, EventStore)
     vkey = store.vkey
     store.close()
     keygen(tmp_path / "w1", "w1.example/witness")
@@ -123,7 +123,7 @@ def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
     _until(lambda: _lag(writer, w2.vkey).cosigned_size == head(), "w2 catches up")
     assert writer.close().complete
     stored = EventStore.open(folder)
-    assert isinstance(stored, EventStoreV2)
+    assert isinstance(stored, EventStore)
     names = {row[0] for row in stored.conn.execute("SELECT name FROM cosignatures")}
     assert {"w1.example/witness", "w2.example/witness"} <= names  # and the local witness
     stored.close()

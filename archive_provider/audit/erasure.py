@@ -35,7 +35,7 @@ from ..format.events import NewEvent
 from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.sql import select_in
-from ..storage.store import DB_NAME, EventStore, EventStoreV2
+from ..storage.store import DB_NAME, EventStore
 from ..storage.store_v2 import (
     PART_REUSE_FROM,
     QUOTE_MIN_CHARS,
@@ -151,8 +151,8 @@ class Receipt:
         }
 
 
-def require_v2(store: EventStore) -> EventStoreV2:
-    if not isinstance(store, EventStoreV2):
+def require_v2(store: EventStore) -> EventStore:
+    if not isinstance(store, EventStore):
         raise NeedsV2(
             "this archive is format v1, whose payloads cannot be erased: migrate "
             "first: hermes-archive migrate"
@@ -257,7 +257,7 @@ def _quoting(conn: sqlite3.Connection, seqs: set[int], sessions: set[str]) -> se
 _QUOTED = "SELECT seq FROM quoting WHERE quoted = ?"
 
 
-def plan(store: EventStoreV2, scope: Scope) -> Plan:
+def plan(store: EventStore, scope: Scope) -> Plan:
     """What forgetting ``scope`` erases, read inside the caller's transaction."""
     conn = store.conn
     result = Plan(events=_scope_events(conn, scope))
@@ -605,7 +605,7 @@ def apply_retention(
     return done
 
 
-def merge_index(store: EventStoreV2) -> bool:
+def merge_index(store: EventStore) -> bool:
     """Merge the full-text indexes when an erasure has not had them merged since (a
     retention pass merges once at its end, not per batch); True when it did.
 
@@ -675,7 +675,7 @@ class RetentionWorker:
             return []  # a new profile: the writer is still making it, and nothing has expired
         store = EventStore.open(self.folder, create=False, projections=self.projections)
         try:
-            if not isinstance(store, EventStoreV2) or retention_policy(store) is None:
+            if not isinstance(store, EventStore) or retention_policy(store) is None:
                 return []
             return apply_retention(
                 store, batch=self.batch, between=lambda: not self._stop.wait(self.pause_s)
@@ -809,7 +809,7 @@ def erased_texts(store: EventStore, scope: Scope) -> list[str]:
     )
 
 
-def _secure(store: EventStore) -> EventStoreV2:
+def _secure(store: EventStore) -> EventStore:
     """The store, with ``secure_delete`` on: SQLite then zeroes the bytes every row, index
     entry and merged segment of an erasure frees (the one place it is set)."""
     v2 = require_v2(store)
@@ -817,7 +817,7 @@ def _secure(store: EventStore) -> EventStoreV2:
     return v2
 
 
-def _prepared(store: EventStore) -> tuple[EventStoreV2, list[Any]]:
+def _prepared(store: EventStore) -> tuple[EventStore, list[Any]]:
     """What every erasure needs first, once per ``forget`` or retention pass (not per
     batch): ``secure_delete`` on before any row of an erased text goes, the erasure
     indexes complete, and the projections that forget in place."""
@@ -827,7 +827,7 @@ def _prepared(store: EventStore) -> tuple[EventStoreV2, list[Any]]:
 
 
 def _forget(
-    v2: EventStoreV2,
+    v2: EventStore,
     projections: list[Any],
     scope: Scope,
     *,
@@ -900,7 +900,7 @@ def _forget(
     return erasure_receipt(v2, receipt.seq or 0)
 
 
-def _projections(store: EventStoreV2) -> list[Any]:
+def _projections(store: EventStore) -> list[Any]:
     """The store's projections, or the built-in ones the archive keeps (a store opened
     without any still has their tables, which hold the text)."""
     if store.projections:
@@ -973,7 +973,7 @@ def _merge_fts(conn: sqlite3.Connection, through: int) -> None:
     conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (FTS_MERGED, str(through)))
 
 
-def _index_reuse(store: EventStoreV2) -> None:
+def _index_reuse(store: EventStore) -> None:
     """Index what ``part_reuse`` and ``quoting`` are owed (once, for an archive made before
     them), in steps of their own transactions, so a running writer waits for one step at
     most."""

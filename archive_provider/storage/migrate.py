@@ -6,7 +6,7 @@ lookup key and signing key, and its first event, ``migrated_from``, records the 
 just verified and the v1 file's BLAKE3. v1 event ``s`` becomes v2 event ``s + 1`` with the
 same time, type and session; each part is stored again under a fresh salt, and in the key
 and body every text equal to a v1 digest of one of the event's parts is that part's v2
-digest (the writer's renaming, :meth:`EventStoreV2.append_in_transaction`).
+digest (the writer's renaming, :meth:`EventStore.append_in_transaction`).
 
 The spill (FORMAT.md, "Spill file") is carried over: the ``migrate`` command takes it in
 first, and whatever still waits (a segment whose removal failed after its commit) is taken
@@ -36,7 +36,6 @@ from .store import (
     KEY_NAME,
     V1_DB_NAME,
     EventStore,
-    EventStoreV2,
     Head,
     Projection,
     StoreError,
@@ -174,7 +173,7 @@ def migrate(
     sync_dir(folder)
     v1_blake3 = file_blake3(folder / V1_DB_NAME)
 
-    def migrated_from(store: EventStoreV2) -> NewEvent:
+    def migrated_from(store: EventStore) -> NewEvent:
         return NewEvent(
             "migrated_from",
             "archive",

@@ -57,7 +57,7 @@ from .central import (
     scrub,
     witness_keys,
 )
-from .store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
+from .store import DB_NAME, EventStore, KeyFileError, StoreError
 from .store_v2 import write_private
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def _named(row: Row) -> list[str]:
 
 
 def _batch_v2(
-    store: EventStoreV2,
+    store: EventStore,
     start: tuple[int, str],
     until: int,
     last: int,
@@ -312,7 +312,7 @@ def _batch_v2(
 def registration(store: EventStore) -> Registration:
     """The registration of the archive ``store`` (read by the administrator who registers
     it, and compared by its shipper with what the server holds)."""
-    if isinstance(store, EventStoreV2):
+    if isinstance(store, EventStore):
         try:
             vkey = store.vkey
         except KeyFileError:  # the key lives elsewhere: the one the archive recorded
@@ -414,7 +414,7 @@ class Shipper:
                     self._note_lag(store, position[0], local.seq)
                 if batch.problem:
                     raise ShipError(batch.problem)
-            if isinstance(store, EventStoreV2):
+            if isinstance(store, EventStore):
                 self._send_cosignatures(conn, store, checkpoint)
         return shipped
 
@@ -474,7 +474,7 @@ class Shipper:
     ) -> _Batch:
         """The next rows after ``start`` that the verifier passes, what they need shipped
         with them, and why the batch stops early (None when it does not)."""
-        if isinstance(store, EventStoreV2):
+        if isinstance(store, EventStore):
             batch = _batch_v2(
                 store, start, min(last, start[0] + self.batch), last, checkpoint, self._vkey
             )
@@ -581,7 +581,7 @@ class Shipper:
         )
 
     def _send_cosignatures(
-        self, conn: psycopg.Connection[Any], store: EventStoreV2, checkpoint: int
+        self, conn: psycopg.Connection[Any], store: EventStore, checkpoint: int
     ) -> None:
         """Ship the cosignatures of shipped checkpoints the server does not hold yet
         (witnesses cosign in the background, after the checkpoint was shipped).

@@ -430,8 +430,8 @@ class EventStore:
         projections: Sequence[Projection]
         | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-        first_event: Callable[[EventStoreV2], NewEvent] | None = None,
-    ) -> EventStoreV2:
+        first_event: Callable[[EventStore], NewEvent] | None = None,
+    ) -> EventStore:
         """Open (and with ``create``, make) the format-2 store in ``folder`` (``<home>/archive``).
 
         ``projections`` may be a function of the open connection, to keep the projections
@@ -530,7 +530,7 @@ class EventStore:
             raise
         if callable(projections):
             projections = projections(conn)
-        store = EventStoreV2(db_path, conn, key, store_id, projections, readonly=readonly)
+        store = EventStore(db_path, conn, key, store_id, projections, readonly=readonly)
         if not readonly:
             try:  # an existing v2 file takes its first write lock here
                 store._create_projections()
@@ -1000,10 +1000,6 @@ class EventStore:
         )
 
 
-# renamed to EventStore in the next commit
-EventStoreV2 = EventStore
-
-
 #: the v2 events table's columns, in envelope order then the chain
 ENVELOPE_COLUMNS_V2 = "seq, time, type, session, key, identity, payload, parts, author, chain"
 
@@ -1020,7 +1016,7 @@ def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
     return value
 
 
-def make_archive(folder: Path, first_event: Callable[[EventStoreV2], NewEvent] | None) -> None:
+def make_archive(folder: Path, first_event: Callable[[EventStore], NewEvent] | None) -> None:
     """Make a new archive in ``folder`` whole, or leave none (issue "Faults").
 
     Keys, schema, the first event and its signed checkpoint are made in a ``.making-<random>``
@@ -1298,7 +1294,7 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         raise
 
 
-def store_created(store: EventStoreV2) -> NewEvent:
+def store_created(store: EventStore) -> NewEvent:
     """The first event of a new v2 archive (FORMAT.md 18)."""
     return NewEvent(
         "store_created",
@@ -1612,7 +1608,7 @@ class ServeBasis:
     vkey: str | None  # v2: the log's verifier key (None when the signing key is unusable)
 
     @classmethod
-    def of(cls, store: EventStoreV2, file: tuple[int, int] | None) -> ServeBasis:
+    def of(cls, store: EventStore, file: tuple[int, int] | None) -> ServeBasis:
         try:
             vkey: str | None = store.vkey
         except KeyFileError:

@@ -65,7 +65,6 @@ from .store import (
     DB_NAME,
     ENVELOPE_COLUMNS,
     EventStore,
-    EventStoreV2,
     Head,
     Projection,
     ServeBasis,
@@ -243,7 +242,7 @@ def open_time_proof(store: EventStore, witness: Witness | None, *, fast: bool) -
     append: the writer and each command that writes (invariant 11). ``fast`` is
     :func:`fast_path_ok`, taken before the store was opened."""
     proof = None
-    if isinstance(store, EventStoreV2) and witness is not None and not fast:
+    if isinstance(store, EventStore) and witness is not None and not fast:
         proof = open_proof_v2(store, witness)
     if proof is None:
         proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=witness)
@@ -695,7 +694,7 @@ class Writer:
         """The tree roots this writer committed (v2): what an unsigned head must be to be
         served from (FORMAT.md 20.5); None when no v2 store is open here."""
         store = self._store
-        return store.committed_roots if isinstance(store, EventStoreV2) else None
+        return store.committed_roots if isinstance(store, EventStore) else None
 
     # -- thread ---------------------------------------------------------------------------
 
@@ -763,12 +762,12 @@ class Writer:
         if self._verify_on_open:
             self.proving = True
             try:
-                if isinstance(store, EventStoreV2) and self.witness is not None and not fast:
+                if isinstance(store, EventStore) and self.witness is not None and not fast:
                     walk_from = store.checkpoint_note()
                 proof = open_time_proof(store, self.witness, fast=fast)
                 if (
                     proof.ok
-                    and isinstance(store, EventStoreV2)
+                    and isinstance(store, EventStore)
                     and self.witness is not None
                     and not self._unwitnessed(store)  # the log first records that it is
                 ):
@@ -798,7 +797,7 @@ class Writer:
         self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
         if (
             walk_from is not None
-            and isinstance(store, EventStoreV2)
+            and isinstance(store, EventStore)
             and getattr(proof, "path", "") == "checkpoint"
         ):
             self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
@@ -807,7 +806,7 @@ class Writer:
             if self.refused is None:  # the walk may already have found damage
                 self.basis = ServeBasis.of(store, opened)
                 self.proven.set()
-        if isinstance(store, EventStoreV2) and self._verify_on_open and self._submitter is None:
+        if isinstance(store, EventStore) and self._verify_on_open and self._submitter is None:
             self._start_submitter(store)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
@@ -816,7 +815,7 @@ class Writer:
         self._store = store
         return store
 
-    def _start_walk(self, store: EventStoreV2, note: bytes) -> None:
+    def _start_walk(self, store: EventStore, note: bytes) -> None:
         """Walk the history before the checkpoint the open-time proof started from."""
         from ..format.signed_note import parse_checkpoint, parse_note
 
@@ -834,7 +833,7 @@ class Writer:
         )
         self._walk.start()
 
-    def _start_submitter(self, store: EventStoreV2) -> None:
+    def _start_submitter(self, store: EventStore) -> None:
         """Submit checkpoints to the log's remote witnesses in the background (16.2)."""
         from .remote_witnesses import start_submitter
 
@@ -1287,7 +1286,7 @@ class Writer:
             and self.witness is not None
             and (witnessed is None or not _same_head(witnessed, end))
         ):
-            if isinstance(store, EventStoreV2):
+            if isinstance(store, EventStore):
                 try:
                     if advance(self.witness, store):
                         self._witnessed = end
@@ -1356,7 +1355,7 @@ class Writer:
                 "are refused; see docs/RECOVER.md, 'Witness mismatch'."
             )
 
-        if isinstance(store, EventStoreV2):  # v2: the whole log, until ranged v2 checks land
+        if isinstance(store, EventStore):  # v2: the whole log, until ranged v2 checks land
             report = verify_database(store.conn, store.key)
             if not report.ok:
                 raise _Refused(
@@ -1466,7 +1465,7 @@ class Writer:
                     self._verified = store.head()
                     self._first_witness = False
                 head = store.head()
-                if isinstance(store, EventStoreV2):
+                if isinstance(store, EventStore):
                     store.checkpoint()
                     advance(self.witness, store)
                 if self._verified is not None and _same_head(head, self._verified):
@@ -1482,7 +1481,7 @@ class Writer:
         if head is None or not synced or self.witness is None:
             return
         fingerprint = None
-        if isinstance(store, EventStoreV2) and not self._walk_complete():
+        if isinstance(store, EventStore) and not self._walk_complete():
             self.witness.write(store.store_id, head.seq, head.chain)  # history not yet walked:
             return  # no fingerprint, so the next open does not skip the walk
         if foreign:  # bytes another connection wrote were never proven: no fast path next time

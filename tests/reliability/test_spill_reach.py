@@ -36,7 +36,7 @@ from archive_provider.storage.spill import (
     open_segment,
     segment_paths,
 )
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir, iter_events
+from archive_provider.storage.store import EventStore, archive_dir, iter_events
 from archive_provider.storage.witness import Witness
 
 from ..conftest import v1_archive
@@ -145,7 +145,7 @@ def test_migrate_takes_the_pending_spill_into_the_new_archive_exactly_once(
     assert counts(home, "sp") == (3, 1)
     store = EventStore.open(folder, create=False, readonly=True)
     try:
-        assert isinstance(store, EventStoreV2)
+        assert isinstance(store, EventStore)
     finally:
         store.close()
     assert verify_home(home).ok
