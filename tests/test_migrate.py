@@ -24,6 +24,7 @@ from archive_provider.storage.migrate import (
     MigrationRefused,
     file_blake3,
     migrate,
+    v1_events,
 )
 from archive_provider.storage.store import EventStore, Head, iter_events
 
@@ -62,7 +63,7 @@ def test_migrate_keeps_the_v1_file_and_maps_every_event(home: Path) -> None:
     folder = home / "archive"
     before = file_blake3(folder / "events.db")
     v1 = sqlite3.connect(folder / "events.db")
-    old_events = list(iter_events(v1, part_types=None))
+    old_events = list(v1_events(v1))
     v1_head = Head(*v1.execute("SELECT seq, chain FROM head").fetchone())
     v1.close()
     done = migrate(folder)

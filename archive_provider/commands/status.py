@@ -220,9 +220,9 @@ def recall_check(store: EventStore) -> dict[str, Any] | None:
             (RECALL_SAMPLE,),
         ),
     ]
-    from archive_provider.storage.store import reader_keys
+    from archive_provider.storage.store import reader_vkey
 
-    prover = Prover(conn, *reader_keys(store.path.parent, conn))
+    prover = Prover(conn, reader_vkey(store.path.parent, conn))
     prover.proven([Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", None, 0.0) for r in rows])
     return {
         "checked": len(rows),

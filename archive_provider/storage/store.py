@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import secrets
@@ -43,7 +42,7 @@ from ..format.digests import (
     key_text,
     parts_text,
 )
-from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
+from ..format.digests_v2 import FORMAT_VERSION
 from ..format.events import AppendResult, LoadedEvent, NewEvent, Part, StoredEvent
 from ..format.signed_note import (
     Checkpoint,
@@ -498,7 +497,7 @@ class EventStore:
                 _add_part_reuse(conn)
             if (
                 not readonly
-                and _meta_or_none(conn, "format_version") == str(FORMAT_V2)
+                and _meta_or_none(conn, "format_version") == str(FORMAT_VERSION)
                 and not _has_table(conn, "tile_inner")
             ):
                 conn.execute(TILE_INNER_SCHEMA)  # the tiles from now on have inner rows
@@ -513,10 +512,10 @@ class EventStore:
         if version == 1:
             conn.close()
             raise NeedsMigration.at(folder)
-        if version != FORMAT_V2:
+        if version != FORMAT_VERSION:
             conn.close()
             raise StoreError(
-                f"{db_path} has format version {version}; this build reads {FORMAT_V2}"
+                f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}"
             )
         key_path = folder / STORE_KEY_NAME
         problem = regular_file_problem(key_path)
@@ -753,7 +752,7 @@ class EventStore:
                 payload.hex(),
                 part_list,
                 author.digest if author else None,
-                FORMAT_V2,
+                FORMAT_VERSION,
             )
             data = envelope.canonical()
             chain = digests_v2.chain_of(chain, data)
@@ -1279,7 +1278,7 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         conn.executemany(
             "INSERT INTO meta VALUES (?, ?)",
             [
-                ("format_version", str(FORMAT_V2)),
+                ("format_version", str(FORMAT_VERSION)),
                 ("store_id", store_id),
                 ("origin", digests_v2.origin(store_id)),
                 ("vkey", signer.vkey),
@@ -1301,7 +1300,7 @@ def store_created(store: EventStore) -> NewEvent:
         "archive",
         {},
         {
-            "format_version": FORMAT_V2,
+            "format_version": FORMAT_VERSION,
             "store_id": store.store_id,
             "origin": store.origin,
             "vkey": store.vkey,
@@ -1339,7 +1338,7 @@ _ERASURE_INDEXES = (
 def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
     """A v2 archive made before ``part_reuse`` or ``quoting`` existed (a v1 file has no use
     for them)."""
-    if _meta_or_none(conn, "format_version") != str(FORMAT_V2):
+    if _meta_or_none(conn, "format_version") != str(FORMAT_VERSION):
         return False
     return any(not _has(conn, "table", name) for name, _, _ in _ERASURE_INDEXES)
 
@@ -1391,38 +1390,6 @@ def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[object]
         conn.execute(head + ", ".join([marks] * len(rows)), [v for row in rows for v in row])
 
 
-#: The events table's columns in envelope order, then the chain (the verifier's row order).
-ENVELOPE_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain"
-#: The columns of an event as every reader selects them: the envelope, chain, payload body.
-EVENT_COLUMNS = ", ".join(f"e.{column}" for column in ENVELOPE_COLUMNS.split(", ")) + ", p.body"
-#: The FROM clause that goes with :data:`EVENT_COLUMNS`.
-EVENTS_WITH_PAYLOAD = "FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
-
-
-def stored_event(row: Sequence[Any], parts: Mapping[str, bytes] | None = None) -> LoadedEvent:
-    """The one row mapper: an :data:`EVENT_COLUMNS` row (and its parts' bodies) as an event.
-
-    A missing payload body raises :class:`PayloadMissing` (the log was damaged or a payload
-    was deleted behind the triggers' back).
-    """
-    seq, time, type_, session, key, identity, payload, part_list, chain, body = row[:10]
-    if body is None:
-        raise PayloadMissing(
-            f"event {seq}: its payload {payload} is missing from the payloads table"
-        )
-    envelope = Envelope(
-        int(seq),
-        str(time),
-        str(type_),
-        str(session),
-        str(key),
-        str(identity),
-        str(payload),
-        str(part_list),
-    )
-    return LoadedEvent(envelope, str(chain), bytes(body), parts or {})
-
-
 def iter_events(
     conn: sqlite3.Connection,
     after_seq: int = 0,
@@ -1432,60 +1399,19 @@ def iter_events(
 ) -> Iterator[LoadedEvent]:
     """Events in sequence order with their payload and parts' bodies, streamed.
 
-    The one way events are read back. Two statements walk ``events`` by rowid side by side
-    (no sort, no per-part query): one yields each event (of ``types``, when given) with its
-    payload, the other each part (``json_each`` over the envelope's part list, in list
-    order) with its body, for events of ``part_types`` only when given (none when empty).
-    A part whose body is missing (an erasure) is simply not carried.
+    The one way events are read back: digests read as bytes, handed on as hex. Each event
+    (of ``types``, when given) comes with its payload and its parts' bodies, for events of
+    ``part_types`` only when given (none when empty). An erased event body (FORMAT.md 12.4)
+    is skipped, an erased part is simply not carried; any other missing payload raises
+    :class:`PayloadMissing` (the log was damaged behind the triggers' back).
     """
     if types is not None and not set(types):
         return
-    if _is_v2(conn):
-        yield from _iter_events_v2(conn, after_seq, until_seq, types, part_types)
-        return
-    where, args = _range(after_seq, until_seq, types)
-    events = conn.execute(
-        f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq", args
-    )
-    part_where, part_args = _range(
-        after_seq, until_seq, part_types if part_types is not None else types
-    )
-    parts: Iterator[Any] = iter(())
-    if part_types is None or set(part_types):
-        parts = conn.execute(
-            "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
-            f" JOIN payloads q ON q.digest = j.value{part_where} AND e.parts != '[]'"
-            " ORDER BY e.seq",
-            part_args,
-        )
-    part = next(parts, None)
-    for row in events:
-        seq = row[0]
-        carried: dict[str, bytes] = {}
-        while part is not None and part[0] <= seq:
-            if part[0] == seq:
-                carried[part[1]] = part[2]
-            part = next(parts, None)
-        yield stored_event(row, carried)
-
-
-def _is_v2(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    return row is not None and row[0] == str(FORMAT_V2)
-
-
-def _iter_events_v2(
-    conn: sqlite3.Connection,
-    after_seq: int,
-    until_seq: int | None,
-    types: Iterable[str] | None,
-    part_types: Iterable[str] | None,
-) -> Iterator[LoadedEvent]:
-    """:func:`iter_events` over a v2 archive: digests read as bytes, handed on as hex."""
     where, args = _range(after_seq, until_seq, types)
     rows = conn.execute(
         "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts,"
-        f" e.author, e.chain, p.body {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq",
+        " e.author, e.chain, p.body FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
+        f"{where} ORDER BY e.seq",
         args,
     )
     carry = (
@@ -1528,14 +1454,14 @@ def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[
 
 
 def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
-    """A payload's bytes by digest, or None when the table does not hold it."""
+    """A payload's bytes by hex digest, or None when the table does not hold it (or it is
+    erased)."""
     try:
         raw = bytes.fromhex(digest)
     except ValueError:
         return None
-    # v1 stores digests as hex text, v2 as 32 bytes: one indexed lookup each, no version read
     row = conn.execute(
-        "SELECT body FROM payloads WHERE digest IN (?, ?) AND body IS NOT NULL", (digest, raw)
+        "SELECT body FROM payloads WHERE digest = ? AND body IS NOT NULL", (raw,)
     ).fetchone()
     return bytes(row[0]) if row else None
 
@@ -1569,20 +1495,14 @@ def salted_payloads(
 def session_part_digests(
     conn: sqlite3.Connection, session: str, types: Sequence[str], before_seq: int
 ) -> Iterator[str]:
-    """The part digests (hex, in log order) of ``session``'s events of ``types`` before a seq.
-
-    Either format: v1 stores the list as canonical JSON text, v2 as 32-byte digests.
-    """
+    """The part digests (hex, in log order) of ``session``'s events of ``types`` before a seq."""
     marks = ", ".join("?" * len(types))
     for (parts,) in conn.execute(
         f"SELECT parts FROM events WHERE session = ? AND type IN ({marks}) AND seq < ?"
         " ORDER BY seq",
         (session, *types, before_seq),
     ):
-        if isinstance(parts, bytes):
-            yield from (digest.hex() for digest in split_parts(parts))
-        else:
-            yield from (str(d) for d in json.loads(parts))
+        yield from (digest.hex() for digest in split_parts(parts))
 
 
 def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> bytes | None:
@@ -1603,9 +1523,7 @@ class ServeBasis:
 
     file: tuple[int, int] | None  # file_identity of events.db at the proven open
     store_id: str
-    format_version: int
-    key: bytes  # v1: the payload key (digests are keyed); v2: unused by the serve-time proof
-    vkey: str | None  # v2: the log's verifier key (None when the signing key is unusable)
+    vkey: str | None  # the log's verifier key (None when the signing key is unusable)
 
     @classmethod
     def of(cls, store: EventStore, file: tuple[int, int] | None) -> ServeBasis:
@@ -1613,35 +1531,30 @@ class ServeBasis:
             vkey: str | None = store.vkey
         except KeyFileError:
             vkey = None
-        return cls(file, store.store_id, FORMAT_V2, b"", vkey)
+        return cls(file, store.store_id, vkey)
 
     def problem(self, conn: sqlite3.Connection) -> str | None:
         """Why the database on ``conn`` is not the one proven, or None."""
         found = (_meta_or_none(conn, "store_id"), _meta_or_none(conn, "format_version"))
-        if found != (self.store_id, str(self.format_version)):
+        if found != (self.store_id, str(FORMAT_VERSION)):
             return (
                 f"it is store {found[0]} format {found[1]}, but the open-time proof established "
-                f"store {self.store_id} format {self.format_version}"
+                f"store {self.store_id} format {FORMAT_VERSION}"
             )
         return None
 
 
-def reader_keys(folder: Path, conn: sqlite3.Connection) -> tuple[bytes, str | None]:
-    """What a reader proves served text with (projections.recall.Prover's ``key``, ``vkey``).
-
-    v1: the payload key (digests are keyed). v2: no key (digests are salted) and the log's
-    verifier key, derived from the signing key; None when it cannot be read, so nothing is
-    proven and nothing is served (FORMAT.md 20.5).
-    """
-    if not _is_v2(conn):
-        return read_key(folder / KEY_NAME), None
+def reader_vkey(folder: Path, conn: sqlite3.Connection) -> str | None:
+    """The key a reader proves served text with (projections.recall.Prover's ``vkey``): the
+    log's verifier key, derived from the signing key; None when it cannot be read, so
+    nothing is proven and nothing is served (FORMAT.md 20.5)."""
     store_id = _meta_or_none(conn, "store_id") or ""
     try:
         signer = read_signer(signing_key_path(folder), digests_v2.origin(store_id))
     except KeyFileError as exc:
         log.error("archive: served recall cannot be proven: %s", exc)
-        return b"", None
-    return b"", signer.vkey
+        return None
+    return signer.vkey
 
 
 def head_time(conn: sqlite3.Connection) -> str:

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 from ..domain import builders
 from ..domain.clock import now_text, utc_now
 from ..errors import ArchiveUnavailable, Failure, classify
-from ..format.digests import genesis_chain
+from ..format.digests_v2 import genesis
 from ..format.events import AppendResult, NewEvent
-from ..format.verifier import verify_database, verify_rows
+from ..format.verifier import verify_database
 from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
 from .spill import (
     END,
@@ -63,7 +63,6 @@ from .spill import (
 )
 from .store import (
     DB_NAME,
-    ENVELOPE_COLUMNS,
     EventStore,
     Head,
     Projection,
@@ -72,7 +71,6 @@ from .store import (
     connect,
     file_identity,
     head_time,
-    payload_body,
 )
 from .store_v2 import TamperedPart
 from .threads import ThreadFactory, context_thread
@@ -228,7 +226,7 @@ class DrainReport:
 
 
 def _same_head(one: Head, other: Head) -> bool:
-    """The same log head: seq and chain (a v2 head read back also carries its Merkle root,
+    """The same log head: seq and chain (a head read back also carries its Merkle root,
     the one the writer kept from its own append does not; both follow from the same envelopes)."""
     return (one.seq, one.chain) == (other.seq, other.chain)
 
@@ -242,7 +240,7 @@ def open_time_proof(store: EventStore, witness: Witness | None, *, fast: bool) -
     append: the writer and each command that writes (invariant 11). ``fast`` is
     :func:`fast_path_ok`, taken before the store was opened."""
     proof = None
-    if isinstance(store, EventStore) and witness is not None and not fast:
+    if witness is not None and not fast:
         proof = open_proof_v2(store, witness)
     if proof is None:
         proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=witness)
@@ -371,7 +369,7 @@ class Writer:
         #: what the passing open-time proof established: what served excerpts are proven with
         self.basis: ServeBasis | None = None
         self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
-        self._walk: BackgroundWalk | None = None  # v2: the walk over older history
+        self._walk: BackgroundWalk | None = None  # the walk over older history
         self._submitter: WitnessSubmitter | None = None  # v2: remote witnesses of the log
         self._history_proven = False  # every event was verified (a clean close may vouch)
         if not verify_on_open:
@@ -691,10 +689,10 @@ class Writer:
 
     @property
     def committed_roots(self) -> Mapping[int, bytes] | None:
-        """The tree roots this writer committed (v2): what an unsigned head must be to be
-        served from (FORMAT.md 20.5); None when no v2 store is open here."""
+        """The tree roots this writer committed: what an unsigned head must be to be served
+        from (FORMAT.md 20.5); None when no store is open here."""
         store = self._store
-        return store.committed_roots if isinstance(store, EventStore) else None
+        return store.committed_roots if store is not None else None
 
     # -- thread ---------------------------------------------------------------------------
 
@@ -711,7 +709,7 @@ class Writer:
 
     @property
     def walk(self) -> WalkState | None:
-        """The v2 background walk's progress (None when none ran in this process)."""
+        """The background walk's progress (None when none ran in this process)."""
         return self._walk.state if self._walk is not None else None
 
     def _withdraw(self, problem: str) -> None:
@@ -762,12 +760,11 @@ class Writer:
         if self._verify_on_open:
             self.proving = True
             try:
-                if isinstance(store, EventStore) and self.witness is not None and not fast:
+                if self.witness is not None and not fast:
                     walk_from = store.checkpoint_note()
                 proof = open_time_proof(store, self.witness, fast=fast)
                 if (
                     proof.ok
-                    and isinstance(store, EventStore)
                     and self.witness is not None
                     and not self._unwitnessed(store)  # the log first records that it is
                 ):
@@ -795,11 +792,7 @@ class Writer:
         self.refused = None
         self._refused_state = None
         self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
-        if (
-            walk_from is not None
-            and isinstance(store, EventStore)
-            and getattr(proof, "path", "") == "checkpoint"
-        ):
+        if walk_from is not None and getattr(proof, "path", "") == "checkpoint":
             self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
         opened = opened or file_identity(self.folder / DB_NAME)  # made by the open
         with self._proven_lock:
@@ -867,7 +860,7 @@ class Writer:
         between the two leaves a witness without the event, and the next commit tries again.
         """
         assert self.witness is not None
-        return self.witness.write(store.store_id, 0, genesis_chain(store.store_id))
+        return self.witness.write(store.store_id, 0, genesis(store.store_id).hex())
 
     def _main(self) -> None:
         """The thread body: the writer loop, restarted in place if anything escapes it."""
@@ -1286,16 +1279,13 @@ class Writer:
             and self.witness is not None
             and (witnessed is None or not _same_head(witnessed, end))
         ):
-            if isinstance(store, EventStore):
-                try:
-                    if advance(self.witness, store):
-                        self._witnessed = end
-                except WitnessMismatch as exc:  # rewritten under us: refuse what follows
-                    self._withdraw(str(exc))
-                except Exception:  # the commit stands; only the witness lags behind it
-                    log.exception("archive: the local witness did not advance")
-            elif self.witness.write(store.store_id, end.seq, end.chain):
-                self._witnessed = end
+            try:
+                if advance(self.witness, store):
+                    self._witnessed = end
+            except WitnessMismatch as exc:  # rewritten under us: refuse what follows
+                self._withdraw(str(exc))
+            except Exception:  # the commit stands; only the witness lags behind it
+                log.exception("archive: the local witness did not advance")
         for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
@@ -1355,36 +1345,13 @@ class Writer:
                 "are refused; see docs/RECOVER.md, 'Witness mismatch'."
             )
 
-        if isinstance(store, EventStore):  # v2: the whole log, until ranged v2 checks land
-            report = verify_database(store.conn, store.key)
-            if not report.ok:
-                raise _Refused(
-                    f"the archive at {store.path} failed verification at seq "
-                    f"{report.first_bad_seq} (appended by another process): {report.problem}. "
-                    "Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
-                    "'Tamper detected')."
-                )
-            return
-
-        def payload_of(digest: str) -> bytes | None:
-            return payload_body(store.conn, digest)
-
-        rows = store.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? ORDER BY seq", (known.seq,)
-        )
-        report = verify_rows(
-            rows,
-            store_id=store.store_id,
-            key=store.key,
-            payload_of=payload_of,
-            head=(head.seq, head.chain),
-            start=(known.seq, known.chain),
-        )
+        report = verify_database(store.conn, store.key)  # the whole log, until ranged checks land
         if not report.ok:
             raise _Refused(
-                f"the archive at {store.path} failed verification at seq {report.first_bad_seq} "
-                f"(appended by another process): {report.problem}. Appends are refused; run "
-                "`hermes-archive verify` (docs/RECOVER.md, 'Tamper detected')."
+                f"the archive at {store.path} failed verification at seq "
+                f"{report.first_bad_seq} (appended by another process): {report.problem}. "
+                "Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
+                "'Tamper detected')."
             )
 
     @staticmethod
@@ -1465,9 +1432,8 @@ class Writer:
                     self._verified = store.head()
                     self._first_witness = False
                 head = store.head()
-                if isinstance(store, EventStore):
-                    store.checkpoint()
-                    advance(self.witness, store)
+                store.checkpoint()
+                advance(self.witness, store)
                 if self._verified is not None and _same_head(head, self._verified):
                     foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -1481,7 +1447,7 @@ class Writer:
         if head is None or not synced or self.witness is None:
             return
         fingerprint = None
-        if isinstance(store, EventStore) and not self._walk_complete():
+        if not self._walk_complete():
             self.witness.write(store.store_id, head.seq, head.chain)  # history not yet walked:
             return  # no fingerprint, so the next open does not skip the walk
         if foreign:  # bytes another connection wrote were never proven: no fast path next time
