@@ -20,7 +20,7 @@ from ..storage.store_v2 import split_parts
 
 
 class ProveError(InvalidRequest):
-    """The proof cannot be made as asked (a v1 archive, an unknown seq, nothing signed)."""
+    """The proof cannot be made as asked (an unknown seq, nothing signed)."""
 
 
 def proof_size(store: EventStore, last: int) -> int:
@@ -58,11 +58,6 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> d
     checked with the store's verifier key before it is returned. A disclosure that would
     make the ``extra`` line longer than a stock parser reads (64 KiB) is refused.
     """
-    if not isinstance(store, EventStore):
-        raise ProveError(
-            "this archive is format version 1: its digests are keyed with the store key, so one "
-            "memory cannot be disclosed alone (`hermes-archive migrate` makes a v2 archive)"
-        )
     if not seqs:
         raise ProveError("name at least one seq to prove")
     store.checkpoint()

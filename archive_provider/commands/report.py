@@ -168,8 +168,8 @@ def build_model(ctx: CommandContext, store: EventStore) -> dict[str, Any]:
     """Everything the page shows, read from ``store`` now (verification included)."""
     from archive_provider.audit.report import ReportReducer
     from archive_provider.domain.clock import now_text
+    from archive_provider.format.digests_v2 import FORMAT_VERSION
     from archive_provider.format.verifier import usable_cores, verify_database
-    from archive_provider.storage.store import EventStore
 
     generated = now_text()
     head = store.head()
@@ -185,7 +185,7 @@ def build_model(ctx: CommandContext, store: EventStore) -> dict[str, Any]:
         generated=generated,
         archive={
             "store_id": central or store.store_id,
-            "format_version": 2 if isinstance(store, EventStore) else 1,
+            "format_version": FORMAT_VERSION,
             "head_seq": head.seq,
             "head_chain": head.chain,
             "central": bool(central),

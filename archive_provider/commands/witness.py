@@ -83,7 +83,6 @@ def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     C2SP's type 0x04 and as the Ed25519 type 0x01 Go's tools read) and each remote one."""
     from archive_provider.storage.proof_v2 import COSIGNER_KEY, cosigner
     from archive_provider.storage.remote_witnesses import witness_set
-    from archive_provider.storage.store import EventStore
 
     local = None
     if (witness.directory / COSIGNER_KEY).is_file():
@@ -96,8 +95,7 @@ def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     if ctx.exists():
         store = ctx.open_store()
         try:
-            if isinstance(store, EventStore):
-                remote = [{"url": e.url, "vkey": e.vkey} for e in witness_set(store.conn)]
+            remote = [{"url": e.url, "vkey": e.vkey} for e in witness_set(store.conn)]
         finally:
             store.close()
     return {"local": local, "remote": remote}
