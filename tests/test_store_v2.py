@@ -593,15 +593,15 @@ def test_a_v2_archive_whose_making_was_cut_short_is_taken_up_again(
     """A crash after the keys and events.db were made (before the schema was committed, or
     before store_created): the next open finishes the v2 store with its own keys, instead
     of turning events.db into a v1 store that then wants a payload.key."""
-    from archive_provider.storage.store import DB_NAME, _initialise_v2, _make_v2_keys, connect
+    from archive_provider.storage.store import DB_NAME, _initialise, _make_keys, connect
 
     folder = tmp_path / "archive"
     folder.mkdir(mode=0o700)
-    store_id, signer = _make_v2_keys(folder)
+    store_id, signer = _make_keys(folder)
     os.close(os.open(folder / DB_NAME, os.O_WRONLY | os.O_CREAT, 0o600))  # where the kill fell
     if schema_committed:
         conn = connect(folder / DB_NAME)
-        _initialise_v2(conn, store_id, signer)
+        _initialise(conn, store_id, signer)
         conn.close()
     store = EventStore.open(folder)
     try:
@@ -629,7 +629,7 @@ def test_the_loser_of_a_race_to_make_a_new_archive_leaves_it_as_the_winner_made_
     assert signer is not None
     late = sqlite3.connect(folder / "events.db", isolation_level=None)
     try:
-        store_module._initialise_v2(late, made["store_id"], signer)
+        store_module._initialise(late, made["store_id"], signer)
         assert dict(late.execute("SELECT name, value FROM meta").fetchall()) == made
     finally:
         late.close()

@@ -54,7 +54,7 @@ from ..format.verifier import (
     verify_bundle,
 )
 from ..storage.store import (
-    ENVELOPE_COLUMNS_V2,
+    ENVELOPE_COLUMNS,
     EventStore,
     Head,
     salted_payloads,
@@ -346,7 +346,7 @@ def _signed_head(store: EventStore) -> Head:
     return Head(size, bytes(chain[0]).hex(), bytes(row[1]).hex())
 
 
-_ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq <= ? ORDER BY seq"
+_ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq <= ? ORDER BY seq"
 
 
 def _envelope_record_v3(row: Sequence[Any]) -> bytes:

@@ -15,7 +15,7 @@ from ..errors import InvalidRequest
 from ..format import merkle, tlog_proof
 from ..format.digests_v2 import envelope_of_row
 from ..format.signed_note import Verifier
-from ..storage.store import ENVELOPE_COLUMNS_V2, EventStore, salted_payload
+from ..storage.store import ENVELOPE_COLUMNS, EventStore, salted_payload
 from ..storage.store_v2 import split_parts
 
 
@@ -73,7 +73,7 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> d
         if not 1 <= seq <= size:
             raise ProveError(f"seq {seq} is not in the signed tree (size {size})")
         found = store.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
+            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?", (seq,)
         ).fetchone()
         _, time, type_, session, key, identity, payload, parts, author, _ = found
         envelope = envelope_of_row(seq, time, type_, session, key, identity, payload, parts, author)

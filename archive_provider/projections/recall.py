@@ -53,7 +53,7 @@ from ..format.canonical import decode
 from ..format.digests import Envelope
 from ..format.events import turn_messages
 from ..format.signed_note import Checkpoint, NoteError, checked_checkpoint, log_signed_note
-from ..storage.store import ENVELOPE_COLUMNS_V2, EventStore
+from ..storage.store import ENVELOPE_COLUMNS, EventStore
 from ..storage.store_v2 import served_results
 from .builtin import TOKENIZER
 
@@ -611,7 +611,7 @@ class Prover:
     def _envelope(self, seq: int) -> Envelope:
         """The envelope of ``seq``, checked against its identity and its tree inclusion."""
         row = self.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
+            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?", (seq,)
         ).fetchone()
         if row is None:
             raise Unproven(f"seq {seq} is not in the log")

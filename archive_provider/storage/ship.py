@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 STATE_NAME = "shipping.json"
 DEFAULT_BATCH = 1000
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
-_ROWS_SQL_V2 = (
+_ROWS_SQL = (
     "SELECT seq, time, type, session, key, identity, payload, parts, chain, author FROM events "
     "WHERE seq > ? AND seq <= ? ORDER BY seq"
 )
@@ -218,7 +218,7 @@ def _named(row: Row) -> list[str]:
     return [row[6], *json.loads(row[7]), *([row[9]] if row[9] else [])]
 
 
-def _batch_v2(
+def _verified_rows(
     store: EventStore,
     start: tuple[int, str],
     until: int,
@@ -249,7 +249,7 @@ def _batch_v2(
                     None if author is None else bytes(author).hex(),
                 )
                 for seq, time, type_, session, key, identity, payload, parts, chain, author in conn.execute(
-                    _ROWS_SQL_V2, (start[0], until)
+                    _ROWS_SQL, (start[0], until)
                 )
             ]
             payloads: dict[str, tuple[str, bytes | None, bytes | None, int | None]] = {}
@@ -462,7 +462,7 @@ class Shipper:
     ) -> _Batch:
         """The next rows after ``start`` that the verifier passes, what they need shipped
         with them, and why the batch stops early (None when it does not)."""
-        batch = _batch_v2(
+        batch = _verified_rows(
             store, start, min(last, start[0] + self.batch), last, checkpoint, self._vkey
         )
         for row in batch.rows:

@@ -100,7 +100,8 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 
 
 def _audit_views(events_view: str, part: Callable[[str], str], author: str, sessions: str) -> str:
-    """The audit views over one format: its ``audit_events``, its part lookup and its author."""
+    """The audit views: ``audit_events`` and the story views read through it, a part found
+    by ``part`` and a turn's author by ``author``."""
     return f"""
 {events_view};
 CREATE VIEW IF NOT EXISTS audit_turns AS
@@ -169,8 +170,8 @@ WHERE e.type = 'recall_served';
 """
 
 
-def _part_v2(hex_digest: str) -> str:
-    """A v2 part named in hex, found in its event's own ``parts`` (an indexed lookup, as
+def _part(hex_digest: str) -> str:
+    """A part named in hex, found in its event's own ``parts`` (an indexed lookup, as
     SQLite before 3.41 has no ``unhex``)."""
     return (
         "(SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), "
@@ -180,7 +181,7 @@ def _part_v2(hex_digest: str) -> str:
 
 #: The views (FORMAT.md 17): digests are 32-byte BLOBs, shown as hex;
 #: a turn's author is the envelope's ``author``; the archive's own first events have no session.
-AUDIT_VIEWS_V2 = _audit_views(
+AUDIT_VIEWS = _audit_views(
     events_view="""CREATE VIEW IF NOT EXISTS audit_events AS
 SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload,
        (WITH RECURSIVE s(i) AS (SELECT 0 WHERE length(e.parts) > 0
@@ -189,7 +190,7 @@ SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload,
        lower(hex(e.identity)) AS identity, lower(hex(e.payload)) AS payload_digest,
        lower(hex(e.chain)) AS chain
 FROM events e JOIN payloads p ON p.digest = e.payload""",
-    part=_part_v2,
+    part=_part,
     author="(SELECT x.author FROM events x WHERE x.seq = e.seq)",
     sessions="\n  AND e.type NOT IN ('store_created', 'migrated_from')",
 )
@@ -453,7 +454,7 @@ class EventStore:
             and not readonly
             and not folder.name.startswith(MAKING_PREFIX)
             and _schema_less(db_path)
-            and _interrupted_v2_keys(folder) is None
+            and _interrupted_keys(folder) is None
         ):  # an older version's making cut short before its keys were whole: set aside
             make_archive(folder, first_event)
             made = True
@@ -472,7 +473,7 @@ class EventStore:
                 make_archive(folder, first_event)
                 made = True
             else:  # inside make_archive: the keys and the file, then the schema below
-                new_store = _make_v2_keys(folder)
+                new_store = _make_keys(folder)
                 # create the file 0600 before SQLite opens it
                 os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
@@ -485,14 +486,14 @@ class EventStore:
                     "finishes it or sets it aside (docs/RECOVER.md, 'Unfinished archive')"
                 )
             if new_store is None and not readonly and _meta_or_none(conn, "format_version") is None:
-                new_store = _interrupted_v2_keys(folder)
+                new_store = _interrupted_keys(folder)
             if new_store is not None:
-                _initialise_v2(conn, *new_store)
+                _initialise(conn, *new_store)
             elif not readonly and _meta_or_none(conn, "format_version") == "1":
                 conn.close()  # before anything is written to it
                 raise NeedsMigration.at(folder)
             elif not readonly and not _has(conn, "view", "audit_events"):
-                _add_audit_views_v2(conn)
+                _add_audit_views(conn)
             if new_store is None and not readonly and _lacks_part_reuse(conn):
                 _add_part_reuse(conn)
             if (
@@ -685,7 +686,8 @@ class EventStore:
         Parts are resolved first (a stored body by its lookup, checked byte for byte; a new
         one with a fresh salt), so the digests the body and key name are the ones stored; an
         event whose identity is already archived stores nothing, not even its new parts.
-        ``time`` is as in v1: events taken in from the spill keep the time they were accepted.
+        ``time`` stamps them instead of the transaction's time: events taken in from the spill
+        keep the time they were accepted, migrated ones their first time.
         """
         if self._head is None:
             raise RuntimeError("append_in_transaction needs an open transaction()")
@@ -757,7 +759,7 @@ class EventStore:
             data = envelope.canonical()
             chain = digests_v2.chain_of(chain, data)
             conn.execute(
-                f"INSERT INTO events ({ENVELOPE_COLUMNS_V2}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO events ({ENVELOPE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     seq,
                     time,
@@ -999,8 +1001,8 @@ class EventStore:
         )
 
 
-#: the v2 events table's columns, in envelope order then the chain
-ENVELOPE_COLUMNS_V2 = "seq, time, type, session, key, identity, payload, parts, author, chain"
+#: the events table's columns, in envelope order then the chain
+ENVELOPE_COLUMNS = "seq, time, type, session, key, identity, payload, parts, author, chain"
 
 
 def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
@@ -1227,7 +1229,7 @@ def _settle(folder: Path) -> None:
     )
 
 
-def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
+def _make_keys(folder: Path) -> tuple[str, Signer]:
     """A new v2 store's id, lookup key and signing key (FORMAT.md 10 and 15.2)."""
     store_id = secrets.token_hex(16)
     key_path = folder / STORE_KEY_NAME
@@ -1247,7 +1249,7 @@ def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
     return store_id, signer
 
 
-def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
+def _interrupted_keys(folder: Path) -> tuple[str, Signer] | None:
     """The id and signing key of a v2 archive whose making a crash cut short after its keys
     were written and events.db was created, before its schema was committed: the open takes
     the making up again instead of turning the file into a v1 store without a key."""
@@ -1263,7 +1265,7 @@ def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
     return store_id, read_signer(path, digests_v2.origin(store_id))
 
 
-def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None:
+def _initialise(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None:
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise StoreError(f"SQLite refused WAL mode (got {mode!r})")
@@ -1272,7 +1274,7 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         if _meta_or_none(conn, "format_version") is not None:
             conn.execute("COMMIT")  # another opener made it first, from the same key files
             return
-        for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS_V2).split(";\n"):
+        for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS).split(";\n"):
             if statement.strip():
                 conn.execute(statement)
         conn.executemany(
@@ -1315,11 +1317,11 @@ def _has(conn: sqlite3.Connection, kind: str, name: str) -> bool:
     return row.fetchone() is not None
 
 
-def _add_audit_views_v2(conn: sqlite3.Connection) -> None:
-    """Give a v2 archive made before the audit views had them (views hold no data)."""
+def _add_audit_views(conn: sqlite3.Connection) -> None:
+    """Give an archive made before the audit views had them (views hold no data)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in AUDIT_VIEWS_V2.split(";\n"):
+        for statement in AUDIT_VIEWS.split(";\n"):
             if statement.strip():
                 conn.execute(statement)
         conn.execute("COMMIT")
