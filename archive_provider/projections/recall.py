@@ -499,7 +499,7 @@ class Prover:
     after that checkpoint against the head root, proven consistent with it). It then checks
     the event's payload and each part against their salted digests and returns the excerpt
     as the proven message says it: the index row only says where to look, never what to
-    serve. A file of another format fails the first check (its digests are not bytes).
+    serve. A file of another format fails at its envelope (read as format 2).
     """
 
     def __init__(
@@ -610,9 +610,12 @@ class Prover:
 
     def _envelope(self, seq: int) -> Envelope:
         """The envelope of ``seq``, checked against its identity and its tree inclusion."""
-        row = self.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?", (seq,)
-        ).fetchone()
+        try:
+            row = self.conn.execute(
+                f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?", (seq,)
+            ).fetchone()
+        except sqlite3.OperationalError as exc:  # e.g. a v1 file: its events have no author
+            raise Unproven(f"seq {seq}: its envelope cannot be read: {exc}") from None
         if row is None:
             raise Unproven(f"seq {seq} is not in the log")
         _, time, type_, session, key, identity, payload, parts, author, _ = row
