@@ -232,8 +232,6 @@ class PartHasher(Hasher):
     transaction share the salt drawn first (``pending``).
     """
 
-    format_version = 2
-
     def __init__(self, key: bytes, conn: sqlite3.Connection) -> None:
         super().__init__(key)
         self._conn = conn
