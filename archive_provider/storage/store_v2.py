@@ -1,7 +1,7 @@
 """Format-v2 pieces of the store: schema, key files, part resolution, the kept tree edge.
 
-docs/FORMAT.md sections 10, 12.3, 14.3, 15 and 17. :class:`archive_provider.storage.store.
-EventStore` uses them; the rest of the package sees only the one ``EventStore`` API.
+docs/FORMAT.md sections 10, 12.3, 14.3, 15 and 17, used by
+:class:`archive_provider.storage.store.EventStore`.
 """
 
 from __future__ import annotations
