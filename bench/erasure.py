@@ -34,7 +34,7 @@ from archive_provider.audit import erasure
 from archive_provider.audit.replay import rebuild
 from archive_provider.format.verifier import verify_database
 from archive_provider.projections.registry import default_projections
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 
 from .common import Workdir, quiet_logging
 from .workload import bulk_append, corpus, turn_events
@@ -53,7 +53,6 @@ def build(folder: Path, turns: int) -> dict[str, Any]:
 
 def _child(folder: Path, what: str, batches: int | None) -> dict[str, Any]:
     store = EventStore.open(folder, create=False, projections=default_projections)
-    assert isinstance(store, EventStoreV2)
     result: dict[str, Any] = {}
     try:
         if what == "verify":

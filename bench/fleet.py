@@ -37,7 +37,6 @@ import psycopg
 from archive_provider.fleet import central
 from archive_provider.fleet.ship import Shipper, registration
 from archive_provider.format import digests_v2
-from archive_provider.format.verifier import genesis
 from archive_provider.storage.store import DB_NAME, EventStore
 
 from .common import Row, Workdir, machine, percentile, quiet_logging, table
@@ -75,45 +74,34 @@ def _rows(
     conn = sqlite3.connect(folder / DB_NAME)
     try:
         meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-        store_id, version = meta["store_id"], int(meta["format_version"])
-        if version == 2:
-            events = [
-                (
-                    *(_hex(v) for v in row[:7]),
-                    digests_v2.parts_from_blob(row[7]),
-                    _hex(row[8]),
-                    _hex(row[9]),
-                )
-                for row in conn.execute(
-                    "SELECT seq, time, type, session, key, identity, payload, parts, chain, "
-                    "author FROM events ORDER BY seq"
-                )
-            ]
-            payloads = {
-                d.hex(): (body, salt)
-                for d, salt, body in conn.execute("SELECT digest, salt, body FROM payloads")
-            }
-            checkpoints = conn.execute(
-                "SELECT size, root, time, signature FROM signed_checkpoints ORDER BY size"
-            ).fetchall()
-        else:
-            events = [
-                (*row, None)
-                for row in conn.execute(
-                    "SELECT seq, time, type, session, key, identity, payload, parts, chain "
-                    "FROM events ORDER BY seq"
-                )
-            ]
-            payloads = {d: (b, None) for d, b in conn.execute("SELECT digest, body FROM payloads")}
-            checkpoints = []
+        store_id = meta["store_id"]
+        events = [
+            (
+                *(_hex(v) for v in row[:7]),
+                digests_v2.parts_from_blob(row[7]),
+                _hex(row[8]),
+                _hex(row[9]),
+            )
+            for row in conn.execute(
+                "SELECT seq, time, type, session, key, identity, payload, parts, chain, "
+                "author FROM events ORDER BY seq"
+            )
+        ]
+        payloads = {
+            d.hex(): (body, salt)
+            for d, salt, body in conn.execute("SELECT digest, salt, body FROM payloads")
+        }
+        checkpoints = conn.execute(
+            "SELECT size, root, time, signature FROM signed_checkpoints ORDER BY size"
+        ).fetchall()
     finally:
         conn.close()
     store = {
         "store_id": store_id,
-        "format_version": version,
-        "genesis": digests_v2.genesis(store_id).hex() if version == 2 else genesis(store_id),
-        "payload_key": None if version == 2 else (folder / "payload.key").read_text().strip(),
-        "vkey": meta.get("vkey") if version == 2 else None,
+        "format_version": 2,
+        "genesis": digests_v2.genesis(store_id).hex(),
+        "payload_key": None,
+        "vkey": meta.get("vkey"),
         "label": "copy",
     }
     previous = store["genesis"]

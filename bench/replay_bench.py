@@ -90,23 +90,14 @@ def baseline(folder: Path) -> dict[str, Any]:
     )
     rows: list[tuple[str, str, str, int, str]] = []
     loads = json.loads
-    version = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    if version and version[0] == "2":  # parts: 32-byte digests end to end, split by SQLite
-        sql = (
-            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n"
-            " WHERE i < (SELECT max(length(parts)) / 32 FROM events))"
-            " SELECT e.seq, e.type, e.session, p.body, q.body FROM events e"
-            " JOIN payloads p ON p.digest = e.payload JOIN n ON 32 * n.i < length(e.parts)"
-            " JOIN payloads q ON q.digest = substr(e.parts, 32 * n.i + 1, 32)"
-            " WHERE +e.type IN ('turn', 'checkpoint') ORDER BY e.seq, n.i"
-        )
-    else:
-        sql = (
-            "SELECT e.seq, e.type, e.session, p.body, q.body FROM events e"
-            " JOIN payloads p ON p.digest = e.payload JOIN json_each(e.parts) j"
-            " JOIN payloads q ON q.digest = j.value WHERE +e.type IN ('turn', 'checkpoint')"
-            " ORDER BY e.seq"
-        )
+    sql = (  # parts: 32-byte digests end to end, split by SQLite
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n"
+        " WHERE i < (SELECT max(length(parts)) / 32 FROM events))"
+        " SELECT e.seq, e.type, e.session, p.body, q.body FROM events e"
+        " JOIN payloads p ON p.digest = e.payload JOIN n ON 32 * n.i < length(e.parts)"
+        " JOIN payloads q ON q.digest = substr(e.parts, 32 * n.i + 1, 32)"
+        " WHERE +e.type IN ('turn', 'checkpoint') ORDER BY e.seq, n.i"
+    )
     last = 0
     for seq, type_, session, body, part in conn.execute(sql):
         if seq != last:

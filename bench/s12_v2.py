@@ -21,7 +21,7 @@ from pathlib import Path
 
 from archive_provider.audit.prove import prove
 from archive_provider.format.verifier import verify_proof
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 from archive_provider.storage.witness import Witness
 
 from .common import Row, Workdir, median
@@ -82,7 +82,6 @@ def _proof(folder: Path, repeats: int) -> tuple[int, float]:
     """(bytes, median seconds to verify) of the proof of one turn in the middle of the log."""
     store = EventStore.open(folder, create=False)
     try:
-        assert isinstance(store, EventStoreV2)
         middle = store.head().seq // 2
         seq = store.conn.execute(
             "SELECT min(seq) FROM events WHERE type = 'turn' AND seq >= ?", (middle,)

@@ -6,8 +6,8 @@
   wrote (payloads, envelope, head, projections and FTS5 rows), precomputed.
 * identical retry (the host calls again with the same transcript): nothing is written;
   baseline: the least work that can recognise the evidence, i.e. serialise each message
-  with the C JSON encoder and BLAKE3 it with the store's key (v2: the keyed lookup digest,
-  FORMAT.md 12.3; v1: the keyed payload digest).
+  with the C JSON encoder and take its keyed lookup digest with the store's key
+  (FORMAT.md 12.3).
 * the transcript grown by 10 messages: only 10 payloads and one record are new; baseline:
   an identical retry of the old transcript plus a fresh checkpoint of just the 10 new
   messages, i.e. what "cost in proportion to the new messages" allows.
@@ -22,11 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blake3 import blake3
-
-from archive_provider.format.digests import DOMAIN_PAYLOAD
 from archive_provider.format.digests_v2 import lookup
-from archive_provider.storage.store import KEY_NAME, archive_dir
+from archive_provider.storage.store import archive_dir
 from archive_provider.storage.store_v2 import STORE_KEY_NAME
 
 from .common import Row, Workdir, median
@@ -65,15 +62,12 @@ def _raw_full_commit(db: Path, work: Workdir, seq: int) -> float:
         conn.close()
 
 
-def _hash_floor(messages: list[dict[str, Any]], key: bytes, v2: bool) -> float:
+def _hash_floor(messages: list[dict[str, Any]], key: bytes) -> float:
     start = time.perf_counter()
     dumps = json.dumps
     for message in messages:
         body = dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
-        if v2:
-            lookup(key, body)
-        else:
-            blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest()
+        lookup(key, body)
     return time.perf_counter() - start
 
 
@@ -102,9 +96,7 @@ def run(work: Workdir, text: Text, sizes: tuple[int, ...], repeats: int, say: Re
             assert writer is not None  # the first durable commit starts the witness: not timed
             writer.append_durable(lambda store: [], timeout=60)
             db = archive_dir(home) / "events.db"
-            v1_key = archive_dir(home) / KEY_NAME
-            v2 = not v1_key.exists()
-            key_file = archive_dir(home) / STORE_KEY_NAME if v2 else v1_key
+            key_file = archive_dir(home) / STORE_KEY_NAME
             try:
                 start = time.perf_counter()
                 receipt = provider.on_pre_compress(messages, require_checkpoint=True)
@@ -116,7 +108,7 @@ def run(work: Workdir, text: Text, sizes: tuple[int, ...], repeats: int, say: Re
                 retries.append(time.perf_counter() - start)
                 assert "already archived" in again, again
                 key = bytes.fromhex(key_file.read_text().strip())
-                floors.append(_hash_floor(messages, key, v2))
+                floors.append(_hash_floor(messages, key))
                 start = time.perf_counter()
                 provider.on_pre_compress(messages + extra, require_checkpoint=True)
                 grown.append(time.perf_counter() - start)

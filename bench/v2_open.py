@@ -22,7 +22,7 @@ from typing import Any
 
 from archive_provider.domain.clock import utc_now
 from archive_provider.format.verifier import verify_database
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import Writer
 
@@ -35,7 +35,6 @@ CRASHED_EVENTS = 200
 def _crash(folder: Path, seed: int) -> None:
     """Append CRASHED_EVENTS with no checkpoint, then stop without a clean close."""
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     store._last_signed = utc_now().timestamp()  # a writer that signed a moment ago
     events = list(log_events(store, CRASHED_EVENTS, seed))[:CRASHED_EVENTS]
     for start in range(0, len(events), 20):

@@ -18,7 +18,7 @@ from hypothesis import settings
 from archive_provider import ArchiveProvider
 from archive_provider.format.signed_note import Signer
 from archive_provider.projections.registry import default_projections
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.witness import FIRST_WITNESS_REASON
 
 # The suite is a gate: the same examples every run, and no wall-clock deadlines on a slow CI
@@ -70,10 +70,9 @@ def make_provider(tmp_path: Path) -> Iterator[Callable[..., ArchiveProvider]]:
         provider.shutdown()
 
 
-def open_v2(folder: Path, projections: Any = default_projections) -> EventStoreV2:
+def open_v2(folder: Path, projections: Any = default_projections) -> EventStore:
     """A format-v2 store in ``folder`` (made if new) with the default projections."""
     opened = EventStore.open(folder, projections=projections)
-    assert isinstance(opened, EventStoreV2)
     return opened
 
 
@@ -84,7 +83,7 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(home: Path) -> Iterator[EventStoreV2]:
+def store(home: Path) -> Iterator[EventStore]:
     """A v2 archive in ``home`` with the default projections, closed after the test."""
     opened = open_v2(home / "archive")
     yield opened
@@ -116,7 +115,6 @@ def verifier_key(home: Path) -> str:
     """The verifier key of a format-2 archive (what an auditor is given)."""
     store = EventStore.open(archive_dir(home), create=False, readonly=True)
     try:
-        assert isinstance(store, EventStoreV2)
         return store.vkey
     finally:
         store.close()

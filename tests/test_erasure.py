@@ -24,7 +24,7 @@ from archive_provider.domain import builders
 from archive_provider.format.events import NewEvent
 from archive_provider.format.verifier import verify_database
 from archive_provider.projections.registry import default_projections
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 from tests.conftest import open_v2
 
 SECRET = "Zorblax Quimby lives at 42 Wallaby Way"
@@ -65,7 +65,7 @@ def checkpoint(
     )
 
 
-def fill(store: EventStoreV2) -> None:
+def fill(store: EventStore) -> None:
     """Two sessions: s-secret holds the secret, s-keep does not; a recall quotes the secret."""
     store.append([turn(store, "s-secret", 1, [SECRET, "hello there"])])
     store.append([turn(store, "s-keep", 1, [OTHER])])
@@ -109,7 +109,7 @@ def fts_terms(store: EventStore) -> set[str]:
     return terms
 
 
-def assert_gone(home: Path, store: EventStoreV2, text: str, term: str) -> None:
+def assert_gone(home: Path, store: EventStore, text: str, term: str) -> None:
     """No byte, no token; the log verifies; the projections equal a rebuild from the log."""
     from archive_provider.audit.replay import verify_projections
 
@@ -122,7 +122,7 @@ def assert_gone(home: Path, store: EventStoreV2, text: str, term: str) -> None:
 
 
 def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     fill(store)
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -154,7 +154,7 @@ def test_forget_a_session_leaves_no_byte_of_it_and_still_verifies(
     assert SECRET not in json.dumps(body)
 
 
-def test_forget_is_idempotent(home: Path, store: EventStoreV2) -> None:
+def test_forget_is_idempotent(home: Path, store: EventStore) -> None:
     fill(store)
     scope = Scope("session", {"session": "s-secret"})
     first = erasure.forget(store, scope, reason="r")
@@ -165,7 +165,7 @@ def test_forget_is_idempotent(home: Path, store: EventStoreV2) -> None:
     )
 
 
-def test_forget_one_event_by_seq_and_by_digest_prefix(home: Path, store: EventStoreV2) -> None:
+def test_forget_one_event_by_seq_and_by_digest_prefix(home: Path, store: EventStore) -> None:
     store.append([turn(store, "s1", 1, [SECRET])])
     store.append([turn(store, "s1", 2, [OTHER])])
     seq = store.conn.execute("SELECT max(seq) FROM events WHERE type = 'turn'").fetchone()[0]
@@ -179,7 +179,7 @@ def test_forget_one_event_by_seq_and_by_digest_prefix(home: Path, store: EventSt
     assert_gone(home, store, OTHER, "lisbon")
 
 
-def test_forget_a_time_range(home: Path, store: EventStoreV2) -> None:
+def test_forget_a_time_range(home: Path, store: EventStore) -> None:
     with freeze_time("2026-01-01T00:00:00Z"):
         store.append([turn(store, "s1", 1, [SECRET])])
     with freeze_time("2026-03-01T00:00:00Z"):
@@ -192,7 +192,7 @@ def test_forget_a_time_range(home: Path, store: EventStoreV2) -> None:
 
 
 def test_forget_an_author_erases_their_turns_and_the_author_payload(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     alice = {"id": "u-alice-1234", "is_bot": False, "name": "Alice Longname"}
     bob = {"id": "u-bob", "is_bot": False, "name": "Bob"}
@@ -206,7 +206,7 @@ def test_forget_an_author_erases_their_turns_and_the_author_payload(
 
 
 def test_forget_a_memory_entry_by_a_past_text_erases_every_version(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     old, new = "user's passport number is X1234567", "user's passport number is Y7654321"
     store.append([builders.memory_write(store.hasher, "s1", 1, "add", "user", old, {})])
@@ -226,7 +226,7 @@ def test_forget_a_memory_entry_by_a_past_text_erases_every_version(
 
 
 def test_a_payload_erased_without_an_erasure_event_is_tampering(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     fill(store)
     erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="r")
@@ -242,7 +242,7 @@ def test_a_payload_erased_without_an_erasure_event_is_tampering(
     assert not report.ok and report.code == "erased_without_erasure"
 
 
-def test_a_legal_hold_blocks_forget_until_released(home: Path, store: EventStoreV2) -> None:
+def test_a_legal_hold_blocks_forget_until_released(home: Path, store: EventStore) -> None:
     fill(store)
     hold = erasure.add_hold(store, {"session": "s-secret"}, "litigation 7", "counsel")
     scope = Scope("session", {"session": "s-secret"})
@@ -257,7 +257,7 @@ def test_a_legal_hold_blocks_forget_until_released(home: Path, store: EventStore
 
 
 def test_retention_erases_what_expired_skips_holds_and_shortening_needs_confirmation(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     with freeze_time("2026-01-01T00:00:00Z"):
         store.append([turn(store, "old", 1, [SECRET])])
@@ -277,7 +277,7 @@ def test_retention_erases_what_expired_skips_holds_and_shortening_needs_confirma
     assert b"held text is kept" in data and OTHER.encode() in data
 
 
-def test_receipts_list_every_erasure_with_its_signed_checkpoint(store: EventStoreV2) -> None:
+def test_receipts_list_every_erasure_with_its_signed_checkpoint(store: EventStore) -> None:
     fill(store)
     erasure.forget(store, Scope("session", {"session": "s-secret"}), reason="one")
     erasure.forget(store, Scope("session", {"session": "s-keep"}), reason="two")
@@ -308,7 +308,7 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("where", ["tombstone", "scrub"])
 def test_sigkill_during_erasure_leaves_before_or_after_and_a_rerun_completes(
-    home: Path, store: EventStoreV2, where: str
+    home: Path, store: EventStore, where: str
 ) -> None:
     fill(store)
     folder = home / "archive"
@@ -347,7 +347,7 @@ def cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int
 
 
 def test_forget_command_needs_yes_off_a_terminal_and_dry_run_changes_nothing(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     fill(store)
     store.close()
@@ -371,7 +371,7 @@ def test_forget_command_needs_yes_off_a_terminal_and_dry_run_changes_nothing(
 
 
 def test_hold_commands_block_forget_with_the_hold_named(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     fill(store)
     store.close()
@@ -388,7 +388,7 @@ def test_hold_commands_block_forget_with_the_hold_named(
 
 
 def test_retention_commands_record_an_event_and_apply(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     with freeze_time("2026-01-01T00:00:00Z"):
         store.append([turn(store, "old", 1, [SECRET])])
@@ -409,7 +409,7 @@ def test_retention_commands_record_an_event_and_apply(
 
 
 def test_show_log_and_verify_name_the_erased_slot_never_the_text(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     from archive_provider.cli import main
 
@@ -446,7 +446,7 @@ def test_show_log_and_verify_name_the_erased_slot_never_the_text(
 
 
 def test_a_text_another_session_still_names_is_kept_unless_the_scope_says_shared(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     both = "the shared sentence both sessions hold"
     store.append([turn(store, "a", 1, [SECRET, both])])
@@ -469,7 +469,7 @@ def test_a_text_another_session_still_names_is_kept_unless_the_scope_says_shared
 
 
 def test_the_background_worker_applies_retention_in_batches_on_its_own_thread(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     import threading
 
@@ -503,7 +503,7 @@ def test_the_background_worker_applies_retention_in_batches_on_its_own_thread(
 
 
 def test_every_new_event_matches_its_schema_and_holds_no_erased_text(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     import jsonschema
 
@@ -524,7 +524,7 @@ def test_every_new_event_matches_its_schema_and_holds_no_erased_text(
 
 
 def test_the_standalone_verifier_alone_passes_an_erased_archive_and_fails_a_bare_tombstone(
-    home: Path, store: EventStoreV2, tmp_path: Path
+    home: Path, store: EventStore, tmp_path: Path
 ) -> None:
     import shutil
 
@@ -571,7 +571,7 @@ def test_the_standalone_verifier_alone_passes_an_erased_archive_and_fails_a_bare
 
 
 def test_the_recall_search_prefetch_and_archive_search_use_finds_nothing_erased(
-    store: EventStoreV2,
+    store: EventStore,
 ) -> None:
     from archive_provider.projections import recall
 
@@ -593,7 +593,7 @@ def test_no_tool_the_model_can_call_erases(make_provider: Any) -> None:
 
 
 def test_the_provider_applies_the_recorded_retention_policy_when_it_opens(
-    home: Path, store: EventStoreV2, make_provider: Any
+    home: Path, store: EventStore, make_provider: Any
 ) -> None:
     """Issue 16 point 4: retention runs at open, in the background, from the log's policy."""
     with freeze_time("2026-01-01T00:00:00Z"):

@@ -14,7 +14,7 @@ import pytest
 from freezegun import freeze_time
 
 from archive_provider.audit import erasure
-from archive_provider.storage.store import EventStoreV2
+from archive_provider.storage.store import EventStore
 from tests.test_erasure import fill, turn
 
 AT = "2026-11-30T12:00:00Z"
@@ -34,7 +34,7 @@ def run(
 
 
 def test_forget_since_until_erases_what_log_lists_with_the_same_bounds(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     with freeze_time(AT):  # every event at the same instant, as a bulk import writes them
         store.append([turn(store, "s1", k, [f"sentence number {k} of the batch"]) for k in (1, 2)])
@@ -47,7 +47,7 @@ def test_forget_since_until_erases_what_log_lists_with_the_same_bounds(
 
 
 def test_forget_of_a_session_or_event_not_in_the_archive_exits_1_and_says_so(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     fill(store)
     store.close()
@@ -62,7 +62,7 @@ def test_forget_of_a_session_or_event_not_in_the_archive_exits_1_and_says_so(
 
 
 def test_a_dry_run_under_a_legal_hold_exits_1_and_names_the_hold(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     fill(store)
     hold = erasure.add_hold(store, {"session": "s-secret"}, "litigation 7", "counsel")
@@ -78,7 +78,7 @@ def test_a_dry_run_under_a_legal_hold_exits_1_and_names_the_hold(
 
 
 def test_retention_set_refuses_a_period_apply_cannot_compute(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     fill(store)
     store.close()
@@ -99,7 +99,7 @@ def test_retention_set_refuses_a_period_apply_cannot_compute(
 
 
 def test_receipts_and_erasures_read_as_text_with_the_legal_basis(
-    capsys: pytest.CaptureFixture[str], home: Path, store: EventStoreV2
+    capsys: pytest.CaptureFixture[str], home: Path, store: EventStore
 ) -> None:
     fill(store)
     store.close()

@@ -27,7 +27,7 @@ from archive_provider.format.verifier import ReportV2, verify_bundle
 from archive_provider.projections.base import TableProjection
 from archive_provider.projections.registry import default_projections
 from archive_provider.projections.runner import ProjectionSet
-from archive_provider.storage.store import EventStoreV2
+from archive_provider.storage.store import EventStore
 from tests.conftest import open_v2
 from tests.test_bundle_v3 import AGAIN, pack, records
 from tests.test_erasure import (
@@ -55,12 +55,12 @@ def rows_of(conn: sqlite3.Connection, session: str) -> list[tuple[Any, ...]]:
     ]
 
 
-def matches_replay(store: EventStoreV2, scratch: Path) -> None:
+def matches_replay(store: EventStore, scratch: Path) -> None:
     check = verify_projections(store.path.parent, scratch_dir=scratch)
     assert check.ok, (check.mismatched, check.live, check.rebuilt)
 
 
-def rich(store: EventStoreV2) -> dict[str, int]:
+def rich(store: EventStore) -> dict[str, int]:
     """Sessions with every event a projection reads: starts, switches, memory, checkpoints."""
     seqs: dict[str, int] = {}
 
@@ -122,9 +122,7 @@ def rich(store: EventStoreV2) -> dict[str, int]:
     return seqs
 
 
-def test_forgetting_a_session_rewrites_no_row_of_the_others(
-    home: Path, store: EventStoreV2
-) -> None:
+def test_forgetting_a_session_rewrites_no_row_of_the_others(home: Path, store: EventStore) -> None:
     """In place: the kept session's index rows keep their rowids (a rebuild renumbers them)."""
     fill(store)
     store.append([turn(store, "s-keep", 2, ["more words about the harbour"], start=1)])
@@ -141,7 +139,7 @@ def test_forgetting_a_session_rewrites_no_row_of_the_others(
     matches_replay(store, home.parent)
 
 
-def test_every_projection_forgets_a_session_in_place(home: Path, store: EventStoreV2) -> None:
+def test_every_projection_forgets_a_session_in_place(home: Path, store: EventStore) -> None:
     seqs = rich(store)
     kept = rows_of(store.conn, "s-keep")
     memory_before = store.conn.execute(
@@ -176,9 +174,7 @@ def test_every_projection_forgets_a_session_in_place(home: Path, store: EventSto
     matches_replay(store, home.parent)
 
 
-def test_forgetting_one_memory_entry_replays_only_its_target(
-    home: Path, store: EventStoreV2
-) -> None:
+def test_forgetting_one_memory_entry_replays_only_its_target(home: Path, store: EventStore) -> None:
     store.append([builders.memory_write(store.hasher, "s1", 1, "add", "memory", OTHER, {})])
     old, new = "passport number is X1234567", "passport number is Y7654321"
     store.append([builders.memory_write(store.hasher, "s1", 2, "add", "user", old, {})])
@@ -205,7 +201,7 @@ def test_forgetting_one_memory_entry_replays_only_its_target(
 
 
 def test_forgetting_one_turn_by_seq_keeps_the_rest_of_its_session(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     store.append([turn(store, "s1", 1, [OTHER])])
     first = store.append([turn(store, "s1", 2, [SECRET, "and then we left"], start=1)])[0].seq
@@ -218,7 +214,7 @@ def test_forgetting_one_turn_by_seq_keeps_the_rest_of_its_session(
 
 
 def test_a_short_text_a_later_checkpoint_repeats_is_indexed_as_a_replay_would(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     """A checkpoint indexes only evidence its session had not said: once the turn saying it
     is erased, a replay indexes the checkpoint's own copy (too short to be swept as a quote),
@@ -240,7 +236,7 @@ def test_a_short_text_a_later_checkpoint_repeats_is_indexed_as_a_replay_would(
 
 @pytest.mark.parametrize("scope", ["event", "session"])
 def test_a_rewound_message_is_forgotten_where_the_rewind_moved_it(
-    home: Path, store: EventStoreV2, scope: str
+    home: Path, store: EventStore, scope: str
 ) -> None:
     from archive_provider.storage.store import iter_events
 
@@ -328,7 +324,7 @@ def standalone(alone: Path, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_a_bundle_exported_after_an_erasure_carries_erased_slots_that_verify(
-    home: Path, store: EventStoreV2, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, store: EventStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from archive_provider.cli import main
 
@@ -402,7 +398,7 @@ def test_a_bundle_exported_after_an_erasure_carries_erased_slots_that_verify(
     assert not set(event["disclosed"]) & set(erased)
 
 
-def test_an_export_asks_for_its_tombstones_in_batches(store: EventStoreV2, tmp_path: Path) -> None:
+def test_an_export_asks_for_its_tombstones_in_batches(store: EventStore, tmp_path: Path) -> None:
     """The erased digests a bundle names are looked up in one query per batch of digests,
     not one query each (issue 18: the export asked the ``erased`` table per digest)."""
     from archive_provider.audit.export import Selection, export_bundle

@@ -29,7 +29,7 @@ from archive_provider.audit.erasure import ErasureError, Scope
 from archive_provider.domain import builders
 from archive_provider.format.verifier import verify_database
 from archive_provider.storage import store as store_module
-from archive_provider.storage.store import EventStoreV2
+from archive_provider.storage.store import EventStore
 from archive_provider.storage.store_v2 import SCHEMA_V2
 from tests.conftest import open_v2, seed_randomness
 from tests.test_erasure import SECRET, raw_hits, turn
@@ -44,7 +44,7 @@ assert EARLIER_SCHEMA_V2 != SCHEMA_V2
 
 
 @pytest.fixture(params=SPLITTING_SEEDS)
-def seeded(request: pytest.FixtureRequest, home: Path) -> Iterator[EventStoreV2]:
+def seeded(request: pytest.FixtureRequest, home: Path) -> Iterator[EventStore]:
     """A rich archive whose every random byte comes from the seed: the same page layout
     on every run (salts and keys decide the payloads' key order, so their pages)."""
     with pytest.MonkeyPatch.context() as patch, freeze_time("2026-12-01T12:00:00Z"):
@@ -61,7 +61,7 @@ def seeded(request: pytest.FixtureRequest, home: Path) -> Iterator[EventStoreV2]
             store.close()
 
 
-def full_single_leaf(store: EventStoreV2) -> bool:
+def full_single_leaf(store: EventStore) -> bool:
     """The payloads table is one leaf page with too little room for one more payload row."""
     pages = store.conn.execute(
         "SELECT pagetype, unused FROM dbstat WHERE name = 'payloads'"
@@ -70,7 +70,7 @@ def full_single_leaf(store: EventStoreV2) -> bool:
 
 
 def test_the_erasures_own_rows_split_no_leaf_holding_the_erased_bodies(
-    home: Path, seeded: EventStoreV2
+    home: Path, seeded: EventStore
 ) -> None:
     """The tombstones come before the erasure event's rows: whatever those split, the
     bodies were zeroed already (the old order left their images in the split page)."""
@@ -83,7 +83,7 @@ def test_the_erasures_own_rows_split_no_leaf_holding_the_erased_bodies(
 
 
 def test_a_second_erasure_of_the_same_scope_at_the_same_instant_is_refused(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     """Its event has the first one's identity, so the append names the first one's seq;
     the tombstones are made under the seq predicted first, never recorded under an erasure
@@ -103,7 +103,7 @@ def test_a_second_erasure_of_the_same_scope_at_the_same_instant_is_refused(
 
 
 def test_a_merge_owed_by_a_cut_short_pass_zeroes_what_it_frees_on_a_new_connection(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     """The merge frees the old segments' pages, which still hold the erased tokens: it sets
     ``secure_delete`` before it, also on a connection no erasure ran on (a new process; off

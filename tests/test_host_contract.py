@@ -56,7 +56,8 @@ def test_plugin_authors_keep_the_bot_flag_the_host_gave_never_a_derived_one() ->
     assert author_label(plugin) == "<plugin:cron> [bot]"
 
 
-def test_the_author_is_a_keyed_part_never_in_the_identity_key() -> None:
+def test_the_author_is_a_payload_of_its_own_never_in_the_identity_key() -> None:
+    """The envelope's ``author`` names it (FORMAT.md 13.1): not a part, not in the body."""
     hasher = Hasher(b"k" * 32)
     message = hasher.part({"role": "user", "content": "hi"})
     author = {"id": "U1", "name": "Ada", "is_bot": False, "source": "sync_turn"}
@@ -65,9 +66,8 @@ def test_the_author_is_a_keyed_part_never_in_the_identity_key() -> None:
     assert event.author is not None and decode(event.author.body) == author
     assert plain.author is None
     assert event.key == plain.key  # same turn, same identity: the author is not what makes it
-    (author_part,) = [p for p in event.parts if p.digest == event.body["author"]]
-    assert decode(author_part.body) == author
-    assert "Ada" not in json.dumps(event.key) and "author" not in plain.body
+    assert event.parts == plain.parts and event.body == plain.body
+    assert "Ada" not in json.dumps(event.key) and "author" not in event.body
 
 
 HOST_MASKED = {

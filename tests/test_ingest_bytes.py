@@ -21,7 +21,7 @@ from freezegun import freeze_time
 from archive_provider.audit.replay import projection_digests, rebuild
 from archive_provider.domain import builders
 from archive_provider.host.spill_kinds import turn_event
-from archive_provider.storage.store import EventStoreV2
+from archive_provider.storage.store import EventStore
 from tests.conftest import open_v2, seed_randomness, traced
 
 #: the rows :func:`ingest` writes (every table, in the order :func:`rows_digest` reads them).
@@ -40,7 +40,7 @@ def message(role: str, text: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def seeded(home: Path) -> Iterator[EventStoreV2]:
+def seeded(home: Path) -> Iterator[EventStore]:
     """A v2 store whose every random byte comes from one seed, the clock frozen."""
     with pytest.MonkeyPatch.context() as patch, freeze_time("2026-12-01T12:00:00Z"):
         seed_randomness(patch, 18)
@@ -51,7 +51,7 @@ def seeded(home: Path) -> Iterator[EventStoreV2]:
             store.close()
 
 
-def ingest(store: EventStoreV2) -> None:
+def ingest(store: EventStore) -> None:
     """The fixed input: turns built and appended as the writer does, a few jobs a commit."""
     transcripts: dict[str, list[dict[str, str]]] = {"a": [message("system", "be brief")], "b": []}
     counts = {"a": 0, "b": 0}
@@ -115,21 +115,21 @@ def rows_digest(conn: sqlite3.Connection) -> str:
     return hasher.hexdigest()
 
 
-def test_the_archive_is_the_one_the_code_before_wrote(seeded: EventStoreV2) -> None:
+def test_the_archive_is_the_one_the_code_before_wrote(seeded: EventStore) -> None:
     ingest(seeded)
     types = dict(seeded.conn.execute("SELECT type, count(*) FROM events GROUP BY type"))
     assert types == TYPES  # what the digest covers
     assert rows_digest(seeded.conn) == BEFORE
 
 
-def test_the_projections_equal_a_replay(seeded: EventStoreV2) -> None:
+def test_the_projections_equal_a_replay(seeded: EventStore) -> None:
     ingest(seeded)
     live = projection_digests(seeded.conn)
     rebuild(seeded)
     assert projection_digests(seeded.conn) == live
 
 
-def test_a_new_part_is_looked_up_once(store: EventStoreV2) -> None:
+def test_a_new_part_is_looked_up_once(store: EventStore) -> None:
     """Naming a new text probes ``payloads`` by its lookup; appending it does not again
     (the code before probed each new message twice: 4.1 statements of a turn's 19.6)."""
     rows = [message("user", "a new question"), message("assistant", "a new answer")]
@@ -144,7 +144,7 @@ def test_a_new_part_is_looked_up_once(store: EventStoreV2) -> None:
 
 
 def test_a_part_named_before_the_transaction_is_looked_up_again(
-    home: Path, store: EventStoreV2
+    home: Path, store: EventStore
 ) -> None:
     """A text named outside a transaction and stored by another process before it begins
     is found stored, not inserted a second time under a new salt."""
@@ -172,7 +172,7 @@ def test_a_part_named_before_the_transaction_is_looked_up_again(
 
 
 def test_a_turn_of_new_texts_is_not_looked_up_by_identity_and_a_resent_one_is(
-    store: EventStoreV2,
+    store: EventStore,
 ) -> None:
     """A turn naming a part salted in this transaction has an identity no event has: the
     append skips that probe. The same turn sent again names stored parts: it is probed and

@@ -24,8 +24,9 @@ from archive_provider.storage.migrate import (
     MigrationRefused,
     file_blake3,
     migrate,
+    v1_events,
 )
-from archive_provider.storage.store import EventStore, EventStoreV2, Head, iter_events
+from archive_provider.storage.store import EventStore, Head, iter_events
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
 
@@ -62,7 +63,7 @@ def test_migrate_keeps_the_v1_file_and_maps_every_event(home: Path) -> None:
     folder = home / "archive"
     before = file_blake3(folder / "events.db")
     v1 = sqlite3.connect(folder / "events.db")
-    old_events = list(iter_events(v1, part_types=None))
+    old_events = list(v1_events(v1))
     v1_head = Head(*v1.execute("SELECT seq, chain FROM head").fetchone())
     v1.close()
     done = migrate(folder)
@@ -70,7 +71,7 @@ def test_migrate_keeps_the_v1_file_and_maps_every_event(home: Path) -> None:
     assert file_blake3(folder / V1_DB_NAME) == before  # kept, never written again
     assert (folder / V1_KEY_NAME).exists() and not (folder / "payload.key").exists()
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2) and store.store_id != v1_head.chain
+    assert store.store_id != v1_head.chain
     try:
         report = verify_database(store.conn, store.key, vkey=store.vkey)
         assert report.ok and report.as_dict()["authenticity"] == "verified", report.problem

@@ -90,3 +90,20 @@ def test_the_provider_serves_no_v1_archive_and_migrate_makes_it_format_2(
     assert json.loads(capsys.readouterr().out)["ok"]
     assert main(["--home", str(home), "--json", "search", "Ziggy"]) == 0
     assert "Ziggy" in capsys.readouterr().out
+
+
+def test_the_serve_time_proof_withholds_a_v1_file_by_its_format(home: Path) -> None:
+    """The one check every served excerpt passes proves format 2 only: a v1 file (an intact
+    one, its chain and identities sound) is withheld at its envelope, before any payload is
+    read (a v1 file swapped in never serves; before, the prover took the v1 path)."""
+    from archive_provider.projections.recall import Hit, Prover
+    from archive_provider.storage.store import connect
+
+    conn = connect(archive_dir(home) / "events.db", readonly=True)
+    try:
+        prover = Prover(conn, None)
+        hit = Hit("My cat is called Ziggy", "turn", "sess-1", 2, "user", None, 1.0)
+        assert prover.proven([hit]) == []
+        assert prover.withheld == ["seq 2: its envelope cannot be read: no such column: author"]
+    finally:
+        conn.close()

@@ -85,7 +85,7 @@ def test_text_the_payload_cannot_give_is_kept_and_served(store: EventStore) -> N
         store.conn.execute("SELECT count(*) FROM recall_docs WHERE text IS NULL").fetchone()[0] == 0
     )
     hits = recall.search(store.conn, "alpha charlie")  # (substr ends a text at NUL)
-    prover = recall.Prover(store.conn, store.key, getattr(store, "vkey", None))
+    prover = recall.Prover(store.conn, store.vkey)
     store.append([builders.session_ended("s1", at="t", message_count=3)])
     if hasattr(store, "checkpoint"):
         store.checkpoint()
@@ -104,12 +104,12 @@ def test_a_payload_larger_than_a_query_may_prove_is_withheld_unread(
         store.checkpoint()
     hits = recall.search(store.conn, "ledger")
     monkeypatch.setattr(recall, "PROVE_PART_BYTES", 2000)
-    prover = recall.Prover(store.conn, store.key, getattr(store, "vkey", None))
+    prover = recall.Prover(store.conn, store.vkey)
     assert [h.text for h in prover.proven(hits)] == [short], prover.withheld
     assert len(prover.withheld) == 1 and "larger than this query may prove" in prover.withheld[0]
     monkeypatch.setattr(recall, "PROVE_PART_BYTES", 1 << 20)
     monkeypatch.setattr(recall, "PROVE_QUERY_BYTES", 3150)  # one turn's payloads fit
-    prover = recall.Prover(store.conn, store.key, getattr(store, "vkey", None))
+    prover = recall.Prover(store.conn, store.vkey)
     assert len(prover.proven(hits)) == 1 and len(prover.withheld) == 1
 
 

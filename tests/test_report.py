@@ -24,7 +24,6 @@ from archive_provider.audit.report import (
 )
 from archive_provider.cli import main
 from archive_provider.domain import builders
-from archive_provider.storage.store import EventStoreV2
 from tests.conftest import open_v2
 
 #: a session name, author and message that would run script if any reached the page as HTML
@@ -40,7 +39,6 @@ def build_archive(home: Path) -> dict[str, Any]:
     store's id and verifier key)."""
     with freeze_time("2026-11-01T09:00:00Z"):  # its store_created event
         store = open_v2(home / "archive")
-    assert isinstance(store, EventStoreV2)
     seqs: dict[str, Any] = {}
     try:
         hostile_author = {"id": HOSTILE, "name": HOSTILE, "is_bot": False}

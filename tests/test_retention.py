@@ -53,11 +53,11 @@ def steps(conn: sqlite3.Connection, work: Callable[[], object]) -> int:
     return done
 
 
-def plan_steps(store: erasure.EventStoreV2, session: str) -> int:
+def plan_steps(store: erasure.EventStore, session: str) -> int:
     return steps(store.conn, lambda: erasure.plan(store, Scope("session", {"session": session})))
 
 
-def forget_steps(store: erasure.EventStoreV2, session: str) -> int:
+def forget_steps(store: erasure.EventStore, session: str) -> int:
     """The steps of the projections forgetting an erased session again (rolled back)."""
     seqs = frozenset(
         s for (s,) in store.conn.execute("SELECT seq FROM events WHERE session = ?", (session,))
@@ -75,7 +75,7 @@ def forget_steps(store: erasure.EventStoreV2, session: str) -> int:
 
 
 def sessions(
-    store: erasure.EventStoreV2, first: int, count: int, *, checkpoints: bool = False
+    store: erasure.EventStore, first: int, count: int, *, checkpoints: bool = False
 ) -> None:
     """Sessions s<first>.. of a start and three turns (each turn also says SHARED), and with
     ``checkpoints`` a checkpoint each (an event the plan still sweeps archive-wide)."""
@@ -98,7 +98,7 @@ def sessions(
 
 @pytest.mark.parametrize("checkpoints", [False, True])
 def test_the_plan_reads_no_more_when_the_archive_is_ten_times_larger(
-    home: Path, store: erasure.EventStoreV2, checkpoints: bool
+    home: Path, store: erasure.EventStore, checkpoints: bool
 ) -> None:
     sessions(store, 0, 20, checkpoints=checkpoints)
     small = plan_steps(store, "s0")
@@ -113,7 +113,7 @@ def test_the_plan_reads_no_more_when_the_archive_is_ten_times_larger(
 
 
 def test_the_projections_forget_a_session_reading_no_more_in_a_larger_archive(
-    store: erasure.EventStoreV2,
+    store: erasure.EventStore,
 ) -> None:
     sessions(store, 0, 20, checkpoints=True)
     erasure.forget(store, Scope("session", {"session": "s0"}), reason="r")
@@ -125,7 +125,7 @@ def test_the_projections_forget_a_session_reading_no_more_in_a_larger_archive(
 
 
 def test_a_text_said_in_many_sessions_is_kept_unless_the_scope_says_shared(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     sessions(store, 0, 3)
     kept = erasure.forget(store, Scope("session", {"session": "s2"}), reason="r")
@@ -137,7 +137,7 @@ def test_a_text_said_in_many_sessions_is_kept_unless_the_scope_says_shared(
 
 
 def test_the_append_lists_each_reuse_but_not_the_event_that_stored_the_text(
-    store: erasure.EventStoreV2,
+    store: erasure.EventStore,
 ) -> None:
     first = store.append([turn(store, "a", 1, [SHARED, SECRET])])[0].seq
     again = store.append([turn(store, "b", 1, [SHARED, SHARED])])[0].seq
@@ -177,7 +177,7 @@ def test_an_archive_made_before_part_reuse_is_indexed_by_its_first_erasure(
 
 
 def test_a_first_batch_all_under_a_hold_does_not_end_the_retention_pass(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     with freeze_time("2026-01-01T00:00:00Z"):
         store.append(
@@ -196,7 +196,7 @@ def test_a_first_batch_all_under_a_hold_does_not_end_the_retention_pass(
 
 
 def test_a_pass_cut_short_leaves_the_index_merge_owed_and_the_next_pass_makes_it(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     term = "quuxblatherskite"  # one token: what an unmerged segment would still hold
     with freeze_time("2026-01-01T00:00:00Z"):
@@ -215,7 +215,7 @@ def test_a_pass_cut_short_leaves_the_index_merge_owed_and_the_next_pass_makes_it
 
 
 def test_what_the_appends_list_equals_the_one_time_pass_over_the_log(
-    store: erasure.EventStoreV2,
+    store: erasure.EventStore,
 ) -> None:
     """Reuses across transactions, inside one transaction, within one event, by checkpoints,
     memory writes and recalls: the append's rows are exactly what reading the log gives."""
@@ -245,7 +245,7 @@ def test_what_the_appends_list_equals_the_one_time_pass_over_the_log(
     assert set(store.conn.execute("SELECT digest, seq FROM part_reuse").fetchall()) == appended
 
 
-def provider_sessions(store: erasure.EventStoreV2, first: int, count: int) -> None:
+def provider_sessions(store: erasure.EventStore, first: int, count: int) -> None:
     """Sessions as a provider writes them: each turn followed by the recall served for it
     (its query the user's words, its result quoting the previous session, which it names as
     a source), and a checkpoint whose evidence repeats the session's words in the host's own
@@ -277,7 +277,7 @@ def provider_sessions(store: erasure.EventStoreV2, first: int, count: int) -> No
 
 
 def test_the_plan_in_a_provider_driven_archive_reads_no_more_when_it_is_ten_times_larger(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     """A recall served each turn and a checkpoint per session: the quoting events are found
     through ``quoting``, not by reading every one (the sweep did: 85 -> 377 style growth)."""
@@ -302,7 +302,7 @@ def test_the_plan_in_a_provider_driven_archive_reads_no_more_when_it_is_ten_time
 
 
 def test_forgetting_in_a_provider_driven_archive_leaves_no_byte_and_no_key_of_the_text(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     """The recalls and checkpoints quoting s5 lose those texts; ``quoting`` keeps no key of
     an erased text (it would confirm a guess with the store key), and keeps the rest."""
@@ -322,7 +322,7 @@ def test_forgetting_in_a_provider_driven_archive_leaves_no_byte_and_no_key_of_th
 
 
 def test_a_text_quoted_whole_in_another_session_is_found_through_quoting(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     """A checkpoint of another session whose evidence holds the text (in the host's message
     shape: another payload) and the recall that then showed that checkpoint both lose it."""
@@ -385,7 +385,7 @@ def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
         store.close()
 
 
-def receipt_events(store: erasure.EventStoreV2) -> set[int]:
+def receipt_events(store: erasure.EventStore) -> set[int]:
     """The events of sessions s1 and s2 (what the erasure of s1 touched)."""
     return {
         s for (s,) in store.conn.execute("SELECT seq FROM events WHERE session IN ('s1', 's2')")
@@ -393,7 +393,7 @@ def receipt_events(store: erasure.EventStoreV2) -> set[int]:
 
 
 def test_a_text_kept_because_other_sessions_say_it_keeps_its_quotes_and_costs_no_more(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     """SHARED is said in every session and repeated by every session's checkpoint in the
     host's message shape (s0 has no checkpoint): forgetting s0 keeps the text
@@ -420,7 +420,7 @@ def test_a_text_kept_because_other_sessions_say_it_keeps_its_quotes_and_costs_no
 
 
 def test_forgetting_what_a_recall_showed_keeps_the_words_of_the_session_it_was_served_in(
-    home: Path, store: erasure.EventStoreV2
+    home: Path, store: erasure.EventStore
 ) -> None:
     """b's recall showed a's turn, so it goes whole, its query (b's own words) with it; b's
     turn and b's checkpoint naming the same message stay (the sweep erased them: the

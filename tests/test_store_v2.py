@@ -1,6 +1,6 @@
 """The format-v2 store on real SQLite files (docs/FORMAT.md sections 10, 12.3, 14, 15, 17).
 
-One ``EventStore`` API for both versions: ``EventStore.open`` gives an ``EventStoreV2`` for a
+One ``EventStore`` API for both versions: ``EventStore.open`` gives an ``EventStore`` for a
 v2 file and the v1 class for a v1 file, and the rest of the package reads both the same way.
 """
 
@@ -29,7 +29,7 @@ from archive_provider.format.signed_note import (
     open_checkpoint,
 )
 from archive_provider.storage import store as store_module
-from archive_provider.storage.store import EventStore, EventStoreV2, StoreError
+from archive_provider.storage.store import EventStore, StoreError
 from archive_provider.storage.store_v2 import SIGNING_KEY_ENV, KeyFileError, TamperedPart
 
 
@@ -39,9 +39,8 @@ def _turn(store: EventStore, turn: int, *texts: str, session: str = "s1") -> New
     return NewEvent("turn", session, {"turn": turn}, {"turn": turn, "messages": digests}, parts)
 
 
-def _open(folder: Path) -> EventStoreV2:
+def _open(folder: Path) -> EventStore:
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     return store
 
 
@@ -286,7 +285,7 @@ def test_a_commit_hashes_its_tree_root_once(
     store.close()
 
 
-def _checkpoints(store: EventStoreV2) -> list[int]:
+def _checkpoints(store: EventStore) -> list[int]:
     return [r[0] for r in store.conn.execute("SELECT size FROM signed_checkpoints ORDER BY size")]
 
 
@@ -306,7 +305,6 @@ def test_checkpoints_at_durable_commits_every_5_s_and_at_close(tmp_path: Path) -
         store.append([_turn(store, 5, "e")])
         store.close()
     again = EventStore.open(tmp_path / "a")
-    assert isinstance(again, EventStoreV2)
     assert _checkpoints(again) == [1, 4, 5, 6]  # the clean close signed the head
     again.close()
 
@@ -438,7 +436,6 @@ def test_the_writer_appends_proves_and_witnesses_a_v2_archive(tmp_path: Path) ->
     finally:
         assert writer.close().complete
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     report = verify_database(store.conn, store.key, vkey=store.vkey)
     assert report.ok and report.as_dict()["authenticity"] == "verified"
     head = store.head()
@@ -541,7 +538,6 @@ def test_a_clean_writer_close_signs_the_head_and_keeps_the_fast_path(tmp_path: P
     assert writer.close().complete
     assert fast_path_ok(folder / "events.db", witness)
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     assert store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()[0] == 3
     store.close()
 
@@ -593,19 +589,19 @@ def test_a_v2_archive_whose_making_was_cut_short_is_taken_up_again(
     """A crash after the keys and events.db were made (before the schema was committed, or
     before store_created): the next open finishes the v2 store with its own keys, instead
     of turning events.db into a v1 store that then wants a payload.key."""
-    from archive_provider.storage.store import DB_NAME, _initialise_v2, _make_v2_keys, connect
+    from archive_provider.storage.store import DB_NAME, _initialise, _make_keys, connect
 
     folder = tmp_path / "archive"
     folder.mkdir(mode=0o700)
-    store_id, signer = _make_v2_keys(folder)
+    store_id, signer = _make_keys(folder)
     os.close(os.open(folder / DB_NAME, os.O_WRONLY | os.O_CREAT, 0o600))  # where the kill fell
     if schema_committed:
         conn = connect(folder / DB_NAME)
-        _initialise_v2(conn, store_id, signer)
+        _initialise(conn, store_id, signer)
         conn.close()
     store = EventStore.open(folder)
     try:
-        assert isinstance(store, EventStoreV2) and store.store_id == store_id
+        assert store.store_id == store_id
         assert store.vkey == signer.vkey
         assert [e.type for e in store.events()] == ["store_created"]
         assert store.append([_turn(store, 1, "hi")])[0].outcome == "appended"
@@ -623,13 +619,12 @@ def test_the_loser_of_a_race_to_make_a_new_archive_leaves_it_as_the_winner_made_
     which a CI run met as a provider whose first checkpoint could not open its archive)."""
     folder = tmp_path / "archive"
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     made = dict(store.conn.execute("SELECT name, value FROM meta").fetchall())
     signer = store.signer
     assert signer is not None
     late = sqlite3.connect(folder / "events.db", isolation_level=None)
     try:
-        store_module._initialise_v2(late, made["store_id"], signer)
+        store_module._initialise(late, made["store_id"], signer)
         assert dict(late.execute("SELECT name, value FROM meta").fetchall()) == made
     finally:
         late.close()

@@ -21,7 +21,7 @@ from blake3 import blake3
 
 from archive_provider.domain.clock import utc_now
 from archive_provider.format.events import NewEvent
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import Writer
 
@@ -48,7 +48,6 @@ def _profile(tmp_path: Path, name: str) -> tuple[Path, Witness]:
         if backup:  # older copies of the whole folder, for the whole-store rollback
             shutil.copytree(folder, tmp_path / f"{name}.{backup}")
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     store._last_signed = utc_now().timestamp()  # as a writer that signed a moment ago
     for turn in range(9, 9 + RECENT):
         store.append([_turn(store, turn, f"{name} recent {turn}")])

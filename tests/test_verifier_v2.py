@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from archive_provider.format import verifier
 from archive_provider.format.events import NewEvent
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 from tests.conftest import v1_archive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,6 @@ def test_the_standalone_files_agree(tmp_path: Path, name: str) -> None:
 
 def test_a_real_v2_archive_verifies_alone_with_its_vkey(tmp_path: Path) -> None:
     store = EventStore.open(tmp_path / "archive")
-    assert isinstance(store, EventStoreV2)
     for turn in range(1, 40):
         part = store.hasher.part({"role": "user", "content": f"message {turn % 7}"})
         body = {"turn": turn, "messages": [part.digest]}
@@ -164,7 +163,6 @@ def test_the_verify_command_checks_signatures_with_key(
     from archive_provider.cli import main
 
     store = EventStore.open(tmp_path / "archive")
-    assert isinstance(store, EventStoreV2)
     vkey = store.vkey
     store.close()
     assert main(["--home", str(tmp_path), "--json", "verify", "--key", vkey]) == 0

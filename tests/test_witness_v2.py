@@ -17,7 +17,7 @@ from archive_provider.format.events import NewEvent
 from archive_provider.format.signed_note import Verifier, open_checkpoint
 from archive_provider.format.verifier import verify_database
 from archive_provider.storage import proof_v2
-from archive_provider.storage.store import EventStore, EventStoreV2
+from archive_provider.storage.store import EventStore
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import Writer
 
@@ -54,7 +54,6 @@ def _session(folder: Path, witness: Witness, turns: range, *, durable: bool = Tr
 def _crash_append(folder: Path, turns: range) -> None:
     """Append without a checkpoint and stop without a clean close (a crash)."""
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     store._last_signed = utc_now().timestamp()  # as a writer that signed a moment ago
     for turn in turns:
         store.append([_turn(store, turn, f"crashed turn {turn}")])
@@ -71,7 +70,6 @@ def test_the_local_witness_cosigns_each_checkpoint_after_checking_it(tmp_path: P
     record = witness.read()
     assert record is not None and record.checkpoint is not None and record.log_vkey
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     assert record.log_vkey == store.vkey
     head = store.head()
     cosigner = proof_v2.cosigner(witness.directory).verifier
@@ -111,7 +109,6 @@ def test_a_consistent_looking_rewrite_is_refused_by_the_witness(tmp_path: Path) 
     fork = EventStore.open(tmp_path / "fork")  # the attacker holds the folder and its key
     for turn in range(3, 9):
         fork.append([_turn(fork, turn, f"rewritten {turn}")], durable=True)
-    assert isinstance(fork, EventStoreV2)
     assert verify_database(fork.conn, fork.key, vkey=fork.vkey).ok  # consistent on its own
     fork.close()
     shutil.rmtree(folder)
@@ -134,7 +131,6 @@ def test_the_checkpoint_check_refuses_an_inconsistent_tree(tmp_path: Path) -> No
     log_key = Verifier.from_vkey(record.log_vkey or "")
     witnessed = open_checkpoint(record.checkpoint or "", log_key)[0]
     fork = EventStore.open(tmp_path / "fork")
-    assert isinstance(fork, EventStoreV2)
     for turn in range(3, 9):
         fork.append([_turn(fork, turn, f"rewritten {turn}")], durable=True)
     newest = open_checkpoint(fork.checkpoint_note() or b"", log_key)[0]
@@ -278,7 +274,7 @@ def test_an_identical_checkpoint_retried_is_not_cosigned_again(
     cosigned: list[int] = []
     real_cosign = proof_v2._cosign
 
-    def counted(witness: Witness, store: EventStoreV2, newest: Any, *args: Any) -> bool:
+    def counted(witness: Witness, store: EventStore, newest: Any, *args: Any) -> bool:
         cosigned.append(newest.size)
         return real_cosign(witness, store, newest, *args)
 

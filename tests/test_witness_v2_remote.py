@@ -21,7 +21,7 @@ from archive_provider.cli import main
 from archive_provider.format.events import NewEvent
 from archive_provider.format.signed_note import Verifier
 from archive_provider.host.provider import ArchiveProvider
-from archive_provider.storage.store import DB_NAME, EventStore, EventStoreV2, archive_dir
+from archive_provider.storage.store import DB_NAME, EventStore, archive_dir
 from archive_provider.storage.threads import ThreadFactory
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import Writer
@@ -79,7 +79,7 @@ class Submission:
     def __init__(self) -> None:
         self.started: list[WitnessSubmitter] = []
 
-    def __call__(self, store: EventStoreV2, threads: ThreadFactory) -> WitnessSubmitter | None:
+    def __call__(self, store: EventStore, threads: ThreadFactory) -> WitnessSubmitter | None:
         submitter = start_submitter(store, threads)
         if submitter is not None:
             self.started.append(submitter)
@@ -117,7 +117,6 @@ def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
     home = tmp_path / "home"
     folder = archive_dir(home)
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     vkey = store.vkey
     store.close()
     keygen(tmp_path / "w1", "w1.example/witness")
@@ -156,7 +155,6 @@ def test_remote_witnesses_cosign_in_the_background_and_refuse_a_rewrite(
     _until(lambda: submission.lag(w2.vkey).cosigned_size == head(), "w2 catches up")
     assert writer.close().complete
     stored = EventStore.open(folder)
-    assert isinstance(stored, EventStoreV2)
     names = {row[0] for row in stored.conn.execute("SELECT name FROM cosignatures")}
     assert {"w1.example/witness", "w2.example/witness"} <= names  # and the local witness
     stored.close()
@@ -213,7 +211,6 @@ def test_the_provider_hands_its_writer_the_remote_submitter(
     home = tmp_path / "home"
     folder = archive_dir(home)
     store = EventStore.open(folder)
-    assert isinstance(store, EventStoreV2)
     vkey = store.vkey
     store.close()
     keygen(tmp_path / "w1", "w1.example/witness")

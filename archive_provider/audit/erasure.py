@@ -35,7 +35,7 @@ from ..format.events import NewEvent
 from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.sql import select_in
-from ..storage.store import DB_NAME, EventStore, EventStoreV2
+from ..storage.store import DB_NAME, EventStore
 from ..storage.store_v2 import (
     PART_REUSE_FROM,
     QUOTE_MIN_CHARS,
@@ -78,10 +78,6 @@ FTS_MERGED = "fts_merged_through"
 
 class ErasureError(ArchiveError):
     """An erasure cannot be made as asked; the message says why (exit 1 in the CLI)."""
-
-
-class NeedsV2(ErasureError):
-    """Erasure needs a format-v2 archive (payload salts that can be deleted)."""
 
 
 class Held(ErasureError):
@@ -149,15 +145,6 @@ class Receipt:
             "held": self.held,
             "kept_shared": self.kept_shared,
         }
-
-
-def require_v2(store: EventStore) -> EventStoreV2:
-    if not isinstance(store, EventStoreV2):
-        raise NeedsV2(
-            "this archive is format v1, whose payloads cannot be erased: migrate "
-            "first: hermes-archive migrate"
-        )
-    return store
 
 
 # -- finding what a scope covers --------------------------------------------------------
@@ -257,7 +244,7 @@ def _quoting(conn: sqlite3.Connection, seqs: set[int], sessions: set[str]) -> se
 _QUOTED = "SELECT seq FROM quoting WHERE quoted = ?"
 
 
-def plan(store: EventStoreV2, scope: Scope) -> Plan:
+def plan(store: EventStore, scope: Scope) -> Plan:
     """What forgetting ``scope`` erases, read inside the caller's transaction."""
     conn = store.conn
     result = Plan(events=_scope_events(conn, scope))
@@ -473,19 +460,17 @@ def _held_by(conn: sqlite3.Connection, hold: dict[str, Any], seqs: set[int]) -> 
 
 def add_hold(store: EventStore, selector: dict[str, Any], reason: str, who: str) -> str:
     """Record a legal hold; returns its id (``H`` and the seq it gets)."""
-    v2 = require_v2(store)
-    hold = f"H{v2.head().seq + 1}"
+    hold = f"H{store.head().seq + 1}"
     body = {"hold": hold, "selector": selector, "reason": reason, "who": who}
-    v2.append([NewEvent("legal_hold", "archive", {"hold": hold}, body)], durable=True)
+    store.append([NewEvent("legal_hold", "archive", {"hold": hold}, body)], durable=True)
     return hold
 
 
 def release_hold(store: EventStore, hold: str, reason: str, who: str) -> int:
-    v2 = require_v2(store)
-    if hold not in {h["hold"] for h in holds(v2)}:
+    if hold not in {h["hold"] for h in holds(store)}:
         raise ErasureError(f"no legal hold {hold} is in force (hermes-archive hold list)")
     body = {"hold": hold, "reason": reason, "who": who}
-    result = v2.append(
+    result = store.append(
         [NewEvent("legal_hold_released", "archive", {"hold": hold}, body)], durable=True
     )
     return result[0].seq
@@ -513,9 +498,8 @@ def set_retention(
     store: EventStore, days: int | None, reason: str, who: str, *, confirmed: bool
 ) -> int:
     """Record a retention policy; a shorter one than in force needs ``confirmed``."""
-    v2 = require_v2(store)
     check_retention_days(days)
-    current = retention_policy(v2)
+    current = retention_policy(store)
     old = current.get("days") if current else None
     shorter = days is not None and (old is None or days < old)
     if shorter and not confirmed:
@@ -525,7 +509,7 @@ def set_retention(
         )
     at = now_text()
     body = {"days": days, "reason": reason, "who": who, "confirmed": bool(confirmed)}
-    return v2.append([NewEvent("retention_policy", "archive", {"at": at}, body)], durable=True)[
+    return store.append([NewEvent("retention_policy", "archive", {"at": at}, body)], durable=True)[
         0
     ].seq
 
@@ -562,18 +546,17 @@ def apply_retention(
     A pass that ends merges the full-text index once (:func:`merge_index`), also when it
     finds a merge owed by an earlier pass cut short.
     """
-    v2 = require_v2(store)
     now = now_text()
-    cutoff = retention_cutoff(v2, now)
+    cutoff = retention_cutoff(store, now)
     done: list[Receipt] = []
     after = 0
     stopped = False
     projections: list[Any] | None = None  # the pass's setup, made before its first batch
     while cutoff is not None:
-        expired = v2.conn.execute(
+        expired = store.conn.execute(
             "SELECT seq FROM events WHERE seq > ? AND time < ? ORDER BY seq", (after, cutoff)
         )
-        seqs = list(islice((int(s) for (s,) in expired if _erasable(v2.conn, int(s))), batch))
+        seqs = list(islice((int(s) for (s,) in expired if _erasable(store.conn, int(s))), batch))
         expired.close()  # read no further: an open statement would hold the WAL checkpoint
         if not seqs:
             break
@@ -581,9 +564,9 @@ def apply_retention(
             "time", {"since": "", "before": cutoff, "from_seq": seqs[0], "to_seq": seqs[-1]}
         )
         if projections is None:
-            v2, projections = _prepared(v2)
+            projections = _prepared(store)
         receipt = _forget(
-            v2,
+            store,
             projections,
             scope,
             reason="retention",
@@ -601,11 +584,11 @@ def apply_retention(
             break
         after = seqs[-1]  # a batch all held erases nothing: the next one goes on after it
     if not dry_run and not stopped:
-        merge_index(v2)
+        merge_index(store)
     return done
 
 
-def merge_index(store: EventStoreV2) -> bool:
+def merge_index(store: EventStore) -> bool:
     """Merge the full-text indexes when an erasure has not had them merged since (a
     retention pass merges once at its end, not per batch); True when it did.
 
@@ -675,7 +658,7 @@ class RetentionWorker:
             return []  # a new profile: the writer is still making it, and nothing has expired
         store = EventStore.open(self.folder, create=False, projections=self.projections)
         try:
-            if not isinstance(store, EventStoreV2) or retention_policy(store) is None:
+            if retention_policy(store) is None:
                 return []
             return apply_retention(
                 store, batch=self.batch, between=lambda: not self._stop.wait(self.pause_s)
@@ -715,11 +698,11 @@ def forget(
     ``pending_spill`` (not taken in: the real run takes it in first) cannot tell a scope
     that names nothing from one only the spill holds, so it refuses neither.
     """
-    v2, projections = _prepared(store)
+    projections = _prepared(store)
     if not (dry_run and pending_spill):
-        _require_present(v2.conn, scope)
+        _require_present(store.conn, scope)
     return _forget(
-        v2,
+        store,
         projections,
         scope,
         reason=reason,
@@ -802,32 +785,29 @@ MAX_RETENTION_DAYS = 365_250
 def erased_texts(store: EventStore, scope: Scope) -> list[str]:
     """The texts forgetting ``scope`` would erase (those of QUOTE_MIN_CHARS or more), read
     before it does: what ``forget`` looks for in the host's files (audit/host_copies.py)."""
-    v2 = require_v2(store)
-    found = plan(v2, scope)
+    found = plan(store, scope)
     return sorted(
-        {t for d in found.digests for t in texts(_body(v2.conn, d)) if len(t) >= QUOTE_MIN_CHARS}
+        {t for d in found.digests for t in texts(_body(store.conn, d)) if len(t) >= QUOTE_MIN_CHARS}
     )
 
 
-def _secure(store: EventStore) -> EventStoreV2:
+def _secure(store: EventStore) -> None:
     """The store, with ``secure_delete`` on: SQLite then zeroes the bytes every row, index
     entry and merged segment of an erasure frees (the one place it is set)."""
-    v2 = require_v2(store)
-    v2.conn.execute("PRAGMA secure_delete = ON")
-    return v2
+    store.conn.execute("PRAGMA secure_delete = ON")
 
 
-def _prepared(store: EventStore) -> tuple[EventStoreV2, list[Any]]:
+def _prepared(store: EventStore) -> list[Any]:
     """What every erasure needs first, once per ``forget`` or retention pass (not per
     batch): ``secure_delete`` on before any row of an erased text goes, the erasure
     indexes complete, and the projections that forget in place."""
-    v2 = _secure(store)
-    _index_reuse(v2)
-    return v2, _projections(v2)
+    _secure(store)
+    _index_reuse(store)
+    return _projections(store)
 
 
 def _forget(
-    v2: EventStoreV2,
+    store: EventStore,
     projections: list[Any],
     scope: Scope,
     *,
@@ -839,14 +819,14 @@ def _forget(
     merge: bool,
 ) -> Receipt:
     """:func:`forget` on a store :func:`_prepared` has readied."""
-    conn = v2.conn
+    conn = store.conn
     scope_record = scope.record()
     if dry_run:
-        found = plan(v2, scope)
+        found = plan(store, scope)
         return _receipt(None, None, None, scope_record, reason, legal_basis, who, found, True)
     receipt: Receipt | None = None
-    with v2.transaction(durable=True):
-        found = plan(v2, scope)
+    with store.transaction(durable=True):
+        found = plan(store, scope)
         if found.held and not skip_held:
             hold, hit = found.held[0]
             raise Held(
@@ -863,7 +843,7 @@ def _forget(
                 if author is not None:
                     found.digests.discard(bytes(author))
         if found.digests:
-            at = v2._time
+            at = store._time
             scope_record = _recorded(conn, scope, found)
             body = {
                 "scope": scope_record,
@@ -877,30 +857,30 @@ def _forget(
                 "kept_shared": found.kept_shared,
             }
             event = NewEvent("erasure", "archive", {"at": at, "scope": scope_record}, body)
-            seq = v2.head().seq + 1  # the erasure event's: appended right after the tombstones
+            seq = store.head().seq + 1  # the erasure event's: appended right after the tombstones
             touched = frozenset(found.touched)
             prepare_forgetting(conn, projections, touched)
             # the quoting events' text keys, read from their bodies before the bodies go
             for quoting, parts in select_in(conn, _QUOTING_OF, found.touched):
-                unquote(conn, v2.key, int(quoting), parts, found.digests)
+                unquote(conn, store.key, int(quoting), parts, found.digests)
             # Tombstones first: the event's own payload rows can split the leaf holding the
             # bodies, and a split copies its live cells, leaving their old images in the
             # page's unused area, which secure_delete never zeroes (docs/OPERATIONS.md).
             tombstone(conn, sorted(found.digests), seq)
-            appended = v2.append_in_transaction([event])[0].seq
+            appended = store.append_in_transaction([event])[0].seq
             if appended != seq:  # the same scope erased at the same instant: rolled back
                 raise ErasureError(f"an erasure of this scope at {at} is seq {appended}: retry")
             forget_erased(conn, projections, touched, seq)
             if merge:
                 _merge_fts(conn, seq)
             receipt = _receipt(seq, None, at, scope_record, reason, legal_basis, who, found, False)
-    scrub(v2)
+    scrub(store)
     if receipt is None:
         return _receipt(None, None, None, scope_record, reason, legal_basis, who, Plan(), False)
-    return erasure_receipt(v2, receipt.seq or 0)
+    return erasure_receipt(store, receipt.seq or 0)
 
 
-def _projections(store: EventStoreV2) -> list[Any]:
+def _projections(store: EventStore) -> list[Any]:
     """The store's projections, or the built-in ones the archive keeps (a store opened
     without any still has their tables, which hold the text)."""
     if store.projections:
@@ -973,7 +953,7 @@ def _merge_fts(conn: sqlite3.Connection, through: int) -> None:
     conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (FTS_MERGED, str(through)))
 
 
-def _index_reuse(store: EventStoreV2) -> None:
+def _index_reuse(store: EventStore) -> None:
     """Index what ``part_reuse`` and ``quoting`` are owed (once, for an archive made before
     them), in steps of their own transactions, so a running writer waits for one step at
     most."""
@@ -1004,17 +984,16 @@ def scrub(store: EventStore) -> None:
 
 def erasure_receipt(store: EventStore, seq: int) -> Receipt:
     """The receipt of the erasure event at ``seq``, with the checkpoint that includes it."""
-    v2 = require_v2(store)
-    row = v2.conn.execute(
+    row = store.conn.execute(
         "SELECT time, payload, chain FROM events WHERE seq = ? AND type = 'erasure'", (seq,)
     ).fetchone()
     if row is None:
         raise ErasureError(f"seq {seq} is not an erasure event")
-    body = _body(v2.conn, bytes(row[1])) or {}
-    size = v2.conn.execute(
+    body = _body(store.conn, bytes(row[1])) or {}
+    size = store.conn.execute(
         "SELECT min(size) FROM signed_checkpoints WHERE size >= ?", (seq,)
     ).fetchone()[0]
-    note = v2.checkpoint_note(int(size)) if size is not None else None
+    note = store.checkpoint_note(int(size)) if size is not None else None
     return Receipt(
         seq,
         bytes(row[2]).hex(),
@@ -1032,12 +1011,11 @@ def erasure_receipt(store: EventStore, seq: int) -> Receipt:
 
 def receipts(store: EventStore) -> list[Receipt]:
     """Every erasure's receipt, oldest first (``hermes-archive erasures``)."""
-    v2 = require_v2(store)
     seqs = [
         int(s)
-        for (s,) in v2.conn.execute("SELECT seq FROM events WHERE type = 'erasure' ORDER BY seq")
+        for (s,) in store.conn.execute("SELECT seq FROM events WHERE type = 'erasure' ORDER BY seq")
     ]
-    return [erasure_receipt(v2, s) for s in seqs]
+    return [erasure_receipt(store, s) for s in seqs]
 
 
 def erased_slot(conn: sqlite3.Connection, digest: str) -> str | None:

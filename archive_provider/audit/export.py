@@ -54,8 +54,8 @@ from ..format.verifier import (
     verify_bundle,
 )
 from ..storage.store import (
-    ENVELOPE_COLUMNS_V2,
-    EventStoreV2,
+    ENVELOPE_COLUMNS,
+    EventStore,
     Head,
     salted_payloads,
 )
@@ -181,7 +181,7 @@ class _Stream(_Member):
 
 
 def export_bundle(
-    store: EventStoreV2,
+    store: EventStore,
     out: Path,
     selection: Selection,
     *,
@@ -321,7 +321,7 @@ def _info(name: str, when: tuple[int, int, int, int, int, int]) -> zipfile.ZipIn
     return info
 
 
-def _own_vkey(store: EventStoreV2) -> str | None:
+def _own_vkey(store: EventStore) -> str | None:
     """The verifier key the export checks its own bundle with (None: integrity only)."""
     try:
         return store.vkey
@@ -329,7 +329,7 @@ def _own_vkey(store: EventStoreV2) -> str | None:
         return None
 
 
-def _signed_head(store: EventStoreV2) -> Head:
+def _signed_head(store: EventStore) -> Head:
     """The head a v2 bundle reaches: the newest signed checkpoint (the store signs its head
     when it can; a read-only one exports up to the last signature)."""
     row = store.conn.execute(
@@ -346,7 +346,7 @@ def _signed_head(store: EventStoreV2) -> Head:
     return Head(size, bytes(chain[0]).hex(), bytes(row[1]).hex())
 
 
-_ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq <= ? ORDER BY seq"
+_ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq <= ? ORDER BY seq"
 
 
 def _envelope_record_v3(row: Sequence[Any]) -> bytes:
@@ -395,7 +395,7 @@ SELECT digest, count(*) > 1 FROM named GROUP BY digest ORDER BY min(place)
 """
 
 
-def _named(store: EventStoreV2, selection: Selection, head: Head) -> Iterator[tuple[bytes, int]]:
+def _named(store: EventStore, selection: Selection, head: Head) -> Iterator[tuple[bytes, int]]:
     """The digests the selected events name, each once, in the order of ``payloads.bin``,
     each with what its record's kind adds: :data:`AGAIN` when a later name names it again."""
     widest = store.conn.execute(
@@ -435,7 +435,7 @@ def _tombstones(conn: sqlite3.Connection, digests: Sequence[bytes]) -> dict[byte
 
 def _write_v2(
     handle: BinaryIO,
-    store: EventStoreV2,
+    store: EventStore,
     selection: Selection,
     head: Head,
     created_by: str,

@@ -15,15 +15,15 @@ from ..errors import InvalidRequest
 from ..format import merkle, tlog_proof
 from ..format.digests_v2 import envelope_of_row
 from ..format.signed_note import Verifier
-from ..storage.store import ENVELOPE_COLUMNS_V2, EventStore, EventStoreV2, salted_payload
+from ..storage.store import ENVELOPE_COLUMNS, EventStore, salted_payload
 from ..storage.store_v2 import split_parts
 
 
 class ProveError(InvalidRequest):
-    """The proof cannot be made as asked (a v1 archive, an unknown seq, nothing signed)."""
+    """The proof cannot be made as asked (an unknown seq, nothing signed)."""
 
 
-def proof_size(store: EventStoreV2, last: int) -> int:
+def proof_size(store: EventStore, last: int) -> int:
     """The checkpoint a proof of events up to ``last`` names: the newest one a witness has
     cosigned that covers them, else the newest signed one (0: none is signed)."""
     cosigned = store.conn.execute(
@@ -36,7 +36,7 @@ def proof_size(store: EventStoreV2, last: int) -> int:
     return int(store.conn.execute("SELECT max(size) FROM signed_checkpoints").fetchone()[0] or 0)
 
 
-def uncosigned(store: EventStoreV2, last: int) -> str | None:
+def uncosigned(store: EventStore, last: int) -> str | None:
     """Why a proof of events up to ``last`` carries no cosignature; None when it does."""
     size = proof_size(store, last)
     if store.conn.execute("SELECT 1 FROM cosignatures WHERE size = ?", (size,)).fetchone():
@@ -58,11 +58,6 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> d
     checked with the store's verifier key before it is returned. A disclosure that would
     make the ``extra`` line longer than a stock parser reads (64 KiB) is refused.
     """
-    if not isinstance(store, EventStoreV2):
-        raise ProveError(
-            "this archive is format version 1: its digests are keyed with the store key, so one "
-            "memory cannot be disclosed alone (`hermes-archive migrate` makes a v2 archive)"
-        )
     if not seqs:
         raise ProveError("name at least one seq to prove")
     store.checkpoint()
@@ -78,7 +73,7 @@ def prove(store: EventStore, seqs: Sequence[int], only: Iterable[str] = ()) -> d
         if not 1 <= seq <= size:
             raise ProveError(f"seq {seq} is not in the signed tree (size {size})")
         found = store.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
+            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?", (seq,)
         ).fetchone()
         _, time, type_, session, key, identity, payload, parts, author, _ = found
         envelope = envelope_of_row(seq, time, type_, session, key, identity, payload, parts, author)

@@ -7,7 +7,7 @@ SEQ``. Beside it goes a Datasette ``metadata.json``: titles, descriptions, colum
 and the archive's head and verification result at the time of the copy (also in the
 copy's ``archive`` table).
 
-The rows are read through the audit views (store.AUDIT_VIEWS_V2), made as temporary views
+The rows are read through the audit views (store.AUDIT_VIEWS), made as temporary views
 on a read-only connection: the archive's own views are never run (an archive under audit
 is untrusted), and an archive older than the views is read the same. Everything streams
 in batches: memory stays flat whatever the archive's size. Only the events up to the
@@ -28,7 +28,7 @@ import sqlite_utils
 
 from ..domain.clock import now_text
 from ..format.verifier import Report, verify_database
-from ..storage.store import AUDIT_VIEWS_V2, EventStore
+from ..storage.store import AUDIT_VIEWS, EventStore
 from ..storage.store_v2 import write_private
 
 BATCH = 1000
@@ -212,7 +212,7 @@ def metadata_path(out: Path) -> Path:
 
 def _views() -> dict[str, str]:
     """The audit view statements, by view name."""
-    statements = [part.strip() for part in AUDIT_VIEWS_V2.split(";\n") if part.strip()]
+    statements = [part.strip() for part in AUDIT_VIEWS.split(";\n") if part.strip()]
     return {statement.split()[5]: statement for statement in statements}
 
 

@@ -33,7 +33,7 @@ from archive_provider.errors import ArchiveError, UsageError
 from archive_provider.format.canonical import INT_MAX
 
 if TYPE_CHECKING:  # the store, the verifier and the central store load when a command runs
-    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.store import EventStore
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -134,7 +134,7 @@ class CommandContext:
 
         return (self.archive / DB_NAME).exists()
 
-    def open_store(self) -> EventStoreV2:
+    def open_store(self) -> EventStore:
         """Open read-only (the CLI never writes unless the command says it does)."""
         from archive_provider.storage.store import DB_NAME, EventStore
 
@@ -145,7 +145,7 @@ class CommandContext:
             )
         return EventStore.open(self.archive, create=False, readonly=True)
 
-    def open_writable(self) -> EventStoreV2:
+    def open_writable(self) -> EventStore:
         """Open to append, after the provider's own open-time proof and witness rule: what
         the provider refuses, every command that writes refuses, in the same words (a
         second signed history of a refused copy is never started here)."""
@@ -170,7 +170,7 @@ class CommandContext:
         return store
 
     @contextmanager
-    def store(self) -> Iterator[EventStoreV2]:
+    def store(self) -> Iterator[EventStore]:
         """The archive, read-only, closed afterwards."""
         store = self.open_store()
         try:

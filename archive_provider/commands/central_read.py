@@ -27,7 +27,7 @@ from archive_provider.commands import CommandContext, CommandError, UsageError
 from archive_provider.commands._render import fields, preview, record, short_time
 
 if TYPE_CHECKING:
-    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.store import EventStore
 
 _EVENT_SELECT = (
     "SELECT e.store_id, e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, "
@@ -309,7 +309,7 @@ class _LaidOut(CommandContext):
     #: the central store's id (a report names it in the commands it links)
     central_store_id: str = ""
 
-    def open_store(self) -> EventStoreV2:
+    def open_store(self) -> EventStore:
         store = super().open_store()
         store.registered_vkey = self.registered_vkey  # it has no signing key of its own
         return store

@@ -22,13 +22,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.storage.store import EventStoreV2
-
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
     with ctx.store() as store:
-        if not isinstance(store, EventStoreV2):
-            raise CommandError("this archive is format version 1: it signs no checkpoints")
         note = store.checkpoint_note(ctx.args.size)
     if note is None:
         raise CommandError(

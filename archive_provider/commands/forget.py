@@ -22,7 +22,7 @@ from archive_provider.commands import (
 
 if TYPE_CHECKING:
     from archive_provider.audit.erasure import Receipt, Scope
-    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.store import EventStore
 
 NAME = "forget"
 HELP = (
@@ -110,7 +110,7 @@ def who() -> str:
         return "unknown"
 
 
-def open_writer(ctx: CommandContext) -> EventStoreV2:
+def open_writer(ctx: CommandContext) -> EventStore:
     return ctx.open_writable()
 
 

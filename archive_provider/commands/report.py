@@ -18,7 +18,7 @@ from archive_provider.commands import CommandContext, UsageError, expanded
 
 if TYPE_CHECKING:
     from archive_provider.audit.report import Fact
-    from archive_provider.storage.store import EventStoreV2
+    from archive_provider.storage.store import EventStore
 
 NAME = "report"
 HELP = "write an audit report: one self-contained HTML page (timeline, sessions, proofs)"
@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _facts(store: EventStoreV2) -> Iterator[Fact]:
+def _facts(store: EventStore) -> Iterator[Fact]:
     """Each event of the log as a fact, oldest first, with what it needs looked up."""
     from archive_provider.audit.report import fact_of
     from archive_provider.domain.authors import author_label
@@ -90,7 +90,7 @@ def _facts(store: EventStoreV2) -> Iterator[Fact]:
     yield from _erased_facts(store, last)
 
 
-def _erased_facts(store: EventStoreV2, after: int, before: int | None = None) -> Iterator[Fact]:
+def _erased_facts(store: EventStore, after: int, before: int | None = None) -> Iterator[Fact]:
     """The events between two read ones whose body an erasure removed: the envelope stays,
     so the report still counts and shows them (as erased)."""
     from archive_provider.audit.report import fact_of
@@ -104,7 +104,7 @@ def _erased_facts(store: EventStoreV2, after: int, before: int | None = None) ->
         yield fact_of(int(seq), str(time), str(kind), str(session), None, erased=True)
 
 
-def _checkpoint(store: EventStoreV2) -> dict[str, Any] | None:
+def _checkpoint(store: EventStore) -> dict[str, Any] | None:
     """The newest signed checkpoint: origin, size, root, who signed and who cosigned."""
     from archive_provider.format.signed_note import NoteError, parse_checkpoint, parse_note
 
@@ -129,7 +129,7 @@ def _checkpoint(store: EventStoreV2) -> dict[str, Any] | None:
     }
 
 
-def _witnesses(ctx: CommandContext, store: EventStoreV2) -> list[dict[str, Any]]:
+def _witnesses(ctx: CommandContext, store: EventStore) -> list[dict[str, Any]]:
     """The local witness and each remote one: what it cosigned and how far it lags."""
     from archive_provider.commands.status import witness_status
 
@@ -164,12 +164,12 @@ def _witnesses(ctx: CommandContext, store: EventStoreV2) -> list[dict[str, Any]]
     return rows
 
 
-def build_model(ctx: CommandContext, store: EventStoreV2) -> dict[str, Any]:
+def build_model(ctx: CommandContext, store: EventStore) -> dict[str, Any]:
     """Everything the page shows, read from ``store`` now (verification included)."""
     from archive_provider.audit.report import ReportReducer
     from archive_provider.domain.clock import now_text
+    from archive_provider.format.digests_v2 import FORMAT_VERSION
     from archive_provider.format.verifier import usable_cores, verify_database
-    from archive_provider.storage.store import EventStoreV2
 
     generated = now_text()
     head = store.head()
@@ -185,7 +185,7 @@ def build_model(ctx: CommandContext, store: EventStoreV2) -> dict[str, Any]:
         generated=generated,
         archive={
             "store_id": central or store.store_id,
-            "format_version": 2 if isinstance(store, EventStoreV2) else 1,
+            "format_version": FORMAT_VERSION,
             "head_seq": head.seq,
             "head_chain": head.chain,
             "central": bool(central),

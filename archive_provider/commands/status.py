@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from archive_provider.commands import CommandContext
 
 if TYPE_CHECKING:  # loaded when the command runs: building the parser stays cheap
-    from archive_provider.storage.store import EventStore, EventStoreV2
+    from archive_provider.storage.store import EventStore
 
 #: v2's store-level events, recorded under the session "archive" (FORMAT.md 18): no conversation
 STORE_EVENTS = (
@@ -151,9 +151,7 @@ def drain_line(drain: dict[str, Any]) -> str:
 STATUS_WITNESS_TIMEOUT_S = 2.0
 
 
-def witness_status(
-    ctx: CommandContext, store: EventStoreV2, timeout: float = 0.0
-) -> dict[str, Any]:
+def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0) -> dict[str, Any]:
     """The local witness (cosigned size, the background walk) and each remote witness's
     lag: what it last cosigned (asked over the network) against the head, and why it lags."""
     from archive_provider.storage.witness import Witness, WitnessMismatch
@@ -180,7 +178,7 @@ def witness_status(
     return {"local_witness": local, "remote_witnesses": remote, "signing_key": signing}
 
 
-def signing_key_status(store: EventStoreV2) -> dict[str, Any]:
+def signing_key_status(store: EventStore) -> dict[str, Any]:
     """Where the v2 signing key is read from, whether it is outside the profile, and whether
     it can be used (a lost key stops every checkpoint: docs/RECOVER.md)."""
     from archive_provider.storage.store_v2 import KeyFileError, read_signer, signing_key_path
@@ -222,9 +220,9 @@ def recall_check(store: EventStore) -> dict[str, Any] | None:
             (RECALL_SAMPLE,),
         ),
     ]
-    from archive_provider.storage.store import reader_keys
+    from archive_provider.storage.store import reader_vkey
 
-    prover = Prover(conn, *reader_keys(store.path.parent, conn))
+    prover = Prover(conn, reader_vkey(store.path.parent, conn))
     prover.proven([Hit(r[0], r[1], r[2], int(r[3]), r[4] or "", None, 0.0) for r in rows])
     return {
         "checked": len(rows),

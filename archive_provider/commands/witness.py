@@ -82,7 +82,6 @@ def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     """Every witness key this archive relies on: the local witness's cosigner key (as
     C2SP's type 0x04 and as the Ed25519 type 0x01 Go's tools read) and each remote one."""
     from archive_provider.storage.proof_v2 import COSIGNER_KEY, cosigner
-    from archive_provider.storage.store import EventStoreV2
     from archive_provider.witnesses.remote import witness_set
 
     local = None
@@ -96,8 +95,7 @@ def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     if ctx.exists():
         store = ctx.open_store()
         try:
-            if isinstance(store, EventStoreV2):
-                remote = [{"url": e.url, "vkey": e.vkey} for e in witness_set(store.conn)]
+            remote = [{"url": e.url, "vkey": e.vkey} for e in witness_set(store.conn)]
         finally:
             store.close()
     return {"local": local, "remote": remote}

@@ -72,35 +72,26 @@ def turn(
 ) -> NewEvent:
     """A completed turn: its new messages (all roles, as the host sent them, after redaction).
 
-    Format v2 names the messages by position (they are the parts, FORMAT.md 13.4) and
-    records the recall ``echoes`` cut out of them (domain/echoes.py).
+    The messages are named by position (they are the parts, FORMAT.md 13.4); the recall
+    ``echoes`` cut out of them are recorded (domain/echoes.py). The identity covers the
+    session and the parts (FORMAT.md 13.2), so the key is the ordinal alone.
 
-    ``author`` (domain/authors.py) is a payload of its own, carried as :attr:`NewEvent.author`:
-    format v2 names it in the envelope's ``author`` field; format v1 stores it as one more
-    keyed part named by the body's ``author``. Either way it is erasable with its payload and
-    never in the identity. This is the one place that mapping is made.
+    ``author`` (domain/authors.py) is a payload of its own, carried as :attr:`NewEvent.author`
+    and named by the envelope's ``author`` field (13.1): erasable with its payload and never
+    in the identity.
     """
-    digests = [part.digest for part in parts]
-    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     body: dict[str, Any] = {"turn": ordinal, "start": start, "legacy_shape": legacy}
-    if not v2:
-        body["messages"] = digests
     if echoes:
         body["echoes"] = [dict(echo) for echo in echoes]
-    stored = tuple(parts)
-    author_part = hasher.part(dict(author)) if author is not None else None
-    if author_part is not None and not v2:  # v2: the envelope's own author field (13.1)
-        body["author"] = author_part.digest
-        stored = (*stored, author_part)
     if host_masks:
         body["host_masks"] = [dict(mask) for mask in host_masks]
     return NewEvent(
         "turn",
         session,
-        {"turn": ordinal} if v2 else {"session": session, "turn": ordinal, "messages": digests},
+        {"turn": ordinal},
         with_redactions(body, redactions),
-        stored,
-        author=author_part,
+        tuple(parts),
+        author=hasher.part(dict(author)) if author is not None else None,
     )
 
 
@@ -167,11 +158,10 @@ def checkpoint(
     )
     digests = [part.digest for part in parts]
     evidence = hasher.digest(canonical_bytes(digests))
-    v2 = hasher.format_version == 2  # the identity covers session and parts (FORMAT.md 13.2)
     return NewEvent(
         "checkpoint",
         session,
-        {} if v2 else {"session": session, "evidence": evidence},
+        {},  # the identity covers session and parts (FORMAT.md 13.2)
         with_redactions(
             {
                 "evidence": digests,
@@ -253,9 +243,7 @@ def memory_write(
     return NewEvent(
         "memory_write",
         session,
-        {"order": order}
-        if hasher.format_version == 2
-        else {"session": session, "order": order, "content": part.digest},
+        {"order": order},  # the identity covers session and parts (FORMAT.md 13.2)
         with_host_masks(
             with_redactions(body, redactions), {"content": content, "metadata": metadata}
         ),

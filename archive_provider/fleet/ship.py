@@ -5,15 +5,14 @@ its own read-only connection on its own thread, so a turn or a checkpoint never 
 the network. Each pass
 
 1. reads the central head through ``hermes_archive.head()``, which answers only for a
-   store an administrator registered to this login (id, format, genesis; the payload key
-   of a format 1 archive, the verifier key of a format 2 one: :func:`registration`), and
-   checks the registered genesis and key are this archive's;
+   store an administrator registered to this login (id, format, genesis and the
+   archive's verifier key: :func:`registration`), and checks the registered genesis and
+   key are this archive's;
 2. checks the local chain value at that seq equals the central one (same history);
 3. verifies the next batch of local events from the central head with the verifier's own
-   checks (format 1: :func:`verify_rows`; format 2: :func:`verify_range_v2`, and each
-   signed checkpoint's signature with the archive's key), in one read snapshot, so only
-   verified bytes leave the machine;
-4. inserts payloads (format 2: with their salts; a payload erased before it was shipped as
+   checks (:func:`verify_range_v2`, and each signed checkpoint's signature with the
+   archive's key), in one read snapshot, so only verified bytes leave the machine;
+4. inserts payloads (with their salts; a payload erased before it was shipped as
    a tombstone, with its erasure event in the same batch), envelopes and, right after the
    events each covers, the signed checkpoints, in one transaction; then the cosignatures
    the server lacks. The server refuses a gap, a fork, or a checkpoint whose root is not
@@ -45,8 +44,8 @@ from ..domain.clock import format_time, parse_time, utc_now
 from ..domain.fence import one_line
 from ..errors import ArchiveDamaged
 from ..format import digests_v2, signed_note
-from ..format.verifier import genesis, verify_range_v2, verify_rows
-from ..storage.store import DB_NAME, EventStore, EventStoreV2, KeyFileError, StoreError
+from ..format.verifier import verify_range_v2
+from ..storage.store import DB_NAME, EventStore, KeyFileError, StoreError
 from ..storage.store_v2 import write_private
 from .central import (
     COSIGNATURES_SQL,
@@ -70,10 +69,6 @@ STATE_NAME = "shipping.json"
 DEFAULT_BATCH = 1000
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 _ROWS_SQL = (
-    "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events "
-    "WHERE seq > ? AND seq <= ? ORDER BY seq"
-)
-_ROWS_SQL_V2 = (
     "SELECT seq, time, type, session, key, identity, payload, parts, chain, author FROM events "
     "WHERE seq > ? AND seq <= ? ORDER BY seq"
 )
@@ -223,8 +218,8 @@ def _named(row: Row) -> list[str]:
     return [row[6], *json.loads(row[7]), *([row[9]] if row[9] else [])]
 
 
-def _batch_v2(
-    store: EventStoreV2,
+def _verified_rows(
+    store: EventStore,
     start: tuple[int, str],
     until: int,
     last: int,
@@ -254,7 +249,7 @@ def _batch_v2(
                     None if author is None else bytes(author).hex(),
                 )
                 for seq, time, type_, session, key, identity, payload, parts, chain, author in conn.execute(
-                    _ROWS_SQL_V2, (start[0], until)
+                    _ROWS_SQL, (start[0], until)
                 )
             ]
             payloads: dict[str, tuple[str, bytes | None, bytes | None, int | None]] = {}
@@ -312,15 +307,11 @@ def _batch_v2(
 def registration(store: EventStore) -> Registration:
     """The registration of the archive ``store`` (read by the administrator who registers
     it, and compared by its shipper with what the server holds)."""
-    if isinstance(store, EventStoreV2):
-        try:
-            vkey = store.vkey
-        except KeyFileError:  # the key lives elsewhere: the one the archive recorded
-            vkey = str(
-                store.conn.execute("SELECT value FROM meta WHERE name = 'vkey'").fetchone()[0]
-            )
-        return Registration(store.store_id, 2, digests_v2.genesis(store.store_id).hex(), None, vkey)
-    return Registration(store.store_id, 1, genesis(store.store_id), store.key.hex(), None)
+    try:
+        vkey = store.vkey
+    except KeyFileError:  # the key lives elsewhere: the one the archive recorded
+        vkey = str(store.conn.execute("SELECT value FROM meta WHERE name = 'vkey'").fetchone()[0])
+    return Registration(store.store_id, 2, digests_v2.genesis(store.store_id).hex(), None, vkey)
 
 
 class Shipper:
@@ -414,8 +405,7 @@ class Shipper:
                     self._note_lag(store, position[0], local.seq)
                 if batch.problem:
                     raise ShipError(batch.problem)
-            if isinstance(store, EventStoreV2):
-                self._send_cosignatures(conn, store, checkpoint)
+            self._send_cosignatures(conn, store, checkpoint)
         return shipped
 
     def _agreed_head(
@@ -465,21 +455,16 @@ class Shipper:
     @staticmethod
     def _local_chain(store: EventStore, seq: int) -> str | None:
         row = store.conn.execute("SELECT chain FROM events WHERE seq = ?", (seq,)).fetchone()
-        if row is None:
-            return None
-        return bytes(row[0]).hex() if isinstance(row[0], bytes) else str(row[0])
+        return None if row is None else bytes(row[0]).hex()
 
     def _verified_batch(
         self, store: EventStore, start: tuple[int, str], last: int, checkpoint: int
     ) -> _Batch:
         """The next rows after ``start`` that the verifier passes, what they need shipped
         with them, and why the batch stops early (None when it does not)."""
-        if isinstance(store, EventStoreV2):
-            batch = _batch_v2(
-                store, start, min(last, start[0] + self.batch), last, checkpoint, self._vkey
-            )
-        else:
-            batch = self._batch_v1(store, start, min(last, start[0] + self.batch))
+        batch = _verified_rows(
+            store, start, min(last, start[0] + self.batch), last, checkpoint, self._vkey
+        )
         for row in batch.rows:
             if any("\x00" in text for text in row[1:4]):
                 batch.cut(row[0])
@@ -488,34 +473,6 @@ class Shipper:
                     "PostgreSQL text cannot hold; it and what follows stay local"
                 )
                 break
-        return batch
-
-    @staticmethod
-    def _batch_v1(store: EventStore, start: tuple[int, str], until: int) -> _Batch:
-        checked: dict[str, bytes] = {}
-
-        def payload_of(digest: str) -> bytes | None:
-            body = store.payload(digest)
-            if body is not None:
-                checked[digest] = body
-            return body
-
-        rows = store.conn.execute(_ROWS_SQL, (start[0], until)).fetchall()
-        report = verify_rows(
-            rows,
-            store_id=store.store_id,
-            key=store.key,
-            payload_of=payload_of,
-            head=(until, rows[-1][8]) if rows else (until, start[1]),
-            start=start,
-        )
-        batch = _Batch([(*row, None) for row in rows])
-        if not report.ok:
-            bad = report.first_bad_seq if report.first_bad_seq is not None else start[0] + 1
-            batch.cut(bad)
-            batch.problem = _local_damage(bad, report.problem)
-        named = {digest for row in batch.rows for digest in (row[6], *json.loads(row[7]))}
-        batch.payloads = [(d, b, None, None) for d, b in checked.items() if d in named]
         return batch
 
     def _send(
@@ -581,7 +538,7 @@ class Shipper:
         )
 
     def _send_cosignatures(
-        self, conn: psycopg.Connection[Any], store: EventStoreV2, checkpoint: int
+        self, conn: psycopg.Connection[Any], store: EventStore, checkpoint: int
     ) -> None:
         """Ship the cosignatures of shipped checkpoints the server does not hold yet
         (witnesses cosign in the background, after the checkpoint was shipped).

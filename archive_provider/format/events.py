@@ -71,10 +71,6 @@ class Part:
 class Hasher:
     """Keyed payload digests for one store; builders use it to name parts and payloads."""
 
-    #: the format of the store it names parts for: v2 identity keys leave out what the
-    #: identity already covers (session, part digests)
-    format_version = 1
-
     def __init__(self, key: bytes) -> None:
         self._key = key
 
@@ -95,9 +91,8 @@ class NewEvent:
     stored once however many events name them.
 
     ``author`` is who wrote a turn, as the host stated it (``{"id", "name", "is_bot",
-    "source", ...}``, docs/HOST.md §1), never part of the identity. Format v1 stores it as
-    one more part of the event (``domain.builders.turn`` maps it); format v2 maps it to the
-    envelope's separate, erasable author payload.
+    "source", ...}``, docs/HOST.md §1), never part of the identity: the envelope's separate,
+    erasable author payload (FORMAT.md 13.1).
     """
 
     type: str

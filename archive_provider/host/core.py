@@ -386,15 +386,10 @@ class ArchiveCore:
                 "file was replaced while it was open)"
             )
 
-        try:  # v2: the key and tree the witness pinned, outside the profile (FORMAT.md 20.5)
+        try:  # the key and tree the witness pinned, outside the profile (FORMAT.md 20.5)
             anchor = pinned(writer.witness) if writer.witness else None
         except WitnessMismatch as exc:
             raise RuntimeError(f"archive recall is withheld: {exc}") from None
-        if anchor is not None and basis.format_version != 2:
-            raise RuntimeError(
-                "archive recall is withheld: the witness pinned a format-2 log, but the archive "
-                f"proven at open is format {basis.format_version}"
-            )
         roots = writer.committed_roots
 
         def proven(conn: sqlite3.Connection) -> tuple[list[Hit], list[str]]:
@@ -402,9 +397,7 @@ class ArchiveCore:
             if problem:
                 raise FileNotProven(f"the archive file is not the one proven: {problem}")
             vkey, checkpoint = anchor if anchor is not None else (basis.vkey, None)
-            prover = Prover(
-                conn, basis.key, vkey, checkpoint, roots, self._proofs, basis.format_version
-            )
+            prover = Prover(conn, vkey, checkpoint, roots, self._proofs)
             hits = search(conn, query, counts=self._counts, **kwargs)
             return prover.proven(hits), prover.withheld
 

@@ -596,9 +596,8 @@ class ArchiveProvider(MemoryProviderBase):
 
         def build(store: EventStore) -> list[NewEvent]:
             rows, redactions, masks = redact_rows(evidence, redact, "/evidence")
-            echoes: list[dict[str, Any]] = []
-            if store.hasher.format_version == 2:  # recalls handed back: by reference (13.4)
-                rows, echoes = cut_echoes(rows, served_results(store.conn, session), FENCE_OPEN)
+            # recalls handed back: by reference (FORMAT.md 13.4)
+            rows, echoes = cut_echoes(rows, served_results(store.conn, session), FENCE_OPEN)
             parts = [store.hasher.part(row) for row in rows]
             fresh[:] = [len(store.unstored(part.digest for part in parts))]
             return [

@@ -64,9 +64,8 @@ def turn_event(
     events: the author as the host stated it and the host's masks included.
     """
     redacted, redactions, row_masks = redact_rows(rows, redact, "/messages")
-    echoes: list[dict[str, Any]] = []
-    if store.hasher.format_version == 2:  # the recalls it echoes, by reference (FORMAT 13.4)
-        redacted, echoes = cut_echoes(redacted, served_results(store.conn, session), FENCE_OPEN)
+    # the recalls it echoes, by reference (FORMAT.md 13.4)
+    redacted, echoes = cut_echoes(redacted, served_results(store.conn, session), FENCE_OPEN)
     rewind: list[NewEvent] = []
     known_start = start is not None  # ``rows`` is then only the new tail
     if start is not None:

@@ -50,16 +50,10 @@ from ..domain.evidence import bindable_text, message_text
 from ..domain.memory_state import Entry, MemoryWrite, apply_write
 from ..format import digests_v2, merkle
 from ..format.canonical import decode
-from ..format.digests import (
-    Envelope,
-    chain_hash,
-    genesis_chain,
-    identity_of_key_text,
-    payload_digest,
-)
+from ..format.digests import Envelope
 from ..format.events import turn_messages
 from ..format.signed_note import Checkpoint, NoteError, checked_checkpoint, log_signed_note
-from ..storage.store import ENVELOPE_COLUMNS, ENVELOPE_COLUMNS_V2, EventStore
+from ..storage.store import ENVELOPE_COLUMNS, EventStore
 from ..storage.store_v2 import served_results
 from .builtin import TOKENIZER
 
@@ -86,11 +80,9 @@ FENCE_CLOSE = "[end of archive recall]"
 def recall_echo_cut(store: EventStore, session: str) -> TextCut:
     """The cut of FORMAT.md 13.4 for a delegation's or a sent peer message's texts, built on
     the writer thread: every recall ``session`` was served, read only when a text holds the
-    fence a served result starts with. A format-1 store cuts nothing."""
+    fence a served result starts with."""
 
     def cut(texts: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        if store.hasher.format_version != 2:
-            return dict(texts), []
         return cut_text_echoes(texts, served_results(store.conn, session), FENCE_OPEN)
 
     return cut
@@ -502,42 +494,33 @@ class Prover:
     """Re-derives each excerpt from the log before it is served, within a byte budget.
 
     :meth:`prove` is the one check every served excerpt passes. It reads the excerpt's
-    event and checks its envelope: in v1 against its chain link and identity, in v2
-    (FORMAT.md 20.5) against its identity and its inclusion in the tree of the newest
-    checkpoint signed by ``vkey`` (O(log n) tile reads; events after that checkpoint
-    against the head root, proven consistent with it). It then checks the event's payload
-    and each part against their digests (keyed in v1, salted in v2) and returns the excerpt
+    event and checks its envelope (FORMAT.md 20.5) against its identity and its inclusion
+    in the tree of the newest checkpoint signed by ``vkey`` (O(log n) tile reads; events
+    after that checkpoint against the head root, proven consistent with it). It then checks
+    the event's payload and each part against their salted digests and returns the excerpt
     as the proven message says it: the index row only says where to look, never what to
-    serve.
+    serve. A file of another format fails at its envelope (read as format 2).
     """
 
     def __init__(
         self,
         conn: sqlite3.Connection,
-        key: bytes,
         vkey: str | None = None,
         anchor: Checkpoint | None = None,
         committed_roots: Mapping[int, bytes] | None = None,
         cache: ProofCache | None = None,
-        version: int | None = None,
     ) -> None:
         self.conn = conn
-        self.key = key
         self.vkey = vkey
-        #: v2: the checkpoint the local witness cosigned; the tree served from must extend it
+        #: the checkpoint the local witness cosigned; the tree served from must extend it
         self.anchor = anchor
-        #: v2, in the writer's process: the roots it committed. A head beyond the newest
+        #: in the writer's process: the roots it committed. A head beyond the newest
         #: signed checkpoint is served from only when it is one of them: whoever can write the
         #: folder can rebuild an unsigned tail and its root without any key
         self.committed_roots = committed_roots
         self.cache = cache or ProofCache()
         self.budget = PROVE_QUERY_BYTES
         self.withheld: list[str] = []
-        if version is None:  # an audit of the file itself (status): its own format
-            row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-            version = 2 if row is not None and str(row[0]) == "2" else 1
-        #: the format proofs follow: a session's is the one its open-time proof established
-        self.version = version
         self._tree: tuple[int, bytes, merkle.TileReader] | None = None
 
     def prove(self, hit: Hit) -> Hit:
@@ -585,9 +568,6 @@ class Prover:
                 )
         raise Unproven(f"seq {seq}: no archived text of that event says what the index row says")
 
-    def _envelope(self, seq: int) -> Envelope:
-        return self._envelope_v2(seq) if self.version == 2 else self._envelope_v1(seq)
-
     def _still_current(self, seq: int, body: Mapping[str, Any], text: str) -> None:
         """:class:`Unproven` unless the memory entry the write at ``seq`` set to ``text`` is
         still that text at the head (FORMAT.md 20.5: memory served as current is the latest
@@ -628,33 +608,14 @@ class Prover:
             self.cache.memory.clear()
         self.cache.memory[seq] = (checked, entries)
 
-    def _envelope_v1(self, seq: int) -> Envelope:
-        """The v1 envelope of ``seq``, checked against its chain link and identity."""
-        row = self.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?",
-            (seq,),
-        ).fetchone()
-        if row is None:
-            raise Unproven(f"seq {seq} is not in the log")
-        envelope = Envelope(*row[:8])
-        if seq > 1:
-            previous = self.conn.execute("SELECT chain FROM events WHERE seq = ?", (seq - 1,))
-            before = previous.fetchone()
-            prev_chain = before[0] if before else ""
-        else:
-            meta = self.conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()
-            prev_chain = genesis_chain(str(meta[0])) if meta else ""
-        if not prev_chain or chain_hash(prev_chain, envelope) != row[8]:
-            raise Unproven(f"seq {seq}: the event does not match its chain value")
-        if identity_of_key_text(envelope.type, envelope.key) != envelope.identity:
-            raise Unproven(f"seq {seq}: the event does not match its identity")
-        return envelope
-
-    def _envelope_v2(self, seq: int) -> Envelope:
-        """The v2 envelope of ``seq``, checked against its identity and its tree inclusion."""
-        row = self.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS_V2} FROM events WHERE seq = ?", (seq,)
-        ).fetchone()
+    def _envelope(self, seq: int) -> Envelope:
+        """The envelope of ``seq``, checked against its identity and its tree inclusion."""
+        try:
+            row = self.conn.execute(
+                f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq = ?", (seq,)
+            ).fetchone()
+        except sqlite3.OperationalError as exc:  # e.g. a v1 file: its events have no author
+            raise Unproven(f"seq {seq}: its envelope cannot be read: {exc}") from None
         if row is None:
             raise Unproven(f"seq {seq} is not in the log")
         _, time, type_, session, key, identity, payload, parts, author, _ = row
@@ -680,7 +641,7 @@ class Prover:
         return envelope
 
     def _trusted_tree(self) -> tuple[int, bytes, merkle.TileReader]:
-        """The tree every v2 excerpt is proven in (read once per prover).
+        """The tree every excerpt is proven in (read once per prover).
 
         The newest checkpoint whose signature verifies with :attr:`vkey`; when the head is
         beyond it, the head's tree, after proving it consistent with that checkpoint, and in
@@ -757,13 +718,11 @@ class Prover:
         self.cache.consistent.add(pair)
 
     def _payload(self, seq: int, digest: str) -> bytes:
-        raw: str | bytes = bytes.fromhex(digest) if self.version == 2 else digest
         # one read: the body only when it is within what this query may still prove
         row = self.conn.execute(
-            "SELECT length(body), CASE WHEN length(body) <= ? THEN body END, "
-            + ("salt" if self.version == 2 else "NULL")
-            + " FROM payloads WHERE digest = ?",
-            (min(PROVE_PART_BYTES, self.budget), raw),
+            "SELECT length(body), CASE WHEN length(body) <= ? THEN body END, salt"
+            " FROM payloads WHERE digest = ?",
+            (min(PROVE_PART_BYTES, self.budget), bytes.fromhex(digest)),
         ).fetchone()
         if row is None or row[0] is None:
             raise Unproven(f"seq {seq}: payload {digest[:16]} is missing or erased")
@@ -774,12 +733,7 @@ class Prover:
             )
         self.budget -= int(row[0])
         body = bytes(row[1])
-        if self.version == 2:
-            if not isinstance(row[2], bytes) or (
-                digests_v2.payload_digest(row[2], body).hex() != digest
-            ):
-                raise Unproven(f"seq {seq}: payload {digest[:16]} does not match its digest")
-        elif payload_digest(self.key, body) != digest:
+        if not isinstance(row[2], bytes) or digests_v2.payload_digest(row[2], body).hex() != digest:
             raise Unproven(f"seq {seq}: payload {digest[:16]} does not match its digest")
         return body
 

@@ -6,7 +6,7 @@ lookup key and signing key, and its first event, ``migrated_from``, records the 
 just verified and the v1 file's BLAKE3. v1 event ``s`` becomes v2 event ``s + 1`` with the
 same time, type and session; each part is stored again under a fresh salt, and in the key
 and body every text equal to a v1 digest of one of the event's parts is that part's v2
-digest (the writer's renaming, :meth:`EventStoreV2.append_in_transaction`).
+digest (the writer's renaming, :meth:`EventStore.append_in_transaction`).
 
 The spill (FORMAT.md, "Spill file") is carried over: the ``migrate`` command takes it in
 first, and whatever still waits (a segment whose removal failed after its commit) is taken
@@ -25,7 +25,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from ..format.canonical import decode
-from ..format.digests import genesis_chain
+from ..format.digests import Envelope, genesis_chain
 from ..format.events import LoadedEvent, NewEvent, Part
 from ..format.verifier import schema_problem, verify_database
 from .proof_v2 import advance
@@ -36,8 +36,8 @@ from .store import (
     KEY_NAME,
     V1_DB_NAME,
     EventStore,
-    EventStoreV2,
     Head,
+    PayloadMissing,
     Projection,
     StoreError,
     connect,
@@ -74,6 +74,51 @@ def file_blake3(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def v1_events(
+    conn: sqlite3.Connection, after_seq: int = 0, until_seq: int | None = None
+) -> Iterator[LoadedEvent]:
+    """The events of a v1 log on ``conn`` in sequence order, with their payload and parts'
+    bodies (FORMAT.md Part I: digests and part lists are hex text), streamed.
+
+    The one reader of v1 events in the product. Two statements walk ``events`` by rowid
+    side by side: one yields each event with its payload, the other each part
+    (``json_each`` over the envelope's part list, in list order) with its body.
+    """
+    where = " WHERE e.seq > ?" + (" AND e.seq <= ?" if until_seq is not None else "")
+    args = [after_seq] if until_seq is None else [after_seq, until_seq]
+    events = conn.execute(
+        "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts,"
+        " e.chain, p.body FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
+        f"{where} ORDER BY e.seq",
+        args,
+    )
+    parts = conn.execute(
+        "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
+        f" JOIN payloads q ON q.digest = j.value{where} AND e.parts != '[]' ORDER BY e.seq",
+        args,
+    )
+    part = next(parts, None)
+    for seq, time, type_, session, key, identity, payload, part_list, chain, body in events:
+        if body is None:
+            raise PayloadMissing(f"v1 event {seq}: its payload {payload} is missing")
+        carried: dict[str, bytes] = {}
+        while part is not None and part[0] <= seq:
+            if part[0] == seq:
+                carried[part[1]] = part[2]
+            part = next(parts, None)
+        envelope = Envelope(
+            int(seq),
+            str(time),
+            str(type_),
+            str(session),
+            str(key),
+            str(identity),
+            str(payload),
+            str(part_list),
+        )
+        yield LoadedEvent(envelope, str(chain), bytes(body), carried)
 
 
 def open_v1(folder: Path) -> tuple[sqlite3.Connection, bytes, str]:
@@ -174,7 +219,7 @@ def migrate(
     sync_dir(folder)
     v1_blake3 = file_blake3(folder / V1_DB_NAME)
 
-    def migrated_from(store: EventStoreV2) -> NewEvent:
+    def migrated_from(store: EventStore) -> NewEvent:
         return NewEvent(
             "migrated_from",
             "archive",
@@ -206,7 +251,7 @@ def migrate(
         )
         try:
             source.execute("BEGIN")
-            for at, events in _by_time(iter_events(source, part_types=None)):
+            for at, events in _by_time(v1_events(source)):
                 with new.transaction():
                     results = new.append_in_transaction([_as_new(e) for e in events], time=at)
                 for event, result in zip(events, results, strict=True):
@@ -295,7 +340,7 @@ def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
         mapping: dict[str, str] = {}
         matched = 0
         new_events = iter_events(store.conn, 1, claim["v1_head_seq"] + 1, part_types=None)
-        for old in iter_events(source, 0, claim["v1_head_seq"], part_types=None):
+        for old in v1_events(source, 0, claim["v1_head_seq"]):
             new = next(new_events, None)
             if new is None or new.seq != old.seq + 1:
                 return Lineage(False, matched, "the v2 archive ends early", old.seq)

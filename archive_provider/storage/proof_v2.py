@@ -53,7 +53,7 @@ from .safe_files import UnsafeFile, read_small
 from .witness import Proof, Witness, WitnessMismatch
 
 if TYPE_CHECKING:
-    from .store import EventStoreV2
+    from .store import EventStore
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def spill_key(witness: Witness | None) -> bytes | None:
     return blake3(material, derive_key_context=SPILL_KEY_CONTEXT).digest()
 
 
-def check_consistent(store: EventStoreV2, old: Checkpoint, new: Checkpoint) -> None:
+def check_consistent(store: EventStore, old: Checkpoint, new: Checkpoint) -> None:
     """Raise WitnessMismatch unless the tiles prove ``new`` extends ``old`` (RFC 9162)."""
     if new.size < old.size:
         raise WitnessMismatch(
@@ -179,7 +179,7 @@ def pinned(witness: Witness) -> tuple[str, Checkpoint] | None:
     return record.log_vkey, _witnessed(record)[1]
 
 
-def _newest(store: EventStoreV2, log_key: Verifier) -> Checkpoint | None:
+def _newest(store: EventStore, log_key: Verifier) -> Checkpoint | None:
     note = store.checkpoint_note()
     if note is None:
         return None
@@ -193,7 +193,7 @@ def _newest(store: EventStoreV2, log_key: Verifier) -> Checkpoint | None:
 
 
 def advance(
-    witness: Witness, store: EventStoreV2, *, fingerprint: dict[str, Any] | None = None
+    witness: Witness, store: EventStore, *, fingerprint: dict[str, Any] | None = None
 ) -> bool:
     """Cosign the newest checkpoint and move the witness record to it (FORMAT.md 16.1).
 
@@ -220,7 +220,7 @@ def advance(
 
 def _cosign(
     witness: Witness,
-    store: EventStoreV2,
+    store: EventStore,
     newest: Checkpoint,
     log_vkey: str,
     fingerprint: dict[str, Any] | None,
@@ -280,7 +280,7 @@ def _leaf_at(conn: sqlite3.Connection, seq: int) -> tuple[bytes, bytes] | None:
     return merkle.leaf_hash(data), bytes(row[9])
 
 
-def open_proof_v2(store: EventStoreV2, witness: Witness) -> Proof | None:
+def open_proof_v2(store: EventStore, witness: Witness) -> Proof | None:
     """The open-time proof of FORMAT.md 20.4; None when the witness holds no checkpoint yet
     (the caller then verifies the whole log once)."""
     started = time.monotonic()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import secrets
@@ -40,14 +39,11 @@ from ..format.canonical import canonical_bytes
 from ..format.digests import (
     KEY_BYTES,
     Envelope,
-    chain_hash,
-    genesis_chain,
-    identity_of_key_text,
     key_text,
     parts_text,
 )
-from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
-from ..format.events import AppendResult, Hasher, LoadedEvent, NewEvent, Part, StoredEvent
+from ..format.digests_v2 import FORMAT_VERSION
+from ..format.events import AppendResult, LoadedEvent, NewEvent, Part, StoredEvent
 from ..format.signed_note import (
     Checkpoint,
     Signature,
@@ -81,7 +77,6 @@ from .store_v2 import (
     TILE_INNER_SCHEMA,
     KeyFileError,
     PartHasher,
-    TamperedPart,
     TreeEdge,
     make_signer,
     quoted_by,
@@ -105,7 +100,8 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 
 
 def _audit_views(events_view: str, part: Callable[[str], str], author: str, sessions: str) -> str:
-    """The audit views over one format: its ``audit_events``, its part lookup and its author."""
+    """The audit views: ``audit_events`` and the story views read through it, a part found
+    by ``part`` and a turn's author by ``author``."""
     return f"""
 {events_view};
 CREATE VIEW IF NOT EXISTS audit_turns AS
@@ -174,8 +170,8 @@ WHERE e.type = 'recall_served';
 """
 
 
-def _part_v2(hex_digest: str) -> str:
-    """A v2 part named in hex, found in its event's own ``parts`` (an indexed lookup, as
+def _part(hex_digest: str) -> str:
+    """A part named in hex, found in its event's own ``parts`` (an indexed lookup, as
     SQLite before 3.41 has no ``unhex``)."""
     return (
         "(SELECT substr(x.parts, (nullif(instr(lower(hex(x.parts)), "
@@ -185,7 +181,7 @@ def _part_v2(hex_digest: str) -> str:
 
 #: The views (FORMAT.md 17): digests are 32-byte BLOBs, shown as hex;
 #: a turn's author is the envelope's ``author``; the archive's own first events have no session.
-AUDIT_VIEWS_V2 = _audit_views(
+AUDIT_VIEWS = _audit_views(
     events_view="""CREATE VIEW IF NOT EXISTS audit_events AS
 SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload,
        (WITH RECURSIVE s(i) AS (SELECT 0 WHERE length(e.parts) > 0
@@ -194,7 +190,7 @@ SELECT e.seq, e.time, e.type, e.session, CAST(p.body AS TEXT) AS payload,
        lower(hex(e.identity)) AS identity, lower(hex(e.payload)) AS payload_digest,
        lower(hex(e.chain)) AS chain
 FROM events e JOIN payloads p ON p.digest = e.payload""",
-    part=_part_v2,
+    part=_part,
     author="(SELECT x.author FROM events x WHERE x.seq = e.seq)",
     sessions="\n  AND e.type NOT IN ('store_created', 'migrated_from')",
 )
@@ -229,10 +225,6 @@ class NeedsMigration(StoreError):
 
 class PayloadMissing(StoreDamaged):
     """An event's payload row is gone from the payloads table; the message names the event."""
-
-
-class TamperedPayload(StoreError, TamperedPart):
-    """A payload already stored under a digest is not the bytes that digest names."""
 
 
 class Projection(Protocol):
@@ -367,10 +359,15 @@ def connect(
 
 
 class EventStore:
-    """One archive database: append, read, head. Not thread-safe: one owner at a time."""
+    """One archive database (docs/FORMAT.md Part II): append, read, head. Not thread-safe:
+    one owner at a time.
 
-    #: v2: the archive has ``tile_inner`` (FORMAT.md 14.5); v1 has no tree
-    tile_inner = False
+    Digests are 32-byte BLOBs in the database and hex text in the API (envelopes, results,
+    projections). Parts are resolved in the append transaction through the keyed lookup
+    (:class:`PartHasher`); every append grows the Merkle tiles and writes the root with the
+    head; checkpoints are signed at durable commits, at least every
+    :data:`CHECKPOINT_INTERVAL_S` of commits, and at a clean close.
+    """
 
     def __init__(
         self,
@@ -379,17 +376,47 @@ class EventStore:
         key: bytes,
         store_id: str,
         projections: Sequence[Projection] = (),
+        *,
+        readonly: bool = False,
     ) -> None:
         self.path = path
         self.conn = conn
         self.key = key
         self.store_id = store_id
-        self.hasher = Hasher(key)
         self.projections = list(projections)
         self._runner = projections if isinstance(projections, ProjectionRunner) else None
         self.broken_projections: dict[str, str] = {}
         self._head: Head | None = None  # the head as appended so far, inside a transaction
         self._time = ""  # the time of the open transaction: every event it appends has it
+        self.hasher = self.parts_hasher = PartHasher(key, conn)
+        self.origin = digests_v2.origin(store_id)
+        self.signer: Signer | None = (
+            None if readonly else read_signer(signing_key_path(path.parent), self.origin)
+        )
+        self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
+        self._signed_now = False
+        self._growing: merkle.TileAppender | None = None  # inside a transaction
+        self._written_root: bytes | None = None  # the root _write_head wrote (once a commit)
+        self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
+        #: the roots of the trees this store committed, newest last (bounded): the serve-time
+        #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
+        self.committed_roots: dict[int, bytes] = {}
+        #: a copy laid out from central rows has no signing key: the key it was registered with
+        self.registered_vkey: str | None = None
+        # a read-only open of an older archive may lack it; the append writes the inner row
+        # of each leaf tile it completes
+        self.tile_inner = _has_table(conn, "tile_inner")
+
+    @property
+    def vkey(self) -> str:
+        """The verifier key of this archive's signing key (``hermes-archive key``).
+
+        Read from the signing key itself, never from ``meta.vkey`` (informational only).
+        """
+        if self.registered_vkey is not None and self.signer is None:
+            return self.registered_vkey
+        signer = self.signer or read_signer(signing_key_path(self.path.parent), self.origin)
+        return signer.vkey
 
     # -- opening -------------------------------------------------------------------------
 
@@ -403,8 +430,8 @@ class EventStore:
         projections: Sequence[Projection]
         | Callable[[sqlite3.Connection], Sequence[Projection]] = (),
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-        first_event: Callable[[EventStoreV2], NewEvent] | None = None,
-    ) -> EventStoreV2:
+        first_event: Callable[[EventStore], NewEvent] | None = None,
+    ) -> EventStore:
         """Open (and with ``create``, make) the format-2 store in ``folder`` (``<home>/archive``).
 
         ``projections`` may be a function of the open connection, to keep the projections
@@ -427,7 +454,7 @@ class EventStore:
             and not readonly
             and not folder.name.startswith(MAKING_PREFIX)
             and _schema_less(db_path)
-            and _interrupted_v2_keys(folder) is None
+            and _interrupted_keys(folder) is None
         ):  # an older version's making cut short before its keys were whole: set aside
             make_archive(folder, first_event)
             made = True
@@ -446,7 +473,7 @@ class EventStore:
                 make_archive(folder, first_event)
                 made = True
             else:  # inside make_archive: the keys and the file, then the schema below
-                new_store = _make_v2_keys(folder)
+                new_store = _make_keys(folder)
                 # create the file 0600 before SQLite opens it
                 os.close(os.open(db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
@@ -459,19 +486,19 @@ class EventStore:
                     "finishes it or sets it aside (docs/RECOVER.md, 'Unfinished archive')"
                 )
             if new_store is None and not readonly and _meta_or_none(conn, "format_version") is None:
-                new_store = _interrupted_v2_keys(folder)
+                new_store = _interrupted_keys(folder)
             if new_store is not None:
-                _initialise_v2(conn, *new_store)
+                _initialise(conn, *new_store)
             elif not readonly and _meta_or_none(conn, "format_version") == "1":
                 conn.close()  # before anything is written to it
                 raise NeedsMigration.at(folder)
             elif not readonly and not _has(conn, "view", "audit_events"):
-                _add_audit_views_v2(conn)
+                _add_audit_views(conn)
             if new_store is None and not readonly and _lacks_part_reuse(conn):
                 _add_part_reuse(conn)
             if (
                 not readonly
-                and _meta_or_none(conn, "format_version") == str(FORMAT_V2)
+                and _meta_or_none(conn, "format_version") == str(FORMAT_VERSION)
                 and not _has_table(conn, "tile_inner")
             ):
                 conn.execute(TILE_INNER_SCHEMA)  # the tiles from now on have inner rows
@@ -486,10 +513,10 @@ class EventStore:
         if version == 1:
             conn.close()
             raise NeedsMigration.at(folder)
-        if version != FORMAT_V2:
+        if version != FORMAT_VERSION:
             conn.close()
             raise StoreError(
-                f"{db_path} has format version {version}; this build reads {FORMAT_V2}"
+                f"{db_path} has format version {version}; this build reads {FORMAT_VERSION}"
             )
         key_path = folder / STORE_KEY_NAME
         problem = regular_file_problem(key_path)
@@ -503,7 +530,7 @@ class EventStore:
             raise
         if callable(projections):
             projections = projections(conn)
-        store = EventStoreV2(db_path, conn, key, store_id, projections, readonly=readonly)
+        store = EventStore(db_path, conn, key, store_id, projections, readonly=readonly)
         if not readonly:
             try:  # an existing v2 file takes its first write lock here
                 store._create_projections()
@@ -565,6 +592,12 @@ class EventStore:
                     self._apply_projection(projection, event)
 
     def close(self) -> None:
+        """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
+        if self.signer is not None:
+            try:
+                self.checkpoint()
+            except sqlite3.Error:
+                log.warning("archive: the closing checkpoint of %s was not signed", self.path)
         self.conn.close()
 
     # -- reading -------------------------------------------------------------------------
@@ -576,8 +609,10 @@ class EventStore:
         return self._read_head()
 
     def _read_head(self) -> Head:
-        row = self.conn.execute("SELECT seq, chain FROM head WHERE id = 1").fetchone()
-        return Head(row[0], row[1]) if row else Head(0, genesis_chain(self.store_id))
+        row = self.conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
+        if row is None:
+            return Head(0, digests_v2.genesis(self.store_id).hex(), merkle.EMPTY_ROOT.hex())
+        return Head(int(row[0]), bytes(row[1]).hex(), bytes(row[2]).hex())
 
     def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
         """Events in sequence order with their payloads, streamed (memory stays flat)."""
@@ -590,14 +625,15 @@ class EventStore:
         return payload_body(self.conn, digest)
 
     def unstored(self, digests: Iterable[str]) -> set[str]:
-        """The payload digests among ``digests`` that the payloads table does not hold yet."""
+        """The payload digests among ``digests`` whose bodies the payloads table does not hold."""
         wanted = set(digests)
-        sql = "SELECT digest FROM payloads WHERE digest IN ({})"
-        return wanted - {row[0] for row in select_in(self.conn, sql, wanted)}
+        return {d for d in wanted if payload_body(self.conn, d) is None}
 
     def identity_seq(self, identity: str) -> int | None:
         """The seq of the event with this identity digest, or None when it is not archived."""
-        row = self.conn.execute("SELECT seq FROM events WHERE identity = ?", (identity,)).fetchone()
+        row = self.conn.execute(
+            "SELECT seq FROM events WHERE identity = ?", (bytes.fromhex(identity),)
+        ).fetchone()
         return int(row[0]) if row else None
 
     # -- appending -----------------------------------------------------------------------
@@ -642,260 +678,6 @@ class EventStore:
             self._head = None
             self._ended(committed)
 
-    def _write_head(self, start: Head, end: Head, *, durable: bool) -> None:
-        """Record the new head before ``COMMIT`` (v2 also writes tiles and may sign)."""
-        self.conn.execute(
-            "INSERT INTO head (id, seq, chain) VALUES (1, ?, ?) "
-            "ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, chain = excluded.chain",
-            (end.seq, end.chain),
-        )
-
-    def _began(self) -> None:
-        """At a transaction's start: v2 forgets parts named outside one."""
-
-    def _ended(self, committed: bool) -> None:
-        """After a transaction: v2 keeps or forgets the tree edge it grew."""
-
-    def append_in_transaction(
-        self, events: Iterable[NewEvent], *, time: str | None = None
-    ) -> list[AppendResult]:
-        """Append inside an open :meth:`transaction`; later reads in it see these events.
-
-        ``time`` stamps them instead of the transaction's time: events taken in from the
-        spill keep the time the provider accepted them, migrated ones their first time.
-
-        Everything that can fail on the input (encoding, hashing) happens before the first
-        insert, so a bad event leaves no rows behind. Payloads and envelopes are then inserted
-        with one ``executemany`` each, and the projections see the events in order (they may
-        read the rows just inserted).
-        """
-        if self._head is None:
-            raise RuntimeError("append_in_transaction needs an open transaction()")
-        conn = self.conn
-        seq, chain = self._head.seq, self._head.chain
-        time = time or self._time
-        results: list[AppendResult] = []
-        payload_rows: list[tuple[str, bytes]] = []
-        event_rows: list[tuple[object, ...]] = []
-        records: list[StoredEvent] = []
-        batch: dict[str, int] = {}  # identities appended by this call
-        for event in events:
-            key = key_text(event.key)
-            identity = identity_of_key_text(event.type, key)
-            existing = batch.get(identity) or self.identity_seq(identity)
-            if existing is not None:
-                # its parts are in hand: what is stored under their digests must be them
-                payload_rows.extend((part.digest, part.body) for part in event.parts)
-                results.append(AppendResult("already_archived", existing, identity, event.type))
-                continue
-            body = canonical_bytes(event.body)
-            payload = self.hasher.digest(body)
-            payload_rows.append((payload, body))
-            payload_rows.extend((part.digest, part.body) for part in event.parts)
-            seq += 1
-            fields = (
-                seq,
-                time,
-                event.type,
-                event.session,
-                key,
-                identity,
-                payload,
-                parts_text([part.digest for part in event.parts]),
-            )  # the envelope, in the order of the events table's columns
-            envelope = Envelope(*fields)
-            chain = chain_hash(chain, envelope)
-            event_rows.append((*fields, chain))
-            # the parts' bodies go along: projections need not read back what is in hand
-            records.append(
-                LoadedEvent(envelope, chain, body, {p.digest: p.body for p in event.parts})
-            )
-            batch[identity] = seq
-            results.append(AppendResult("appended", seq, identity, event.type))
-        self._check_stored(payload_rows)
-        if not event_rows:
-            return results
-        _insert(conn, "INSERT OR IGNORE INTO payloads (digest, body) VALUES ", payload_rows)
-        _insert(
-            conn,
-            f"INSERT INTO events ({ENVELOPE_COLUMNS}) VALUES ",
-            event_rows,
-        )
-        self._head = Head(seq, chain)
-        for record in records:
-            for projection in self.projections:
-                self._apply_projection(projection, record)
-        return results
-
-    def _check_stored(self, rows: Sequence[tuple[str, bytes]]) -> None:
-        """Fail closed when a payload already stored is not the bytes in hand for its digest.
-
-        ``INSERT OR IGNORE`` keeps the stored row, so an edited row would otherwise be
-        built upon (and a checkpoint would report the evidence as archived). The bytes in
-        hand are the ones the digest was computed from, so equality proves the row.
-        """
-        wanted = dict(rows)
-        for digest, body in select_in(
-            self.conn, "SELECT digest, body FROM payloads WHERE digest IN ({})", wanted
-        ):
-            if bytes(body) != wanted[digest]:
-                raise TamperedPayload(
-                    f"the payload stored under {digest} in {self.path} is not the bytes "
-                    "that digest names (the row was edited after it was written)"
-                )
-
-    def settle(self, name: str) -> None:
-        """Write out what projection ``name`` buffered in the open transaction, as before an
-        event it does not defer: a build is about to read its tables."""
-        for projection in self.projections:
-            if projection.name == name:
-                self._finish(projection)
-
-    def _finish_projections(self) -> None:
-        """Before the commit: let projections that buffer within a transaction write it out."""
-        for projection in self.projections:
-            self._finish(projection)
-
-    def _finish(self, projection: Projection) -> None:
-        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
-        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
-        the log's events are not affected."""
-        finish = getattr(projection, "finish", None)
-        if finish is None:
-            return
-        try:
-            finish(self.conn)
-        except sqlite3.OperationalError:
-            raise
-        except Exception as exc:
-            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
-            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
-
-    def _discard_projections(self) -> None:
-        for projection in self.projections:
-            discard = getattr(projection, "discard", None)
-            if discard is not None:
-                discard()
-
-    def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
-        """Apply one projection; a projection bug never costs the log an event.
-
-        A failing projection is rolled back to before this event and left behind (its
-        last_seq stays put) for the rest of this session, so status and
-        ``verify --projections`` show it and a replay after the fix rebuilds it.
-        Environmental errors (disk full, locks) still fail the whole transaction.
-        """
-        if projection.name in self.broken_projections:
-            return
-        defers = getattr(projection, "defers", None)
-        if defers is not None and not defers(event.type):
-            self._finish(projection)  # what it buffered goes first, outside the savepoint
-            if projection.name in self.broken_projections:
-                return
-        handles = getattr(projection, "handles", None)
-        if (isinstance(handles, frozenset) and event.type not in handles) or (
-            defers is not None and defers(event.type)
-        ):
-            # it writes nothing now (rows and last_seq wait for finish): no savepoint needed
-            try:
-                projection.apply(self.conn, event)
-            except sqlite3.OperationalError:
-                raise
-            except Exception as exc:
-                self._left_behind(projection, event, exc)
-            return
-        self.conn.execute("SAVEPOINT projection")
-        try:
-            projection.apply(self.conn, event)
-        except sqlite3.OperationalError:
-            raise
-        except Exception as exc:
-            self.conn.execute("ROLLBACK TO projection")
-            self._left_behind(projection, event, exc)
-        self.conn.execute("RELEASE projection")
-
-    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
-        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
-        log.error(
-            "archive projection %s failed at seq %d and is left behind: %s",
-            projection.name,
-            event.seq,
-            exc,
-        )
-
-
-class EventStoreV2(EventStore):
-    """A format-v2 archive (docs/FORMAT.md Part II) behind the same API as v1.
-
-    Digests are 32-byte BLOBs in the database and hex text in the API (envelopes, results,
-    projections), as in v1. Parts are resolved in the append transaction through the keyed
-    lookup (:class:`PartHasher`); every append grows the Merkle tiles and writes the root
-    with the head; checkpoints are signed at durable commits, at least every
-    :data:`CHECKPOINT_INTERVAL_S` of commits, and at a clean close.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        conn: sqlite3.Connection,
-        key: bytes,
-        store_id: str,
-        projections: Sequence[Projection] = (),
-        *,
-        readonly: bool = False,
-    ) -> None:
-        super().__init__(path, conn, key, store_id, projections)
-        self.hasher = self.parts_hasher = PartHasher(key, conn)
-        self.origin = digests_v2.origin(store_id)
-        self.signer: Signer | None = (
-            None if readonly else read_signer(signing_key_path(path.parent), self.origin)
-        )
-        self._tree: TreeEdge | None = None  # the edge as committed, kept between commits
-        self._signed_now = False
-        self._growing: merkle.TileAppender | None = None  # inside a transaction
-        self._written_root: bytes | None = None  # the root _write_head wrote (once a commit)
-        self._last_signed = 0.0  # POSIX time of the last checkpoint this store signed
-        #: the roots of the trees this store committed, newest last (bounded): the serve-time
-        #: proof trusts an unsigned head only when it is one of them (FORMAT.md 20.5 point 3)
-        self.committed_roots: dict[int, bytes] = {}
-        #: a copy laid out from central rows has no signing key: the key it was registered with
-        self.registered_vkey: str | None = None
-        # a read-only open of an older archive may lack it; the append writes the inner row
-        # of each leaf tile it completes
-        self.tile_inner = _has_table(conn, "tile_inner")
-
-    @property
-    def vkey(self) -> str:
-        """The verifier key of this archive's signing key (``hermes-archive key``).
-
-        Read from the signing key itself, never from ``meta.vkey`` (informational only).
-        """
-        if self.registered_vkey is not None and self.signer is None:
-            return self.registered_vkey
-        signer = self.signer or read_signer(signing_key_path(self.path.parent), self.origin)
-        return signer.vkey
-
-    def _read_head(self) -> Head:
-        row = self.conn.execute("SELECT seq, chain, root FROM head WHERE id = 1").fetchone()
-        if row is None:
-            return Head(0, digests_v2.genesis(self.store_id).hex(), merkle.EMPTY_ROOT.hex())
-        return Head(int(row[0]), bytes(row[1]).hex(), bytes(row[2]).hex())
-
-    def events(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[LoadedEvent]:
-        return iter_events(self.conn, after_seq, until_seq, part_types=())
-
-    def unstored(self, digests: Iterable[str]) -> set[str]:
-        wanted = set(digests)
-        return {d for d in wanted if payload_body(self.conn, d) is None}
-
-    def identity_seq(self, identity: str) -> int | None:
-        row = self.conn.execute(
-            "SELECT seq FROM events WHERE identity = ?", (bytes.fromhex(identity),)
-        ).fetchone()
-        return int(row[0]) if row else None
-
-    # -- appending -----------------------------------------------------------------------
-
     def append_in_transaction(
         self, events: Iterable[NewEvent], *, time: str | None = None
     ) -> list[AppendResult]:
@@ -904,7 +686,8 @@ class EventStoreV2(EventStore):
         Parts are resolved first (a stored body by its lookup, checked byte for byte; a new
         one with a fresh salt), so the digests the body and key name are the ones stored; an
         event whose identity is already archived stores nothing, not even its new parts.
-        ``time`` is as in v1: events taken in from the spill keep the time they were accepted.
+        ``time`` stamps them instead of the transaction's time: events taken in from the spill
+        keep the time they were accepted, migrated ones their first time.
         """
         if self._head is None:
             raise RuntimeError("append_in_transaction needs an open transaction()")
@@ -971,12 +754,12 @@ class EventStoreV2(EventStore):
                 payload.hex(),
                 part_list,
                 author.digest if author else None,
-                FORMAT_V2,
+                FORMAT_VERSION,
             )
             data = envelope.canonical()
             chain = digests_v2.chain_of(chain, data)
             conn.execute(
-                f"INSERT INTO events ({ENVELOPE_COLUMNS_V2}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO events ({ENVELOPE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     seq,
                     time,
@@ -1138,18 +921,88 @@ class EventStoreV2(EventStore):
                 raise
             return recorded
 
-    def close(self) -> None:
-        """Close; a writer first signs a checkpoint at the head when it is not signed yet."""
-        if self.signer is not None:
+    def settle(self, name: str) -> None:
+        """Write out what projection ``name`` buffered in the open transaction, as before an
+        event it does not defer: a build is about to read its tables."""
+        for projection in self.projections:
+            if projection.name == name:
+                self._finish(projection)
+
+    def _finish_projections(self) -> None:
+        """Before the commit: let projections that buffer within a transaction write it out."""
+        for projection in self.projections:
+            self._finish(projection)
+
+    def _finish(self, projection: Projection) -> None:
+        """Write out what ``projection`` buffered. A failure leaves it behind (it rolls its
+        rows back and its last_seq to before the transaction), as a failing ``apply`` does;
+        the log's events are not affected."""
+        finish = getattr(projection, "finish", None)
+        if finish is None:
+            return
+        try:
+            finish(self.conn)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.broken_projections.setdefault(projection.name, f"{type(exc).__name__}: {exc}")
+            log.error("archive projection %s failed and is left behind: %s", projection.name, exc)
+
+    def _discard_projections(self) -> None:
+        for projection in self.projections:
+            discard = getattr(projection, "discard", None)
+            if discard is not None:
+                discard()
+
+    def _apply_projection(self, projection: Projection, event: StoredEvent) -> None:
+        """Apply one projection; a projection bug never costs the log an event.
+
+        A failing projection is rolled back to before this event and left behind (its
+        last_seq stays put) for the rest of this session, so status and
+        ``verify --projections`` show it and a replay after the fix rebuilds it.
+        Environmental errors (disk full, locks) still fail the whole transaction.
+        """
+        if projection.name in self.broken_projections:
+            return
+        defers = getattr(projection, "defers", None)
+        if defers is not None and not defers(event.type):
+            self._finish(projection)  # what it buffered goes first, outside the savepoint
+            if projection.name in self.broken_projections:
+                return
+        handles = getattr(projection, "handles", None)
+        if (isinstance(handles, frozenset) and event.type not in handles) or (
+            defers is not None and defers(event.type)
+        ):
+            # it writes nothing now (rows and last_seq wait for finish): no savepoint needed
             try:
-                self.checkpoint()
-            except sqlite3.Error:
-                log.warning("archive: the closing checkpoint of %s was not signed", self.path)
-        super().close()
+                projection.apply(self.conn, event)
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                self._left_behind(projection, event, exc)
+            return
+        self.conn.execute("SAVEPOINT projection")
+        try:
+            projection.apply(self.conn, event)
+        except sqlite3.OperationalError:
+            raise
+        except Exception as exc:
+            self.conn.execute("ROLLBACK TO projection")
+            self._left_behind(projection, event, exc)
+        self.conn.execute("RELEASE projection")
+
+    def _left_behind(self, projection: Projection, event: StoredEvent, exc: Exception) -> None:
+        self.broken_projections[projection.name] = f"seq {event.seq}: {type(exc).__name__}: {exc}"
+        log.error(
+            "archive projection %s failed at seq %d and is left behind: %s",
+            projection.name,
+            event.seq,
+            exc,
+        )
 
 
-#: the v2 events table's columns, in envelope order then the chain
-ENVELOPE_COLUMNS_V2 = "seq, time, type, session, key, identity, payload, parts, author, chain"
+#: the events table's columns, in envelope order then the chain
+ENVELOPE_COLUMNS = "seq, time, type, session, key, identity, payload, parts, author, chain"
 
 
 def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
@@ -1164,7 +1017,7 @@ def rename_digests(value: Any, renamed: Mapping[str, str]) -> Any:
     return value
 
 
-def make_archive(folder: Path, first_event: Callable[[EventStoreV2], NewEvent] | None) -> None:
+def make_archive(folder: Path, first_event: Callable[[EventStore], NewEvent] | None) -> None:
     """Make a new archive in ``folder`` whole, or leave none (issue "Faults").
 
     Keys, schema, the first event and its signed checkpoint are made in a ``.making-<random>``
@@ -1376,7 +1229,7 @@ def _settle(folder: Path) -> None:
     )
 
 
-def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
+def _make_keys(folder: Path) -> tuple[str, Signer]:
     """A new v2 store's id, lookup key and signing key (FORMAT.md 10 and 15.2)."""
     store_id = secrets.token_hex(16)
     key_path = folder / STORE_KEY_NAME
@@ -1396,7 +1249,7 @@ def _make_v2_keys(folder: Path) -> tuple[str, Signer]:
     return store_id, signer
 
 
-def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
+def _interrupted_keys(folder: Path) -> tuple[str, Signer] | None:
     """The id and signing key of a v2 archive whose making a crash cut short after its keys
     were written and events.db was created, before its schema was committed: the open takes
     the making up again instead of turning the file into a v1 store without a key."""
@@ -1412,7 +1265,7 @@ def _interrupted_v2_keys(folder: Path) -> tuple[str, Signer] | None:
     return store_id, read_signer(path, digests_v2.origin(store_id))
 
 
-def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None:
+def _initialise(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None:
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise StoreError(f"SQLite refused WAL mode (got {mode!r})")
@@ -1421,13 +1274,13 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         if _meta_or_none(conn, "format_version") is not None:
             conn.execute("COMMIT")  # another opener made it first, from the same key files
             return
-        for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS_V2).split(";\n"):
+        for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS).split(";\n"):
             if statement.strip():
                 conn.execute(statement)
         conn.executemany(
             "INSERT INTO meta VALUES (?, ?)",
             [
-                ("format_version", str(FORMAT_V2)),
+                ("format_version", str(FORMAT_VERSION)),
                 ("store_id", store_id),
                 ("origin", digests_v2.origin(store_id)),
                 ("vkey", signer.vkey),
@@ -1442,14 +1295,14 @@ def _initialise_v2(conn: sqlite3.Connection, store_id: str, signer: Signer) -> N
         raise
 
 
-def store_created(store: EventStoreV2) -> NewEvent:
+def store_created(store: EventStore) -> NewEvent:
     """The first event of a new v2 archive (FORMAT.md 18)."""
     return NewEvent(
         "store_created",
         "archive",
         {},
         {
-            "format_version": FORMAT_V2,
+            "format_version": FORMAT_VERSION,
             "store_id": store.store_id,
             "origin": store.origin,
             "vkey": store.vkey,
@@ -1464,11 +1317,11 @@ def _has(conn: sqlite3.Connection, kind: str, name: str) -> bool:
     return row.fetchone() is not None
 
 
-def _add_audit_views_v2(conn: sqlite3.Connection) -> None:
-    """Give a v2 archive made before the audit views had them (views hold no data)."""
+def _add_audit_views(conn: sqlite3.Connection) -> None:
+    """Give an archive made before the audit views had them (views hold no data)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in AUDIT_VIEWS_V2.split(";\n"):
+        for statement in AUDIT_VIEWS.split(";\n"):
             if statement.strip():
                 conn.execute(statement)
         conn.execute("COMMIT")
@@ -1487,7 +1340,7 @@ _ERASURE_INDEXES = (
 def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
     """A v2 archive made before ``part_reuse`` or ``quoting`` existed (a v1 file has no use
     for them)."""
-    if _meta_or_none(conn, "format_version") != str(FORMAT_V2):
+    if _meta_or_none(conn, "format_version") != str(FORMAT_VERSION):
         return False
     return any(not _has(conn, "table", name) for name, _, _ in _ERASURE_INDEXES)
 
@@ -1539,38 +1392,6 @@ def _insert(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[object]
         conn.execute(head + ", ".join([marks] * len(rows)), [v for row in rows for v in row])
 
 
-#: The events table's columns in envelope order, then the chain (the verifier's row order).
-ENVELOPE_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain"
-#: The columns of an event as every reader selects them: the envelope, chain, payload body.
-EVENT_COLUMNS = ", ".join(f"e.{column}" for column in ENVELOPE_COLUMNS.split(", ")) + ", p.body"
-#: The FROM clause that goes with :data:`EVENT_COLUMNS`.
-EVENTS_WITH_PAYLOAD = "FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
-
-
-def stored_event(row: Sequence[Any], parts: Mapping[str, bytes] | None = None) -> LoadedEvent:
-    """The one row mapper: an :data:`EVENT_COLUMNS` row (and its parts' bodies) as an event.
-
-    A missing payload body raises :class:`PayloadMissing` (the log was damaged or a payload
-    was deleted behind the triggers' back).
-    """
-    seq, time, type_, session, key, identity, payload, part_list, chain, body = row[:10]
-    if body is None:
-        raise PayloadMissing(
-            f"event {seq}: its payload {payload} is missing from the payloads table"
-        )
-    envelope = Envelope(
-        int(seq),
-        str(time),
-        str(type_),
-        str(session),
-        str(key),
-        str(identity),
-        str(payload),
-        str(part_list),
-    )
-    return LoadedEvent(envelope, str(chain), bytes(body), parts or {})
-
-
 def iter_events(
     conn: sqlite3.Connection,
     after_seq: int = 0,
@@ -1580,60 +1401,19 @@ def iter_events(
 ) -> Iterator[LoadedEvent]:
     """Events in sequence order with their payload and parts' bodies, streamed.
 
-    The one way events are read back. Two statements walk ``events`` by rowid side by side
-    (no sort, no per-part query): one yields each event (of ``types``, when given) with its
-    payload, the other each part (``json_each`` over the envelope's part list, in list
-    order) with its body, for events of ``part_types`` only when given (none when empty).
-    A part whose body is missing (an erasure) is simply not carried.
+    The one way events are read back: digests read as bytes, handed on as hex. Each event
+    (of ``types``, when given) comes with its payload and its parts' bodies, for events of
+    ``part_types`` only when given (none when empty). An erased event body (FORMAT.md 12.4)
+    is skipped, an erased part is simply not carried; any other missing payload raises
+    :class:`PayloadMissing` (the log was damaged behind the triggers' back).
     """
     if types is not None and not set(types):
         return
-    if _is_v2(conn):
-        yield from _iter_events_v2(conn, after_seq, until_seq, types, part_types)
-        return
-    where, args = _range(after_seq, until_seq, types)
-    events = conn.execute(
-        f"SELECT {EVENT_COLUMNS} {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq", args
-    )
-    part_where, part_args = _range(
-        after_seq, until_seq, part_types if part_types is not None else types
-    )
-    parts: Iterator[Any] = iter(())
-    if part_types is None or set(part_types):
-        parts = conn.execute(
-            "SELECT e.seq, j.value, q.body FROM events e JOIN json_each(e.parts) j"
-            f" JOIN payloads q ON q.digest = j.value{part_where} AND e.parts != '[]'"
-            " ORDER BY e.seq",
-            part_args,
-        )
-    part = next(parts, None)
-    for row in events:
-        seq = row[0]
-        carried: dict[str, bytes] = {}
-        while part is not None and part[0] <= seq:
-            if part[0] == seq:
-                carried[part[1]] = part[2]
-            part = next(parts, None)
-        yield stored_event(row, carried)
-
-
-def _is_v2(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    return row is not None and row[0] == str(FORMAT_V2)
-
-
-def _iter_events_v2(
-    conn: sqlite3.Connection,
-    after_seq: int,
-    until_seq: int | None,
-    types: Iterable[str] | None,
-    part_types: Iterable[str] | None,
-) -> Iterator[LoadedEvent]:
-    """:func:`iter_events` over a v2 archive: digests read as bytes, handed on as hex."""
     where, args = _range(after_seq, until_seq, types)
     rows = conn.execute(
         "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts,"
-        f" e.author, e.chain, p.body {EVENTS_WITH_PAYLOAD}{where} ORDER BY e.seq",
+        " e.author, e.chain, p.body FROM events e LEFT JOIN payloads p ON p.digest = e.payload"
+        f"{where} ORDER BY e.seq",
         args,
     )
     carry = (
@@ -1676,14 +1456,14 @@ def _range(after: int, until: int | None, types: Iterable[str] | None) -> tuple[
 
 
 def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
-    """A payload's bytes by digest, or None when the table does not hold it."""
+    """A payload's bytes by hex digest, or None when the table does not hold it (or it is
+    erased)."""
     try:
         raw = bytes.fromhex(digest)
     except ValueError:
         return None
-    # v1 stores digests as hex text, v2 as 32 bytes: one indexed lookup each, no version read
     row = conn.execute(
-        "SELECT body FROM payloads WHERE digest IN (?, ?) AND body IS NOT NULL", (digest, raw)
+        "SELECT body FROM payloads WHERE digest = ? AND body IS NOT NULL", (raw,)
     ).fetchone()
     return bytes(row[0]) if row else None
 
@@ -1717,20 +1497,14 @@ def salted_payloads(
 def session_part_digests(
     conn: sqlite3.Connection, session: str, types: Sequence[str], before_seq: int
 ) -> Iterator[str]:
-    """The part digests (hex, in log order) of ``session``'s events of ``types`` before a seq.
-
-    Either format: v1 stores the list as canonical JSON text, v2 as 32-byte digests.
-    """
+    """The part digests (hex, in log order) of ``session``'s events of ``types`` before a seq."""
     marks = ", ".join("?" * len(types))
     for (parts,) in conn.execute(
         f"SELECT parts FROM events WHERE session = ? AND type IN ({marks}) AND seq < ?"
         " ORDER BY seq",
         (session, *types, before_seq),
     ):
-        if isinstance(parts, bytes):
-            yield from (digest.hex() for digest in split_parts(parts))
-        else:
-            yield from (str(d) for d in json.loads(parts))
+        yield from (digest.hex() for digest in split_parts(parts))
 
 
 def part_body(conn: sqlite3.Connection, event: StoredEvent, digest: str) -> bytes | None:
@@ -1751,45 +1525,38 @@ class ServeBasis:
 
     file: tuple[int, int] | None  # file_identity of events.db at the proven open
     store_id: str
-    format_version: int
-    key: bytes  # v1: the payload key (digests are keyed); v2: unused by the serve-time proof
-    vkey: str | None  # v2: the log's verifier key (None when the signing key is unusable)
+    vkey: str | None  # the log's verifier key (None when the signing key is unusable)
 
     @classmethod
-    def of(cls, store: EventStoreV2, file: tuple[int, int] | None) -> ServeBasis:
+    def of(cls, store: EventStore, file: tuple[int, int] | None) -> ServeBasis:
         try:
             vkey: str | None = store.vkey
         except KeyFileError:
             vkey = None
-        return cls(file, store.store_id, FORMAT_V2, b"", vkey)
+        return cls(file, store.store_id, vkey)
 
     def problem(self, conn: sqlite3.Connection) -> str | None:
         """Why the database on ``conn`` is not the one proven, or None."""
         found = (_meta_or_none(conn, "store_id"), _meta_or_none(conn, "format_version"))
-        if found != (self.store_id, str(self.format_version)):
+        if found != (self.store_id, str(FORMAT_VERSION)):
             return (
                 f"it is store {found[0]} format {found[1]}, but the open-time proof established "
-                f"store {self.store_id} format {self.format_version}"
+                f"store {self.store_id} format {FORMAT_VERSION}"
             )
         return None
 
 
-def reader_keys(folder: Path, conn: sqlite3.Connection) -> tuple[bytes, str | None]:
-    """What a reader proves served text with (projections.recall.Prover's ``key``, ``vkey``).
-
-    v1: the payload key (digests are keyed). v2: no key (digests are salted) and the log's
-    verifier key, derived from the signing key; None when it cannot be read, so nothing is
-    proven and nothing is served (FORMAT.md 20.5).
-    """
-    if not _is_v2(conn):
-        return read_key(folder / KEY_NAME), None
+def reader_vkey(folder: Path, conn: sqlite3.Connection) -> str | None:
+    """The key a reader proves served text with (projections.recall.Prover's ``vkey``): the
+    log's verifier key, derived from the signing key; None when it cannot be read, so
+    nothing is proven and nothing is served (FORMAT.md 20.5)."""
     store_id = _meta_or_none(conn, "store_id") or ""
     try:
         signer = read_signer(signing_key_path(folder), digests_v2.origin(store_id))
     except KeyFileError as exc:
         log.error("archive: served recall cannot be proven: %s", exc)
-        return b"", None
-    return b"", signer.vkey
+        return None
+    return signer.vkey
 
 
 def head_time(conn: sqlite3.Connection) -> str:

@@ -1,7 +1,7 @@
 """Format-v2 pieces of the store: schema, key files, part resolution, the kept tree edge.
 
-docs/FORMAT.md sections 10, 12.3, 14.3, 15 and 17. :class:`archive_provider.storage.store.
-EventStoreV2` uses them; the rest of the package sees only the one ``EventStore`` API.
+docs/FORMAT.md sections 10, 12.3, 14.3, 15 and 17, used by
+:class:`archive_provider.storage.store.EventStore`.
 """
 
 from __future__ import annotations
@@ -231,8 +231,6 @@ class PartHasher(Hasher):
     that :meth:`resolve` inserts with the event. Two parts of the same new text in one
     transaction share the salt drawn first (``pending``).
     """
-
-    format_version = 2
 
     def __init__(self, key: bytes, conn: sqlite3.Connection) -> None:
         super().__init__(key)

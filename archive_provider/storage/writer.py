@@ -41,9 +41,9 @@ from ..domain import builders
 from ..domain.clock import now_text, utc_now
 from ..errors import ArchiveUnavailable, Failure, classify
 from ..format import digests_v2
-from ..format.digests import genesis_chain, key_text, parts_text
+from ..format.digests import key_text, parts_text
 from ..format.events import AppendResult, NewEvent
-from ..format.verifier import verify_database, verify_rows
+from ..format.verifier import verify_database
 from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
 from .spill import (
     END,
@@ -66,19 +66,16 @@ from .spill import (
 )
 from .store import (
     DB_NAME,
-    ENVELOPE_COLUMNS,
     EventStore,
-    EventStoreV2,
     Head,
     Projection,
     ServeBasis,
     StoreError,
-    TamperedPart,
     connect,
     file_identity,
     head_time,
-    payload_body,
 )
+from .store_v2 import TamperedPart
 from .threads import ThreadFactory, context_thread
 from .witness import (
     Proof,
@@ -111,7 +108,7 @@ class RemoteSubmitter(Protocol):
 #: starts submission to a proven v2 log's remote witnesses on threads of the given factory
 #: (None: the log names none). The layer that builds the writer hands it in (the provider's
 #: is ``witnesses.remote.start_submitter``); storage never imports the witnesses above it.
-SubmitterFactory = Callable[[EventStoreV2, ThreadFactory], RemoteSubmitter | None]
+SubmitterFactory = Callable[[EventStore, ThreadFactory], RemoteSubmitter | None]
 
 MAX_BATCH_JOBS = 512
 #: how long a durable append may wait in all while the log is being proved on open (a full
@@ -244,7 +241,7 @@ class DrainReport:
 
 
 def _same_head(one: Head, other: Head) -> bool:
-    """The same log head: seq and chain (a v2 head read back also carries its Merkle root,
+    """The same log head: seq and chain (a head read back also carries its Merkle root,
     the one the writer kept from its own append does not; both follow from the same envelopes)."""
     return (one.seq, one.chain) == (other.seq, other.chain)
 
@@ -258,7 +255,7 @@ def open_time_proof(store: EventStore, witness: Witness | None, *, fast: bool) -
     append: the writer and each command that writes (invariant 11). ``fast`` is
     :func:`fast_path_ok`, taken before the store was opened."""
     proof = None
-    if isinstance(store, EventStoreV2) and witness is not None and not fast:
+    if witness is not None and not fast:
         proof = open_proof_v2(store, witness)
     if proof is None:
         proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=witness)
@@ -389,8 +386,8 @@ class Writer:
         #: what the passing open-time proof established: what served excerpts are proven with
         self.basis: ServeBasis | None = None
         self._proven_lock = threading.Lock()  # a walk's refusal and the proof's pass never cross
-        self._walk: BackgroundWalk | None = None  # v2: the walk over older history
-        self._submitter: RemoteSubmitter | None = None  # v2: remote witnesses of the log
+        self._walk: BackgroundWalk | None = None  # the walk over older history
+        self._submitter: RemoteSubmitter | None = None  # remote witnesses of the log
         self._history_proven = False  # every event was verified (a clean close may vouch)
         if not verify_on_open:
             self.proven.set()  # the caller chose not to prove (a checkpoint-only context)
@@ -709,10 +706,10 @@ class Writer:
 
     @property
     def committed_roots(self) -> Mapping[int, bytes] | None:
-        """The tree roots this writer committed (v2): what an unsigned head must be to be
-        served from (FORMAT.md 20.5); None when no v2 store is open here."""
+        """The tree roots this writer committed: what an unsigned head must be to be served
+        from (FORMAT.md 20.5); None when no store is open here."""
         store = self._store
-        return store.committed_roots if isinstance(store, EventStoreV2) else None
+        return store.committed_roots if store is not None else None
 
     # -- thread ---------------------------------------------------------------------------
 
@@ -729,7 +726,7 @@ class Writer:
 
     @property
     def walk(self) -> WalkState | None:
-        """The v2 background walk's progress (None when none ran in this process)."""
+        """The background walk's progress (None when none ran in this process)."""
         return self._walk.state if self._walk is not None else None
 
     def _withdraw(self, problem: str) -> None:
@@ -780,12 +777,11 @@ class Writer:
         if self._verify_on_open:
             self.proving = True
             try:
-                if isinstance(store, EventStoreV2) and self.witness is not None and not fast:
+                if self.witness is not None and not fast:
                     walk_from = store.checkpoint_note()
                 proof = open_time_proof(store, self.witness, fast=fast)
                 if (
                     proof.ok
-                    and isinstance(store, EventStoreV2)
                     and self.witness is not None
                     and not self._unwitnessed(store)  # the log first records that it is
                 ):
@@ -813,11 +809,7 @@ class Writer:
         self.refused = None
         self._refused_state = None
         self._history_proven = self._verify_on_open and getattr(proof, "path", "") != "checkpoint"
-        if (
-            walk_from is not None
-            and isinstance(store, EventStoreV2)
-            and getattr(proof, "path", "") == "checkpoint"
-        ):
+        if walk_from is not None and getattr(proof, "path", "") == "checkpoint":
             self._start_walk(store, walk_from)  # it pauses between slices: the host goes first
         opened = opened or file_identity(self.folder / DB_NAME)  # made by the open
         with self._proven_lock:
@@ -825,12 +817,7 @@ class Writer:
                 self.basis = ServeBasis.of(store, opened)
                 self.proven.set()
         start = self._submitter_factory
-        if (
-            start is not None
-            and isinstance(store, EventStoreV2)
-            and self._verify_on_open
-            and self._submitter is None
-        ):
+        if start is not None and self._verify_on_open and self._submitter is None:
             self._start_submitter(store, start)
         self._verified = store.head()
         self._first_witness = self._verify_on_open and self._unwitnessed(store)
@@ -839,7 +826,7 @@ class Writer:
         self._store = store
         return store
 
-    def _start_walk(self, store: EventStoreV2, note: bytes) -> None:
+    def _start_walk(self, store: EventStore, note: bytes) -> None:
         """Walk the history before the checkpoint the open-time proof started from."""
         from ..format.signed_note import parse_checkpoint, parse_note
 
@@ -857,7 +844,7 @@ class Writer:
         )
         self._walk.start()
 
-    def _start_submitter(self, store: EventStoreV2, start: SubmitterFactory) -> None:
+    def _start_submitter(self, store: EventStore, start: SubmitterFactory) -> None:
         """Submit checkpoints to the log's remote witnesses in the background (16.2)."""
         try:
             self._submitter = start(store, self._thread_factory)
@@ -885,7 +872,7 @@ class Writer:
         between the two leaves a witness without the event, and the next commit tries again.
         """
         assert self.witness is not None
-        return self.witness.write(store.store_id, 0, genesis_chain(store.store_id))
+        return self.witness.write(store.store_id, 0, digests_v2.genesis(store.store_id).hex())
 
     def _main(self) -> None:
         """The thread body: the writer loop, restarted in place if anything escapes it."""
@@ -1307,16 +1294,13 @@ class Writer:
             and self.witness is not None
             and (witnessed is None or not _same_head(witnessed, end))
         ):
-            if isinstance(store, EventStoreV2):
-                try:
-                    if advance(self.witness, store):
-                        self._witnessed = end
-                except WitnessMismatch as exc:  # rewritten under us: refuse what follows
-                    self._withdraw(str(exc))
-                except Exception:  # the commit stands; only the witness lags behind it
-                    log.exception("archive: the local witness did not advance")
-            elif self.witness.write(store.store_id, end.seq, end.chain):
-                self._witnessed = end
+            try:
+                if advance(self.witness, store):
+                    self._witnessed = end
+            except WitnessMismatch as exc:  # rewritten under us: refuse what follows
+                self._withdraw(str(exc))
+            except Exception:  # the commit stands; only the witness lags behind it
+                log.exception("archive: the local witness did not advance")
         for job, job_results in zip(batch, results, strict=True):
             if not job.future.done():
                 job.future.set_result(job_results)
@@ -1381,36 +1365,13 @@ class Writer:
                 "are refused; see docs/RECOVER.md, 'Witness mismatch'."
             )
 
-        if isinstance(store, EventStoreV2):  # v2: the whole log, until ranged v2 checks land
-            report = verify_database(store.conn, store.key)
-            if not report.ok:
-                raise _Refused(
-                    f"the archive at {store.path} failed verification at seq "
-                    f"{report.first_bad_seq} (appended by another process): {report.problem}. "
-                    "Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
-                    "'Tamper detected')."
-                )
-            return
-
-        def payload_of(digest: str) -> bytes | None:
-            return payload_body(store.conn, digest)
-
-        rows = store.conn.execute(
-            f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq > ? ORDER BY seq", (known.seq,)
-        )
-        report = verify_rows(
-            rows,
-            store_id=store.store_id,
-            key=store.key,
-            payload_of=payload_of,
-            head=(head.seq, head.chain),
-            start=(known.seq, known.chain),
-        )
+        report = verify_database(store.conn, store.key)  # the whole log, until ranged checks land
         if not report.ok:
             raise _Refused(
-                f"the archive at {store.path} failed verification at seq {report.first_bad_seq} "
-                f"(appended by another process): {report.problem}. Appends are refused; run "
-                "`hermes-archive verify` (docs/RECOVER.md, 'Tamper detected')."
+                f"the archive at {store.path} failed verification at seq "
+                f"{report.first_bad_seq} (appended by another process): {report.problem}. "
+                "Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
+                "'Tamper detected')."
             )
 
     @staticmethod
@@ -1429,7 +1390,7 @@ class Writer:
                 job.events = list(job.build(store))
             # an event taken in from the spill carries the time it was accepted
             return store.append_in_transaction(job.events, time=job.time)
-        except TamperedPart as exc:  # the log was edited under us (v1 TamperedPayload is one)
+        except TamperedPart as exc:  # the log was edited under us
             raise _Refused(
                 f"{exc}. Appends are refused; run `hermes-archive verify` (docs/RECOVER.md, "
                 "'Tamper detected')."
@@ -1491,9 +1452,8 @@ class Writer:
                     self._verified = store.head()
                     self._first_witness = False
                 head = store.head()
-                if isinstance(store, EventStoreV2):
-                    store.checkpoint()
-                    advance(self.witness, store)
+                store.checkpoint()
+                advance(self.witness, store)
                 if self._verified is not None and _same_head(head, self._verified):
                     foreign = _data_version(store) != self._data_version
                     busy = store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
@@ -1507,7 +1467,7 @@ class Writer:
         if head is None or not synced or self.witness is None:
             return
         fingerprint = None
-        if isinstance(store, EventStoreV2) and not self._walk_complete():
+        if not self._walk_complete():
             self.witness.write(store.store_id, head.seq, head.chain)  # history not yet walked:
             return  # no fingerprint, so the next open does not skip the walk
         if foreign:  # bytes another connection wrote were never proven: no fast path next time

@@ -41,7 +41,7 @@ from .client import (
 )
 
 if TYPE_CHECKING:
-    from ..storage.store import EventStoreV2
+    from ..storage.store import EventStore
 
 MAX_ANSWER_BYTES = 64 * 1024
 
@@ -202,7 +202,7 @@ def _latest_of(endpoint: WitnessEndpoint, origin: str, timeout: float) -> bytes 
 
 
 def check_remote(
-    store: EventStoreV2, timeout: float = 5.0, vkey: str | None = None
+    store: EventStore, timeout: float = 5.0, vkey: str | None = None
 ) -> list[dict[str, Any]]:
     """Ask each witness of the set what it last cosigned and check that against the tree.
 
@@ -252,7 +252,7 @@ def check_remote(
     return rows
 
 
-def tree_contains(store: EventStoreV2, checkpoint: Checkpoint) -> bool:
+def tree_contains(store: EventStore, checkpoint: Checkpoint) -> bool:
     """Whether this archive's tree holds ``checkpoint`` (its size, with that root)."""
     head = store.head()
     if checkpoint.size > head.seq:
@@ -307,7 +307,7 @@ def store_cosignature(folder: Path, size: int, sig: Signature) -> None:
         conn.close()
 
 
-def start_submitter(store: EventStoreV2, thread_factory: ThreadFactory) -> WitnessSubmitter | None:
+def start_submitter(store: EventStore, thread_factory: ThreadFactory) -> WitnessSubmitter | None:
     """Submit each new checkpoint to every witness of the set, from background threads.
 
     Each thread reads the latest note and proofs on a read-only connection of its own and

@@ -14,7 +14,7 @@ from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.cli import main
 from archive_provider.fleet.ship import ShipError, Shipper
-from archive_provider.storage.store import EventStoreV2, archive_dir
+from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central, append_turns, make_archive
 
 pytestmark = pytest.mark.postgres
@@ -44,7 +44,6 @@ def test_retention_and_holds_reach_the_central_store(
     home = tmp_path / "home"
     with freeze_time("2026-01-01T00:00:00Z"):
         store = make_archive(home)
-        assert isinstance(store, EventStoreV2)
         append_turns(store, 2, session="old", text="expiredword")
         append_turns(store, 2, session="held", text="counselword")
     with freeze_time("2026-09-01T00:00:00Z"):
@@ -81,7 +80,6 @@ def test_the_server_refuses_an_erasure_that_reaches_held_data(
 ) -> None:
     home = tmp_path / "home"
     store = make_archive(home)
-    assert isinstance(store, EventStoreV2)
     append_turns(store, 2, session="held", text="counselword")
     hold = erasure.add_hold(store, {"session": "held"}, "audit", "counsel")
     store_id = store.store_id
@@ -111,7 +109,6 @@ def test_a_shipped_hold_release_does_not_release_the_hold_centrally(
     word only; the server keeps held data until an administrator released the hold."""
     home = tmp_path / "home"
     store = make_archive(home)
-    assert isinstance(store, EventStoreV2)
     append_turns(store, 2, session="held", text="counselword")
     hold = erasure.add_hold(store, {"session": "held"}, "audit", "counsel")
     store_id = store.store_id

@@ -22,7 +22,7 @@ from archive_provider.fleet import central
 from archive_provider.fleet.ship import ShipError, Shipper, read_state
 from archive_provider.format import merkle, signed_note
 from archive_provider.format.signed_note import Signer
-from archive_provider.storage.store import EventStoreV2, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.conftest import PASSWORDS, Central, append_turns, central_rows, make_archive
 
 pytestmark = pytest.mark.postgres
@@ -37,9 +37,8 @@ def _ship(home: Path, db: Central, *, batch: int = 1000) -> int:
         shipper.close()
 
 
-def _v2(home: Path) -> EventStoreV2:
+def _v2(home: Path) -> EventStore:
     store = make_archive(home)
-    assert isinstance(store, EventStoreV2)
     return store
 
 

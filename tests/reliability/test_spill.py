@@ -41,7 +41,7 @@ from archive_provider.storage.spill import (
     read_records,
     segment_paths,
 )
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir
+from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.writer import MAX_BATCH_JOBS
 
 from .conftest import CHILD, RECEIPT, env_int, events, flush, home_spill_key, raw, verify_home
@@ -697,7 +697,6 @@ def test_a_v2_archive_takes_in_the_spill_with_the_accepted_times(home: Path) -> 
         take_in(home)
     store = EventStore.open(archive_dir(home), create=False, readonly=True)
     try:
-        assert isinstance(store, EventStoreV2)
         turns = [e for e in store.events() if e.type == "turn"]
     finally:
         store.close()

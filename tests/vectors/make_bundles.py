@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from archive_provider.audit.export import Selection, export_bundle  # noqa: E402
 from archive_provider.audit.prove import prove  # noqa: E402
 from archive_provider.format.verifier import verify_bundle, verify_proof  # noqa: E402
-from archive_provider.storage.store import EventStore, EventStoreV2, archive_dir  # noqa: E402
+from archive_provider.storage.store import EventStore, archive_dir  # noqa: E402
 from tests.test_cli import build_archive  # noqa: E402
 from tests.test_export import reseal  # noqa: E402
 
@@ -116,7 +116,6 @@ def main() -> None:
         home = Path(scratch) / "home"
         build_archive(home)
         store = EventStore.open(archive_dir(home), create=False, readonly=True)
-        assert isinstance(store, EventStoreV2)
         vkey = store.vkey
         export_bundle(store, BUNDLES / "tiny.zip", Selection(session="sess-2"))
         (PROOFS / "turn.proof").write_bytes(prove(store, [3])[3])
