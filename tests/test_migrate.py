@@ -26,8 +26,17 @@ from archive_provider.storage.migrate import (
     migrate,
 )
 from archive_provider.storage.store import EventStore, EventStoreV2, Head, iter_events
+from bench.common import cli_child
+from tests.v1_writer import TURNS_PER_SESSION, events_in, messages, write_v1_archive
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
+#: conversations in the two v1 archives the memory test migrates (50 events each: 2k, 20k)
+SMALL_SESSIONS, LARGE_SESSIONS = 40, 400
+#: how much more the larger migrate may take: noise only. The v1 verify's set of every
+#: digest met (~560 B an event) once grew it 5.5 MiB, and a copy that held the v1 log or
+#: its digest map would grow it by more
+GROWTH_MIB = 3.0
+CEILING_MIB = 100.0
 
 
 @pytest.fixture
@@ -238,3 +247,47 @@ def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
     finally:
         store.close()
     assert {"role": "user", "content": "A blue heron sat by the river"} in texts
+
+
+def test_migrate_runs_in_bounded_memory_and_keeps_every_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """v1 archives of 2k and 20k events (tests/v1_writer.py), each migrated by the command
+    in a child that reports its own peak (VmHWM): the larger may not take more than noise
+    above the smaller; the migrated archive verifies with every event and every text."""
+    homes = {n: tmp_path / f"home-{n}" for n in (SMALL_SESSIONS, LARGE_SESSIONS)}
+    runs = {}
+    for sessions, home in homes.items():
+        assert write_v1_archive(home / "archive", sessions) == events_in(sessions)
+        runs[sessions] = cli_child(home, "--json", "migrate")
+        assert runs[sessions].returncode == 0, runs[sessions].stdout + runs[sessions].stderr
+    small, large = runs[SMALL_SESSIONS], runs[LARGE_SESSIONS]
+    growth = large.peak_mib - small.peak_mib
+    assert growth <= GROWTH_MIB, (
+        f"migrate's peak grew by {growth:.1f} MiB from {small.peak_mib:.1f} MiB "
+        f"({events_in(SMALL_SESSIONS)} events) to {large.peak_mib:.1f} MiB "
+        f"({events_in(LARGE_SESSIONS)} events)"
+    )
+    assert large.peak_mib <= CEILING_MIB
+    home, events = homes[LARGE_SESSIONS], events_in(LARGE_SESSIONS)
+    done = json.loads(large.stdout)
+    assert done["v1_head"]["seq"] == events and done["events"] == events + 1
+    from archive_provider.cli import main
+
+    assert main(["--home", str(home), "--json", "verify", "--key", done["vkey"]]) == 0
+    log = json.loads(capsys.readouterr().out)["log"]
+    assert log["authenticity"] == "verified" and log["events_checked"] == events + 1
+    # every message, in its session, turn and place (the documented audit view)
+    conn = sqlite3.connect(f"{(home / 'archive' / 'events.db').as_uri()}?mode=ro", uri=True)
+    try:
+        found = conn.execute(
+            "SELECT session, turn, position, role, text FROM audit_turns ORDER BY seq, position"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert found == [
+        (f"sess-{session:05d}", turn, position, message["role"], message["content"])
+        for session in range(1, LARGE_SESSIONS + 1)
+        for turn in range(1, TURNS_PER_SESSION + 1)
+        for position, message in enumerate(messages(session, turn), start=1)
+    ]
