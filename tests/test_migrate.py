@@ -291,3 +291,26 @@ def test_migrate_runs_in_bounded_memory_and_keeps_every_text(
         for turn in range(1, TURNS_PER_SESSION + 1)
         for position, message in enumerate(messages(session, turn), start=1)
     ]
+
+
+def test_forget_after_a_migration_names_the_kept_v1_file(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The migrated turns (bodies naming their messages, FORMAT.md 13.4) are erased from the
+    new archive, which verifies with the erasure; the v1 file migrate kept still holds the
+    texts, and no erasure reaches it: forget lists it, as it lists host copies."""
+    from archive_provider.cli import main
+
+    folder = home / "archive"
+    assert main(["--home", str(home), "migrate"]) == 0
+    capsys.readouterr()
+    forget = ["forget", "--session", "sess-1", "--reason", "request 7", "--yes"]
+    assert main(["--home", str(home), "--json", *forget]) == 0
+    receipt = json.loads(capsys.readouterr().out)
+    assert receipt["payloads"] > 0
+    assert b"Ziggy" not in (folder / "events.db").read_bytes()
+    assert b"Ziggy" in (folder / V1_DB_NAME).read_bytes()
+    assert [f["path"] for f in receipt["host_copies"]["files"]] == ["archive/events.v1.db"]
+    assert main(["--home", str(home), "--json", "verify"]) == 0
+    assert json.loads(capsys.readouterr().out)["log"]["erasures"]
+    assert main(["--home", str(home), "search", "Ziggy"]) == 1
