@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,26 +56,41 @@ def _time(session: int) -> str:
     return f"2026-11-01T{hours % 24:02d}:{seconds // 60:02d}:{seconds % 60:02d}.000000Z"
 
 
-def _events(sessions: int) -> Iterator[tuple[int, str, str, dict[str, Any], Any, list[bytes]]]:
-    """(session number, type, session, key, body, parts) of every event, in log order."""
+@dataclass(frozen=True)
+class V1Event:
+    """One event as 0.1.0's writer took it: its parts as their canonical bytes."""
+
+    time: str
+    type: str
+    session: str
+    key: dict[str, Any]
+    body: Any
+    parts: tuple[bytes, ...] = ()
+
+
+def _events(sessions: int) -> Iterator[V1Event]:
     for number in range(1, sessions + 1):
-        session = f"sess-{number:05d}"
-        at = _time(number)
+        session, at = f"sess-{number:05d}", _time(number)
         started = {"agent_context": "primary", "host": "0.19.0", "platform": "cli"}
-        yield number, "session_started", session, {"at": at, "session": session}, started, []
+        yield V1Event(at, "session_started", session, {"at": at, "session": session}, started)
         for turn in range(1, TURNS_PER_SESSION + 1):
-            parts = [canonical_bytes(m) for m in messages(number, turn)]
+            parts = tuple(canonical_bytes(m) for m in messages(number, turn))
             digests = [payload_digest(KEY, p) for p in parts]
             key = {"messages": digests, "session": session, "turn": turn}
             body = {"legacy_shape": False, "messages": digests, "start": 2 * turn - 2, "turn": turn}
-            yield number, "turn", session, key, body, parts
+            yield V1Event(at, "turn", session, key, body, parts)
 
 
 def write_v1_archive(folder: Path, sessions: int) -> int:
     """A format-1 archive in ``folder`` (``<home>/archive``) of ``sessions`` conversations;
     returns its number of events (:func:`events_in`)."""
+    return write_v1_log(folder, STORE_ID, KEY, _events(sessions))
+
+
+def write_v1_log(folder: Path, store_id: str, key: bytes, events: Iterable[V1Event]) -> int:
+    """A format-1 archive in ``folder`` (made here) holding ``events``; returns how many."""
     folder.mkdir(parents=True, mode=0o700)
-    (folder / "payload.key").write_text(KEY.hex() + "\n")
+    (folder / "payload.key").write_text(key.hex() + "\n")
     os.chmod(folder / "payload.key", 0o600)
     frozen = sqlite3.connect(f"{FROZEN.absolute().as_uri()}?mode=ro", uri=True)
     marks = ",".join("?" * len(LOG_TABLES))
@@ -94,24 +110,24 @@ def write_v1_archive(folder: Path, sessions: int) -> int:
         conn.execute(statement)
     conn.executemany(
         "INSERT INTO meta VALUES (?, ?)",
-        [("format_version", "1"), ("store_id", STORE_ID), ("created", _time(0))],
+        [("format_version", "1"), ("store_id", store_id), ("created", _time(0))],
     )
-    chain = genesis_chain(STORE_ID)
+    chain = genesis_chain(store_id)
     rows: list[tuple[object, ...]] = []
     payloads: dict[str, bytes] = {}
-    for seq, (number, kind, session, key, body, parts) in enumerate(_events(sessions), start=1):
-        body_bytes = canonical_bytes(body)
-        payload = payload_digest(KEY, body_bytes)
-        digests = [payload_digest(KEY, p) for p in parts]
-        payloads[payload] = body_bytes
-        payloads.update(zip(digests, parts, strict=True))
+    for seq, event in enumerate(events, start=1):
+        body = canonical_bytes(event.body)
+        payload = payload_digest(key, body)
+        digests = [payload_digest(key, p) for p in event.parts]
+        payloads[payload] = body
+        payloads.update(zip(digests, event.parts, strict=True))
         envelope = Envelope(
             seq,
-            _time(number),
-            kind,
-            session,
-            key_text(key),
-            identity_digest(kind, key),
+            event.time,
+            event.type,
+            event.session,
+            key_text(event.key),
+            identity_digest(event.type, event.key),
             payload,
             parts_text(digests),
         )
@@ -119,7 +135,8 @@ def write_v1_archive(folder: Path, sessions: int) -> int:
         rows.append((*(getattr(envelope, f) for f in _COLUMNS), chain))
     conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     conn.executemany("INSERT INTO payloads VALUES (?, ?)", payloads.items())
-    conn.execute("INSERT INTO head VALUES (1, ?, ?)", (len(rows), chain))
+    if rows:
+        conn.execute("INSERT INTO head VALUES (1, ?, ?)", (len(rows), chain))
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
