@@ -243,12 +243,14 @@ def versions(db_path: Path) -> dict[str, tuple[int, int]]:
         conn.close()
 
 
-def test_an_archive_an_older_release_left_is_rebuilt_when_the_host_opens_it(
-    cli_home_v2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("rebuilt_by", ["the host's open", "replay"])
+def test_an_archive_an_older_release_left_is_rebuilt_from_the_log(
+    rebuilt_by: str, cli_home_v2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Recall version 4 (the text in the index) and sessions version 3 (hex digests in the
-    transcript), caught up to the head: read-only commands say what to run, and the host's
-    open (the provider's initialize) rebuilds both from the log, to the same rows."""
+    transcript), caught up to the head: read-only commands say what to run; the host's open
+    (the provider's initialize, which then serves recall) or ``replay`` rebuilds both from
+    the log, to the same rows."""
     from archive_provider import ArchiveProvider
     from archive_provider.cli import main
     from archive_provider.projections.builtin import RecallProjection, SessionsProjection
@@ -265,12 +267,15 @@ def test_an_archive_an_older_release_left_is_rebuilt_when_the_host_opens_it(
     assert main(["--home", str(home), "search", "Ziggy"]) != 0  # read-only: nothing rebuilt
     assert "hermes-archive replay" in capsys.readouterr().err
 
-    provider = ArchiveProvider()
-    provider.initialize("sess-3", hermes_home=str(home), platform="cli")
-    try:  # served from the rebuilt index, with its proof
-        assert "Ziggy" in provider.prefetch("what is my cat called", session_id="sess-3")
-    finally:
-        provider.shutdown()
+    if rebuilt_by == "replay":
+        assert main(["--home", str(home), "replay"]) == 0
+    else:
+        provider = ArchiveProvider()
+        provider.initialize("sess-3", hermes_home=str(home), platform="cli")
+        try:  # served from the rebuilt index, with its proof
+            assert "Ziggy" in provider.prefetch("what is my cat called", session_id="sess-3")
+        finally:
+            provider.shutdown()
 
     head = sqlite3.connect(db_path).execute("SELECT seq FROM head").fetchone()[0]
     state = versions(db_path)
