@@ -26,7 +26,7 @@ from archive_provider.storage.migrate import (
     migrate,
 )
 from archive_provider.storage.store import EventStore, EventStoreV2, Head, iter_events
-from bench.common import cli_child
+from bench.common import ChildRun, cli_child
 from tests.v1_writer import TURNS_PER_SESSION, events_in, messages, write_v1_archive
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
@@ -36,6 +36,9 @@ SMALL_SESSIONS, LARGE_SESSIONS = 40, 400
 #: digest met (~560 B an event) once grew it 5.5 MiB, and a copy that held the v1 log or
 #: its digest map would grow it by more
 GROWTH_MIB = 3.0
+#: ``verify --lineage`` fills its several connections' page caches up to the larger archive
+#: (3.0 MiB measured); its map of every part's v1 and v2 digest once grew it 13.1 MiB
+LINEAGE_GROWTH_MIB = 6.0
 CEILING_MIB = 100.0
 
 
@@ -249,28 +252,44 @@ def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
     assert {"role": "user", "content": "A blue heron sat by the river"} in texts
 
 
+def _assert_flat(what: str, runs: dict[int, ChildRun], bound: float) -> None:
+    small, large = runs[SMALL_SESSIONS], runs[LARGE_SESSIONS]
+    growth = large.peak_mib - small.peak_mib
+    assert growth <= bound, (
+        f"{what}'s peak grew by {growth:.1f} MiB from {small.peak_mib:.1f} MiB "
+        f"({events_in(SMALL_SESSIONS)} events) to {large.peak_mib:.1f} MiB "
+        f"({events_in(LARGE_SESSIONS)} events)"
+    )
+    assert large.peak_mib <= CEILING_MIB
+
+
 def test_migrate_runs_in_bounded_memory_and_keeps_every_text(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """v1 archives of 2k and 20k events (tests/v1_writer.py), each migrated by the command
-    in a child that reports its own peak (VmHWM): the larger may not take more than noise
-    above the smaller; the migrated archive verifies with every event and every text."""
+    in a child that reports its own peak (VmHWM), then checked against its v1 file (``verify
+    --lineage``) the same way: the larger may not take more than noise above the smaller;
+    the migrated archive verifies with every event and every text."""
     homes = {n: tmp_path / f"home-{n}" for n in (SMALL_SESSIONS, LARGE_SESSIONS)}
     runs = {}
     for sessions, home in homes.items():
         assert write_v1_archive(home / "archive", sessions) == events_in(sessions)
         runs[sessions] = cli_child(home, "--json", "migrate")
         assert runs[sessions].returncode == 0, runs[sessions].stdout + runs[sessions].stderr
-    small, large = runs[SMALL_SESSIONS], runs[LARGE_SESSIONS]
-    growth = large.peak_mib - small.peak_mib
-    assert growth <= GROWTH_MIB, (
-        f"migrate's peak grew by {growth:.1f} MiB from {small.peak_mib:.1f} MiB "
-        f"({events_in(SMALL_SESSIONS)} events) to {large.peak_mib:.1f} MiB "
-        f"({events_in(LARGE_SESSIONS)} events)"
-    )
-    assert large.peak_mib <= CEILING_MIB
+    _assert_flat("migrate", runs, GROWTH_MIB)
+    # the lineage check reads both logs side by side (FORMAT.md 19), one event at a time
+    lineage_runs = {
+        sessions: cli_child(
+            home, "--json", "verify", "--jobs", "1", "--lineage", str(home / "archive" / V1_DB_NAME)
+        )
+        for sessions, home in homes.items()
+    }
+    for run in lineage_runs.values():
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert json.loads(run.stdout)["lineage"]["ok"]
+    _assert_flat("verify --lineage", lineage_runs, LINEAGE_GROWTH_MIB)
     home, events = homes[LARGE_SESSIONS], events_in(LARGE_SESSIONS)
-    done = json.loads(large.stdout)
+    done = json.loads(runs[LARGE_SESSIONS].stdout)
     assert done["v1_head"]["seq"] == events and done["events"] == events + 1
     from archive_provider.cli import main
 
