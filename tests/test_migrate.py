@@ -333,3 +333,46 @@ def test_forget_after_a_migration_names_the_kept_v1_file(
     assert main(["--home", str(home), "--json", "verify"]) == 0
     assert json.loads(capsys.readouterr().out)["log"]["erasures"]
     assert main(["--home", str(home), "search", "Ziggy"]) == 1
+
+
+def test_a_copy_stopped_part_way_fails_its_lineage_and_the_documented_way_back_migrates(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/RECOVER.md, "A migration stopped half-way", step 3: the copy fails after its
+    first transaction; the v1 file is untouched, a second migrate refuses, the lineage check
+    says the new archive ends early, and the way back the page gives (move the v2 files
+    aside, rename the v1 files back) migrates again to an archive whose lineage passes."""
+    from archive_provider.cli import main
+
+    folder = home / "archive"
+    before = file_blake3(folder / "events.db")
+
+    def disk_full(seq: int) -> None:  # called after each committed transaction of the copy
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        migrate(folder, progress=disk_full)
+    assert file_blake3(folder / V1_DB_NAME) == before
+    with pytest.raises(MigrationRefused, match="stopped half-way"):
+        migrate(folder)
+    check = ["--home", str(home), "--json", "verify", "--lineage", str(folder / V1_DB_NAME)]
+    assert main(check) == 1
+    found = json.loads(capsys.readouterr().out)["lineage"]
+    assert not found["ok"] and "ends early" in found["problem"] and found["v1_seq"] > 1
+
+    aside = home / "aside"
+    aside.mkdir()
+    for name in os.listdir(folder):
+        if name.startswith("events.db") or name in ("store.key", "signing.key"):
+            os.rename(folder / name, aside / name)
+    os.rename(folder / V1_DB_NAME, folder / "events.db")
+    os.rename(folder / V1_KEY_NAME, folder / "payload.key")
+    assert main(["--home", str(home), "--json", "migrate"]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 12
+    assert main(check) == 0
+    assert json.loads(capsys.readouterr().out)["lineage"] == {
+        "ok": True,
+        "events": 11,
+        "problem": None,
+        "v1_seq": None,
+    }
