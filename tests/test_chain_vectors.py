@@ -2,13 +2,15 @@
 
 The package (digests.py) and the standalone verifier (its own envelope and identity
 encoding) are each checked against tests/vectors/chain.json. The verifier's row checks are
-exercised without a database (verify_rows is sans-I/O); one test appends the same events
-through a real store with the clock frozen and compares the rows it wrote.
+exercised without a database (verify_rows is sans-I/O); one test writes the same events
+with tests/v1_writer.py (format 1's only writer since 0.2.0, which makes migrate's inputs)
+and compares the rows it wrote.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from archive_provider.format.digests import (
     payload_digest,
 )
 from archive_provider.format.events import Hasher
+from tests.v1_writer import V1Event, write_v1_log
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "chain.json").read_text(encoding="utf-8"))
 KEY = bytes.fromhex(VECTORS["payload_key_hex"])
@@ -264,4 +267,38 @@ def test_verify_rows_reports_malformed_rows_instead_of_crashing(column: int, val
     assert (report.ok, report.first_bad_seq) == (False, 2)
 
 
-# -- the store writes exactly these rows ----------------------------------------------------
+# -- the test writer of format 1 writes exactly these rows ------------------------------------
+
+
+def test_the_format_1_test_writer_writes_the_vector_rows(tmp_path: Path) -> None:
+    """tests/v1_writer.py builds the large format-1 archives migrate is tested on: with the
+    vectors' key and store id it writes exactly the frozen chain, head and payloads."""
+    events = [
+        V1Event(
+            event["time"],
+            event["type"],
+            event["session"],
+            event["key"],
+            event["body"],
+            tuple(bytes.fromhex(part["canonical_hex"]) for part in event["parts"]),
+        )
+        for event in EVENTS
+    ]
+    folder = tmp_path / "archive"
+    assert write_v1_log(folder, STORE_ID, KEY, events) == len(EVENTS)
+    conn = sqlite3.connect(folder / "events.db")
+    try:
+        rows = conn.execute(
+            "SELECT seq, time, type, session, key, identity, payload, parts, chain FROM events"
+            " ORDER BY seq"
+        ).fetchall()
+        assert rows == [_row(event) for event in EVENTS]
+        assert conn.execute("SELECT seq, chain FROM head").fetchone() == (
+            VECTORS["head"]["seq"],
+            VECTORS["head"]["chain"],
+        )
+        stored = {d: bytes(b) for d, b in conn.execute("SELECT digest, body FROM payloads")}
+        assert stored == _payloads()
+        assert verifier.verify_database(conn, KEY).ok
+    finally:
+        conn.close()

@@ -14,15 +14,19 @@ Nothing here is timed.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from archive_provider.projections.builtin import RecallProjection, SessionsProjection
 from archive_provider.storage.store import EventStore, archive_dir
 from bench.common import ChildRun, cli_child
 from bench.corpus import build
+from tests.test_recall_index import as_an_older_release_left_it
 
 SMALL_TURNS = 4_000
 LARGE_TURNS = 28_000
@@ -141,3 +145,52 @@ def test_forget_runs_in_bounded_memory(archives: Archives, tmp_path: Path) -> No
         for home in (archives.small, archives.large)
     ]
     Pair(*runs).check()
+
+
+#: the open that catches projections up (``EventStore.open`` with the default set, as the
+#: provider's writer and every writing command open), then the child prints its own peak
+#: (VmHWM: ru_maxrss would carry the forking test process's across exec)
+_OPEN = """
+import sys
+from pathlib import Path
+from archive_provider.projections.registry import default_projections
+from archive_provider.storage.store import EventStore
+EventStore.open(Path(sys.argv[1]), create=False, projections=default_projections).close()
+with open("/proc/self/status") as status:
+    print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")))
+"""
+
+
+def open_child(home: Path) -> ChildRun:
+    done = subprocess.run(
+        [sys.executable, "-c", _OPEN, str(archive_dir(home))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    peak = int(done.stdout.split()[-1]) / 1024 if done.returncode == 0 else float("nan")
+    return ChildRun(done.returncode, peak, 0.0, done.stdout, done.stderr)
+
+
+def test_an_older_projection_is_rebuilt_on_open_in_bounded_memory(
+    archives: Archives, tmp_path: Path
+) -> None:
+    """Recall and sessions as an older release left them (tests/test_recall_index.py): the
+    open drops both and rebuilds them from the log in the runner's one streamed pass, so its
+    peak does not grow with the archive."""
+    homes = [_copy(home, tmp_path / home.name) for home in (archives.small, archives.large)]
+    for home in homes:
+        as_an_older_release_left_it(archive_dir(home) / "events.db")
+    pair = Pair(*(open_child(home) for home in homes))
+    pair.check()
+    for home in homes:  # rebuilt in the child, to the head
+        store = EventStore.open(archive_dir(home), create=False, readonly=True)
+        try:
+            state = dict(store.conn.execute("SELECT name, version FROM projection_state"))
+            behind = store.conn.execute(
+                "SELECT count(*) FROM projection_state WHERE last_seq != ?", (store.head().seq,)
+            ).fetchone()[0]
+        finally:
+            store.close()
+        assert state["recall"] == RecallProjection.version and behind == 0
+        assert state["sessions"] == SessionsProjection.version

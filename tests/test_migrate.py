@@ -27,8 +27,20 @@ from archive_provider.storage.migrate import (
     v1_events,
 )
 from archive_provider.storage.store import EventStore, Head, iter_events
+from bench.common import ChildRun, cli_child
+from tests.v1_writer import TURNS_PER_SESSION, events_in, messages, write_v1_archive
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v1_archive"
+#: conversations in the two v1 archives the memory test migrates (50 events each: 2k, 20k)
+SMALL_SESSIONS, LARGE_SESSIONS = 40, 400
+#: how much more the larger migrate may take: noise only. The v1 verify's set of every
+#: digest met (~560 B an event) once grew it 5.5 MiB, and a copy that held the v1 log or
+#: its digest map would grow it by more
+GROWTH_MIB = 3.0
+#: ``verify --lineage`` fills its several connections' page caches up to the larger archive
+#: (3.0 MiB measured); its map of every part's v1 and v2 digest once grew it 13.1 MiB
+LINEAGE_GROWTH_MIB = 6.0
+CEILING_MIB = 100.0
 
 
 @pytest.fixture
@@ -239,3 +251,129 @@ def test_a_migration_stopped_before_the_witness_moved_names_the_way_to_finish(
     finally:
         store.close()
     assert {"role": "user", "content": "A blue heron sat by the river"} in texts
+
+
+def _assert_flat(what: str, runs: dict[int, ChildRun], bound: float) -> None:
+    small, large = runs[SMALL_SESSIONS], runs[LARGE_SESSIONS]
+    growth = large.peak_mib - small.peak_mib
+    assert growth <= bound, (
+        f"{what}'s peak grew by {growth:.1f} MiB from {small.peak_mib:.1f} MiB "
+        f"({events_in(SMALL_SESSIONS)} events) to {large.peak_mib:.1f} MiB "
+        f"({events_in(LARGE_SESSIONS)} events)"
+    )
+    assert large.peak_mib <= CEILING_MIB
+
+
+def test_migrate_runs_in_bounded_memory_and_keeps_every_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """v1 archives of 2k and 20k events (tests/v1_writer.py), each migrated by the command
+    in a child that reports its own peak (VmHWM), then checked against its v1 file (``verify
+    --lineage``) the same way: the larger may not take more than noise above the smaller;
+    the migrated archive verifies with every event and every text."""
+    homes = {n: tmp_path / f"home-{n}" for n in (SMALL_SESSIONS, LARGE_SESSIONS)}
+    runs = {}
+    for sessions, home in homes.items():
+        assert write_v1_archive(home / "archive", sessions) == events_in(sessions)
+        runs[sessions] = cli_child(home, "--json", "migrate")
+        assert runs[sessions].returncode == 0, runs[sessions].stdout + runs[sessions].stderr
+    _assert_flat("migrate", runs, GROWTH_MIB)
+    # the lineage check reads both logs side by side (FORMAT.md 19), one event at a time
+    lineage_runs = {
+        sessions: cli_child(
+            home, "--json", "verify", "--jobs", "1", "--lineage", str(home / "archive" / V1_DB_NAME)
+        )
+        for sessions, home in homes.items()
+    }
+    for run in lineage_runs.values():
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert json.loads(run.stdout)["lineage"]["ok"]
+    _assert_flat("verify --lineage", lineage_runs, LINEAGE_GROWTH_MIB)
+    home, events = homes[LARGE_SESSIONS], events_in(LARGE_SESSIONS)
+    done = json.loads(runs[LARGE_SESSIONS].stdout)
+    assert done["v1_head"]["seq"] == events and done["events"] == events + 1
+    from archive_provider.cli import main
+
+    assert main(["--home", str(home), "--json", "verify", "--key", done["vkey"]]) == 0
+    log = json.loads(capsys.readouterr().out)["log"]
+    assert log["authenticity"] == "verified" and log["events_checked"] == events + 1
+    # every message, in its session, turn and place (the documented audit view)
+    conn = sqlite3.connect(f"{(home / 'archive' / 'events.db').as_uri()}?mode=ro", uri=True)
+    try:
+        found = conn.execute(
+            "SELECT session, turn, position, role, text FROM audit_turns ORDER BY seq, position"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert found == [
+        (f"sess-{session:05d}", turn, position, message["role"], message["content"])
+        for session in range(1, LARGE_SESSIONS + 1)
+        for turn in range(1, TURNS_PER_SESSION + 1)
+        for position, message in enumerate(messages(session, turn), start=1)
+    ]
+
+
+def test_forget_after_a_migration_names_the_kept_v1_file(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The migrated turns (bodies naming their messages, FORMAT.md 13.4) are erased from the
+    new archive, which verifies with the erasure; the v1 file migrate kept still holds the
+    texts, and no erasure reaches it: forget lists it, as it lists host copies."""
+    from archive_provider.cli import main
+
+    folder = home / "archive"
+    assert main(["--home", str(home), "migrate"]) == 0
+    capsys.readouterr()
+    forget = ["forget", "--session", "sess-1", "--reason", "request 7", "--yes"]
+    assert main(["--home", str(home), "--json", *forget]) == 0
+    receipt = json.loads(capsys.readouterr().out)
+    assert receipt["payloads"] > 0
+    assert b"Ziggy" not in (folder / "events.db").read_bytes()
+    assert b"Ziggy" in (folder / V1_DB_NAME).read_bytes()
+    assert [f["path"] for f in receipt["host_copies"]["files"]] == ["archive/events.v1.db"]
+    assert main(["--home", str(home), "--json", "verify"]) == 0
+    assert json.loads(capsys.readouterr().out)["log"]["erasures"]
+    assert main(["--home", str(home), "search", "Ziggy"]) == 1
+
+
+def test_a_copy_stopped_part_way_fails_its_lineage_and_the_documented_way_back_migrates(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/RECOVER.md, "A migration stopped half-way", step 3: the copy fails after its
+    first transaction; the v1 file is untouched, a second migrate refuses, the lineage check
+    says the new archive ends early, and the way back the page gives (move the v2 files
+    aside, rename the v1 files back) migrates again to an archive whose lineage passes."""
+    from archive_provider.cli import main
+
+    folder = home / "archive"
+    before = file_blake3(folder / "events.db")
+
+    def disk_full(seq: int) -> None:  # called after each committed transaction of the copy
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        migrate(folder, progress=disk_full)
+    assert file_blake3(folder / V1_DB_NAME) == before
+    with pytest.raises(MigrationRefused, match="stopped half-way"):
+        migrate(folder)
+    check = ["--home", str(home), "--json", "verify", "--lineage", str(folder / V1_DB_NAME)]
+    assert main(check) == 1
+    found = json.loads(capsys.readouterr().out)["lineage"]
+    assert not found["ok"] and "ends early" in found["problem"] and found["v1_seq"] > 1
+
+    aside = home / "aside"
+    aside.mkdir()
+    for name in os.listdir(folder):
+        if name.startswith("events.db") or name in ("store.key", "signing.key"):
+            os.rename(folder / name, aside / name)
+    os.rename(folder / V1_DB_NAME, folder / "events.db")
+    os.rename(folder / V1_KEY_NAME, folder / "payload.key")
+    assert main(["--home", str(home), "--json", "migrate"]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 12
+    assert main(check) == 0
+    assert json.loads(capsys.readouterr().out)["lineage"] == {
+        "ok": True,
+        "events": 11,
+        "problem": None,
+        "v1_seq": None,
+    }

@@ -9,6 +9,7 @@ leaves tokens behind and the two differ.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,154 @@ def test_memory_rewind_and_erasure_leave_no_token_behind(store: EventStore) -> N
         assert "quokka" not in terms and "walrus" in terms
         assert not recall.search(store.conn, "quokka")
         assert_index_matches_content(store.conn)
+
+
+# -- an archive an older release left ---------------------------------------------------------
+
+#: what recall version 4 kept (0.1.0 and the first format-2 archives): the text in the index
+#: itself, and which memory target each memory row came from
+RECALL_V4_DDL = (
+    "CREATE VIRTUAL TABLE recall_fts USING fts5(text, kind UNINDEXED, session UNINDEXED,"
+    " seq UNINDEXED, role UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')",
+    "CREATE VIRTUAL TABLE recall_vocab USING fts5vocab(recall_fts, 'row')",
+    "CREATE TABLE recall_memory (rowid INTEGER PRIMARY KEY, target TEXT NOT NULL)",
+)
+#: sessions version 3 kept the transcript's digests as 64 hex characters
+TRANSCRIPT_V3_DDL = (
+    "CREATE TABLE transcript (session TEXT NOT NULL, position INTEGER NOT NULL,"
+    " digest TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (session, position)) WITHOUT ROWID",
+    "CREATE TABLE transcript_rewound (rewound_seq INTEGER NOT NULL, position INTEGER NOT NULL,"
+    " session TEXT NOT NULL, digest TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " PRIMARY KEY (rewound_seq, position)) WITHOUT ROWID",
+    "CREATE INDEX transcript_rewound_seq ON transcript_rewound(seq)",
+)
+
+
+def as_an_older_release_left_it(db_path: Path) -> None:
+    """Turn the recall and sessions projections of a format-2 archive back into what recall
+    version 4 and sessions version 3 stored, with the same rows, caught up to the head (in
+    SQL only, so an archive of any size is aged in seconds). An open with projections must
+    notice the versions and rebuild both from the log."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ALTER TABLE transcript RENAME TO transcript_v4")
+        conn.execute("ALTER TABLE transcript_rewound RENAME TO transcript_rewound_v4")
+        conn.execute("DROP INDEX transcript_rewound_seq")
+        for statement in TRANSCRIPT_V3_DDL:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO transcript SELECT session, position, lower(hex(digest)), seq"
+            " FROM transcript_v4"
+        )
+        conn.execute(
+            "INSERT INTO transcript_rewound SELECT rewound_seq, position, session,"
+            " lower(hex(digest)), seq FROM transcript_rewound_v4"
+        )
+        conn.execute("DROP TABLE transcript_v4")
+        conn.execute("DROP TABLE transcript_rewound_v4")
+        # the v5 index reads its text through the view; v4 held it: copy it out, then swap
+        conn.execute(
+            "CREATE TEMP TABLE texts AS SELECT rowid AS id, text, kind, session, seq, role"
+            " FROM recall_fts"
+        )
+        for name in ("recall_vocab", "recall_fts", "recall_docs"):
+            conn.execute(f"DROP TABLE {name}")
+        conn.execute("DROP VIEW recall_text")
+        for statement in RECALL_V4_DDL:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO recall_fts (rowid, text, kind, session, seq, role)"
+            " SELECT id, text, kind, session, seq, role FROM texts ORDER BY id"
+        )
+        conn.execute("INSERT INTO recall_memory SELECT id, 'user' FROM texts WHERE kind = 'memory'")
+        conn.execute("DROP TABLE texts")
+        conn.execute("UPDATE projection_state SET version = 4 WHERE name = 'recall'")
+        conn.execute("UPDATE projection_state SET version = 3 WHERE name = 'sessions'")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def recall_and_transcript(db_path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every recall row and every transcript row (digests as hex), in order."""
+    conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
+    try:
+        recall_rows = conn.execute(
+            "SELECT rowid, text, kind, session, seq, role FROM recall_fts ORDER BY rowid"
+        ).fetchall()
+        transcript = conn.execute(
+            "SELECT session, position, CASE typeof(digest) WHEN 'blob' THEN lower(hex(digest))"
+            " ELSE digest END, seq FROM transcript ORDER BY session, position"
+        ).fetchall()
+        return recall_rows, transcript
+    finally:
+        conn.close()
+
+
+def versions(db_path: Path) -> dict[str, tuple[int, int]]:
+    conn = sqlite3.connect(f"{db_path.as_uri()}?mode=ro", uri=True)
+    try:
+        return {
+            name: (version, last_seq)
+            for name, version, last_seq in conn.execute(
+                "SELECT name, version, last_seq FROM projection_state"
+            )
+        }
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("rebuilt_by", ["the host's open", "replay"])
+def test_an_archive_an_older_release_left_is_rebuilt_from_the_log(
+    rebuilt_by: str, cli_home_v2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recall version 4 (the text in the index) and sessions version 3 (hex digests in the
+    transcript), caught up to the head: read-only commands say what to run; the host's open
+    (the provider's initialize, which then serves recall) or ``replay`` rebuilds both from
+    the log, to the same rows."""
+    from archive_provider import ArchiveProvider
+    from archive_provider.cli import main
+    from archive_provider.projections.builtin import RecallProjection, SessionsProjection
+
+    home = tmp_path / "home"
+    shutil.copytree(cli_home_v2, home)
+    witness = cli_home_v2.with_name("home.archive-witness")  # the profile's own, beside it
+    shutil.copytree(witness, home.with_name(witness.name))
+    db_path = home / "archive" / "events.db"
+    rows, transcript = recall_and_transcript(db_path)
+    assert any("Ziggy" in (row[1] or "") for row in rows) and transcript
+    as_an_older_release_left_it(db_path)
+    assert recall_and_transcript(db_path) == (rows, transcript)  # the same rows, as v4 held them
+    assert main(["--home", str(home), "search", "Ziggy"]) != 0  # read-only: nothing rebuilt
+    assert "hermes-archive replay" in capsys.readouterr().err
+
+    if rebuilt_by == "replay":
+        assert main(["--home", str(home), "replay"]) == 0
+    else:
+        provider = ArchiveProvider()
+        provider.initialize("sess-3", hermes_home=str(home), platform="cli")
+        try:  # served from the rebuilt index, with its proof
+            assert "Ziggy" in provider.prefetch("what is my cat called", session_id="sess-3")
+        finally:
+            provider.shutdown()
+
+    head = sqlite3.connect(db_path).execute("SELECT seq FROM head").fetchone()[0]
+    state = versions(db_path)
+    assert state["recall"] == (RecallProjection.version, head)
+    assert state["sessions"] == (SessionsProjection.version, head)
+    conn = sqlite3.connect(db_path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "recall_memory" not in names and {"recall_docs", "recall_text"} <= names
+        assert conn.execute(
+            "SELECT DISTINCT typeof(digest), length(digest) FROM transcript"
+        ).fetchall() == [("blob", 32)]
+        assert_index_matches_content(conn)
+    finally:
+        conn.close()
+    assert recall_and_transcript(db_path) == (rows, transcript)
+    capsys.readouterr()
+    assert main(["--home", str(home), "--json", "search", "Ziggy"]) == 0
+    assert "Ziggy" in capsys.readouterr().out
+    assert main(["--home", str(home), "--json", "verify", "--projections"]) == 0

@@ -21,6 +21,9 @@ MAX_FILES = 2000
 MAX_BYTES = 1 << 30
 #: folders under the profile never read: the archive (erased in place) and installed code
 SKIPPED_DIRS = frozenset({"archive", "plugins", "node_modules", ".git", "__pycache__"})
+#: the one file of the archive folder no erasure reaches: the format-1 log ``migrate`` kept
+#: (FORMAT.md 19), which holds every text the v1 archive held
+KEPT_V1_FILE = "archive/events.v1.db"
 _CHUNK = 1 << 20
 
 
@@ -88,6 +91,9 @@ def _needles(texts: Iterable[str]) -> list[tuple[bytes, ...]]:
 
 
 def _files(home: Path) -> Iterable[Path]:
+    kept = home / KEPT_V1_FILE
+    if kept.is_file() and not kept.is_symlink():
+        yield kept
     for folder, dirs, names in os.walk(home):
         base = Path(folder)
         dirs[:] = sorted(

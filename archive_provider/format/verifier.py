@@ -178,7 +178,7 @@ def _check_payloads(
     parts: str,
     key: bytes,
     payload_of: Callable[[str], bytes | Iterable[bytes] | None],
-    seen: set[str],
+    seen: _Seen,
 ) -> Report | None:
     """Check one event's payload and parts; return the failed report, or None when all hold.
 
@@ -208,9 +208,10 @@ def _check_payload(
     digest: str,
     key: bytes,
     payload_of: Callable[[str], bytes | Iterable[bytes] | None],
-    seen: set[str],
+    seen: _Seen,
 ) -> Report | None:
-    if digest in seen:
+    mark = bytes.fromhex(digest) if _HEX64.fullmatch(digest) else digest.encode()
+    if mark in seen:
         return None
     body = payload_of(digest)
     if body is None:
@@ -220,7 +221,7 @@ def _check_payload(
         hasher.update(piece)
     if hasher.hexdigest() != digest:
         return report.fail(seq, f"{what} {digest} does not match its bytes (changed or swapped)")
-    seen.add(digest)
+    seen.add(mark)
     report.payloads_checked += 1
     return None
 
@@ -248,7 +249,7 @@ def verify_rows(
     """
     report = Report(head_seq=head[0] if head else None)
     prev_seq, prev_chain = start if start else (0, genesis(store_id))
-    seen: set[str] = set()  # payload and part digests checked
+    seen = _Seen()  # payload and part digests checked, in memory that does not grow
     try:
         for row in rows:
             seq, time, type_, session, key_text, identity, payload, parts, chain = row

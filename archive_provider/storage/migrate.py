@@ -320,8 +320,9 @@ def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
 
     The v1 file must verify up to the head that ``migrated_from`` names (its chain value
     equal), and every v1 event ``s`` must be v2 event ``s + 1`` with the same time, type and
-    session, and a key and body equal once v1 part digests are mapped to v2 (the map is
-    built from byte-equal part bodies).
+    session, and a key and body equal once the digests of its v1 parts are mapped to v2
+    (the map is built from byte-equal part bodies, one event at a time: memory does not grow
+    with the log).
     """
     first = store.event(1)
     if first is None or first.type != "migrated_from":
@@ -337,7 +338,6 @@ def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
         ).fetchone()
         if claim["v1_head_seq"] and (row is None or row[0] != claim["v1_head_chain"]):
             return Lineage(False, 0, "the v1 file does not hold the head migrated_from names")
-        mapping: dict[str, str] = {}
         matched = 0
         new_events = iter_events(store.conn, 1, claim["v1_head_seq"] + 1, part_types=None)
         for old in v1_events(source, 0, claim["v1_head_seq"]):
@@ -346,6 +346,8 @@ def lineage(store: EventStore, v1_file: Path, v1_key: bytes) -> Lineage:
                 return Lineage(False, matched, "the v2 archive ends early", old.seq)
             same = (new.time, new.type, new.session) == (old.time, old.type, old.session)
             same = same and len(old.part_digests) == len(new.part_digests)
+            # migrate renames only the digests of the event's own parts: so does the map
+            mapping: dict[str, str] = {}
             for a, b in zip(old.part_digests, new.part_digests, strict=False):
                 same = same and old.parts.get(a) == new.parts.get(b) is not None
                 same = same and mapping.setdefault(a, b) == b
