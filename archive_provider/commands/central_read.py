@@ -23,8 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from archive_provider.audit.summary import fields, preview
 from archive_provider.commands import CommandContext, CommandError, UsageError
-from archive_provider.commands._render import fields, preview, record, short_time
+from archive_provider.commands._render import record, short_time
 
 if TYPE_CHECKING:
     from archive_provider.storage.store import EventStoreV2

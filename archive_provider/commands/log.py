@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from archive_provider.audit.summary import Archive, envelope_summary
 from archive_provider.commands import (
     CommandContext,
     UsageError,
@@ -70,12 +71,16 @@ def run(ctx: CommandContext) -> int:
 
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
-    sql = f"SELECT e.seq FROM events e{where} ORDER BY e.seq DESC LIMIT ?"
+    sql = (
+        "SELECT e.seq, e.time, e.type, e.session, e.identity, e.payload"
+        f" FROM events e{where} ORDER BY e.seq DESC LIMIT ?"
+    )
     with ctx.store() as store:
-        seqs = [seq for (seq,) in store.conn.execute(sql, [*params, limit]).fetchall()]
-        # each read by the store's one reader, in either format
-        loaded = [store.event(seq) for seq in reversed(seqs)]
-        events = [record(store, event) for event in loaded if event is not None]
+        rows = store.conn.execute(sql, [*params, limit]).fetchall()
+        events = []
+        for row in reversed(rows):
+            event = store.event(row[0])  # the store's one reader, in either format
+            events.append(record(store, event) if event is not None else _envelope(store, row))
 
     def human(events: list[dict[str, Any]]) -> str:
         if not events:
@@ -89,3 +94,19 @@ def run(ctx: CommandContext) -> int:
 
     ctx.emit(events, human)
     return 0 if events else 1
+
+
+def _envelope(store: Archive, row: tuple[Any, ...]) -> dict[str, Any]:
+    """An event the reader does not return, its body erased (or missing): the envelope is
+    still in the log, so it is listed, with what became of its body."""
+    seq, time, kind, session, identity, payload = row
+    identity, payload = (v.hex() if isinstance(v, bytes) else str(v) for v in (identity, payload))
+    return {
+        "seq": seq,
+        "time": time,
+        "type": kind,
+        "session": session,
+        "identity": identity,
+        "payload_digest": payload,
+        "summary": envelope_summary(store, kind, payload),
+    }

@@ -6,8 +6,8 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
+from archive_provider.audit.summary import preview
 from archive_provider.commands import CommandContext, CommandError, positive_int, time_arg
-from archive_provider.commands._render import preview
 
 NAME = "search"
 HELP = "full-text search over archived messages, checkpoint evidence and memory entries"
