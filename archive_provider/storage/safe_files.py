@@ -82,11 +82,22 @@ def read_small(path: Path, limit: int = SMALL_FILE_LIMIT) -> bytes:
         os.close(fd)
 
 
+#: what fsync of a folder says where the file system cannot sync one (nothing to make durable)
+NO_DIR_FSYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
 def sync_dir(folder: Path) -> None:
-    """Make a change to ``folder``'s entries (a new, moved or removed file) durable."""
+    """Make a change to ``folder``'s entries (a new, moved or removed file) durable.
+
+    A file system that cannot fsync a folder (:data:`NO_DIR_FSYNC`) is let pass; any other
+    failure (an I/O error) is raised, so no caller says durable what the disk refused.
+    """
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in NO_DIR_FSYNC:
+            raise
     finally:
         os.close(fd)
 
