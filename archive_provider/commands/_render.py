@@ -1,5 +1,5 @@
 """Reading events for people: full event records (their one-line summary from the audit
-layer's summariser, which the report shares) and times for tables."""
+layer's summariser, which the report shares), the log's table and times for tables."""
 
 from __future__ import annotations
 
@@ -67,6 +67,22 @@ def _recall_result(store: Archive, seq: Any) -> str | None:
     body = store.payload(digest) if isinstance(digest, str) else None
     value = decode(body) if body is not None else None
     return value if isinstance(value, str) else None
+
+
+def event_table(events: list[dict[str, Any]]) -> str:
+    """``log``'s table of event records, oldest first; a central store's rows lead with
+    their store's id. Session ids are the host's text, shown terminal-safe."""
+    from archive_provider.format.verifier import printable
+
+    if not events:
+        return "No events match."
+    width = max(len(e["type"]) for e in events)
+    return "\n".join(
+        (f"{e['store_id'][:8]}  " if "store_id" in e else "")
+        + f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  "
+        + f"{printable(e['session'])}  {e['summary']}"
+        for e in events
+    )
 
 
 def short_time(time: str) -> str:

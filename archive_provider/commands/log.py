@@ -13,7 +13,7 @@ from archive_provider.commands import (
     time_arg,
     time_range,
 )
-from archive_provider.commands._render import record, short_time
+from archive_provider.commands._render import event_table, record
 from archive_provider.format.events import EVENT_TYPES
 
 NAME = "log"
@@ -67,8 +67,6 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.format.verifier import printable
-
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
     sql = (
@@ -82,17 +80,7 @@ def run(ctx: CommandContext) -> int:
             event = store.event(row[0])  # the store's one reader, in either format
             events.append(record(store, event) if event is not None else _envelope(store, row))
 
-    def human(events: list[dict[str, Any]]) -> str:
-        if not events:
-            return "No events match."
-        width = max(len(e["type"]) for e in events)
-        return "\n".join(
-            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {printable(e['session'])}  "
-            f"{e['summary']}"
-            for e in events
-        )
-
-    ctx.emit(events, human)
+    ctx.emit(events, event_table)
     return 0 if events else 1
 
 
