@@ -9,7 +9,6 @@ and each witness's lag, and writes the page (docs/AUDIT.md, "The audit report").
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -207,6 +206,7 @@ def build_model(ctx: CommandContext, store: EventStoreV2) -> dict[str, Any]:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.report import render_html
+    from archive_provider.storage.safe_files import replace_private
 
     out = expanded(ctx.args.out)
     if out.is_symlink() or (out.exists() and not out.is_file()):
@@ -216,15 +216,7 @@ def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
         model = build_model(ctx, store)
     page = render_html(model).encode("utf-8")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # archive text: private
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(page)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_private(out, page)
     ok = bool(model["verification"]["ok"])
     ctx.emit(
         {"ok": ok, "path": str(out), "bytes": len(page), "events": model["events"]},

@@ -102,6 +102,22 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def replace_private(out: Path, data: bytes) -> None:
+    """Put ``data`` at ``out`` whole or not at all (a new file, fsynced, renamed over it),
+    readable by its owner only: a report or a proof discloses archive text."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def place_file(source: Path, target: Path) -> None:
     """Give the whole, fsynced file ``source`` the name ``target`` too, atomically, never over
     an existing file (:class:`FileExistsError`): a reader finds all of it or nothing.
