@@ -78,12 +78,7 @@ def test_central_log_and_search_keep_a_session_id_on_its_row(
         )
     finally:
         store.close()
-    central_db.register(home)
-    shipper = Shipper(archive_dir(home), central_db.url())
-    try:
-        shipper.ship_once()
-    finally:
-        shipper.close()
+    central_db.ship(home)
     for command in (["log"], ["search", "escape"]):
         assert main(["--db", central_db.url("read_login"), *command]) == 0, command
         out = capsys.readouterr().out
