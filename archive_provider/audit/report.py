@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from .summary import cut, one_line
+
 #: events kept in detail (the newest); older ones are counted in the timeline's buckets
 DETAIL_ITEMS = 2_000
 #: erasures, holds, retention passes, witness changes and refusals kept in detail apart
@@ -94,26 +96,13 @@ def category_of(event_type: str, body: Any) -> str:
     return _CATEGORY.get(event_type, "other")
 
 
-def clip(value: Any, width: int = TEXT_CHARS) -> str:
-    """Text from the archive, on one line and at most ``width`` characters (never escaped
-    here: the page sets it as text)."""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def cut(text: str, width: int = NAME_CHARS) -> str:
-    """A name from the archive as it is, only cut at ``width`` characters."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def bounded(value: Any) -> Any:
     """A receipt's value with every string cut and every list shortened, so no record
     event can make the page (or the reducer) as large as itself."""
     if isinstance(value, str):
         return cut(value, 4 * NAME_CHARS)
     if isinstance(value, Mapping):
-        return {cut(str(k)): bounded(v) for k, v in list(value.items())[:RECEIPT_ITEMS]}
+        return {cut(str(k), NAME_CHARS): bounded(v) for k, v in list(value.items())[:RECEIPT_ITEMS]}
     if isinstance(value, (list, tuple)):
         more = len(value) - RECEIPT_ITEMS
         return [bounded(v) for v in value[:RECEIPT_ITEMS]] + (
@@ -191,29 +180,29 @@ def fact_of(
             seq,
             time,
             event_type,
-            cut(session),
+            cut(session, NAME_CHARS),
             category_of(event_type, None),
-            clip(text),
+            one_line(text, TEXT_CHARS),
             memory=memory,
         )
     category = category_of(event_type, body)
-    author = None if author is None else cut(author)
+    author = None if author is None else cut(author, NAME_CHARS)
     mapping: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
     memory = None
     if event_type == "memory_write":
-        content = "(erased)" if memory_content is None else clip(memory_content, 80)
-        memory = (clip(mapping.get("action"), 20), clip(mapping.get("target"), 40), content)
+        content = "(erased)" if memory_content is None else one_line(memory_content, 80)
+        memory = (one_line(mapping.get("action"), 20), one_line(mapping.get("target"), 40), content)
     turn = mapping.get("turn")
     return Fact(
         seq,
         time,
         event_type,
-        cut(session),
+        cut(session, NAME_CHARS),
         category,
-        clip(text),
+        one_line(text, TEXT_CHARS),
         author=author,
         turn=turn if isinstance(turn, int) and not isinstance(turn, bool) else None,
-        sources=tuple((seq, cut(where)) for seq, where in sources[:RECEIPT_ITEMS]),
+        sources=tuple((seq, cut(where, NAME_CHARS)) for seq, where in sources[:RECEIPT_ITEMS]),
         memory=memory,
         receipt=_receipt(event_type, mapping),
     )

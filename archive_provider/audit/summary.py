@@ -24,13 +24,24 @@ class Archive(Protocol):
     def payload(self, digest: str) -> bytes | None: ...
 
 
+def cut(text: str, width: int) -> str:
+    """``text`` as it is, only cut at ``width`` characters (the last one an ellipsis)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def one_line(value: Any, width: int) -> str:
+    """Text (or a value's JSON) on one line, at most ``width`` characters."""
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    )
+    return cut(" ".join(text.split()), width)
+
+
 def preview(value: Any, width: int = 60) -> str:
     """A one-line quoted preview of text (or of a value's JSON)."""
-    text = (
-        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    )
-    text = " ".join(text.split())
-    return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)
+    return json.dumps(one_line(value, width), ensure_ascii=False)
 
 
 def fields(body: Mapping[str, Any], width: int | None = None) -> str:
@@ -40,7 +51,7 @@ def fields(body: Mapping[str, Any], width: int | None = None) -> str:
         f"{name}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
         for name, value in body.items()
     )
-    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+    return text if width is None else cut(text, width)
 
 
 def part(store: Archive, digest: Any, event: StoredEvent | None = None) -> Any:
