@@ -39,6 +39,11 @@ def one_line(value: Any, width: int) -> str:
     return cut(" ".join(text.split()), width)
 
 
+def count(n: Any, noun: str) -> str:
+    """``n noun``, the noun plural unless ``n`` is 1 ("1 source", "2 sources")."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def preview(value: Any, width: int = 60) -> str:
     """A one-line quoted preview of text (or of a value's JSON)."""
     return json.dumps(one_line(value, width), ensure_ascii=False)
@@ -154,7 +159,7 @@ def _what(store: Archive, event: StoredEvent, author: str | None) -> str:
         lead = _message(first if first is not None else messages[0]) if messages else "no messages"
         by = author if author is not None else author_text(store, event)
         rewound = _rewound(store, event.seq)
-        return f"turn {body.get('turn')} by {by}: {len(messages)} messages; {lead}" + (
+        return f"turn {body.get('turn')} by {by}: {count(len(messages), 'message')}; {lead}" + (
             f" [rewound at seq {rewound}]" if rewound is not None else ""
         )
     if kind == "memory_write":
@@ -167,7 +172,7 @@ def _what(store: Archive, event: StoredEvent, author: str | None) -> str:
         return f"{body.get('action')} {body.get('target')}: {preview(content)}"
     if kind == "checkpoint":
         return (
-            f"{len(body.get('evidence', []))} messages of evidence "
+            f"{count(len(body.get('evidence', [])), 'message')} of evidence "
             f"(evidence digest {str(body.get('evidence_digest'))[:16]})"
         )
     if kind in ("checkpoint_failed", "write_failed"):
@@ -177,7 +182,7 @@ def _what(store: Archive, event: StoredEvent, author: str | None) -> str:
         return (
             f"turn {body.get('turn')}: query "
             f"{preview(part(store, body.get('query'), event), 40)}, "
-            f"{len(body.get('sources', []))} sources"
+            f"{count(len(body.get('sources', [])), 'source')}"
         )
     if kind == "session_started":
         details = {
@@ -191,10 +196,10 @@ def _what(store: Archive, event: StoredEvent, author: str | None) -> str:
         where = "same session id kept" if came and came == event.session else f"from {came or '?'}"
         return where + reason + (f" [{', '.join(flags)}]" if flags else "")
     if kind == "session_ended":
-        return f"{body.get('message_count')} messages at the end"
+        return f"{count(body.get('message_count'), 'message')} at the end"
     if kind == "turns_rewound":
         return (
-            f"{len(body.get('messages', []))} messages rewound (positions "
+            f"{count(len(body.get('messages', [])), 'message')} rewound (positions "
             f"{body.get('from_message')}..{body.get('to_message')}) after switch seq "
             f"{body.get('switch_seq')}, seen at {body.get('detected_by')}"
         )
@@ -227,8 +232,8 @@ def _record(kind: str, body: Mapping[str, Any]) -> str | None:
         scope: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         basis = body.get("legal_basis")
         return (
-            f"erasure ({scope.get('kind', '?')}): {body.get('payloads')} payloads, "
-            f"{body.get('events')} events; reason {body.get('reason')!s}"
+            f"erasure ({scope.get('kind', '?')}): {count(body.get('payloads'), 'payload')}, "
+            f"{count(body.get('events'), 'event')}; reason {body.get('reason')!s}"
             + (f"; basis {basis}" if basis else "")
         )
     if kind == "legal_hold":
