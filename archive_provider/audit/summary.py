@@ -145,22 +145,31 @@ def _rewound(store: Archive, seq: int) -> int | None:
     return rewound_at(store.conn, seq) if isinstance(store, EventStore) else None
 
 
+def _lead(store: Archive, event: StoredEvent, digests: list[str]) -> str:
+    """A turn's lead message: its first user message; where none is left, an erased one's
+    slot (not the system prompt); else its first. Read only as far as needed: a summary of
+    every turn (the report's) decodes one message of most."""
+    first: Any = None
+    gone: Any = None
+    for index, digest in enumerate(digests):
+        value = part(store, digest, event)
+        if isinstance(value, Mapping) and value.get("role") == "user":
+            return _message(value)
+        first = value if index == 0 else first
+        gone = value if gone is None and not isinstance(value, Mapping) else gone
+    return _message(gone if gone is not None else first) if digests else "no messages"
+
+
 def _what(store: Archive, event: StoredEvent, author: str | None) -> str:
     body, kind = event.body, event.type
     if not isinstance(body, Mapping):
         return preview(body)
     if kind == "turn":
-        messages = [part(store, d, event) for d in event.messages]
-        first = next(
-            (m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"), None
-        )
-        if first is None:  # no user message left: an erased one's slot, not the system prompt
-            first = next((m for m in messages if not isinstance(m, Mapping)), None)
-        lead = _message(first if first is not None else messages[0]) if messages else "no messages"
+        digests = event.messages
         by = author if author is not None else author_text(store, event)
         rewound = _rewound(store, event.seq)
-        return f"turn {body.get('turn')} by {by}: {count(len(messages), 'message')}; {lead}" + (
-            f" [rewound at seq {rewound}]" if rewound is not None else ""
+        return f"turn {body.get('turn')} by {by}: {count(len(digests), 'message')}; " + (
+            _lead(store, event, digests) + (f" [rewound at seq {rewound}]" if rewound else "")
         )
     if kind == "memory_write":
         content = part(store, body.get("content"), event)

@@ -48,7 +48,7 @@ def _facts(store: EventStoreV2) -> Iterator[Fact]:
     authors: dict[str, str] = {}
     lookup = store.conn.cursor()
     last = 0
-    for event in iter_events(store.conn, part_types=("turn", "memory_write")):
+    for event in iter_events(store.conn, part_types=("memory_write",)):
         if event.seq > last + 1:  # the reader skips events whose body was erased
             yield from _erased_facts(store, last, event.seq)
         last = event.seq
