@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from archive_provider.audit.summary import Archive, erased, part, summary
+from archive_provider.audit.summary import Archive, envelope_summary, erased, part, summary
 from archive_provider.domain.echoes import render_echoes
 from archive_provider.format.canonical import decode
 from archive_provider.format.events import StoredEvent
@@ -55,6 +55,39 @@ def record(store: Archive, event: StoredEvent, *, full: bool = False) -> dict[st
                     texts = {name: shown["value"] for name in fields}
                     sent = render_echoes(texts, None, echoes, lambda s: _recall_result(store, s))
                     shown["as_sent"] = next(sent[name] for name in fields)
+    return data
+
+
+def envelope_record(store: Archive, seq: int, *, full: bool = False) -> dict[str, Any]:
+    """An event the reader does not return, its body erased (or missing): the envelope is
+    still in the log, so it is shown with what became of its body (``full``: with its chain
+    and key, and the erased slot, as :func:`record` gives them)."""
+    row = store.conn.execute(  # type: ignore[attr-defined]
+        "SELECT time, type, session, identity, payload, chain, key FROM events WHERE seq = ?",
+        (seq,),
+    ).fetchone()
+    time, kind, session, identity, payload, chain, key = row
+    identity, payload, chain = (
+        value.hex() if isinstance(value, bytes) else str(value)
+        for value in (identity, payload, chain)
+    )
+    data: dict[str, Any] = {
+        "seq": seq,
+        "time": time,
+        "type": kind,
+        "session": session,
+        "identity": identity,
+        "payload_digest": payload,
+        "summary": envelope_summary(store, kind, payload),
+    }
+    if full:
+        data.update(
+            chain=chain,
+            key=decode(str(key).encode()),
+            payload=None,
+            parts=[],
+            erased=erased(store, payload) or "missing from the archive",
+        )
     return data
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archive_provider.audit.summary import Archive, envelope_summary
 from archive_provider.commands import (
     CommandContext,
     UsageError,
@@ -13,7 +12,7 @@ from archive_provider.commands import (
     time_arg,
     time_range,
 )
-from archive_provider.commands._render import event_table, record
+from archive_provider.commands._render import envelope_record, event_table, record
 from archive_provider.format.events import EVENT_TYPES
 
 NAME = "log"
@@ -69,32 +68,15 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 def run(ctx: CommandContext) -> int:
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
-    sql = (
-        "SELECT e.seq, e.time, e.type, e.session, e.identity, e.payload"
-        f" FROM events e{where} ORDER BY e.seq DESC LIMIT ?"
-    )
+    sql = f"SELECT e.seq FROM events e{where} ORDER BY e.seq DESC LIMIT ?"
     with ctx.store() as store:
-        rows = store.conn.execute(sql, [*params, limit]).fetchall()
-        events = []
-        for row in reversed(rows):
-            event = store.event(row[0])  # the store's one reader, in either format
-            events.append(record(store, event) if event is not None else _envelope(store, row))
+        seqs = [seq for (seq,) in store.conn.execute(sql, [*params, limit]).fetchall()]
+        events = [  # each read by the store's one reader; an erased body by its envelope
+            record(store, event)
+            if (event := store.event(seq)) is not None
+            else envelope_record(store, seq)
+            for seq in reversed(seqs)
+        ]
 
     ctx.emit(events, event_table)
     return 0 if events else 1
-
-
-def _envelope(store: Archive, row: tuple[Any, ...]) -> dict[str, Any]:
-    """An event the reader does not return, its body erased (or missing): the envelope is
-    still in the log, so it is listed, with what became of its body."""
-    seq, time, kind, session, identity, payload = row
-    identity, payload = (v.hex() if isinstance(v, bytes) else str(v) for v in (identity, payload))
-    return {
-        "seq": seq,
-        "time": time,
-        "type": kind,
-        "session": session,
-        "identity": identity,
-        "payload_digest": payload,
-        "summary": envelope_summary(store, kind, payload),
-    }
