@@ -51,7 +51,15 @@ from archive_provider import (
 from .sparks import pair_key
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from archive_provider import AppendResult, EventStore
+
     from .matrix_backend import SyncResult
+
+#: how hivemind's parts append through the provider's writer: a function building events
+#: from the store, and what they are for; the writer's future of their results
+Submit = Callable[[Callable[["EventStore"], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
 
 PEER_SESSION = ""  # peer events belong to no conversation unless a tool call made them
 MAX_NAME_CHARS = 200

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from archive_provider import (
 
 from . import events
 from .derive import derived_events
+from .events import Submit
 from .matrix_backend import (
     MatrixBackend,
     MatrixError,
@@ -45,7 +46,6 @@ from .witnessing import PeerWitnessing
 
 log = logging.getLogger(__name__)
 
-Submit = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # then every 15 s while unreachable
 READY_COMMIT_WAIT_S = 5.0
 

@@ -32,14 +32,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from archive_provider import (
-    AppendResult,
     EventStore,
     NewEvent,
     PeerWitness,
@@ -55,11 +53,11 @@ from archive_provider import (
 )
 
 from . import events
+from .events import Submit
 from .matrix_backend import MatrixBackend, WitnessMessage
 
 log = logging.getLogger(__name__)
 
-Submit = Callable[[Callable[[EventStore], Sequence[NewEvent]], str], "Future[list[AppendResult]]"]
 MAX_FIELD_CHARS = 64 * 1024  # a checkpoint note with its proof is a few KB
 
 

@@ -134,7 +134,8 @@ def page_data(page: str) -> dict[str, Any]:
 
 
 def turn_fact(seq: int, time: str, session: str, author: str = "Ann <1>") -> Any:
-    return fact_of(seq, time, "turn", session, {"turn": seq}, author=author, messages=2)
+    text = f"turn {seq} by {author}: 2 messages"
+    return fact_of(seq, time, "turn", session, {"turn": seq}, text, author=author)
 
 
 def test_the_reducer_counts_per_day_and_category_and_keeps_each_session() -> None:
@@ -147,6 +148,7 @@ def test_the_reducer_counts_per_day_and_category_and_keeps_each_session() -> Non
             "memory_write",
             "s1",
             {"action": "add", "target": "user"},
+            'add user: "likes tea"',
             memory_content="likes tea",
         )
     )
@@ -157,10 +159,13 @@ def test_the_reducer_counts_per_day_and_category_and_keeps_each_session() -> Non
             "recall_served",
             "s2",
             {"turn": 4, "sources": [1]},
+            'turn 4: query "tea", 1 sources',
             sources=((1, "s1"),),
         )
     )
-    reducer.add(fact_of(4, "2026-11-02T10:01:00Z", "checkpoint", "s2", {"evidence": ["x"]}))
+    reducer.add(
+        fact_of(4, "2026-11-02T10:01:00Z", "checkpoint", "s2", {"evidence": ["x"]}, "1 messages")
+    )
     model = reducer.model(verification={"ok": True})
     assert model["verification"] == {"ok": True}
     assert model["timeline"]["days"] == [
@@ -184,7 +189,7 @@ def test_the_reducer_counts_per_day_and_category_and_keeps_each_session() -> Non
     }
     assert s2["recall_list"][0]["sources"] == [{"seq": 1, "session": "s1"}]
     assert s2["checkpoint_list"][0]["seq"] == 4
-    assert "from s1" in model["items"][2]["text"]
+    assert model["items"][2]["text"] == 'turn 4: query "tea", 1 sources'
 
 
 def test_the_reducer_stays_bounded_and_says_what_it_left_out(
@@ -238,6 +243,7 @@ def test_huge_names_and_receipts_from_the_archive_are_cut() -> None:
             "legal_hold",
             "archive",
             {"hold": "H4", "selector": {"session": huge}, "reason": huge, "who": [huge] * 10_000},
+            "hold H4 on " + huge,
         )
     )
     model = reducer.model()
@@ -245,6 +251,7 @@ def test_huge_names_and_receipts_from_the_archive_are_cut() -> None:
     (session,) = model["sessions"]
     assert session["turns"] == 3 and len(session["session"]) == report_module.NAME_CHARS
     assert len(model["holds"][0]["who"]) == report_module.RECEIPT_ITEMS + 1  # "… 9900 more"
+    assert max(len(item["text"]) for item in model["items"]) == report_module.TEXT_CHARS
 
 
 def test_receipts_hold_counts_and_reasons_never_the_erased_digests() -> None:
@@ -257,7 +264,7 @@ def test_receipts_hold_counts_and_reasons_never_the_erased_digests() -> None:
         "payloads": 3,
         "events": 2,
     }
-    fact = fact_of(9, "2026-11-01T10:00:00Z", "erasure", "archive", body)
+    fact = fact_of(9, "2026-11-01T10:00:00Z", "erasure", "archive", body, "erasure (session)")
     assert category_of("erasure", body) == "retention"
     assert fact.receipt is not None and "digests" not in fact.receipt
     assert fact.receipt["payloads"] == 3

@@ -140,9 +140,11 @@ def test_the_timeline_zooms_from_the_whole_archive_to_one_day(browser: Any, tmp_
     start = datetime(2025, 10, 1, 6, tzinfo=timezone.utc)
     for seq in range(1, 427):  # a turn every day at 06:00, and one at 18:00 on the last
         at = start + timedelta(days=seq - 1)
-        reducer.add(fact_of(seq, at.isoformat(), "turn", "s", {"turn": seq, "messages": []}))
+        turn = {"turn": seq, "messages": []}
+        reducer.add(fact_of(seq, at.isoformat(), "turn", "s", turn, f"turn {seq}"))
     last = (start + timedelta(days=425, hours=12)).isoformat()
-    reducer.add(fact_of(427, last, "memory_write", "s", {"action": "add"}, memory_content="x"))
+    write = {"action": "add"}
+    reducer.add(fact_of(427, last, "memory_write", "s", write, "add", memory_content="x"))
     path = tmp_path / "year.html"
     path.write_text(render_html(reducer.model(verification={"ok": True})), "utf-8")
     driver = opened(browser, path)

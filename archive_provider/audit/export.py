@@ -53,6 +53,7 @@ from ..format.verifier import (
     selected,
     verify_bundle,
 )
+from ..storage.safe_files import sync_dir
 from ..storage.store import (
     ENVELOPE_COLUMNS,
     EventStore,
@@ -66,7 +67,8 @@ CHAIN_FROM = ("genesis", "selection")
 
 
 class ExportError(ArchiveError):
-    """The export could not be written; nothing was left at the destination."""
+    """The export could not be written (nothing was left at the destination), or its
+    folder could not be made durable after it was (the message says so)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,13 @@ def export_bundle(
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    _fsync_dir(out.parent)
+    try:
+        sync_dir(out.parent)
+    except OSError as exc:
+        raise ExportError(
+            f"{out} is written and verified, but its folder could not be made durable "
+            f"({exc.strerror}): a power loss may take the bundle; check the disk and export again"
+        ) from exc
     return ExportResult(
         out,
         size,
@@ -532,17 +540,3 @@ def _seal(handle: BinaryIO) -> None:
     handle.seek(size - 64)
     handle.write(seal.encode("ascii"))
     handle.flush()
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable (best effort: some filesystems refuse a directory fsync)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -8,9 +8,9 @@ retention passes, witness changes and refusals apart, so turns never push them o
 :data:`SESSIONS` most recently active sessions with their turns, memory, recalls and
 checkpoints (each list capped at :data:`PER_SESSION`). Everything older is in the counts.
 
-:func:`fact_of` makes a fact from an event and what the caller looked up for it (the
-author's label, a memory write's content, the sessions a recall drew from), so the reducer
-reads no archive. :func:`render_html` writes the model into the page template
+:func:`fact_of` makes a fact from an event, its line (``audit/summary.py``, the same as
+``log`` shows) and what the caller looked up for it (the author's label, a memory write's
+content, the sessions a recall drew from), so the reducer reads no archive. :func:`render_html` writes the model into the page template
 (``report.html`` beside this module): the data as JSON inside a ``<script>`` that no
 archive string can close, the page's own script and style pinned by hash in a
 Content-Security-Policy that loads nothing from anywhere.
@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+from .summary import cut, one_line
 
 #: events kept in detail (the newest); older ones are counted in the timeline's buckets
 DETAIL_ITEMS = 2_000
@@ -94,26 +96,13 @@ def category_of(event_type: str, body: Any) -> str:
     return _CATEGORY.get(event_type, "other")
 
 
-def clip(value: Any, width: int = TEXT_CHARS) -> str:
-    """Text from the archive, on one line and at most ``width`` characters (never escaped
-    here: the page sets it as text)."""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def cut(text: str, width: int = NAME_CHARS) -> str:
-    """A name from the archive as it is, only cut at ``width`` characters."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def bounded(value: Any) -> Any:
     """A receipt's value with every string cut and every list shortened, so no record
     event can make the page (or the reducer) as large as itself."""
     if isinstance(value, str):
         return cut(value, 4 * NAME_CHARS)
     if isinstance(value, Mapping):
-        return {cut(str(k)): bounded(v) for k, v in list(value.items())[:RECEIPT_ITEMS]}
+        return {cut(str(k), NAME_CHARS): bounded(v) for k, v in list(value.items())[:RECEIPT_ITEMS]}
     if isinstance(value, (list, tuple)):
         more = len(value) - RECEIPT_ITEMS
         return [bounded(v) for v in value[:RECEIPT_ITEMS]] + (
@@ -167,94 +156,53 @@ def _receipt(event_type: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
     return {key: bounded(body[key]) for key in keys if key in body}
 
 
-def _describe(event_type: str, body: Any, fact: dict[str, Any]) -> str:
-    """One line for an event, from its body and what the caller looked up."""
-    if not isinstance(body, Mapping):
-        return clip(body)
-    if event_type == "turn":
-        return (
-            f"turn {body.get('turn')} by {fact.get('author') or '—'}: {fact['messages']} messages"
-        )
-    if event_type == "memory_write":
-        action, target, content = fact["memory"]
-        return f"{action} {target}: {content}"
-    if event_type == "recall_served":
-        where = sorted({session for _, session in fact["sources"]})
-        return f"recall for turn {body.get('turn')}: {len(fact['sources'])} sources" + (
-            f" from {', '.join(where)}" if where else ""
-        )
-    if event_type == "checkpoint":
-        return f"checkpoint of {len(body.get('evidence') or [])} messages"
-    if event_type == "erasure":
-        given = body.get("scope")
-        scope: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-        return (
-            f"erasure ({scope.get('kind', '?')}): {body.get('payloads')} payloads, "
-            f"{body.get('events')} events; reason {body.get('reason')!s}; "
-            f"basis {body.get('legal_basis')!s}"
-        )
-    if event_type == "legal_hold":
-        return f"hold {body.get('hold')} on {clip(body.get('selector'))}: {body.get('reason')!s}"
-    if event_type == "legal_hold_released":
-        return f"hold {body.get('hold')} released: {body.get('reason')!s}"
-    if event_type == "retention_policy":
-        days = body.get("days")
-        return "retention: keep forever" if days is None else f"retention: {days} days"
-    if event_type in ("witness_added", "witness_removed"):
-        verb = "added" if event_type == "witness_added" else "removed"
-        return f"witness {verb}: {body.get('name') or body.get('vkey')}: {body.get('reason')!s}"
-    if event_type == "witness_refused":
-        return f"witness {body.get('peer')} refused: {body.get('reason')!s}"
-    if event_type in ("checkpoint_failed", "write_failed"):
-        return f"{event_type.replace('_', ' ')}: {body.get('error')!s}"
-    if event_type == "session_started":
-        return f"session started ({body.get('platform') or '?'})"
-    return event_type.replace("_", " ")
-
-
 def fact_of(
     seq: int,
     time: str,
     event_type: str,
     session: str,
     body: Any,
+    text: str,
     *,
     author: str | None = None,
     memory_content: Any = None,
     sources: tuple[tuple[int, str], ...] = (),
-    messages: int = 0,
     erased: bool = False,
 ) -> Fact:
-    """The fact of one event (pure): ``author``, ``memory_content``, ``sources`` and
-    ``messages`` are what the caller read from the archive for it (a turn's author label, a
-    memory write's content, a recall's source events with their sessions, how many messages
-    a turn names: FORMAT.md 13.4); ``erased``: an event whose body
-    an erasure removed (its envelope is all there is)."""
+    """The fact of one event (pure): ``text`` is its line (the one summariser's, as ``log``
+    shows it); ``author``, ``memory_content`` and ``sources`` are what the caller read from
+    the archive for it (a turn's author label, a memory write's content, a recall's source
+    events with their sessions); ``erased``: an event whose body an erasure removed (its
+    envelope is all there is)."""
     if erased:
         memory = ("(erased)", "", "(erased)") if event_type == "memory_write" else None
-        text = f"{event_type.replace('_', ' ')}: its body was erased"
         return Fact(
-            seq, time, event_type, cut(session), category_of(event_type, None), text, memory=memory
+            seq,
+            time,
+            event_type,
+            cut(session, NAME_CHARS),
+            category_of(event_type, None),
+            one_line(text, TEXT_CHARS),
+            memory=memory,
         )
     category = category_of(event_type, body)
-    author = None if author is None else cut(author)
+    author = None if author is None else cut(author, NAME_CHARS)
     mapping: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
     memory = None
     if event_type == "memory_write":
-        content = "(erased)" if memory_content is None else clip(memory_content, 80)
-        memory = (clip(mapping.get("action"), 20), clip(mapping.get("target"), 40), content)
-    fields = {"author": author, "memory": memory, "sources": sources, "messages": messages}
+        content = "(erased)" if memory_content is None else one_line(memory_content, 80)
+        memory = (one_line(mapping.get("action"), 20), one_line(mapping.get("target"), 40), content)
     turn = mapping.get("turn")
     return Fact(
         seq,
         time,
         event_type,
-        cut(session),
+        cut(session, NAME_CHARS),
         category,
-        clip(_describe(event_type, body, fields)),
+        one_line(text, TEXT_CHARS),
         author=author,
         turn=turn if isinstance(turn, int) and not isinstance(turn, bool) else None,
-        sources=tuple((seq, cut(where)) for seq, where in sources[:RECEIPT_ITEMS]),
+        sources=tuple((seq, cut(where, NAME_CHARS)) for seq, where in sources[:RECEIPT_ITEMS]),
         memory=memory,
         receipt=_receipt(event_type, mapping),
     )

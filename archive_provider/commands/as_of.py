@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from archive_provider.audit.summary import preview
 from archive_provider.commands import CommandContext, CommandError, UsageError, time_arg
-from archive_provider.commands._render import preview
 from archive_provider.domain.authors import author_label
 
 NAME = "as-of"

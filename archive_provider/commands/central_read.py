@@ -23,8 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from archive_provider.audit.summary import fields, preview
 from archive_provider.commands import CommandContext, CommandError, UsageError
-from archive_provider.commands._render import fields, preview, record, short_time
+from archive_provider.commands._render import event_table, record, short_time
 
 if TYPE_CHECKING:
     from archive_provider.storage.store import EventStore
@@ -190,17 +191,7 @@ def log(ctx: CommandContext) -> int:
         rows = conn.execute(sql, [*params, ctx.args.limit or None]).fetchall()
         events = [_record(conn, row) for row in reversed(rows)]
 
-    def human(events: list[dict[str, Any]]) -> str:
-        if not events:
-            return "No events match."
-        width = max(len(e["type"]) for e in events)
-        return "\n".join(
-            f"{e['store_id'][:8]}  {e['seq']:>6}  {short_time(e['time'])}  "
-            f"{e['type']:<{width}}  {e['session']}  {e['summary']}"
-            for e in events
-        )
-
-    ctx.emit(events, human)
+    ctx.emit(events, event_table)
     return 0 if events else 1
 
 
@@ -251,6 +242,8 @@ def _text(body: bytes | None) -> str:
 
 def search(ctx: CommandContext) -> int:
     """PostgreSQL full-text search (english configuration) over payload bodies."""
+    from archive_provider.format.verifier import printable
+
     text = " ".join(ctx.args.query)
     filters, args = [], []
     for clause, value in (
@@ -294,7 +287,7 @@ def search(ctx: CommandContext) -> int:
             return f"Nothing in the central store matches {text!r}."
         return "\n".join(
             f"{h['store_id'][:8]}  {h['seq']:>6}  {short_time(h['time'])}  {h['type']:<10}  "
-            f"{h['session']}  {preview(h['text'], 80)}"
+            f"{printable(h['session'])}  {preview(h['text'], 80)}"
             for h in data["results"]
         )
 

@@ -6,8 +6,9 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
+from archive_provider.audit.summary import preview
 from archive_provider.commands import CommandContext, CommandError, UsageError
-from archive_provider.commands._render import preview, short_time
+from archive_provider.commands._render import short_time
 
 BUILT_IN_TARGETS = ("memory", "user")  # MEMORY.md and USER.md of Hermes' built-in memory
 NAME = "history"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from archive_provider.audit.summary import fields
 from archive_provider.commands import CommandContext, UsageError, time_arg
-from archive_provider.commands._render import fields
 
 NAME = "hold"
 HELP = "legal holds: add (--session | --since/--until | --author), list, release ID"

@@ -12,7 +12,7 @@ from archive_provider.commands import (
     time_arg,
     time_range,
 )
-from archive_provider.commands._render import record, short_time
+from archive_provider.commands._render import envelope_record, event_table, record
 from archive_provider.format.events import EVENT_TYPES
 
 NAME = "log"
@@ -66,26 +66,17 @@ def query(ctx: CommandContext) -> tuple[str, list[Any]]:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.format.verifier import printable
-
     where, params = query(ctx)
     limit = ctx.args.limit or -1  # SQLite: a negative LIMIT means no limit
     sql = f"SELECT e.seq FROM events e{where} ORDER BY e.seq DESC LIMIT ?"
     with ctx.store() as store:
         seqs = [seq for (seq,) in store.conn.execute(sql, [*params, limit]).fetchall()]
-        # each read by the store's one reader, in either format
-        loaded = [store.event(seq) for seq in reversed(seqs)]
-        events = [record(store, event) for event in loaded if event is not None]
+        events = [  # each read by the store's one reader; an erased body by its envelope
+            record(store, event)
+            if (event := store.event(seq)) is not None
+            else envelope_record(store, seq)
+            for seq in reversed(seqs)
+        ]
 
-    def human(events: list[dict[str, Any]]) -> str:
-        if not events:
-            return "No events match."
-        width = max(len(e["type"]) for e in events)
-        return "\n".join(
-            f"{e['seq']:>6}  {short_time(e['time'])}  {e['type']:<{width}}  {printable(e['session'])}  "
-            f"{e['summary']}"
-            for e in events
-        )
-
-    ctx.emit(events, human)
+    ctx.emit(events, event_table)
     return 0 if events else 1

@@ -11,8 +11,6 @@ or `python verifier.py proof FILE --key VKEY`. A format-2 archive only.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
 
@@ -40,6 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.prove import ProveError, prove, uncosigned
+    from archive_provider.storage.safe_files import replace_private
 
     out = expanded(ctx.args.out)
     seqs = sorted(set(ctx.args.seqs))
@@ -64,7 +63,7 @@ def run(ctx: CommandContext) -> int:
         out.mkdir(mode=0o700, exist_ok=True)
     paths = [out / f"{seq}.proof" if folder else out for seq in proofs]
     for path, data in zip(paths, proofs.values(), strict=True):
-        _write_private(path, data)
+        replace_private(path, data)
     size = sum(len(data) for data in proofs.values())
     ctx.emit(
         {
@@ -84,18 +83,3 @@ def run(ctx: CommandContext) -> int:
         ),
     )
     return 0
-
-
-def _write_private(out: Path, data: bytes) -> None:
-    """Write ``out`` whole or not at all, readable by its owner only (disclosed text)."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # disclosed text: private
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -9,7 +9,6 @@ and each witness's lag, and writes the page (docs/AUDIT.md, "The audit report").
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -39,10 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _facts(store: EventStore) -> Iterator[Fact]:
-    """Each event of the log as a fact, oldest first, with what it needs looked up."""
+    """Each event of the log as a fact, oldest first, with its line and what it needs
+    looked up (turns and memory writes stream with their parts' bodies)."""
     from archive_provider.audit.report import fact_of
-    from archive_provider.domain.authors import author_label
-    from archive_provider.format.canonical import decode
+    from archive_provider.audit.summary import author_text, part, summary
     from archive_provider.storage.sql import select_in
     from archive_provider.storage.store import iter_events
 
@@ -58,14 +57,12 @@ def _facts(store: EventStore) -> Iterator[Fact]:
         if event.type == "turn" and event.author_digest:
             digest = event.author_digest
             if digest not in authors:
-                raw = store.payload(digest)
                 if len(authors) >= AUTHOR_CACHE:
                     authors.clear()
-                authors[digest] = author_label(decode(raw)) if raw is not None else "(erased)"
+                authors[digest] = author_text(store, event)
             author = authors[digest]
         elif event.type == "memory_write" and isinstance(body, dict):
-            raw = event.parts.get(str(body.get("content")))
-            content = decode(raw) if raw is not None else None
+            content = part(store, body.get("content"), event)
         elif event.type == "recall_served" and isinstance(body, dict):
             wanted = {s for s in body.get("sources") or () if isinstance(s, int)}
             sources = tuple(
@@ -82,10 +79,10 @@ def _facts(store: EventStore) -> Iterator[Fact]:
             event.type,
             event.session,
             body,
+            summary(store, event, author=author),
             author=author,
             memory_content=content,
             sources=sources,
-            messages=len(event.messages) if event.type == "turn" else 0,
         )
     yield from _erased_facts(store, last)
 
@@ -94,14 +91,19 @@ def _erased_facts(store: EventStore, after: int, before: int | None = None) -> I
     """The events between two read ones whose body an erasure removed: the envelope stays,
     so the report still counts and shows them (as erased)."""
     from archive_provider.audit.report import fact_of
+    from archive_provider.audit.summary import envelope_summary
 
-    sql = "SELECT seq, time, type, session FROM events WHERE seq > ?"
+    sql = "SELECT seq, time, type, session, payload FROM events WHERE seq > ?"
     args: list[int] = [after]
     if before is not None:
         sql += " AND seq < ?"
         args.append(before)
-    for seq, time, kind, session in store.conn.execute(sql + " ORDER BY seq", args).fetchall():
-        yield fact_of(int(seq), str(time), str(kind), str(session), None, erased=True)
+    for seq, time, kind, session, payload in store.conn.execute(
+        sql + " ORDER BY seq", args
+    ).fetchall():
+        digest = payload.hex() if isinstance(payload, bytes) else str(payload)
+        line = envelope_summary(store, str(kind), digest)
+        yield fact_of(int(seq), str(time), str(kind), str(session), None, line, erased=True)
 
 
 def _checkpoint(store: EventStore) -> dict[str, Any] | None:
@@ -204,6 +206,7 @@ def build_model(ctx: CommandContext, store: EventStore) -> dict[str, Any]:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.report import render_html
+    from archive_provider.storage.safe_files import replace_private
 
     out = expanded(ctx.args.out)
     if out.is_symlink() or (out.exists() and not out.is_file()):
@@ -213,15 +216,7 @@ def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
         model = build_model(ctx, store)
     page = render_html(model).encode("utf-8")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # archive text: private
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(page)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_private(out, page)
     ok = bool(model["verification"]["ok"])
     ctx.emit(
         {"ok": ok, "path": str(out), "bytes": len(page), "events": model["events"]},

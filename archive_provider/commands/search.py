@@ -6,8 +6,9 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
+from archive_provider.audit.summary import preview
 from archive_provider.commands import CommandContext, CommandError, positive_int, time_arg
-from archive_provider.commands._render import preview
+from archive_provider.commands._render import short_time
 
 NAME = "search"
 HELP = "full-text search over archived messages, checkpoint evidence and memory entries"
@@ -64,7 +65,7 @@ def run(ctx: CommandContext) -> int:
         if not data["results"]:
             return f"Nothing in the archive matches {text!r}."
         return "\n".join(
-            f"{h['seq']:>6}  {(h['time'] or '')[:19].replace('T', ' '):<19}  {h['kind']:<10}  "
+            f"{h['seq']:>6}  {short_time(h['time'] or ''):<19}  {h['kind']:<10}  "
             f"{h['role'] or '-':<9}  {printable(h['session']) or '-'}  {preview(h['text'], 80)}"
             for h in data["results"]
         )

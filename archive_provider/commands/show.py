@@ -8,9 +8,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from archive_provider.commands import CommandContext, UsageError
-from archive_provider.commands._render import record
+from archive_provider.commands._render import envelope_record, record
 from archive_provider.domain.authors import author_label
-from archive_provider.format.events import StoredEvent
 
 if TYPE_CHECKING:
     from archive_provider.storage.store import EventStore
@@ -30,8 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def find(store: EventStore, ref: str) -> list[StoredEvent]:
-    """Events named by ``ref``: a seq, or a digest prefix matching exactly one digest value.
+def find(store: EventStore, ref: str) -> list[int]:
+    """The seqs of the events named by ``ref``: a seq, or a digest prefix matching exactly one
+    digest value (an event whose body was erased is named too: its envelope stays).
 
     A number is a seq when that event exists; otherwise, from four digits on, it is read as a
     digest prefix, since about one digest in forty starts with eight decimal digits.
@@ -40,9 +40,9 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
     same payload (it is stored once), and then all of them are shown.
     """
     if ref.isdigit() and len(ref) <= 18:
-        event = store.event(int(ref))
-        if event is not None or len(ref) < 4:
-            return [event] if event else []
+        found = store.conn.execute("SELECT seq FROM events WHERE seq = ?", (int(ref),)).fetchone()
+        if found is not None or len(ref) < 4:
+            return [int(found[0])] if found else []
     prefix = ref.lower()
     if not _PREFIX.fullmatch(prefix):
         raise UsageError(
@@ -67,8 +67,7 @@ def find(store: EventStore, ref: str) -> list[StoredEvent]:
             for (kind, digest), seqs in list(digests.items())[:6]
         )
         raise UsageError(f"{ref!r} matches {len(digests)} digests: {shown}; give more digits")
-    seqs = next(iter(digests.values()), [])
-    return [event for event in (store.event(seq) for seq in seqs) if event is not None]
+    return next(iter(digests.values()), [])
 
 
 def _human(data: dict[str, Any]) -> str:
@@ -86,10 +85,14 @@ def _human(data: dict[str, Any]) -> str:
             *([f"  author    {author_label(e['author'])}"] if "author" in e else []),
             "payload:",
             *(
-                "  " + line
-                for line in json.dumps(
-                    e["payload"], indent=2, ensure_ascii=False, sort_keys=True
-                ).splitlines()
+                [f"  ({e['erased']})"]  # its body erased: the envelope is all there is
+                if e.get("erased")
+                else (
+                    "  " + line
+                    for line in json.dumps(
+                        e["payload"], indent=2, ensure_ascii=False, sort_keys=True
+                    ).splitlines()
+                )
             ),
         ]
         if e["parts"]:
@@ -112,8 +115,13 @@ def _human(data: dict[str, Any]) -> str:
 
 def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
-        events = find(store, ctx.args.event)
-        data = {"query": ctx.args.event, "events": [record(store, e, full=True) for e in events]}
+        events = [
+            record(store, event, full=True)
+            if (event := store.event(seq)) is not None
+            else envelope_record(store, seq, full=True)
+            for seq in find(store, ctx.args.event)
+        ]
+        data = {"query": ctx.args.event, "events": events}
     if not events:
         return ctx.fail(f"no event matches {ctx.args.event!r}")
     ctx.emit(data, _human)

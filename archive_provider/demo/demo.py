@@ -21,6 +21,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from ..audit.summary import summary
 from ..errors import InvalidRequest
 from ..format.verifier import verify_database
 from ..host.install import activate, install_plugin
@@ -357,50 +358,10 @@ def _audit(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 "time": e.time,
                 "type": e.type,
                 "session": e.session,
-                "summary": summarize(store, e.type, e.body, e.messages),
+                "summary": summary(store, e),
             }
             for e in store.events()
         ]
     finally:
         store.close()
     return report, timeline
-
-
-def summarize(store: EventStore, event_type: str, body: Any, messages: list[str]) -> str:
-    """One line a person can read for an event (quoted text, never a Python repr)."""
-
-    def part(digest: str) -> Any:
-        raw = store.payload(digest)
-        return json.loads(raw) if raw else None
-
-    if event_type == "turn":
-        rows = [part(d) or {} for d in messages]
-        roles = ", ".join(str(r.get("role")) for r in rows)
-        first_user = next((str(r.get("content")) for r in rows if r.get("role") == "user"), "")
-        return f"turn {body['turn']}: {_count(len(rows), 'message')} ({roles}) {_quote(first_user)}"
-    if event_type == "memory_write":
-        return f"{body['action']} {body['target']}: {_quote(part(body['content']))}"
-    if event_type == "checkpoint":
-        evidence = _count(len(body["evidence"]), "evidence message")
-        return f"{evidence}, digest {body['evidence_digest'][:12]}"
-    if event_type == "recall_served":
-        return f"recall for turn {body['turn']}: {_count(len(body['sources']), 'source')}"
-    if event_type == "session_switched":
-        reset = ", the host reset the session" if body.get("reset") else ""
-        return f"from {body.get('from')} (reason: {body.get('reason')}{reset})"
-    if event_type == "session_ended":
-        return f"{_count(body['message_count'], 'message')} in the final transcript"
-    if event_type == "session_started":
-        return f"platform {body.get('platform')}, host {body.get('host')}"
-    if event_type == "witness_accepted":
-        return f"witness record accepted: {body.get('reason')}"
-    return ""
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _quote(value: Any, width: int = 50) -> str:
-    text = " ".join(str("" if value is None else value).split())
-    return json.dumps(text if len(text) <= width else text[: width - 1] + "…", ensure_ascii=False)

@@ -453,11 +453,14 @@ def pending_rewind(conn: sqlite3.Connection, session: str) -> int | None:
 
 def rewound_at(conn: sqlite3.Connection, seq: int) -> int | None:
     """The ``turns_rewound`` that took messages of turn event ``seq`` out of its session."""
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'transcript_rewound'").fetchone():
-        return None
-    row = conn.execute(
-        "SELECT min(rewound_seq) FROM transcript_rewound WHERE seq = ?", (seq,)
-    ).fetchone()
+    try:  # one query: ``log`` and the report ask it for every turn
+        row = conn.execute(
+            "SELECT min(rewound_seq) FROM transcript_rewound WHERE seq = ?", (seq,)
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):  # an archive whose projections are not built
+            return None
+        raise
     return None if row is None or row[0] is None else int(row[0])
 
 

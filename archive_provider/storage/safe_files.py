@@ -82,13 +82,40 @@ def read_small(path: Path, limit: int = SMALL_FILE_LIMIT) -> bytes:
         os.close(fd)
 
 
+#: what fsync of a folder says where the file system cannot sync one (nothing to make durable)
+NO_DIR_FSYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
 def sync_dir(folder: Path) -> None:
-    """Make a change to ``folder``'s entries (a new, moved or removed file) durable."""
+    """Make a change to ``folder``'s entries (a new, moved or removed file) durable.
+
+    A file system that cannot fsync a folder (:data:`NO_DIR_FSYNC`) is let pass; any other
+    failure (an I/O error) is raised, so no caller says durable what the disk refused.
+    """
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in NO_DIR_FSYNC:
+            raise
     finally:
         os.close(fd)
+
+
+def replace_private(out: Path, data: bytes) -> None:
+    """Put ``data`` at ``out`` whole or not at all (a new file, fsynced, renamed over it),
+    readable by its owner only: a report or a proof discloses archive text."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def place_file(source: Path, target: Path) -> None:

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from archive_provider.fleet import central
-from archive_provider.fleet.ship import registration
+from archive_provider.fleet.ship import Shipper, registration
 from archive_provider.format.events import NewEvent
 from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.pgserver import PgServer
@@ -78,6 +78,15 @@ class Central:
         ):
             central.register(self.url("admin_login"), found, login, f"test:{home.name}")
         return found.store_id
+
+    def ship(self, home: Path) -> None:
+        """Register the archive of ``home`` and ship all of it once, as its shipper does."""
+        self.register(home)
+        shipper = Shipper(archive_dir(home), self.url())
+        try:
+            shipper.ship_once()
+        finally:
+            shipper.close()
 
     def query(self, sql: str, args: list[object] | None = None) -> list[tuple[object, ...]]:
         with psycopg.connect(self.admin, autocommit=True) as conn:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from archive_provider.cli import main
-from archive_provider.fleet.ship import Shipper
 from archive_provider.format.verifier import main as verifier_main
 from archive_provider.storage.store import EventStore, archive_dir
 from tests.fleet.conftest import Central
@@ -28,12 +27,7 @@ def shipped(tmp_path: Path, central_db: Central) -> tuple[Path, str, str]:
     """A provider-made v2 archive (turns, memory writes, a checkpoint), shipped."""
     home = tmp_path / "home"
     build_archive(home)
-    central_db.register(home)
-    shipper = Shipper(archive_dir(home), central_db.url())
-    try:
-        shipper.ship_once()
-    finally:
-        shipper.close()
+    central_db.ship(home)
     store = EventStore.open(archive_dir(home), create=False, readonly=True)
     store_id, vkey = store.store_id, store.vkey  # type: ignore[attr-defined]
     store.close()

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from archive_provider.cli import main
+from archive_provider.domain import builders
 from archive_provider.fleet.ship import Shipper
 from archive_provider.storage.store import archive_dir
+from tests.conftest import open_v2
 from tests.fleet.conftest import Central
 from tests.fleet.test_central_commands import shipped
 from tests.test_cli import build_archive
@@ -59,3 +61,26 @@ def test_status_counts_the_lag_from_the_local_head(
     assert shipping["lag_events"] == status["head"]["seq"] - shipping["central_seq"] >= 1
     assert main(["--home", str(home), "status"]) == 0
     assert f"lag {shipping['lag_events']} events" in capsys.readouterr().out
+
+
+def test_central_log_and_search_keep_a_session_id_on_its_row(
+    tmp_path: Path, central_db: Central, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The central table prints the host's session id as the local one does: a line break
+    in it is shown escaped, so it cannot start a row of its own (a forged event)."""
+    home = tmp_path / "home"
+    forged = "s1\n     9  2026-01-01 00:00:00  erasure  archive  nothing was erased"
+    store = open_v2(archive_dir(home))
+    try:
+        store.append([builders.session_started(forged, at="t0", details={})])
+        store.append(
+            [builders.memory_write(store.hasher, forged, 1, "add", "memory", "escape fact", {})]
+        )
+    finally:
+        store.close()
+    central_db.ship(home)
+    for command in (["log"], ["search", "escape"]):
+        assert main(["--db", central_db.url("read_login"), *command]) == 0, command
+        out = capsys.readouterr().out
+        assert "s1\\x0a     9" in out, (command, out)
+        assert not any(line.lstrip().startswith("9  ") for line in out.splitlines()), out

@@ -122,7 +122,7 @@ def test_the_demo_says_what_is_true_in_words(tmp_path: Path) -> None:
     out = done.stdout
     assert "scripted stand-in LLM at http://127.0.0.1:" in out
     assert "8 messages archived (all already stored)" in out
-    assert 'add user: "Name: Dana"' in out and "recall for turn 1: 1 source\n" in out
+    assert 'add user: "Name: Dana"' in out and ", 1 source\n" in out
     assert "reset: False" not in out and "1 sources" not in out and ": 'Name" not in out
     tail = out.rstrip("\n").splitlines()[-4:]
     assert tail[0] == "Try next:" and all(
