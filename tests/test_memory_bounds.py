@@ -161,9 +161,20 @@ with open("/proc/self/status") as status:
 """
 
 
-def open_child(home: Path) -> ChildRun:
+#: the clean close's fingerprint of the whole database file (the local witness's fast path)
+_FINGERPRINT = """
+import sys
+from pathlib import Path
+from archive_provider.storage.witness import fingerprint_file
+fingerprint_file(Path(sys.argv[1]) / "events.db")
+with open("/proc/self/status") as status:
+    print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")))
+"""
+
+
+def open_child(home: Path, script: str = _OPEN) -> ChildRun:
     done = subprocess.run(
-        [sys.executable, "-c", _OPEN, str(archive_dir(home))],
+        [sys.executable, "-c", script, str(archive_dir(home))],
         capture_output=True,
         text=True,
         check=False,
@@ -194,3 +205,9 @@ def test_an_older_projection_is_rebuilt_on_open_in_bounded_memory(
             store.close()
         assert state["recall"] == RecallProjection.version and behind == 0
         assert state["sessions"] == SessionsProjection.version
+
+
+def test_the_clean_close_fingerprints_the_file_in_bounded_memory(archives: Archives) -> None:
+    """The hash of the whole database a clean close records reads the file in chunks: a
+    memory-mapped file counted every page of the archive in the provider's RSS."""
+    Pair(*(open_child(home, _FINGERPRINT) for home in (archives.small, archives.large))).check()

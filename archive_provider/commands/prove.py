@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.prove import ProveError, prove, uncosigned
-    from archive_provider.storage.safe_files import replace_private
+    from archive_provider.storage.safe_files import write_private_file
 
     out = expanded(ctx.args.out)
     seqs = sorted(set(ctx.args.seqs))
@@ -63,7 +63,7 @@ def run(ctx: CommandContext) -> int:
         out.mkdir(mode=0o700, exist_ok=True)
     paths = [out / f"{seq}.proof" if folder else out for seq in proofs]
     for path, data in zip(paths, proofs.values(), strict=True):
-        replace_private(path, data)
+        write_private_file(path, data)
     size = sum(len(data) for data in proofs.values())
     ctx.emit(
         {

@@ -206,7 +206,7 @@ def build_model(ctx: CommandContext, store: EventStore) -> dict[str, Any]:
 
 def run(ctx: CommandContext) -> int:
     from archive_provider.audit.report import render_html
-    from archive_provider.storage.safe_files import replace_private
+    from archive_provider.storage.safe_files import write_private_file
 
     out = expanded(ctx.args.out)
     if out.is_symlink() or (out.exists() and not out.is_file()):
@@ -216,7 +216,7 @@ def run(ctx: CommandContext) -> int:
     with ctx.store() as store:
         model = build_model(ctx, store)
     page = render_html(model).encode("utf-8")
-    replace_private(out, page)
+    write_private_file(out, page)
     ok = bool(model["verification"]["ok"])
     ctx.emit(
         {"ok": ok, "path": str(out), "bytes": len(page), "events": model["events"]},

@@ -138,13 +138,10 @@ def _human_show(data: dict[str, Any]) -> str:
 
 
 def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[str, Any], int]:
-    from archive_provider.domain.clock import now_text
-    from archive_provider.format.events import NewEvent
     from archive_provider.format.verifier import verify_database
     from archive_provider.projections.registry import default_projections
     from archive_provider.storage.store import EventStore
-    from archive_provider.storage.witness import WitnessMismatch
-    from archive_provider.storage.witness import who as witness_who
+    from archive_provider.storage.witness import WitnessMismatch, witness_accepted
 
     if not ctx.exists():
         raise CommandError(f"no archive at {ctx.archive}")
@@ -163,25 +160,11 @@ def _accept(ctx: CommandContext, witness: Witness, reason: str) -> tuple[dict[st
             before: Any = previous.as_dict() if previous else None
         except WitnessMismatch as exc:
             before = {"unreadable": str(exc)}
-        head = store.head()
-        at = now_text()
-        who = witness_who()
-        body = {
-            "reason": reason,
-            **who,
-            "at": at,
-            "previous_witness": before,
-            "accepted_head": {"seq": head.seq, "chain": head.chain},
-        }
-        event = NewEvent(
-            "witness_accepted",
-            "",
-            {"at": at, "seq": head.seq, "chain": head.chain},
-            body,
-        )
+        event = witness_accepted(store.head(), reason, before)
         (result,) = store.append([event], durable=True)
         new_head = store.head()
-        accepted = {"reason": reason, **who, "at": at, "event_seq": result.seq}
+        fields = ("reason", "user", "host", "pid", "at")
+        accepted = {**{name: event.body[name] for name in fields}, "event_seq": result.seq}
         written = witness.write(
             store.store_id, new_head.seq, new_head.chain, accepted=accepted, force=True
         )

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 from pathlib import Path
 
 #: the largest payload.key / witness file read (a key is 65 bytes, a witness under 2 KiB)
@@ -102,20 +103,30 @@ def sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def replace_private(out: Path, data: bytes) -> None:
-    """Put ``data`` at ``out`` whole or not at all (a new file, fsynced, renamed over it),
-    readable by its owner only: a report or a proof discloses archive text."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def write_private_file(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Put ``data`` at ``path`` whole or not at all, readable by its owner only, and durable:
+    a new file fsynced, renamed over ``path``, then the folder fsynced. A witness record, a
+    key, a report or a proof is never found half-written after a crash.
+
+    ``exclusive`` refuses to replace an existing file (:class:`FileExistsError`: a key is
+    never overwritten).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, out)
+        if exclusive:
+            os.link(tmp, path)  # fails if the file exists, unlike rename
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    sync_dir(path.parent)
 
 
 def place_file(source: Path, target: Path) -> None:

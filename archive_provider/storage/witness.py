@@ -39,7 +39,6 @@ never treated as new. docs/AUDIT.md says what this does and does not catch.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import getpass
 import hashlib
@@ -61,7 +60,7 @@ from ..errors import ArchiveDamaged
 from ..format.events import NewEvent
 from ..format.verifier import verify_database
 from .outside import WITNESS_ENV, InsideProfile, outside_value
-from .safe_files import UnsafeFile, folder_problem, read_small
+from .safe_files import UnsafeFile, folder_problem, read_small, write_private_file
 from .store import V1_DB_NAME
 
 log = logging.getLogger(__name__)
@@ -122,12 +121,21 @@ def first_witnessed_seq(conn: sqlite3.Connection) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+#: how much of the file ``fingerprint_file`` holds at once: large enough for BLAKE3's threads
+FINGERPRINT_CHUNK = 8 * 1024 * 1024
+
+
 def fingerprint_file(path: Path) -> dict[str, Any]:
-    """Size and BLAKE3 of every byte of ``path`` (multi-threaded, memory-mapped)."""
-    size = path.stat().st_size
+    """Size and BLAKE3 of every byte of ``path``, read in chunks (multi-threaded hashing,
+    memory bounded: a mapped file would count its whole size in the process's RSS)."""
     hasher = blake3(max_threads=blake3.AUTO)
-    if size:
-        hasher.update_mmap(str(path))
+    chunk = bytearray(FINGERPRINT_CHUNK)
+    view = memoryview(chunk)
+    size = 0
+    with open(path, "rb", buffering=0) as handle:
+        while read := handle.readinto(chunk):
+            hasher.update(view[:read])
+            size += read
     return {"size": size, "blake3": hasher.hexdigest()}
 
 
@@ -140,18 +148,24 @@ def who() -> dict[str, Any]:
     return {"user": user, "host": socket.gethostname(), "pid": os.getpid()}
 
 
-def first_witness_event(head: Any) -> NewEvent:
-    """The ``witness_accepted`` event that records, in the chained log, that the store is
-    witnessed from now on (so a missing witness later is a refusal, not a new archive)."""
+def witness_accepted(head: Any, reason: str, previous: Any) -> NewEvent:
+    """The ``witness_accepted`` event: who accepted the log's head ``head``, when and why,
+    beside the witness record it replaces (``previous``; None when there was none)."""
     at = now_text()
     body = {
-        "reason": FIRST_WITNESS_REASON,
+        "reason": reason,
         **who(),
         "at": at,
-        "previous_witness": None,
+        "previous_witness": previous,
         "accepted_head": {"seq": head.seq, "chain": head.chain},
     }
     return NewEvent("witness_accepted", "", {"at": at, "seq": head.seq, "chain": head.chain}, body)
+
+
+def first_witness_event(head: Any) -> NewEvent:
+    """The event that records, in the chained log, that the store is witnessed from now on
+    (so a missing witness later is a refusal, not a new archive)."""
+    return witness_accepted(head, FIRST_WITNESS_REASON, None)
 
 
 @dataclass(frozen=True)
@@ -353,23 +367,7 @@ class Witness:
 
     def _write_atomic(self, path: Path, text: str) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_private_file(path, text.encode("utf-8"))
 
     # -- comparing -----------------------------------------------------------------------
 

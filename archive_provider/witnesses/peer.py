@@ -31,6 +31,7 @@ from ..format.signed_note import (
     parse_checkpoint,
     parse_note,
 )
+from ..storage.safe_files import write_private_file
 from ..storage.store import DB_NAME, EventStore, connect
 from ..storage.witness import witness_dir_for
 from .client import BadCosignature, _cosignature
@@ -48,7 +49,6 @@ from .server import (
     keygen,
     load_key,
     read_private_file,
-    write_private_file,
 )
 
 PEERS_FOLDER = "peers"

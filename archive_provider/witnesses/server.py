@@ -59,6 +59,7 @@ from ..format.signed_note import (
     parse_checkpoint,
     parse_note,
 )
+from ..storage.safe_files import write_private_file
 
 log = logging.getLogger(__name__)
 
@@ -153,34 +154,6 @@ def read_private_file(path: Path, limit: int) -> bytes | None:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def write_private_file(path: Path, data: bytes, *, exclusive: bool = False) -> None:
-    """Write ``data`` durably with mode 0600: temp file, fsync, rename, fsync of the folder.
-
-    ``exclusive`` refuses to replace an existing file (a key is never overwritten).
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if exclusive:
-            os.link(tmp, path)  # fails if the file exists, unlike rename
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 # -- the cosigner key -------------------------------------------------------------------------
