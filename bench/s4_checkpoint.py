@@ -24,7 +24,7 @@ from typing import Any
 
 from archive_provider.format.digests_v2 import lookup
 from archive_provider.storage.store import archive_dir
-from archive_provider.storage.store_v2 import STORE_KEY_NAME
+from archive_provider.storage.store_pieces import STORE_KEY_NAME
 
 from .common import Row, Workdir, median
 from .rawcopy import RawCopy, empty_like, extract

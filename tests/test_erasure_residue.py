@@ -30,7 +30,7 @@ from archive_provider.domain import builders
 from archive_provider.format.verifier import verify_database
 from archive_provider.storage import store as store_module
 from archive_provider.storage.store import EventStore
-from archive_provider.storage.store_v2 import SCHEMA_V2
+from archive_provider.storage.store_pieces import SCHEMA
 from tests.conftest import open_v2, seed_randomness
 from tests.test_erasure import SECRET, raw_hits, turn
 from tests.test_erasure_in_place import SECRET_PLATFORM, rich
@@ -39,8 +39,8 @@ from tests.test_erasure_in_place import SECRET_PLATFORM, rich
 SPLITTING_SEEDS = [2, 15, 16]
 
 #: the schema of earlier 0.2.0 builds: ``payloads`` keyed by its digest (FORMAT.md 17)
-EARLIER_SCHEMA_V2 = SCHEMA_V2.replace("    body   BLOB\n);", "    body   BLOB\n) WITHOUT ROWID;", 1)
-assert EARLIER_SCHEMA_V2 != SCHEMA_V2
+EARLIER_SCHEMA = SCHEMA.replace("    body   BLOB\n);", "    body   BLOB\n) WITHOUT ROWID;", 1)
+assert EARLIER_SCHEMA != SCHEMA
 
 
 @pytest.fixture(params=SPLITTING_SEEDS)
@@ -49,7 +49,7 @@ def seeded(request: pytest.FixtureRequest, home: Path) -> Iterator[EventStore]:
     on every run (salts and keys decide the payloads' key order, so their pages)."""
     with pytest.MonkeyPatch.context() as patch, freeze_time("2026-12-01T12:00:00Z"):
         seed_randomness(patch, request.param)
-        patch.setattr(store_module, "SCHEMA_V2", EARLIER_SCHEMA_V2)
+        patch.setattr(store_module, "SCHEMA", EARLIER_SCHEMA)
         store = open_v2(home / "archive")
         try:
             rich(store)

@@ -18,8 +18,8 @@ from freezegun import freeze_time
 from archive_provider.audit import erasure
 from archive_provider.audit.erasure import Scope
 from archive_provider.domain import builders
-from archive_provider.storage import store_v2
-from archive_provider.storage.store_v2 import PART_REUSE_FROM
+from archive_provider.storage import store_pieces
+from archive_provider.storage.store_pieces import PART_REUSE_FROM
 from tests.conftest import open_v2
 from tests.test_erasure import (
     OTHER,
@@ -150,7 +150,7 @@ def test_the_append_lists_each_reuse_but_not_the_event_that_stored_the_text(
 def test_an_archive_made_before_part_reuse_is_indexed_by_its_first_erasure(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_v2, "PART_REUSE_STEP", 1)  # one event per transaction
+    monkeypatch.setattr(store_pieces, "PART_REUSE_STEP", 1)  # one event per transaction
     folder = home / "archive"
     store = open_v2(folder)
     store.append([turn(store, "a", 1, [SECRET, SHARED])])
@@ -306,7 +306,7 @@ def test_forgetting_in_a_provider_driven_archive_leaves_no_byte_and_no_key_of_th
 ) -> None:
     """The recalls and checkpoints quoting s5 lose those texts; ``quoting`` keeps no key of
     an erased text (it would confirm a guess with the store key), and keeps the rest."""
-    from archive_provider.storage.store_v2 import quote_key
+    from archive_provider.storage.store_pieces import quote_key
 
     provider_sessions(store, 0, 8)
     gone, kept = "s5 said sentence 2 of many", "s3 said sentence 2 of many"
@@ -354,7 +354,7 @@ def test_a_text_quoted_whole_in_another_session_is_found_through_quoting(
 def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_v2, "QUOTING_STEP", 1)  # one quoting event per transaction
+    monkeypatch.setattr(store_pieces, "QUOTING_STEP", 1)  # one quoting event per transaction
     folder = home / "archive"
     store = open_v2(folder)
     provider_sessions(store, 0, 3)
@@ -362,7 +362,7 @@ def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
     store.close()
     conn = sqlite3.connect(folder / "events.db")  # as an archive of an earlier 0.2.0 left it
     conn.execute("DROP TABLE quoting")
-    conn.execute("DELETE FROM meta WHERE name = ?", (store_v2.QUOTING_FROM,))
+    conn.execute("DELETE FROM meta WHERE name = ?", (store_pieces.QUOTING_FROM,))
     conn.commit()
     conn.close()
     store = open_v2(folder)
@@ -371,10 +371,10 @@ def test_an_archive_made_before_quoting_is_indexed_by_its_first_erasure(
         erasure._index_reuse(store)  # what the first erasure runs first
         assert set(store.conn.execute("SELECT quoted, seq FROM quoting").fetchall()) == appended
         store.conn.execute("DELETE FROM quoting")  # and again, by the erasure itself
-        owed = (store_v2.QUOTING_FROM, str(store.head().seq))
+        owed = (store_pieces.QUOTING_FROM, str(store.head().seq))
         store.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", owed)
         receipt = erasure.forget(store, Scope("session", {"session": "s1"}), reason="r")
-        assert store_v2.index_owed(store.conn, store_v2.QUOTING_FROM, store.head().seq) == 0
+        assert store_pieces.index_owed(store.conn, store_pieces.QUOTING_FROM, store.head().seq) == 0
         # s1, and the results of s2's recalls (they showed s1; FORMAT.md 13.4)
         assert receipt.payloads == 1 + 3 + 6 + 3 + 3
         assert raw_hits(home, "s1 said sentence") == []

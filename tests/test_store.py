@@ -21,7 +21,7 @@ from archive_provider.storage.store import (
     EventStore,
     StoreError,
 )
-from archive_provider.storage.store_v2 import SIGNING_KEY_NAME
+from archive_provider.storage.store_pieces import SIGNING_KEY_NAME
 from tests.conftest import traced
 
 # The store's API, files and opening; the format's own rules (digests, parts, tiles,

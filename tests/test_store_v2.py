@@ -30,7 +30,7 @@ from archive_provider.format.signed_note import (
 )
 from archive_provider.storage import store as store_module
 from archive_provider.storage.store import EventStore, StoreError
-from archive_provider.storage.store_v2 import SIGNING_KEY_ENV, KeyFileError, TamperedPart
+from archive_provider.storage.store_pieces import SIGNING_KEY_ENV, KeyFileError, TamperedPart
 
 
 def _turn(store: EventStore, turn: int, *texts: str, session: str = "s1") -> NewEvent:

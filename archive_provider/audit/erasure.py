@@ -36,7 +36,7 @@ from ..projections.registry import default_projections
 from ..projections.runner import forget_erased, prepare_forgetting
 from ..storage.sql import select_in
 from ..storage.store import DB_NAME, EventStore
-from ..storage.store_v2 import (
+from ..storage.store_pieces import (
     PART_REUSE_FROM,
     QUOTE_MIN_CHARS,
     QUOTING_FROM,

@@ -60,7 +60,7 @@ from ..storage.store import (
     Head,
     salted_payloads,
 )
-from ..storage.store_v2 import KeyFileError
+from ..storage.store_pieces import KeyFileError
 from ..storage.threads import context_thread
 
 CHAIN_FROM = ("genesis", "selection")

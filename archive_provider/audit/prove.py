@@ -16,7 +16,7 @@ from ..format import merkle, tlog_proof
 from ..format.digests_v2 import envelope_of_row
 from ..format.signed_note import Verifier
 from ..storage.store import ENVELOPE_COLUMNS, EventStore, salted_payload
-from ..storage.store_v2 import split_parts
+from ..storage.store_pieces import split_parts
 
 
 class ProveError(InvalidRequest):

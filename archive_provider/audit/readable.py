@@ -29,7 +29,7 @@ import sqlite_utils
 from ..domain.clock import now_text
 from ..format.verifier import Report, verify_database
 from ..storage.store import AUDIT_VIEWS, EventStore
-from ..storage.store_v2 import write_private
+from ..storage.store_pieces import write_private
 
 BATCH = 1000
 

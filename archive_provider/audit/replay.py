@@ -29,7 +29,7 @@ from ..errors import InvalidRequest
 from ..projections.registry import default_projections
 from ..projections.runner import Progress, apply_events
 from ..storage.store import head_seq
-from ..storage.store_v2 import fill_tile_inner
+from ..storage.store_pieces import fill_tile_inner
 
 if TYPE_CHECKING:
     from ..storage.store import EventStore

@@ -315,7 +315,7 @@ def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
     from archive_provider.fleet.central import lay_out_v2, stores
     from archive_provider.projections.registry import default_projections
     from archive_provider.storage.store import DB_NAME, archive_dir
-    from archive_provider.storage.store_v2 import STORE_KEY_NAME, write_private
+    from archive_provider.storage.store_pieces import STORE_KEY_NAME, write_private
 
     if not ctx.central_store:
         raise UsageError(f"with --db, `{name}` reads one archive: give --store ID")

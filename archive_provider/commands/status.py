@@ -181,7 +181,7 @@ def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0)
 def signing_key_status(store: EventStore) -> dict[str, Any]:
     """Where the v2 signing key is read from, whether it is outside the profile, and whether
     it can be used (a lost key stops every checkpoint: docs/RECOVER.md)."""
-    from archive_provider.storage.store_v2 import KeyFileError, read_signer, signing_key_path
+    from archive_provider.storage.store_pieces import KeyFileError, read_signer, signing_key_path
 
     try:
         path = signing_key_path(store.path.parent)

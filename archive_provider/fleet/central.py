@@ -43,7 +43,7 @@ from ..format.verifier import (
     verify_database_v2,
     verify_rows,
 )
-from ..storage.store_v2 import SCHEMA_V2
+from ..storage.store_pieces import SCHEMA as SCHEMA_V2
 
 if TYPE_CHECKING:
     import psycopg

@@ -46,7 +46,7 @@ from ..errors import ArchiveDamaged
 from ..format import digests_v2, signed_note
 from ..format.verifier import verify_range_v2
 from ..storage.store import DB_NAME, EventStore, KeyFileError, StoreError
-from ..storage.store_v2 import write_private
+from ..storage.store_pieces import write_private
 from .central import (
     COSIGNATURES_SQL,
     SCHEMA,

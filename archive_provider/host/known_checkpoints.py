@@ -27,7 +27,7 @@ from blake3 import blake3
 
 from ..format import digests_v2
 from ..storage.sql import select_in
-from ..storage.store_v2 import split_parts
+from ..storage.store_pieces import split_parts
 
 #: how many recent checkpoints are remembered (a host retries its latest ones)
 KEPT = 64

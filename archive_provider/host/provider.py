@@ -43,7 +43,7 @@ from ..projections.recall import FENCE_CLOSE, FENCE_OPEN, MAX_QUERY_CHARS, rende
 from ..projections.registry import default_projections
 from ..storage.outside import inside_problems
 from ..storage.store import EventStore, archive_dir
-from ..storage.store_v2 import KeyFileError, served_results, signing_key_path
+from ..storage.store_pieces import KeyFileError, served_results, signing_key_path
 from ..storage.writer import WriterUnavailable
 from .core import ArchiveCore, Transcript, session_text
 from .hermes import (

@@ -31,7 +31,7 @@ from ..projections.recall import FENCE_OPEN, recall_echo_cut
 from ..projections.registry import default_projections
 from ..storage.spill import Encoder, Record, in_use, segment_paths
 from ..storage.store import EventStore, archive_dir
-from ..storage.store_v2 import served_results
+from ..storage.store_pieces import served_results
 from ..storage.witness import Witness
 from ..storage.writer import Taker, Writer, WriterUnavailable
 from .settings import load_settings

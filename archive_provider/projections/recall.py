@@ -54,7 +54,7 @@ from ..format.digests import Envelope
 from ..format.events import turn_messages
 from ..format.signed_note import Checkpoint, NoteError, checked_checkpoint, log_signed_note
 from ..storage.store import ENVELOPE_COLUMNS, EventStore
-from ..storage.store_v2 import served_results
+from ..storage.store_pieces import served_results
 from .builtin import TOKENIZER
 
 MAX_TERMS = 12

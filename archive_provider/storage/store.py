@@ -62,7 +62,7 @@ from .safe_files import (
     sync_dir,
 )
 from .sql import select_in
-from .store_v2 import (
+from .store_pieces import (
     CHECKPOINT_INTERVAL_S,
     COMMITTED_ROOTS_KEPT,
     MAKING_PREFIX,
@@ -70,7 +70,7 @@ from .store_v2 import (
     PART_REUSE_SCHEMA,
     QUOTING_FROM,
     QUOTING_SCHEMA,
-    SCHEMA_V2,
+    SCHEMA,
     SIGNING_KEY_ENV,
     SIGNING_KEY_NAME,
     STORE_KEY_NAME,
@@ -1274,7 +1274,7 @@ def _initialise(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None
         if _meta_or_none(conn, "format_version") is not None:
             conn.execute("COMMIT")  # another opener made it first, from the same key files
             return
-        for statement in (SCHEMA_V2 + ";\n" + AUDIT_VIEWS).split(";\n"):
+        for statement in (SCHEMA + ";\n" + AUDIT_VIEWS).split(";\n"):
             if statement.strip():
                 conn.execute(statement)
         conn.executemany(
@@ -1348,7 +1348,7 @@ def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
 def _add_part_reuse(conn: sqlite3.Connection) -> None:
     """Give an older v2 archive ``part_reuse`` and ``quoting``: the appends from now on
     write them; the events already there are indexed by the first erasure
-    (:func:`store_v2.index_part_reuse`, :func:`store_v2.index_quoting`)."""
+    (:func:`store_pieces.index_part_reuse`, :func:`store_pieces.index_quoting`)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for name, schema, owed in _ERASURE_INDEXES:

@@ -75,7 +75,7 @@ from .store import (
     file_identity,
     head_time,
 )
-from .store_v2 import TamperedPart
+from .store_pieces import TamperedPart
 from .threads import ThreadFactory, context_thread
 from .witness import (
     Proof,

@@ -23,7 +23,7 @@ from archive_provider.domain.clock import now_text
 from archive_provider.format.signed_note import Checkpoint, format_note
 from archive_provider.host.provider import ArchiveProvider
 from archive_provider.storage.store import EventStore, archive_dir
-from archive_provider.storage.store_v2 import read_signer, signing_key_path
+from archive_provider.storage.store_pieces import read_signer, signing_key_path
 from archive_provider.witnesses.peer import PeerWitness, checkpoint_request
 from archive_provider.witnesses.server import keygen, load_key
 from hivemind.matrix_backend import WitnessMessage

@@ -28,7 +28,7 @@ from archive_provider.format.verifier import verify_database
 from archive_provider.host.install import activate, install_plugin
 from archive_provider.projections.registry import default_projections
 from archive_provider.storage.store import DB_NAME, KEY_NAME, EventStore, archive_dir
-from archive_provider.storage.store_v2 import SIGNING_KEY_NAME, STORE_KEY_NAME
+from archive_provider.storage.store_pieces import SIGNING_KEY_NAME, STORE_KEY_NAME
 from archive_provider.storage.witness import FIRST_WITNESS_REASON
 
 from . import hostkit

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from archive_provider import ArchiveProvider
-from archive_provider.storage.store_v2 import SIGNING_KEY_ENV
+from archive_provider.storage.store_pieces import SIGNING_KEY_ENV
 from archive_provider.storage.witness import WITNESS_ENV
 
 from .archive_kit import HOST_TESTS, REPO_ROOT, child_env, counts, install_archive, verify

@@ -15,7 +15,7 @@ import pytest
 
 from archive_provider.format import digests_v2
 from archive_provider.storage.store import DB_NAME, EventStore, StoreError
-from archive_provider.storage.store_v2 import MAKING_PREFIX, STORE_KEY_NAME, make_signer
+from archive_provider.storage.store_pieces import MAKING_PREFIX, STORE_KEY_NAME, make_signer
 
 
 def _old_half(folder: Path, *, store_key: bool, db: bool) -> None:

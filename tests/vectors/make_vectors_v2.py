@@ -558,11 +558,11 @@ def report_archive_sql(erasure_body: bytes | None = None) -> list[str]:
     from archive_provider.format import digests_v2
     from archive_provider.format.canonical import canonical_bytes
     from archive_provider.format.digests import Envelope
-    from archive_provider.storage.store_v2 import SCHEMA_V2
+    from archive_provider.storage.store_pieces import SCHEMA
 
     vectors = make_chain_v2()
     log = test_log_signer()
-    sql = [s.strip() for s in SCHEMA_V2.split(";\n") if s.strip()]
+    sql = [s.strip() for s in SCHEMA.split(";\n") if s.strip()]
     sql += [
         _insert("meta", "format_version", "2"),
         _insert("meta", "store_id", TEST_STORE_ID),

@@ -1,4 +1,4 @@
-"""Format-v2 pieces of the store: schema, key files, part resolution, the kept tree edge.
+"""Pieces of the store: schema, key files, part resolution, the kept tree edge, erasure indexes.
 
 docs/FORMAT.md sections 10, 12.3, 14.3, 15 and 17, used by
 :class:`archive_provider.storage.store.EventStore`.
@@ -59,7 +59,7 @@ TILE_INNER_SCHEMA = """CREATE TABLE IF NOT EXISTS tile_inner (
     hashes BLOB NOT NULL
 )"""
 
-SCHEMA_V2 = f"""
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
