@@ -22,7 +22,7 @@ from archive_provider.cli import main
 from archive_provider.commands.status import witness_lines
 from archive_provider.fleet.ship import STATE_NAME, Shipper, describe_state, read_state
 from archive_provider.format.signed_note import Signer
-from archive_provider.storage.proof_v2 import cosigner
+from archive_provider.storage.checkpoint_proof import cosigner
 from archive_provider.storage.store import archive_dir
 from archive_provider.storage.witness import Witness
 from tests.test_cli import assistant, build_archive, user

@@ -16,7 +16,7 @@ from archive_provider.domain.clock import utc_now
 from archive_provider.format.events import NewEvent
 from archive_provider.format.signed_note import Verifier, open_checkpoint
 from archive_provider.format.verifier import verify_database
-from archive_provider.storage import proof_v2
+from archive_provider.storage import checkpoint_proof
 from archive_provider.storage.store import EventStore
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import Writer
@@ -72,12 +72,12 @@ def test_the_local_witness_cosigns_each_checkpoint_after_checking_it(tmp_path: P
     store = EventStore.open(folder)
     assert record.log_vkey == store.vkey
     head = store.head()
-    cosigner = proof_v2.cosigner(witness.directory).verifier
+    cosigner = checkpoint_proof.cosigner(witness.directory).verifier
     note = store.checkpoint_note()
     assert note is not None
     checkpoint, _, cosigned = open_checkpoint(note, Verifier.from_vkey(store.vkey), [cosigner])
     assert checkpoint.size == head.seq == record.seq
-    assert [s.name for s in cosigned] == [proof_v2.COSIGNER_NAME]
+    assert [s.name for s in cosigned] == [checkpoint_proof.COSIGNER_NAME]
     rows = store.conn.execute("SELECT count(*) FROM cosignatures").fetchone()[0]
     assert rows >= 3  # one per checkpoint it advanced to
     store.close()
@@ -134,8 +134,8 @@ def test_the_checkpoint_check_refuses_an_inconsistent_tree(tmp_path: Path) -> No
     for turn in range(3, 9):
         fork.append([_turn(fork, turn, f"rewritten {turn}")], durable=True)
     newest = open_checkpoint(fork.checkpoint_note() or b"", log_key)[0]
-    with pytest.raises(proof_v2.WitnessMismatch, match="not consistent"):
-        proof_v2.check_consistent(fork, witnessed, newest)
+    with pytest.raises(checkpoint_proof.WitnessMismatch, match="not consistent"):
+        checkpoint_proof.check_consistent(fork, witnessed, newest)
     fork.close()
 
 
@@ -254,7 +254,7 @@ def test_an_unusable_witness_key_weakens_the_witness_but_never_stops_archiving(
 ) -> None:
     folder, witness = _archive(tmp_path)
     _session(folder, witness, range(1, 3))
-    key = witness.directory / proof_v2.COSIGNER_KEY
+    key = witness.directory / checkpoint_proof.COSIGNER_KEY
     key.unlink()
     key.mkdir()  # not a key file any more
     writer = Writer(folder, witness=witness)
@@ -272,13 +272,13 @@ def test_an_identical_checkpoint_retried_is_not_cosigned_again(
     already, so it is not proven, cosigned and recorded again on every retry (that was most
     of an identical retry's cost). A new event is cosigned as before."""
     cosigned: list[int] = []
-    real_cosign = proof_v2._cosign
+    real_cosign = checkpoint_proof._cosign
 
     def counted(witness: Witness, store: EventStore, newest: Any, *args: Any) -> bool:
         cosigned.append(newest.size)
         return real_cosign(witness, store, newest, *args)
 
-    monkeypatch.setattr(proof_v2, "_cosign", counted)
+    monkeypatch.setattr(checkpoint_proof, "_cosign", counted)
     folder, witness = _archive(tmp_path)
     writer = Writer(folder, witness=witness)
     try:

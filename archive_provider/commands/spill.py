@@ -208,7 +208,7 @@ def _event_count(ctx: CommandContext) -> int:
 
 
 def run(ctx: CommandContext) -> int:
-    from archive_provider.storage.proof_v2 import spill_key
+    from archive_provider.storage.checkpoint_proof import spill_key
     from archive_provider.storage.witness import Witness
 
     key = spill_key(Witness.for_home(ctx.home))

@@ -81,7 +81,7 @@ def _check(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
 def _witness_keys(ctx: CommandContext, witness: Witness) -> dict[str, Any]:
     """Every witness key this archive relies on: the local witness's cosigner key (as
     C2SP's type 0x04 and as the Ed25519 type 0x01 Go's tools read) and each remote one."""
-    from archive_provider.storage.proof_v2 import COSIGNER_KEY, cosigner
+    from archive_provider.storage.checkpoint_proof import COSIGNER_KEY, cosigner
     from archive_provider.witnesses.remote import witness_set
 
     local = None

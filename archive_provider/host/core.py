@@ -26,7 +26,7 @@ from ..fleet.ship import BackgroundShipper, shippers
 from ..format.events import NewEvent
 from ..projections.recall import Hit, ProofCache, Prover, TermCounts, search
 from ..projections.registry import default_projections
-from ..storage.proof_v2 import pinned
+from ..storage.checkpoint_proof import pinned
 from ..storage.spill import Encoder
 from ..storage.store import (
     DB_NAME,

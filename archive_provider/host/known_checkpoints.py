@@ -12,7 +12,7 @@ Memory only: a new process takes the full path once, then remembers. Nothing is 
 on a recognised retry, and it was durable when first returned (a FULL commit). This is the
 one place a retry is recognised: below it, the writer moves the witness only after a
 durable commit that moved the head (a retry on the full path appends nothing, so there is
-nothing to witness), and ``proof_v2.advance`` has no retry case of its own.
+nothing to witness), and ``checkpoint_proof.advance`` has no retry case of its own.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from ..format.canonical import decode
 from ..format.digests import Envelope, genesis_chain
 from ..format.events import LoadedEvent, NewEvent, Part
 from ..format.verifier import schema_problem, verify_database
-from .proof_v2 import advance
+from .checkpoint_proof import advance
 from .safe_files import sync_dir
 from .spill import META_TAKEN, in_use, segment_paths
 from .store import (

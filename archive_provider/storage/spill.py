@@ -11,7 +11,7 @@ in ``<archive>/spill/`` as numbered *segments*, each append-only:
     body    = JSON {"accepted": time text, "args": {...}, "kind": text}
 
 The spill key is not in the profile: it is derived from the local witness's own key, in
-the witness folder outside ``HERMES_HOME`` (:func:`archive_provider.storage.proof_v2.
+the witness folder outside ``HERMES_HOME`` (:func:`archive_provider.storage.checkpoint_proof.
 spill_key`). Whoever can write ``archive/spill/`` can therefore not write a record the
 writer takes in, and the genuine writer never signs such a record into history (docs/
 DESIGN.md, "Trust boundary"). Without a witness (a writer made without one) the check is

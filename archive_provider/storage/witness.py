@@ -305,8 +305,8 @@ class Witness:
 
         A v2 record (``checkpoint`` given, or kept from the current record) also pins the
         log key and holds the checkpoint it cosigned; the caller proved consistency first
-        (:func:`archive_provider.storage.proof_v2.advance`). Returns False (and logs, never
-        raises) when the witness could not be written: the archive stays usable, only
+        (:func:`archive_provider.storage.checkpoint_proof.advance`). Returns False (and logs,
+        never raises) when the witness could not be written: the archive stays usable, only
         rollback detection is weaker until the next write.
         """
         record = WitnessRecord(

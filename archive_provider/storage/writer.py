@@ -44,7 +44,13 @@ from ..format import digests_v2
 from ..format.digests import key_text, parts_text
 from ..format.events import AppendResult, NewEvent
 from ..format.verifier import verify_database
-from .proof_v2 import BackgroundWalk, WalkState, advance, open_proof_v2, spill_key
+from .checkpoint_proof import (
+    BackgroundWalk,
+    WalkState,
+    advance,
+    open_proof_from_checkpoint,
+    spill_key,
+)
 from .spill import (
     END,
     HEADER_BYTES,
@@ -256,7 +262,7 @@ def open_time_proof(store: EventStore, witness: Witness | None, *, fast: bool) -
     :func:`fast_path_ok`, taken before the store was opened."""
     proof = None
     if witness is not None and not fast:
-        proof = open_proof_v2(store, witness)
+        proof = open_proof_from_checkpoint(store, witness)
     if proof is None:
         proof = open_proof(store.conn, store.key, store.store_id, fast=fast, witness=witness)
     return proof

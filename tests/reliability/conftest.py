@@ -20,7 +20,7 @@ import pytest
 from archive_provider.format.canonical import decode
 from archive_provider.format.verifier import Report, verify_database
 from archive_provider.host.provider import ArchiveProvider
-from archive_provider.storage.proof_v2 import spill_key
+from archive_provider.storage.checkpoint_proof import spill_key
 from archive_provider.storage.store import EventStore, archive_dir
 from archive_provider.storage.witness import Witness
 from archive_provider.storage.writer import writers

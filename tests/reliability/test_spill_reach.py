@@ -204,7 +204,7 @@ HOLDER = """
 import sys
 from archive_provider.domain.clock import utc_now
 from archive_provider.host.spill_kinds import spill_entry
-from archive_provider.storage.proof_v2 import spill_key
+from archive_provider.storage.checkpoint_proof import spill_key
 from archive_provider.storage.spill import Spill
 from archive_provider.storage.witness import Witness
 home = __import__("pathlib").Path(sys.argv[1])

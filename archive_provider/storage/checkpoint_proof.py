@@ -1,12 +1,14 @@
-"""Format v2: the local witness's cosigned checkpoint, the open-time proof that costs what is
-new, and the background walk over older history (docs/FORMAT.md 16.1 and 20.4).
+"""The local witness's cosigned checkpoint, the open-time proof that costs what is new, and
+the background walk over older history (docs/FORMAT.md 16.1 and 20.4).
 
 * :func:`advance` moves the local witness from the checkpoint it cosigned to the newest one
   only after checking the log's signature with the key pinned in the witness record and a
   consistency proof read from the tiles; then it cosigns (``cosignature/v1``, the witness's
   own key in its folder), stores the cosignature in ``cosignatures`` and writes the record.
-* :func:`open_proof_v2` is the open-time proof: the newest checkpoint's signature and its
-  consistency with the witnessed one (O(log n) tile reads), then only the events after it.
+* :func:`open_proof_from_checkpoint` is the open-time proof: the newest checkpoint's
+  signature and its consistency with the witnessed one (O(log n) tile reads), then only the
+  events after it. Without a cosigned checkpoint yet, :func:`witness.open_proof` (the clean
+  close's fingerprint, or the whole log verified once) stands in.
 * :class:`BackgroundWalk` checks the history before that checkpoint in bounded slices,
   off the host's and the writer's threads, and reports damage the moment it finds it.
 
@@ -280,7 +282,7 @@ def _leaf_at(conn: sqlite3.Connection, seq: int) -> tuple[bytes, bytes] | None:
     return merkle.leaf_hash(data), bytes(row[9])
 
 
-def open_proof_v2(store: EventStore, witness: Witness) -> Proof | None:
+def open_proof_from_checkpoint(store: EventStore, witness: Witness) -> Proof | None:
     """The open-time proof of FORMAT.md 20.4; None when the witness holds no checkpoint yet
     (the caller then verifies the whole log once)."""
     started = time.monotonic()
