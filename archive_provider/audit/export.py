@@ -36,7 +36,6 @@ from blake3 import blake3
 from ..domain.clock import format_time, utc_now
 from ..errors import ArchiveError
 from ..format import digests_v2
-from ..format.digests_v2 import FORMAT_VERSION as FORMAT_V2
 from ..format.verifier import (
     AGAIN,
     BUNDLE_NAME,
@@ -222,7 +221,7 @@ def export_bundle(
                 except OSError as exc:  # name the path the user gave, not our temporary file
                     raise type(exc)(exc.errno, exc.strerror, str(out)) from None
                 with os.fdopen(fd, "w+b") as handle:
-                    envelopes, chosen, payloads = _write_v2(
+                    envelopes, chosen, payloads = _write_bundle(
                         handle, store, selection, head, created_by, progress
                     )
                     size = handle.seek(0, os.SEEK_END)
@@ -338,7 +337,7 @@ def _own_vkey(store: EventStore) -> str | None:
 
 
 def _signed_head(store: EventStore) -> Head:
-    """The head a v2 bundle reaches: the newest signed checkpoint (the store signs its head
+    """The head a bundle reaches: the newest signed checkpoint (the store signs its head
     when it can; a read-only one exports up to the last signature)."""
     row = store.conn.execute(
         "SELECT size, root FROM signed_checkpoints ORDER BY size DESC LIMIT 1"
@@ -354,7 +353,7 @@ def _signed_head(store: EventStore) -> Head:
     return Head(size, bytes(chain[0]).hex(), bytes(row[1]).hex())
 
 
-_ROWS_SQL_V2 = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq <= ? ORDER BY seq"
+_ROWS_SQL = f"SELECT {ENVELOPE_COLUMNS} FROM events WHERE seq <= ? ORDER BY seq"
 
 
 def _envelope_record_v3(row: Sequence[Any]) -> bytes:
@@ -384,7 +383,7 @@ def _envelope_record_v3(row: Sequence[Any]) -> bytes:
 #: again (the record's flag): sorted by SQLite, which spills to temporary files past its
 #: cache, so the exporter keeps nothing per digest. ``:width`` exceeds any event's count of
 #: digests, so ``seq * :width + place`` orders them.
-_NAMED_SQL_V2 = """
+_NAMED_SQL = """
 WITH chosen(seq, payload, parts, author) AS (
     SELECT seq, payload, parts, author FROM events
     WHERE seq <= :head AND (:session IS NULL OR session = :session)
@@ -411,7 +410,7 @@ def _named(store: EventStore, selection: Selection, head: Head) -> Iterator[tupl
     ).fetchone()[0]
     width = (widest or 0) // 32 + 2
     for digest, again in store.conn.execute(
-        _NAMED_SQL_V2, {"head": head.seq, "width": width, **selection.as_dict()}
+        _NAMED_SQL, {"head": head.seq, "width": width, **selection.as_dict()}
     ):
         yield bytes(digest), AGAIN if again else 0
 
@@ -441,7 +440,7 @@ def _tombstones(conn: sqlite3.Connection, digests: Sequence[bytes]) -> dict[byte
     }
 
 
-def _write_v2(
+def _write_bundle(
     handle: BinaryIO,
     store: EventStore,
     selection: Selection,
@@ -462,7 +461,7 @@ def _write_v2(
             archive.open(_info(ENVELOPES_V3, when), "w", force_zip64=True) as member,
             _Stream(member) as records,
         ):
-            for row in store.conn.execute(_ROWS_SQL_V2, (head.seq,)):
+            for row in store.conn.execute(_ROWS_SQL, (head.seq,)):
                 records.write(_envelope_record_v3(row))
                 envelopes += 1
                 chosen += selection.matches(row[3], row[1])
@@ -500,7 +499,7 @@ def _write_v2(
         manifest: dict[str, object] = {
             "bundle": BUNDLE_NAME,
             "bundle_version": BUNDLE_VERSION_V3,
-            "format_version": FORMAT_V2,
+            "format_version": digests_v2.FORMAT_VERSION,
             "store_id": store.store_id,
             "created": format_time(created),
             "created_by": created_by,
