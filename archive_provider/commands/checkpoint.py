@@ -1,4 +1,4 @@
-"""checkpoint: print a signed checkpoint of a format-v2 archive as its note, with every
+"""checkpoint: print a signed checkpoint of the archive as its note, with every
 cosignature (docs/FORMAT.md 15.5), for a witness, a monitor or any C2SP tool to read."""
 
 from __future__ import annotations

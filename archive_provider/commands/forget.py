@@ -1,4 +1,4 @@
-"""forget: erase data from a format-v2 archive with a recorded, verifiable erasure event.
+"""forget: erase data from the archive with a recorded, verifiable erasure event.
 
 Destructive: asks for confirmation on a terminal and needs ``--yes`` otherwise; ``--dry-run``
 shows what would go and what a legal hold keeps. docs/OPERATIONS.md gives the order of a
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 NAME = "forget"
 HELP = (
-    "erase a session, event, time range, author or memory entry (every version) from a v2 "
+    "erase a session, event, time range, author or memory entry (every version) from the "
     "archive, with a receipt; --dry-run first"
 )
 

@@ -1,4 +1,4 @@
-"""key: the verifier key of a format-v2 archive, for witnesses and auditors to pin.
+"""key: the verifier key of the archive, for witnesses and auditors to pin.
 
 Prints ``<name>+<key ID>+<base64>`` (signed-note verifier key form, docs/FORMAT.md 15.2),
 read from the signing key; never the private key.
@@ -11,7 +11,7 @@ import argparse
 from archive_provider.commands import CommandContext, CommandError
 
 NAME = "key"
-HELP = "print the archive's verifier key (format v2) for witnesses and auditors to pin"
+HELP = "print the archive's verifier key for witnesses and auditors to pin"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

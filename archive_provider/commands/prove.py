@@ -15,7 +15,7 @@ import argparse
 from archive_provider.commands import CommandContext, CommandError, UsageError, expanded
 
 NAME = "prove"
-HELP = "write a proof file disclosing events (format v2) that anyone can check with the key"
+HELP = "write a proof file disclosing events that anyone can check with the key"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key",
         metavar="VKEY",
-        help="format v2: the archive's verifier key, pinned outside it (`hermes-archive key` "
+        help="the archive's verifier key, pinned outside it (`hermes-archive key` "
         "printed it), to check every signed checkpoint, as `verify --key` does",
     )
 

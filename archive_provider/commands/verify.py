@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--key",
         type=verifier_key,
         metavar="VKEY",
-        help="format v2: the archive's verifier key, pinned outside it (`hermes-archive key` "
+        help="the archive's verifier key, pinned outside it (`hermes-archive key` "
         "printed it), to check every signed checkpoint",
     )
     parser.add_argument(
@@ -57,17 +57,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--witnesses",
         action="store_true",
-        help="format v2: ask the local and every remote witness what they cosigned and check "
+        help="ask the local and every remote witness what they cosigned and check "
         "it against this archive (lag, last error, a refused rewrite)",
     )
     parser.add_argument(
         "--jobs",
         type=positive_int,
         metavar="N",
-        help="format v2: processes to use (default: the cores this process may run on; at "
-        "most 16): one checks the events while the others merge the payloads, each a range of "
-        "digests, and the report is the one a single process gives; a v1 archive is checked in "
-        "one process (N is accepted and ignored)",
+        help="processes to use (default: the cores this process may run on; at most 16): one "
+        "checks the events while the others merge the payloads, each a range of digests, and "
+        "the report is the one a single process gives",
     )
     parser.add_argument(
         "--lineage",

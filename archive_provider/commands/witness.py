@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
         choices=("show", "accept", "add", "remove", "serve", "keygen"),
-        help="show, accept (re-anchor), add or remove a remote witness of a v2 archive, "
+        help="show, accept (re-anchor), add or remove a remote witness of the archive, "
         "serve a remote witness, or make its key",
     )
     parser.add_argument(
