@@ -2,7 +2,7 @@
 
 After the project has written a run into database A, :func:`extract` reads back every row
 it produced and groups them by the event they belong to (``seq`` columns; payloads and
-other content-addressed rows by the first event that names them; a v2 archive's signed
+other content-addressed rows by the first event that names them; the archive's signed
 checkpoints and cosignatures by the tree size they sign, and its tiles by the transactions
 whose leaves change them). :func:`RawCopy.insert`
 then writes exactly those rows into an empty database B with the same schema, the same
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archive_provider.format.canonical import decode
+from archive_provider.storage.store_pieces import split_parts
 
 # tables written by SQLite itself or read-only views
 _SKIP = {"meta", "sqlite_sequence"}
@@ -33,7 +33,7 @@ class TableRows:
     by_seq: dict[int, list[tuple[Any, ...]]] = field(default_factory=lambda: defaultdict(list))
     state: bool = False  # rows upserted once per transaction (head, projection_state, sessions)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
-    tiles: bool = False  # v2 tiles: the rows a transaction's leaves change (their final bytes)
+    tiles: bool = False  # tiles: the rows a transaction's leaves change (their final bytes)
 
 
 def _tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
@@ -56,29 +56,22 @@ def _tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return out
 
 
-def _named(parts: str | bytes) -> list[Any]:
-    """The digests a ``parts`` column lists: v1 JSON text, v2 32-byte digests end to end."""
-    if isinstance(parts, bytes):
-        return [parts[i : i + 32] for i in range(0, len(parts), 32)]
-    return list(decode(parts))
-
-
 def _first_use(conn: sqlite3.Connection) -> dict[Any, int]:
-    """Digest -> seq of the first event that names it (as payload, part or v2 author)."""
-    v2 = "author" in [r[1] for r in conn.execute("PRAGMA table_info(events)")]
-    sql = f"SELECT seq, payload, parts{', author' if v2 else ''} FROM events ORDER BY seq"
+    """Digest -> seq of the first event that names it (as payload, part or author)."""
     first: dict[Any, int] = {}
-    for seq, payload, parts, *author in conn.execute(sql):
+    for seq, payload, parts, author in conn.execute(
+        "SELECT seq, payload, parts, author FROM events ORDER BY seq"
+    ):
         first.setdefault(payload, seq)
-        for digest in _named(parts):
+        for digest in split_parts(parts):
             first.setdefault(digest, seq)
-        if author and author[0] is not None:
-            first.setdefault(author[0], seq)
+        if author is not None:
+            first.setdefault(author, seq)
     return first
 
 
 def touched_tiles(first: int, last: int, width: int = 256) -> set[tuple[int, int]]:
-    """(level, index) of every v2 tile that appending leaves ``first..last`` (seqs) changes."""
+    """(level, index) of every tile that appending leaves ``first..last`` (seqs) changes."""
     touched: set[tuple[int, int]] = set()
     span, level = 1, 0
     while last // span > (first - 1) // span:  # level-``level`` nodes completed by the range
@@ -106,7 +99,7 @@ def extract(path: Path) -> list[TableRows]:
                 at = columns.index("seq")
                 for row in rows:
                     table.by_seq[int(row[at])].append(row)
-            elif "size" in columns:  # v2 signed checkpoints, cosignatures: at the size signed
+            elif "size" in columns:  # signed checkpoints, cosignatures: at the size signed
                 at = columns.index("size")
                 for row in rows:
                     table.by_seq[int(row[at])].append(row)

@@ -8,7 +8,7 @@ Both floors are measured in the same run, interleaved with what they bound:
   by the wall clock. The export deflates in a second thread beside its reading (two cores
   when the machine has them free), the plain zip in one: both sides' CPU seconds are in the
   row's extras, so the ratio on one core is there too.
-* ``verify-bundle`` of that bundle against row 2's floor (``s2_verify.floor_v2``: one
+* ``verify-bundle`` of that bundle against row 2's floor (``s2_verify.verify_floor``: one
   sequential pass over ``events`` and ``payloads`` hashing the same bytes, no lookups) on the
   archive it came from.
 
@@ -29,7 +29,7 @@ from archive_provider.format.verifier import verify_bundle
 from archive_provider.storage.store import EventStore
 
 from .common import Row, Workdir, cli_child, interleaved
-from .s2_verify import against_floor, floor_v2
+from .s2_verify import against_floor, verify_floor
 
 Report = Callable[[str], None]
 
@@ -83,7 +83,7 @@ def run(
     conn.execute("PRAGMA cache_size = -262144")
     try:
         n, v_ours, v_theirs, all_v_ours, all_v_theirs = against_floor(
-            lambda: verify_bundle(bundle), lambda: floor_v2(conn), folder, repeats, "bundle"
+            lambda: verify_bundle(bundle), lambda: verify_floor(conn), folder, repeats, "bundle"
         )
     finally:
         conn.close()

@@ -1,14 +1,9 @@
 """Row 2: ``verify`` over the big log beside the thinnest code that does the same hashing.
 
-Format v2 (the default): the floor is one sequential pass over ``events`` (identity, chain
-and Merkle leaf of every envelope, the tree's interior hashes) and one over ``payloads``
-(the salted BLAKE3 of every body), no per-row lookups (issue 18's floor). Format v1: the
-baseline reads the same tables and recomputes the same digests with the same domains:
-identity, keyed payload digest, keyed digest of every part (once per distinct part, as the
-verifier does), and the chain. It streams envelopes joined with their payload in one query
-and the parts through a second query that joins ``json_each(parts)`` with ``payloads`` in
-SQLite, so no Python-level lookup happens per event. It checks nothing the verifier does
-not and reports only a count of mismatches.
+The floor is one sequential pass over ``events`` (identity, chain and Merkle leaf of every
+envelope, the tree's interior hashes) and one over ``payloads`` (the salted BLAKE3 of every
+body), no per-row lookups. It checks nothing the verifier does not and reports only a count
+of mismatches.
 """
 
 from __future__ import annotations
@@ -25,15 +20,10 @@ from blake3 import blake3
 
 from archive_provider.format import merkle
 from archive_provider.format.verifier import (
-    DOMAIN_CHAIN,
-    DOMAIN_IDENTITY,
-    DOMAIN_PAYLOAD,
     V2_CHAIN,
     V2_GENESIS,
     V2_PAYLOAD,
-    envelope_bytes,
     envelope_bytes_v2,
-    genesis,
     identity_v2,
     verify_database,
 )
@@ -42,61 +32,9 @@ from .common import Row, Workdir, interleaved, median
 from .peers import eventsourcing_read_back, eventsourcing_turns
 from .workload import Text, sessions
 
-_ENVELOPES = (
-    "SELECT e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.chain,"
-    " p.body "
-    "FROM events e LEFT JOIN payloads p ON p.digest = e.payload ORDER BY e.seq"
-)
-_PARTS = (
-    "SELECT j.value, p.body FROM events e, json_each(e.parts) j "
-    "LEFT JOIN payloads p ON p.digest = j.value ORDER BY e.seq"
-)
 
-
-def _quote(text: str) -> str:
-    """Canonical JSON text literal for the plain ASCII type names the log holds."""
-    return '"' + text + '"'
-
-
-def tight_loop(conn: sqlite3.Connection, key: bytes) -> tuple[int, int]:
-    """(events checked, mismatches): every digest and the chain, nothing else."""
-    store_id = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0]
-    previous = genesis(store_id)
-    fromhex = bytes.fromhex
-    events = bad = 0
-    conn.execute("BEGIN")
-    try:
-        for seq, time_, type_, session, key_, identity, payload, parts, chain, body in conn.execute(
-            _ENVELOPES
-        ):
-            if (
-                blake3(
-                    DOMAIN_IDENTITY + ('{"key":' + key_ + ',"type":' + _quote(type_) + "}").encode()
-                ).hexdigest()
-                != identity
-            ):
-                bad += 1
-            if body is None or blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != payload:
-                bad += 1
-            envelope = envelope_bytes(seq, time_, type_, session, key_, identity, payload, parts)
-            if blake3(DOMAIN_CHAIN + fromhex(previous) + envelope).hexdigest() != chain:
-                bad += 1
-            previous = chain
-            events += 1
-        seen: set[str] = set()
-        for digest, body in conn.execute(_PARTS):
-            if digest in seen:
-                continue
-            seen.add(digest)
-            if body is None or blake3(DOMAIN_PAYLOAD + body, key=key).hexdigest() != digest:
-                bad += 1
-    finally:
-        conn.execute("COMMIT")
-    return events, bad
-
-
-def floor_v2(conn: sqlite3.Connection) -> tuple[int, int]:
-    """(events checked, mismatches) of a v2 log: every event's identity, chain and leaf (and
+def verify_floor(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(events checked, mismatches) of the log: every event's identity, chain and leaf (and
     the tree above the leaves) in one pass over ``events``, every body's salted digest in one
     pass over ``payloads`` in table order. No lookups, no sets, no per-row checks of form."""
     store_id = conn.execute("SELECT value FROM meta WHERE name = 'store_id'").fetchone()[0]
@@ -127,11 +65,6 @@ def floor_v2(conn: sqlite3.Connection) -> tuple[int, int]:
     finally:
         conn.execute("COMMIT")
     return events, bad
-
-
-def format_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE name = 'format_version'").fetchone()
-    return int(row[0]) if row else 1
 
 
 def warm(folder: Path) -> None:
@@ -185,13 +118,10 @@ Report = Callable[[str], None]
 def run(folder: Path, events: int, repeats: int, say: Report) -> list[Row]:
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
     conn.execute("PRAGMA cache_size = -262144")
-    v2 = format_version(conn) == 2
-    key = b"" if v2 else bytes.fromhex((folder / "payload.key").read_text().strip())
-    loop = floor_v2 if v2 else (lambda c: tight_loop(c, key))
-    floor_name = "sequential pass, no lookups" if v2 else "tight loop"
+    floor_name = "sequential pass, no lookups"
     try:
         n, ours, theirs, all_ours, all_theirs = against_floor(
-            lambda: verify_database(conn, key), lambda: loop(conn), folder, repeats, "log"
+            lambda: verify_database(conn, b""), lambda: verify_floor(conn), folder, repeats, "log"
         )
     finally:
         conn.close()
@@ -200,7 +130,7 @@ def run(folder: Path, events: int, repeats: int, say: Report) -> list[Row]:
     return [
         Row(
             "2",
-            f"verify {label} events (format v{2 if v2 else 1})",
+            f"verify {label} events (format v2)",
             n / ours,
             "events/s",
             n / theirs,
@@ -216,15 +146,12 @@ def run(folder: Path, events: int, repeats: int, say: Report) -> list[Row]:
 
 
 def jobs_rows(folder: Path, jobs: int, repeats: int, say: Report) -> list[Row]:
-    """``verify --jobs`` (v2: the payload merge in helper processes) beside the same floor.
+    """``verify --jobs`` (the payload merge in helper processes) beside the same floor.
 
     On a shared machine the wall time shows the load as much as the code, so the CPU time
     of this process and of its helpers is recorded too: with one helper, the larger of the
-    two is what the verify would take with two free cores. None for a v1 log."""
+    two is what the verify would take with two free cores."""
     conn = sqlite3.connect(folder / "events.db", isolation_level=None)
-    if format_version(conn) != 2:
-        conn.close()
-        return []
     conn.execute("PRAGMA cache_size = -262144")
     cpu: dict[str, list[float]] = {"parent": [], "helpers": [], "floor": []}
 
@@ -246,7 +173,7 @@ def jobs_rows(folder: Path, jobs: int, repeats: int, say: Report) -> list[Row]:
     try:
         n, ours, theirs, all_ours, all_theirs = against_floor(
             counted(lambda: verify_database(conn, b"", jobs=jobs), "parent", "helpers"),
-            counted(lambda: floor_v2(conn), "floor"),
+            counted(lambda: verify_floor(conn), "floor"),
             folder,
             repeats,
             "log",
