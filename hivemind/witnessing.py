@@ -4,7 +4,7 @@ With ``witness_peers`` set (by ``HIVEMIND_WITNESS_PEERS``, outside the profile),
 loop (:class:`.link.PeerLink`) hands this module the witness messages of each sync and,
 every ``witness_interval_s`` at most, lets it send our newest signed checkpoint to each
 chosen peer that has not answered it yet. Both sides are
-the archive's v2 witness machinery (``archive_provider.PeerWitness`` and friends: the
+the archive's witness machinery (``archive_provider.PeerWitness`` and friends: the
 tlog-witness rules, consistency proofs, cosignatures); this module only carries them over
 Matrix (:data:`.matrix_backend.WITNESS_MSGTYPE`) and records what must be recorded:
 

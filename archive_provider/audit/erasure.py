@@ -1,4 +1,4 @@
-"""Forgetting with proof: erasure, legal holds and retention on a format-v2 archive.
+"""Forgetting with proof: erasure, legal holds and retention on an archive.
 
 docs/FORMAT.md 12.4 and 18, docs/AUDIT.md, docs/OPERATIONS.md. One erasure is one write
 transaction: an ``erasure`` event naming the digests it erases (never their content), the

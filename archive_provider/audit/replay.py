@@ -58,7 +58,7 @@ def rebuild(store: EventStore, progress: Progress | None = None) -> int:
 
     Uses the store's projections, or the default set when it was opened without any.
     ``progress`` is called with the sequence number reached, every few thousand events.
-    A v2 archive made before ``tile_inner`` existed also gets the inner rows of its full
+    An archive made before ``tile_inner`` existed also gets the inner rows of its full
     leaf tiles (FORMAT.md 14.5), in the same transaction.
     """
     projections = store.projections or default_projections(store.conn)

@@ -85,7 +85,7 @@ _CATEGORY = {
 }
 #: categories that are rare and matter to an auditor: kept in detail apart from the rest
 NOTABLE = frozenset({"erasure", "hold", "retention", "witness", "refusal"})
-#: the v2 store-level session (FORMAT.md 18): no conversation
+#: the store-level session (FORMAT.md 18): no conversation
 STORE_SESSION = "archive"
 
 

@@ -10,7 +10,7 @@ from archive_provider.commands import CommandContext
 if TYPE_CHECKING:  # loaded when the command runs: building the parser stays cheap
     from archive_provider.storage.store import EventStore
 
-#: v2's store-level events, recorded under the session "archive" (FORMAT.md 18): no conversation
+#: the store-level events, recorded under the session "archive" (FORMAT.md 18): no conversation
 STORE_EVENTS = (
     "('store_created', 'migrated_from', 'erasure', 'legal_hold', 'legal_hold_released', "
     "'retention_policy', 'witness_added', 'witness_removed')"
@@ -68,7 +68,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
             recall = recall_check(store) if has_state else None
             sessions = conn.execute(  # '' is no conversation (peer and witness events), nor
                 "SELECT count(DISTINCT session) FROM events WHERE session != '' AND NOT ("
-                f"session = 'archive' AND type IN {STORE_EVENTS})"  # v2's store-level events
+                f"session = 'archive' AND type IN {STORE_EVENTS})"  # the store-level events
             ).fetchone()[0]
             drain = last_drain(store) if counts.get("shutdown_drain") else None
             shipping = read_state(ctx.archive)
@@ -179,7 +179,7 @@ def witness_status(ctx: CommandContext, store: EventStore, timeout: float = 0.0)
 
 
 def signing_key_status(store: EventStore) -> dict[str, Any]:
-    """Where the v2 signing key is read from, whether it is outside the profile, and whether
+    """Where the signing key is read from, whether it is outside the profile, and whether
     it can be used (a lost key stops every checkpoint: docs/RECOVER.md)."""
     from archive_provider.storage.store_pieces import KeyFileError, read_signer, signing_key_path
 

@@ -264,7 +264,7 @@ class ProjectionRunner(Protocol):
 class Head:
     seq: int
     chain: str
-    root: str | None = None  # v2: the Merkle root at tree size seq (hex)
+    root: str | None = None  # the Merkle root at tree size seq (hex)
 
 
 def archive_dir(hermes_home: str | os.PathLike[str]) -> Path:
@@ -532,7 +532,7 @@ class EventStore:
             projections = projections(conn)
         store = EventStore(db_path, conn, key, store_id, projections, readonly=readonly)
         if not readonly:
-            try:  # an existing v2 file takes its first write lock here
+            try:  # an existing file takes its first write lock here
                 store._create_projections()
             except sqlite3.DatabaseError as exc:
                 conn.close()
@@ -1230,7 +1230,7 @@ def _settle(folder: Path) -> None:
 
 
 def _make_keys(folder: Path) -> tuple[str, Signer]:
-    """A new v2 store's id, lookup key and signing key (FORMAT.md 10 and 15.2)."""
+    """A new store's id, lookup key and signing key (FORMAT.md 10 and 15.2)."""
     store_id = secrets.token_hex(16)
     key_path = folder / STORE_KEY_NAME
     if key_path.exists():
@@ -1250,7 +1250,7 @@ def _make_keys(folder: Path) -> tuple[str, Signer]:
 
 
 def _interrupted_keys(folder: Path) -> tuple[str, Signer] | None:
-    """The id and signing key of a v2 archive whose making a crash cut short after its keys
+    """The id and signing key of an archive whose making a crash cut short after its keys
     were written and events.db was created, before its schema was committed: the open takes
     the making up again instead of turning the file into a v1 store without a key."""
     if (folder / KEY_NAME).exists() or not (folder / STORE_KEY_NAME).exists():
@@ -1296,7 +1296,7 @@ def _initialise(conn: sqlite3.Connection, store_id: str, signer: Signer) -> None
 
 
 def store_created(store: EventStore) -> NewEvent:
-    """The first event of a new v2 archive (FORMAT.md 18)."""
+    """The first event of a new archive (FORMAT.md 18)."""
     return NewEvent(
         "store_created",
         "archive",
@@ -1330,7 +1330,7 @@ def _add_audit_views(conn: sqlite3.Connection) -> None:
         raise
 
 
-#: the erasure indexes a v2 archive made before them: (table, its schema, its meta row)
+#: the erasure indexes an archive made before them: (table, its schema, its meta row)
 _ERASURE_INDEXES = (
     ("part_reuse", PART_REUSE_SCHEMA, PART_REUSE_FROM),
     ("quoting", QUOTING_SCHEMA, QUOTING_FROM),
@@ -1338,7 +1338,7 @@ _ERASURE_INDEXES = (
 
 
 def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
-    """A v2 archive made before ``part_reuse`` or ``quoting`` existed (a v1 file has no use
+    """An archive made before ``part_reuse`` or ``quoting`` existed (a v1 file has no use
     for them)."""
     if _meta_or_none(conn, "format_version") != str(FORMAT_VERSION):
         return False
@@ -1346,7 +1346,7 @@ def _lacks_part_reuse(conn: sqlite3.Connection) -> bool:
 
 
 def _add_part_reuse(conn: sqlite3.Connection) -> None:
-    """Give an older v2 archive ``part_reuse`` and ``quoting``: the appends from now on
+    """Give an older archive ``part_reuse`` and ``quoting``: the appends from now on
     write them; the events already there are indexed by the first erasure
     (:func:`store_pieces.index_part_reuse`, :func:`store_pieces.index_quoting`)."""
     conn.execute("BEGIN IMMEDIATE")
@@ -1469,7 +1469,7 @@ def payload_body(conn: sqlite3.Connection, digest: str) -> bytes | None:
 
 
 def salted_payload(conn: sqlite3.Connection, digest: str) -> tuple[bytes, bytes] | None:
-    """A v2 payload's ``(salt, body)`` by hex digest, or None (absent, or erased).
+    """A payload's ``(salt, body)`` by hex digest, or None (absent, or erased).
 
     What a disclosure, a proof file or a serve-time check needs: BLAKE3(payload domain ‖
     salt ‖ body) must equal the digest (FORMAT.md 12.5, 20.5).

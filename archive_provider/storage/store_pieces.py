@@ -162,7 +162,7 @@ CREATE VIEW IF NOT EXISTS bodies_v AS
 
 
 class KeyFileError(ArchiveError):
-    """A v2 key file (store.key, the signing key) cannot be used; the message names it."""
+    """A key file (store.key, the signing key) cannot be used; the message names it."""
 
 
 class TamperedPart(ArchiveError):
@@ -224,7 +224,7 @@ def make_signer(path: Path, origin: str) -> Signer:
 
 
 class PartHasher(Hasher):
-    """Names parts for a v2 store: the digest of a body already stored, or a fresh salt.
+    """Names parts for the store: the digest of a body already stored, or a fresh salt.
 
     Used inside the append transaction on the writer's thread (FORMAT.md 12.3): a stored
     body is found by its keyed lookup and checked byte for byte; a new one gets a random salt

@@ -111,7 +111,7 @@ class RemoteSubmitter(Protocol):
     def close(self, timeout: float | None = None) -> None: ...
 
 
-#: starts submission to a proven v2 log's remote witnesses on threads of the given factory
+#: starts submission to a proven log's remote witnesses on threads of the given factory
 #: (None: the log names none). The layer that builds the writer hands it in (the provider's
 #: is ``witnesses.remote.start_submitter``); storage never imports the witnesses above it.
 SubmitterFactory = Callable[[EventStore, ThreadFactory], RemoteSubmitter | None]
@@ -1499,7 +1499,7 @@ def _data_version(store: EventStore) -> int:
 
 
 def logged_seq(store: EventStore, event: NewEvent) -> int | None:
-    """The seq of the event with ``event``'s identity in a v2 log (an event without parts,
+    """The seq of the event with ``event``'s identity in the log (an event without parts,
     such as ``spill_taken``), or None when none is archived."""
     key, parts = key_text(event.key), parts_text([])
     return store.identity_seq(digests_v2.identity(event.type, event.session, key, parts).hex())

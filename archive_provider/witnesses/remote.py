@@ -1,4 +1,4 @@
-"""The remote witness set of a v2 archive, read from its log (docs/FORMAT.md 16.2, 18).
+"""The remote witness set of an archive, read from its log (docs/FORMAT.md 16.2, 18).
 
 The set is log content: ``witness_added`` and ``witness_removed`` events, read in order from
 the chained log and never from a file inside the profile, so nothing in the archive folder
