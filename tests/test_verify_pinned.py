@@ -110,12 +110,14 @@ def test_the_witness_record_is_named_and_shaped_as_format_16_1_says(home: Path) 
     assert first["log_vkey"].split("+")[0] == f"hermes-archive.invalid/{store_id}"
 
 
-def test_export_help_offers_chain_from_selection_for_format_1_only(
+def test_export_offers_no_proof_start_but_the_genesis(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """What --help offers a format-2 archive refuses: the help says whom it is for."""
+    """A bundle always carries every envelope from the genesis (its tree root is checked
+    against the signed checkpoint): ``--chain-from`` is not offered, and not accepted."""
     from tests.test_cli import via_main
 
     code, out, _ = via_main(capsys, ["export", "--help"])
-    assert code == 0
-    assert "format-1 archive only" in " ".join(out.split())
+    assert code == 0 and "--chain-from" not in out
+    code, _, err = via_main(capsys, ["export", "--chain-from", "selection", "out.zip"])
+    assert code == 2 and "unrecognized arguments: --chain-from" in err

@@ -62,8 +62,6 @@ from ..storage.store import (
 from ..storage.store_pieces import KeyFileError
 from ..storage.threads import context_thread
 
-CHAIN_FROM = ("genesis", "selection")
-
 
 class ExportError(ArchiveError):
     """The export could not be written (nothing was left at the destination), or its
@@ -186,7 +184,6 @@ def export_bundle(
     out: Path,
     selection: Selection,
     *,
-    chain_from: str = "genesis",
     progress: Callable[[int], None] | None = None,
     created_by: str = "hermes-archive",
 ) -> ExportResult:
@@ -196,13 +193,6 @@ def export_bundle(
     agent keeps writing. The bundle is checked with the standalone verifier before it is
     renamed into place; a bundle that would not verify (a damaged archive) is never left.
     """
-    if chain_from not in CHAIN_FROM:
-        raise ValueError(f"chain_from must be one of {CHAIN_FROM}")
-    if chain_from != "genesis":
-        raise ExportError(
-            "a format-2 bundle carries every envelope from the genesis (its tree root is "
-            "checked against the signed checkpoint); drop --chain-from selection"
-        )
     store.checkpoint()  # a writer signs the head first, so the bundle reaches it
     out = Path(out)
     remove_stale_partials(out.parent)

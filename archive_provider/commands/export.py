@@ -1,8 +1,7 @@
 """export: write a sealed, self-contained bundle of selected events with the proof they belong.
 
-The bundle carries every envelope from the genesis (or, for a format-1 archive with
-``--chain-from selection``, from just before the first selected event) to the head, and the payloads and parts of the
-selected events only. docs/AUDIT.md explains what it proves.
+The bundle carries every envelope from the genesis to the head, and the payloads and parts
+of the selected events only. docs/AUDIT.md explains what it proves.
 """
 
 from __future__ import annotations
@@ -31,14 +30,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", type=time_arg, help="only events at or after this ISO 8601 time")
     parser.add_argument(
         "--until", type=time_arg, help="only events at or before this ISO 8601 time"
-    )
-    parser.add_argument(
-        "--chain-from",
-        choices=("genesis", "selection"),
-        default="genesis",
-        help="carry envelopes from the genesis (default: proves the selection complete) or, for "
-        "a format-1 archive only, from the first selected event (smaller; the start must be "
-        "confirmed against the archive); a format-2 bundle always starts at the genesis",
     )
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
@@ -85,7 +76,6 @@ def run(ctx: CommandContext) -> int:
                     store,
                     out,
                     selection,
-                    chain_from=args.chain_from,
                     progress=progress,
                     created_by=f"hermes-archive {__version__}",
                 )
