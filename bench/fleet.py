@@ -2,13 +2,12 @@
 
 ``python -m bench.fleet [--turns N] [--batch B] [--json OUT]`` starts its own
 PostgreSQL 15 (the test suite's server helper: Debian's binaries, an unprivileged user,
-127.0.0.1), builds a corpus archive (format 2 by default), then in the same run and against
-the same server
+127.0.0.1), builds a corpus archive, then in the same run and against the same server
 
 * ships it with :class:`archive_provider.fleet.ship.Shipper` into a fresh central database
-  (read, verify with BLAKE3 and, format 2, the checkpoint signatures; send, one transaction
-  per batch, server triggers checking every row and, format 2, growing the SHA-256 tree
-  and matching each signed checkpoint's root), and
+  (read, verify with BLAKE3 and the checkpoint signatures; send, one transaction per
+  batch, server triggers checking every row, growing the SHA-256 tree and matching each
+  signed checkpoint's root), and
 * copies exactly the rows the shipper sent (stores, payloads with salts, events with
   prev_chain, signed checkpoints right after the events they cover; read from the archive
   beforehand, no hashing) into another fresh central database with ``COPY``, in
@@ -100,7 +99,6 @@ def _rows(
         "store_id": store_id,
         "format_version": 2,
         "genesis": digests_v2.genesis(store_id).hex(),
-        "payload_key": None,
         "vkey": meta.get("vkey"),
         "label": "copy",
     }
@@ -132,9 +130,9 @@ def raw_copy(dsn: str, folder: Path, batch: int) -> tuple[int, float]:
         began = time.perf_counter()
         with conn.cursor() as cursor:
             cursor.execute(
-                "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, "
-                "payload_key, vkey, label, shipper) VALUES (%(store_id)s, %(format_version)s, "
-                "%(genesis)s, %(payload_key)s, %(vkey)s, %(label)s, 'hermes_archive_shipper')",
+                "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, vkey, "
+                "label, shipper) VALUES (%(store_id)s, %(format_version)s, %(genesis)s, "
+                "%(vkey)s, %(label)s, 'hermes_archive_shipper')",
                 store,
             )
             conn.commit()
@@ -253,7 +251,7 @@ def rows_for(turns: int, batch: int, workdir: Workdir, lag_seconds: float) -> li
     try:
         built = build_log(folder, turns, projections=False, store=store)
     finally:
-        store.close()  # a clean close: format 2 signs its last checkpoint here
+        store.close()  # a clean close signs its last checkpoint
     server = _server()
     try:
         copied, copy_s = raw_copy(_database(server, "bench_copy"), folder, batch)

@@ -76,11 +76,10 @@ def _register(ctx: CommandContext, db: str) -> int:
         found = registration(store)
     label = ctx.args.label or f"{socket.gethostname()}:{ctx.home.name}"
     central.register(db, found, shipper, label)
-    key = found.vkey or "(format 1 payload key)"
     ctx.emit(
         {"ok": True, "store_id": found.store_id, "shipper": shipper, "vkey": found.vkey},
-        f"registered store {found.store_id} (format {found.format_version}, key {key}) to "
-        f"{shipper}; compare the key with the one you pinned",
+        f"registered store {found.store_id} (key {found.vkey}) to {shipper}; compare the key "
+        "with the one you pinned",
     )
     return 0
 

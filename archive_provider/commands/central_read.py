@@ -6,7 +6,7 @@ Same filters, same event records and the same verifier as against a local file: 
 runs the verifier over the central rows (``central.verify_store``); ``log`` and ``show``
 render with ``_render``; ``search`` uses PostgreSQL's full-text search over the payloads
 (the server computes the vectors on insert). ``history``, ``as-of``, ``export`` and
-``prove`` need one format 2 archive's projections, tiles and checkpoints: the store is laid
+``prove`` need one archive's projections, tiles and checkpoints: the store is laid
 out as a v2 archive in a private temporary folder (``central.lay_out_v2``, one read of that
 store), its projections are replayed there, and the local command runs on that copy.
 """
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 _EVENT_SELECT = (
     "SELECT e.store_id, e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, "
-    "e.parts, e.chain, e.author, s.format_version, p.erased_by, p.body "
-    "FROM hermes_archive.events e JOIN hermes_archive.stores s ON s.store_id = e.store_id "
+    "e.parts, e.chain, e.author, p.erased_by, p.body "
+    "FROM hermes_archive.events e "
     "LEFT JOIN hermes_archive.payloads p ON p.store_id = e.store_id AND p.digest = e.payload"
 )
 
@@ -68,11 +68,14 @@ def _connection(ctx: CommandContext) -> Iterator[Any]:
 def _event(row: tuple[Any, ...]) -> Any:
     """A central row (of :data:`_EVENT_SELECT`) as the event the renderers take."""
     from archive_provider.format.digests import Envelope
+    from archive_provider.format.digests_v2 import FORMAT_VERSION
     from archive_provider.format.events import LoadedEvent
 
-    seq, time, type_, session, key, identity, payload, parts, chain, author, version = row[1:12]
-    erased_by, body = row[12:14]
-    envelope = Envelope(seq, time, type_, session, key, identity, payload, parts, author, version)
+    seq, time, type_, session, key, identity, payload, parts, chain, author = row[1:11]
+    erased_by, body = row[11:13]
+    envelope = Envelope(
+        seq, time, type_, session, key, identity, payload, parts, author, FORMAT_VERSION
+    )
     if body is None:  # an erased payload: the envelope stays, the body is gone
         body = f'"(erased by the erasure event at seq {erased_by})"'.encode()
     return LoadedEvent(envelope, chain, bytes(body))
@@ -150,17 +153,16 @@ def verify(ctx: CommandContext) -> int:
                     f"ok: {name}: {r['events_checked']} events and {r['payloads_checked']} "
                     f"payloads verified; head at seq {r['last_seq']}"
                 )
-                if r.get("format_version") == 2:
-                    cosigned = ", ".join((r["checkpoint"] or {}).get("cosigned_by") or [])
-                    lines.append(
-                        f"  tree of {r['tree_size']} events, root {r['root']}; signed "
-                        f"checkpoints: {r['authenticity']}"
-                        + (f"; newest cosigned by {cosigned}" if cosigned else "")
-                    )
-                    lines.extend(
-                        f"  erasure at seq {e['seq']}: {e['payloads']} payloads erased"
-                        for e in r["erasures"]
-                    )
+                cosigned = ", ".join((r["checkpoint"] or {}).get("cosigned_by") or [])
+                lines.append(
+                    f"  tree of {r['tree_size']} events, root {r['root']}; signed "
+                    f"checkpoints: {r['authenticity']}"
+                    + (f"; newest cosigned by {cosigned}" if cosigned else "")
+                )
+                lines.extend(
+                    f"  erasure at seq {e['seq']}: {e['payloads']} payloads erased"
+                    for e in r["erasures"]
+                )
             else:
                 where = (
                     f"seq {r['first_bad_seq']}" if r["first_bad_seq"] is not None else "the store"
@@ -310,7 +312,7 @@ class _LaidOut(CommandContext):
 
 @contextmanager
 def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
-    """One format 2 central store as a local archive (read-only) for a local command."""
+    """One central store as a local archive (read-only) for a local command."""
     from archive_provider.audit.replay import rebuild_connection
     from archive_provider.fleet.central import lay_out_v2, stores
     from archive_provider.projections.registry import default_projections
@@ -327,11 +329,6 @@ def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
                 "store; give more of its id"
             )
         store = found[0]
-        if store.format_version != 2:
-            raise CommandError(
-                f"store {store.store_id} is format 1: `{name}` reads format 2 "
-                "archives centrally (run it on the local archive, or migrate and ship it)"
-            )
         folder = archive_dir(Path(tmp))
         folder.mkdir(mode=0o700)
         # a lookup key of its own: the copy is never written, so it only has to exist
@@ -354,7 +351,7 @@ def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
         finally:
             db.close()
         local = _LaidOut(**{**vars(replace(ctx, home=Path(tmp), db=None, central_store=None))})
-        local.registered_vkey = store.vkey or ""
+        local.registered_vkey = store.vkey
         local.central_store_id = store.store_id
         yield local
 

@@ -1,14 +1,12 @@
-"""The central PostgreSQL store: many archives in one schema, keyed by (store_id, seq).
+"""The central PostgreSQL store: many format 2 archives in one schema, keyed by (store_id, seq).
 
 The schema, roles and grants are in ``central.sql`` (shipped in the wheel): PostgreSQL itself
-refuses updates, deletes, gaps and forks, and for format 2 recomputes the SHA-256 Merkle tree
-and refuses a signed checkpoint whose root is not its own. It cannot compute BLAKE3 or check
-Ed25519, so this module's :func:`verify_store` runs the package's own checks over the central
-rows: :func:`verifier.verify_rows` for format 1; for format 2 the rows are laid out as a v2
-SQLite archive in a private temporary folder and :func:`verifier.verify_database_v2` (the
-standalone verifier's full check, signatures included) runs over it, then each cosignature
-of a known witness key is checked. One implementation of the checks for a file and for the
-server.
+refuses updates, deletes, gaps and forks, recomputes the SHA-256 Merkle tree and refuses a
+signed checkpoint whose root is not its own. It cannot compute BLAKE3 or check Ed25519, so
+this module's :func:`verify_store` lays a store's rows out as a v2 SQLite archive in a
+private temporary folder and runs :func:`verifier.verify_database_v2` (the standalone
+verifier's full check, signatures included) over it, then checks each cosignature of a
+known witness key. One implementation of the checks for a file and for the server.
 
 Connections: a target is a libpq URL (``postgresql://…?sslmode=require``), a key=value
 string, or a bare service name (``PGSERVICE``-style, from ``pg_service.conf``); it is passed
@@ -27,7 +25,7 @@ import json
 import re
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,15 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ArchiveUnavailable
 from ..format import digests_v2, merkle, signed_note
-from ..format.verifier import (
-    Report,
-    ReportV2,
-    envelope_bytes_v2,
-    genesis,
-    verify_database_v2,
-    verify_rows,
-)
-from ..storage.store_pieces import SCHEMA as SCHEMA_V2
+from ..format.verifier import ReportV2, envelope_bytes_v2, verify_database_v2
+from ..storage.store_pieces import SCHEMA as ARCHIVE_SCHEMA
 
 if TYPE_CHECKING:
     import psycopg
@@ -233,19 +224,12 @@ def init(target: str) -> None:
 
 @dataclass(frozen=True)
 class Registration:
-    """What the central store registers of an archive: its format, genesis and key (the
-    payload key of format 1, the verifier key of format 2)."""
+    """What the central store registers of an archive: its id, genesis and verifier key
+    (``hermes_archive.head()`` reports the key's SHA-256)."""
 
     store_id: str
-    format_version: int
     genesis: str
-    payload_key: str | None
-    vkey: str | None
-
-    @property
-    def hashed(self) -> str:
-        """The key whose SHA-256 ``hermes_archive.head()`` reports."""
-        return self.vkey if self.vkey is not None else str(self.payload_key)
+    vkey: str
 
 
 def register(target: str, found: Registration, shipper: str, label: str) -> None:
@@ -253,17 +237,9 @@ def register(target: str, found: Registration, shipper: str, label: str) -> None
     refuses anyone else, and a store id registered once stays registered)."""
     with connect(target) as conn:
         conn.execute(
-            f"INSERT INTO {SCHEMA}.stores (store_id, format_version, genesis, payload_key, "
-            "vkey, label, shipper) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [
-                found.store_id,
-                found.format_version,
-                found.genesis,
-                found.payload_key,
-                found.vkey,
-                label,
-                shipper,
-            ],
+            f"INSERT INTO {SCHEMA}.stores (store_id, format_version, genesis, vkey, label, "
+            "shipper) VALUES (%s, %s, %s, %s, %s, %s)",
+            [found.store_id, digests_v2.FORMAT_VERSION, found.genesis, found.vkey, label, shipper],
         )
 
 
@@ -279,28 +255,24 @@ def release_hold(target: str, store_id: str, hold: str, reason: str) -> None:
 
 # -- reading --------------------------------------------------------------------------------
 
-_EVENT_COLUMNS = "seq, time, type, session, key, identity, payload, parts, chain"
-
 
 @dataclass(frozen=True)
 class StoreRow:
     store_id: str
     label: str
-    key: bytes  # format 1: the payload key; format 2: empty (no key is shipped)
     genesis: str
-    format_version: int = 1
-    vkey: str | None = None  # format 2: the verifier key registered with the store
+    vkey: str  # the verifier key registered with the store
 
 
 def stores(conn: psycopg.Connection[Any], store: str | None = None) -> list[StoreRow]:
     """The registered stores (``store``: an id or a prefix of at least 4 hex digits)."""
-    sql = f"SELECT store_id, label, payload_key, genesis, format_version, vkey FROM {SCHEMA}.stores"
+    sql = f"SELECT store_id, label, genesis, vkey FROM {SCHEMA}.stores"
     args: list[Any] = []
     if store:
         sql += " WHERE store_id LIKE %s"
         args.append(store.lower().replace("%", "").replace("_", "") + "%")
     rows = conn.execute(sql + " ORDER BY store_id", args).fetchall()
-    return [StoreRow(r[0], r[1], bytes.fromhex(r[2] or ""), r[3], int(r[4]), r[5]) for r in rows]
+    return [StoreRow(*r) for r in rows]
 
 
 def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dict[str, Any]]:
@@ -335,20 +307,6 @@ def summary(conn: psycopg.Connection[Any], store: str | None = None) -> list[dic
     ]
 
 
-def _rows(
-    conn: psycopg.Connection[Any], store_id: str, after: int = 0, until: int | None = None
-) -> Iterator[tuple[Any, ...]]:
-    """Event rows with prev_chain, streamed by a server-side cursor in seq order."""
-    sql = (
-        f"SELECT {_EVENT_COLUMNS}, prev_chain FROM {SCHEMA}.events "
-        "WHERE store_id = %s AND seq > %s AND seq <= %s ORDER BY seq"
-    )
-    with conn.cursor(name="hermes_archive_rows") as cursor:
-        cursor.itersize = 2000
-        cursor.execute(sql, [store_id, after, until if until is not None else 2**63 - 1])
-        yield from cursor
-
-
 def payload_reader(conn: psycopg.Connection[Any], store_id: str) -> Callable[[str], bytes | None]:
     """``payload_of`` for the verifier and the renderers: a body by digest, None if absent
     or erased."""
@@ -370,122 +328,41 @@ def verify_store(
     *,
     vkey: str | None = None,
     witness_keys: Sequence[str] = (),
-) -> Report:
+) -> ReportV2:
     """The local verifier's checks over one store's central rows, in one snapshot.
 
-    Format 2: see :func:`_verify_store_v2` (``vkey`` pins the log key instead of the
-    registered one; ``witness_keys`` adds cosigner keys to those the log's
-    ``witness_added`` events name).
-
-    Besides :func:`verify_rows`: the registered genesis must be the store id's, and each
-    row's ``prev_chain`` column must be the chain of the row before (the server checked it
-    on insert; a superuser edit after that is caught here). Payloads blanked by an erasure
-    are accepted only where the erasure event at ``erased_by`` (itself verified) lists them;
-    events naming them are checked for identity and chain only, and a warning says so.
+    The rows go into a SQLite file in a private temporary folder (removed after), in the
+    v2 schema (:func:`lay_out_v2`), and the v2 verifier checks it. There are no central
+    tiles: the ones written are those of the shipped envelopes, so the verifier's tile check
+    holds by construction while its root, chain, identity, payload, erasure and signature
+    checks run as on a local file. Besides that: the registered genesis must be the store
+    id's and every ``prev_chain`` the chain of the row before. ``vkey`` pins the log key
+    instead of the registered one; ``witness_keys`` adds cosigner keys to those the log's
+    ``witness_added`` events name.
     """
     conn.rollback()  # a fresh transaction: one snapshot for the whole pass
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
-        if store.format_version == 2:
-            return _verify_store_v2(conn, store, vkey or store.vkey, witness_keys, progress)
-        if store.genesis != genesis(store.store_id):
-            return Report().fail(None, "the registered genesis is not the store id's genesis")
-        erased = dict(
-            conn.execute(
-                f"SELECT digest, erased_by FROM {SCHEMA}.payloads "
-                "WHERE store_id = %s AND body IS NULL",
-                [store.store_id],
-            ).fetchall()
-        )
-        payload_of = payload_reader(conn, store.store_id)
-
-        def rows() -> Iterator[Any]:
-            previous = store.genesis
-            for *row, prev_chain in _rows(conn, store.store_id):
-                if prev_chain != previous:
-                    raise ValueError("its prev_chain column is not the chain of the row before")
-                previous = row[8]
-                yield tuple(row)
-
-        def payload_needed(row: Any) -> bool:
-            return not erased or (
-                row[6] not in erased and not set(json.loads(row[7])) & erased.keys()
-            )
-
-        report = verify_rows(
-            rows(),
-            store_id=store.store_id,
-            key=store.key,
-            payload_of=payload_of,
-            head=None,
-            progress=progress,
-            payload_needed=payload_needed,
-        )
-        if report.ok and erased:
-            problem = _erasure_problem(conn, store, erased)
-            if problem:
-                return report.fail(None, problem)
-            report.warnings.append(
-                f"{len(erased)} payloads were erased; {report.envelopes_only} events naming "
-                "them were checked for identity and chain only"
-            )
-        return report
+        with tempfile.TemporaryDirectory(prefix="hermes-archive-verify-") as folder:
+            db = sqlite3.connect(Path(folder) / "central.db", isolation_level=None)
+            try:
+                problem = lay_out_v2(conn, store, db, progress)
+                if problem is not None:
+                    return ReportV2(store_id=store.store_id).fail(*problem)
+                report = verify_database_v2(db, vkey or store.vkey)
+                if report.ok:
+                    _check_cosignatures(db, report, store.store_id, witness_keys)
+                return report
+            finally:
+                db.close()
     finally:
         conn.rollback()
-
-
-def _erasure_problem(
-    conn: psycopg.Connection[Any], store: StoreRow, erased: dict[str, int]
-) -> str | None:
-    """Why an erased payload is not listed by the erasure event it names, if it is not."""
-    payload_of = payload_reader(conn, store.store_id)
-    for digest, seq in sorted(erased.items()):
-        row = conn.execute(
-            f"SELECT type, payload FROM {SCHEMA}.events WHERE store_id = %s AND seq = %s",
-            [store.store_id, seq],
-        ).fetchone()
-        body = payload_of(row[1]) if row and row[0] == "erasure" else None
-        listed = json.loads(body).get("digests", []) if body else []
-        if digest not in listed:
-            return f"payload {digest} is blank but erasure event {seq} does not list it"
-    return None
 
 
 _V2_EVENTS = (
     f"SELECT seq, time, type, session, key, identity, payload, parts, author, chain, prev_chain "
     f"FROM {SCHEMA}.events WHERE store_id = %s ORDER BY seq"
 )
-
-
-def _verify_store_v2(
-    conn: psycopg.Connection[Any],
-    store: StoreRow,
-    vkey: str | None,
-    witness_keys: Sequence[str],
-    progress: Callable[[int], None] | None,
-) -> ReportV2:
-    """Format 2: the central rows laid out as a v2 archive, checked by the v2 verifier.
-
-    The rows go into a SQLite file in a private temporary folder (removed after), in the
-    v2 schema: events and payloads with digests as bytes, the server's signed checkpoints
-    and cosignatures, and the head with the root the server computed. There are no central
-    tiles: the ones written are those of the shipped envelopes, so the verifier's tile check
-    holds by construction while its root, chain, identity, payload, erasure and signature
-    checks run as on a local file. Besides that: the registered genesis must be the store
-    id's and every ``prev_chain`` the chain of the row before.
-    """
-    with tempfile.TemporaryDirectory(prefix="hermes-archive-verify-") as folder:
-        db = sqlite3.connect(Path(folder) / "central.db", isolation_level=None)
-        try:
-            problem = lay_out_v2(conn, store, db, progress)
-            if problem is not None:
-                return ReportV2(store_id=store.store_id).fail(*problem)
-            report = verify_database_v2(db, vkey)
-            if report.ok:
-                _check_cosignatures(db, report, store.store_id, witness_keys)
-            return report
-        finally:
-            db.close()
 
 
 def lay_out_v2(
@@ -499,7 +376,7 @@ def lay_out_v2(
 
     ``verify`` checks the copy; history, as-of, export and prove read it as they read a
     local archive (``commands/central_read.py``)."""
-    db.executescript(SCHEMA_V2)
+    db.executescript(ARCHIVE_SCHEMA)
     db.execute("BEGIN")
     db.executemany(
         "INSERT INTO meta VALUES (?, ?)",
@@ -507,7 +384,7 @@ def lay_out_v2(
             ("format_version", "2"),
             ("store_id", store.store_id),
             ("origin", digests_v2.origin(store.store_id)),
-            ("vkey", store.vkey or ""),
+            ("vkey", store.vkey),
         ],
     )
     previous = store.genesis

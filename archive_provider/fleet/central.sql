@@ -1,14 +1,16 @@
--- hermes-archive central store: many archives (format 1 and 2), keyed by (store_id, seq).
+-- hermes-archive central store: many format 2 archives, keyed by (store_id, seq).
 --
 -- Run by `hermes-archive central init --db URL` as a superuser (or a role that may create
 -- roles and is a member of hermes_archive_owner). Idempotent: running it again changes
--- nothing that exists. docs/OPERATIONS.md "Fleet" explains the roles.
+-- nothing that exists. A database made by an earlier schema that also took format 1 is
+-- brought to this one, or refused with the reason when it holds a format 1 store.
+-- docs/OPERATIONS.md "Fleet" explains the roles.
 --
 -- PostgreSQL enforces what it can compute itself: gap-free seq per store, each row's
 -- prev_chain equal to the stored chain of the row before, every digest an event names
 -- present in payloads, no UPDATE / DELETE / TRUNCATE, and erasure only of payloads an
--- already-shipped erasure event lists. For format 2 it also recomputes the SHA-256 Merkle
--- tree (RFC 6962 leaves over the envelope bytes it builds itself, docs/FORMAT.md 14) and
+-- already-shipped erasure event lists. It also recomputes the SHA-256 Merkle tree
+-- (RFC 6962 leaves over the envelope bytes it builds itself, docs/FORMAT.md 14) and
 -- refuses a signed checkpoint whose root is not the root it computed at that size. It has
 -- no BLAKE3 and no Ed25519: digests, chain values and signatures are checked by the shipper
 -- before sending and by `hermes-archive --db URL verify`, which runs the package's verifier
@@ -46,28 +48,64 @@ SET LOCAL search_path = pg_catalog, hermes_archive;
 
 CREATE TABLE IF NOT EXISTS hermes_archive.stores (
     store_id       text PRIMARY KEY CHECK (store_id ~ '^[0-9a-f]{32}$'),
-    format_version integer NOT NULL CHECK (format_version IN (1, 2)),
+    -- the archive format of the store's rows: 2 only (a later format widens this CHECK)
+    format_version integer NOT NULL CONSTRAINT stores_format_version_check
+                   CHECK (format_version = 2),
     genesis        text NOT NULL CHECK (genesis ~ '^[0-9a-f]{64}$'),
-    -- format 1: the store's payload key, which central verify needs to recompute keyed
-    -- payload digests. Format 2 never ships its store.key (a lookup key; salts are stored).
-    payload_key    text CHECK (payload_key ~ '^[0-9a-f]{64}$'),
-    -- format 2: the verifier key the store was first shipped with (meta.vkey)
-    vkey           text,
+    -- the verifier key the store was registered with (meta.vkey); its store.key, a lookup
+    -- key, is never shipped (each payload's salt is)
+    vkey           text NOT NULL,
     label          text NOT NULL DEFAULT '',
     -- the login role that may append to this store (or a role it is granted to), named
     -- by the administrator who registered it
     shipper        name NOT NULL,
     registered     timestamptz NOT NULL DEFAULT now(),
     -- the administrator's login role; set by the server, whatever the client sends
-    registered_by  name NOT NULL DEFAULT session_user,
-    CHECK ((format_version = 1) = (payload_key IS NOT NULL)),
-    CHECK ((format_version = 2) = (vkey IS NOT NULL))
+    registered_by  name NOT NULL DEFAULT session_user
 );
 
 -- a store table made before stores were registered by an administrator
 ALTER TABLE hermes_archive.stores ALTER COLUMN shipper DROP DEFAULT;
 ALTER TABLE hermes_archive.stores
     ADD COLUMN IF NOT EXISTS registered_by name NOT NULL DEFAULT session_user;
+
+-- A store table made when the central store also took format 1 (a payload_key column):
+-- refused while it holds a format 1 store, which nothing here reads any more; else brought
+-- to format 2 only, with the functions that took a format argument dropped.
+DO $format_2$
+DECLARE
+    old_store text;
+    old_check text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = 'hermes_archive.stores'::regclass
+                      AND attname = 'payload_key' AND NOT attisdropped) THEN
+        RETURN;
+    END IF;
+    SELECT s.store_id INTO old_store FROM hermes_archive.stores s
+     WHERE s.format_version <> 2 ORDER BY s.store_id LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'this central database holds format 1 store % (and maybe others): '
+            'hermes-archive keeps only format 2 archives centrally', old_store
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'migrate each local archive (hermes-archive migrate) and ship it to a '
+                         'new central database; this one is left unchanged';
+    END IF;
+    FOR old_check IN
+        SELECT c.conname FROM pg_constraint c
+         WHERE c.conrelid = 'hermes_archive.stores'::regclass AND c.contype = 'c'
+           AND pg_get_constraintdef(c.oid) ~ 'format_version|vkey'
+    LOOP
+        EXECUTE format('ALTER TABLE hermes_archive.stores DROP CONSTRAINT %I', old_check);
+    END LOOP;
+    ALTER TABLE hermes_archive.stores DROP COLUMN payload_key,
+        ALTER COLUMN vkey SET NOT NULL,
+        ADD CONSTRAINT stores_format_version_check CHECK (format_version = 2);
+    DROP FUNCTION IF EXISTS hermes_archive.envelope_bytes(
+        integer, bigint, text, text, text, text, text, text, text, text);
+    DROP FUNCTION IF EXISTS hermes_archive.format_of(text);
+END
+$format_2$;
 
 -- Legal holds released centrally: a shipped `legal_hold_released` event is the host's word,
 -- which the server cannot authenticate, so a hold keeps its data here until an
@@ -85,7 +123,7 @@ CREATE TABLE IF NOT EXISTS hermes_archive.payloads (
     store_id  text NOT NULL REFERENCES hermes_archive.stores,
     digest    text NOT NULL CHECK (digest ~ '^[0-9a-f]{64}$'),
     body      bytea,                 -- NULL once erased
-    salt      bytea,                 -- format 2: the payload's random salt; NULL once erased
+    salt      bytea,                 -- the payload's random salt; NULL once erased
     erased_by bigint,                -- seq of the erasure event that covered it
     search    tsvector,              -- set by the insert trigger, for full-text search
     PRIMARY KEY (store_id, digest),
@@ -104,7 +142,7 @@ CREATE TABLE IF NOT EXISTS hermes_archive.events (
     identity   text NOT NULL CHECK (identity ~ '^[0-9a-f]{64}$'),
     payload    text NOT NULL CHECK (payload ~ '^[0-9a-f]{64}$'),
     parts      text NOT NULL,
-    author     text CHECK (author ~ '^[0-9a-f]{64}$'),  -- format 2: the author payload
+    author     text CHECK (author ~ '^[0-9a-f]{64}$'),  -- the author payload, if any
     prev_chain text NOT NULL CHECK (prev_chain ~ '^[0-9a-f]{64}$'),
     chain      text NOT NULL CHECK (chain ~ '^[0-9a-f]{64}$'),
     shipped    timestamptz NOT NULL DEFAULT now(),
@@ -125,7 +163,7 @@ CREATE INDEX IF NOT EXISTS events_parts ON hermes_archive.events USING gin ((par
 CREATE INDEX IF NOT EXISTS payloads_erased_by ON hermes_archive.payloads (store_id, erased_by)
     WHERE erased_by IS NOT NULL;
 
--- Format 2 (docs/FORMAT.md 12.4): every digest a shipped erasure event lists, and that
+-- docs/FORMAT.md 12.4: every digest a shipped erasure event lists, and that
 -- event's seq. Filled only by erase(), from the erasure event's own body.
 CREATE TABLE IF NOT EXISTS hermes_archive.erased (
     store_id    text NOT NULL REFERENCES hermes_archive.stores,
@@ -135,7 +173,7 @@ CREATE TABLE IF NOT EXISTS hermes_archive.erased (
     FOREIGN KEY (store_id, erasure_seq) REFERENCES hermes_archive.events (store_id, seq)
 );
 
--- Format 2: the server's own Merkle tree per store (RFC 6962, SHA-256): the compact range
+-- The server's own Merkle tree per store (RFC 6962, SHA-256): the compact range
 -- (one perfect-subtree hash per set bit of size, left to right) and the root at size,
 -- grown by the events statement trigger from the envelope bytes the server builds.
 CREATE TABLE IF NOT EXISTS hermes_archive.trees (
@@ -145,7 +183,7 @@ CREATE TABLE IF NOT EXISTS hermes_archive.trees (
     root     bytea NOT NULL CHECK (length(root) = 32)
 );
 
--- Format 2 signed checkpoints and cosignatures (docs/FORMAT.md 15.5), per store. The
+-- Signed checkpoints and cosignatures (docs/FORMAT.md 15.5), per store. The
 -- server accepts a checkpoint only at the size its own tree has reached, with its root.
 CREATE TABLE IF NOT EXISTS hermes_archive.checkpoints (
     store_id  text NOT NULL REFERENCES hermes_archive.stores,
@@ -174,11 +212,6 @@ CREATE OR REPLACE FUNCTION hermes_archive.may_ship(p_store_id text) RETURNS bool
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
     SELECT coalesce(bool_or(pg_has_role(session_user, s.shipper, 'MEMBER')), false)
       FROM hermes_archive.stores s WHERE s.store_id = p_store_id
-$fn$;
-
-CREATE OR REPLACE FUNCTION hermes_archive.format_of(p_store_id text) RETURNS integer
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
-    SELECT s.format_version FROM hermes_archive.stores s WHERE s.store_id = p_store_id
 $fn$;
 
 CREATE OR REPLACE FUNCTION hermes_archive.stores_before_insert() RETURNS trigger
@@ -224,13 +257,11 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive A
 DECLARE
     expected text;
     part     text;
-    version  integer;
 BEGIN
     IF NOT hermes_archive.may_ship(NEW.store_id) THEN
         RAISE EXCEPTION 'store %: % did not register it and may not append to it',
             NEW.store_id, session_user USING ERRCODE = 'insufficient_privilege';
     END IF;
-    version := hermes_archive.format_of(NEW.store_id);
     IF NEW.seq = 1 THEN
         SELECT s.genesis INTO expected FROM hermes_archive.stores s
          WHERE s.store_id = NEW.store_id;
@@ -247,14 +278,10 @@ BEGIN
             NEW.store_id, NEW.seq USING ERRCODE = 'check_violation';
     END IF;
     -- the parts list as the canonical encoding writes it: the server splices it verbatim
-    -- into the envelope bytes it hashes (format 2), so no other spelling is accepted
+    -- into the envelope bytes it hashes, so no other spelling is accepted
     IF NEW.parts !~ '^\[("[0-9a-f]{64}"(,"[0-9a-f]{64}")*)?\]$' THEN
         RAISE EXCEPTION 'store %: seq %: parts is not a canonical list of digests',
             NEW.store_id, NEW.seq USING ERRCODE = 'check_violation';
-    END IF;
-    IF version = 1 AND NEW.author IS NOT NULL THEN
-        RAISE EXCEPTION 'store %: seq %: a format 1 event has no author', NEW.store_id, NEW.seq
-            USING ERRCODE = 'check_violation';
     END IF;
     -- one point lookup per part (an anti-join gets planned as a scan of the store's payloads)
     FOR part IN SELECT jsonb_array_elements_text(NEW.parts::jsonb) LOOP
@@ -277,20 +304,18 @@ BEGIN
 END
 $fn$;
 
--- The envelope bytes of a row, built by the server itself: format 1 (docs/FORMAT.md 4) or
--- format 2 (13.1, with "author"). to_json(text) writes exactly the canonical text of 2.3
--- for every string PostgreSQL can hold; key and parts are canonical (the shipper's verify
--- and, for parts, the insert trigger hold them to it).
+-- The envelope bytes of a row (docs/FORMAT.md 13.1), built by the server itself.
+-- to_json(text) writes exactly the canonical text of 2.3 for every string PostgreSQL can
+-- hold; key and parts are canonical (the shipper's verify and, for parts, the insert trigger
+-- hold them to it).
 CREATE OR REPLACE FUNCTION hermes_archive.envelope_bytes(
-    p_version integer, p_seq bigint, p_time text, p_type text, p_session text, p_key text,
-    p_identity text, p_payload text, p_parts text, p_author text
+    p_seq bigint, p_time text, p_type text, p_session text, p_key text, p_identity text,
+    p_payload text, p_parts text, p_author text
 ) RETURNS bytea
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS $fn$
     SELECT convert_to(
-        CASE WHEN p_version = 2
-             THEN '{"author":' || coalesce('"' || p_author || '"', 'null') || ','
-             ELSE '{' END
-        || '"identity":"' || p_identity || '","key":' || p_key || ',"parts":' || p_parts
+        '{"author":' || coalesce('"' || p_author || '"', 'null')
+        || ',"identity":"' || p_identity || '","key":' || p_key || ',"parts":' || p_parts
         || ',"payload":"' || p_payload || '","seq":' || p_seq::text
         || ',"session":' || to_json(p_session)::text || ',"time":' || to_json(p_time)::text
         || ',"type":' || to_json(p_type)::text || '}', 'UTF8')
@@ -299,8 +324,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION hermes_archive.envelope(e hermes_archive.events) RETURNS bytea
 LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
     SELECT hermes_archive.envelope_bytes(
-        hermes_archive.format_of(e.store_id), e.seq, e.time, e.type, e.session, e.key,
-        e.identity, e.payload, e.parts, e.author)
+        e.seq, e.time, e.type, e.session, e.key, e.identity, e.payload, e.parts, e.author)
 $fn$;
 
 -- The root of a compact range (RFC 6962: fold the perfect subtrees from the right).
@@ -321,7 +345,7 @@ BEGIN
 END
 $fn$;
 
--- Format 2: after each INSERT statement on events, hash the new rows' envelopes into their
+-- After each INSERT statement on events, hash the new rows' envelopes into their
 -- stores' trees (leaf = SHA-256(0x00 || envelope), node = SHA-256(0x01 || left || right)).
 CREATE OR REPLACE FUNCTION hermes_archive.events_grow_tree() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
@@ -335,10 +359,9 @@ DECLARE
 BEGIN
     FOR r IN
         SELECT w.store_id, w.seq,
-               sha256('\x00'::bytea || hermes_archive.envelope_bytes(2, w.seq, w.time, w.type,
+               sha256('\x00'::bytea || hermes_archive.envelope_bytes(w.seq, w.time, w.type,
                    w.session, w.key, w.identity, w.payload, w.parts, w.author)) AS leaf
-          FROM new_rows w JOIN hermes_archive.stores s ON s.store_id = w.store_id
-         WHERE s.format_version = 2
+          FROM new_rows w
          ORDER BY w.store_id, w.seq
     LOOP
         IF current IS DISTINCT FROM r.store_id THEN
@@ -408,10 +431,6 @@ BEGIN
         RAISE EXCEPTION 'store %: % did not register it and may not add checkpoints to it',
             NEW.store_id, session_user USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF hermes_archive.format_of(NEW.store_id) IS DISTINCT FROM 2 THEN
-        RAISE EXCEPTION 'store %: only format 2 archives have signed checkpoints', NEW.store_id
-            USING ERRCODE = 'check_violation';
-    END IF;
     SELECT * INTO old FROM hermes_archive.checkpoints c
      WHERE c.store_id = NEW.store_id AND c.size = NEW.size;
     IF FOUND THEN
@@ -453,30 +472,27 @@ BEGIN
 END
 $fn$;
 
--- A payload arrives whole; its search vector is computed here, never sent. A format 2
--- payload that was erased before it was shipped arrives as a tombstone (no body, no salt)
+-- A payload arrives whole, with its salt; its search vector is computed here, never sent.
+-- A payload that was erased before it was shipped arrives as a tombstone (no body, no salt)
 -- naming its erasure, which must arrive in the same transaction (checked at commit).
 CREATE OR REPLACE FUNCTION hermes_archive.payloads_before_insert() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
-DECLARE
-    version integer;
 BEGIN
     IF NOT hermes_archive.may_ship(NEW.store_id) THEN
         RAISE EXCEPTION 'store %: % did not register it and may not add payloads to it',
             NEW.store_id, session_user USING ERRCODE = 'insufficient_privilege';
     END IF;
-    version := hermes_archive.format_of(NEW.store_id);
     IF NEW.body IS NULL THEN
-        IF version = 2 AND NEW.erased_by IS NOT NULL AND NEW.salt IS NULL THEN
+        IF NEW.erased_by IS NOT NULL AND NEW.salt IS NULL THEN
             NEW.search := NULL;
             RETURN NEW;
         END IF;
         RAISE EXCEPTION 'store %: payload % arrives without its body', NEW.store_id, NEW.digest
             USING ERRCODE = 'check_violation';
     END IF;
-    IF NEW.erased_by IS NOT NULL OR (version = 2) <> (NEW.salt IS NOT NULL) THEN
-        RAISE EXCEPTION 'store %: payload % arrives with a salt its format does not have, or '
-            'marked erased', NEW.store_id, NEW.digest USING ERRCODE = 'check_violation';
+    IF NEW.erased_by IS NOT NULL OR NEW.salt IS NULL THEN
+        RAISE EXCEPTION 'store %: payload % arrives without its salt, or marked erased',
+            NEW.store_id, NEW.digest USING ERRCODE = 'check_violation';
     END IF;
     NEW.search := to_tsvector('english', left(convert_from(NEW.body, 'UTF8'), 100000));
     RETURN NEW;
@@ -589,9 +605,9 @@ BEGIN
       FROM hermes_archive.events e
       JOIN hermes_archive.payloads p ON p.store_id = e.store_id AND p.digest = e.payload
      WHERE e.store_id = p_store_id AND e.seq = p_erasure_seq AND e.type = 'erasure'
-       AND p.body IS NOT NULL AND hermes_archive.format_of(p_store_id) = 2;
+       AND p.body IS NOT NULL;
     IF NOT FOUND OR jsonb_typeof(listing) IS DISTINCT FROM 'array' THEN
-        RAISE EXCEPTION 'store %: seq % is not a shipped format 2 erasure event listing digests',
+        RAISE EXCEPTION 'store %: seq % is not a shipped erasure event listing digests',
             p_store_id, p_erasure_seq USING ERRCODE = 'check_violation';
     END IF;
     SELECT coalesce(array_agg(d), '{}') INTO digests
@@ -616,25 +632,23 @@ $fn$;
 CREATE OR REPLACE FUNCTION hermes_archive.events_after_erasure() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
 BEGIN
-    IF hermes_archive.format_of(NEW.store_id) = 2 THEN
-        PERFORM hermes_archive.erase(NEW.store_id, NEW.seq);
-    END IF;
+    PERFORM hermes_archive.erase(NEW.store_id, NEW.seq);
     RETURN NULL;
 END
 $fn$;
 
 -- Where a store stands: (0, genesis) when registered and empty, no row when unknown or
 -- when the caller may not see it (a shipper sees only the stores registered to it).
--- key_sha256 (of the format 1 payload key, or the format 2 verifier key) lets a shipper
--- confirm the registered store is its own without reading the key; checkpoint is the
--- largest shipped checkpoint size (-1: none), cosignatures how many were shipped.
+-- key_sha256 (of the registered verifier key) lets a shipper confirm the registered store
+-- is its own without reading the key; checkpoint is the largest shipped checkpoint size
+-- (-1: none), cosignatures how many were shipped.
 DROP FUNCTION IF EXISTS hermes_archive.head(text);
 CREATE OR REPLACE FUNCTION hermes_archive.head(p_store_id text)
 RETURNS TABLE (seq bigint, chain text, genesis text, key_sha256 text, checkpoint bigint,
                cosignatures bigint)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, hermes_archive AS $fn$
     SELECT coalesce(h.seq, 0), coalesce(h.chain, s.genesis), s.genesis,
-           encode(sha256(convert_to(coalesce(s.payload_key, s.vkey), 'UTF8')), 'hex'),
+           encode(sha256(convert_to(s.vkey, 'UTF8')), 'hex'),
            (SELECT coalesce(max(c.size), -1) FROM hermes_archive.checkpoints c
              WHERE c.store_id = s.store_id),
            (SELECT count(*) FROM hermes_archive.cosignatures c WHERE c.store_id = s.store_id)
@@ -747,8 +761,8 @@ GRANT EXECUTE ON FUNCTION hermes_archive.head(text)
 GRANT EXECUTE ON FUNCTION hermes_archive.cosigned(text) TO hermes_archive_shipper;
 GRANT EXECUTE ON FUNCTION hermes_archive.may_ship(text) TO hermes_archive_shipper;
 GRANT EXECUTE ON FUNCTION hermes_archive.envelope(hermes_archive.events),
-    hermes_archive.envelope_bytes(integer, bigint, text, text, text, text, text, text, text, text),
-    hermes_archive.format_of(text), hermes_archive.range_root(bytea[])
+    hermes_archive.envelope_bytes(bigint, text, text, text, text, text, text, text, text),
+    hermes_archive.range_root(bytea[])
     TO hermes_archive_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA hermes_archive TO hermes_archive_reader;
 GRANT EXECUTE ON FUNCTION hermes_archive.erase(text, bigint) TO hermes_archive_eraser;

@@ -311,7 +311,7 @@ def registration(store: EventStore) -> Registration:
         vkey = store.vkey
     except KeyFileError:  # the key lives elsewhere: the one the archive recorded
         vkey = str(store.conn.execute("SELECT value FROM meta WHERE name = 'vkey'").fetchone()[0])
-    return Registration(store.store_id, 2, digests_v2.genesis(store.store_id).hex(), None, vkey)
+    return Registration(store.store_id, digests_v2.genesis(store.store_id).hex(), vkey)
 
 
 class Shipper:
@@ -433,7 +433,7 @@ class Shipper:
     ) -> tuple[tuple[int, str], int]:
         """The central (seq, chain) and checkpoint of a store registered to this login."""
         found = registration(store)
-        self._vkey = found.vkey or ""
+        self._vkey = found.vkey
         row = conn.execute(
             f"SELECT seq, chain, genesis, key_sha256, checkpoint FROM {SCHEMA}.head(%s)",
             [store.store_id],
@@ -445,7 +445,7 @@ class Shipper:
                 "store: an administrator registers it (`hermes-archive central register "
                 '--shipper ROLE`, docs/OPERATIONS.md "Fleet")'
             )
-        if row[2] != found.genesis or row[3] != sha256(found.hashed.encode()).hexdigest():
+        if row[2] != found.genesis or row[3] != sha256(found.vkey.encode()).hexdigest():
             raise ShipError(
                 f"store {store.store_id} is registered centrally with another genesis or key "
                 "than this archive's. Nothing is shipped until someone looks."

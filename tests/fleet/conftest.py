@@ -100,14 +100,19 @@ def central_db(pg: PgServer) -> Central:
     return make_central(pg)
 
 
-def make_central(pg: PgServer) -> Central:
-    """A fresh central database on ``pg`` with its login roles (also the fault campaign's)."""
+def make_central(pg: PgServer, schema: str | None = None) -> Central:
+    """A fresh central database on ``pg`` with its login roles (also the fault campaign's),
+    made by `central.init`, or by the SQL text ``schema`` instead."""
     if not pg.running():  # a test that killed the server and failed before restarting it
         pg.start()
     dbname = f"fleet_{next(_databases)}"
     with psycopg.connect(pg.superuser_dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {dbname}")  # type: ignore[arg-type]
-    central.init(pg.superuser_dsn(dbname))
+    if schema is None:
+        central.init(pg.superuser_dsn(dbname))
+    else:
+        with psycopg.connect(pg.superuser_dsn(dbname)) as conn:
+            conn.execute(schema)  # type: ignore[call-overload]
     with psycopg.connect(pg.superuser_dsn(dbname), autocommit=True) as conn:
         for login, group in GROUPS.items():
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [login]).fetchone()

@@ -21,7 +21,6 @@ from archive_provider.fleet.ship import ShipError, Shipper
 from archive_provider.storage.store import archive_dir
 from tests.fleet.conftest import Central, append_turns, central_rows, make_archive
 
-# format 1 archives: shipping them keeps working beside format 2 (test_ship_v2.py)
 pytestmark = pytest.mark.postgres
 
 COLUMNS = "store_id, seq, time, type, session, key, identity, payload, parts, prev_chain, chain"
@@ -113,9 +112,9 @@ def test_a_hostile_shipper_cannot_fork_rewrite_gap_or_replay(
     # a new store (registered to it) whose first event does not start at its genesis
     with psycopg.connect(central_db.url("admin_login")) as conn:
         conn.execute(
-            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, payload_key, "
-            "shipper) VALUES (%s, 1, %s, %s, 'ship_login')",
-            ["0" * 32, "11" * 32, "22" * 32],
+            "INSERT INTO hermes_archive.stores (store_id, format_version, genesis, vkey, "
+            "shipper) VALUES (%s, 2, %s, 'other+00000000+AAAA', 'ship_login')",
+            ["0" * 32, "11" * 32],
         )
     with pytest.raises(psycopg.errors.CheckViolation):
         _insert_as_shipper(central_db, {**forged, "store_id": "0" * 32, "seq": 1})
