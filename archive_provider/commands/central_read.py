@@ -7,7 +7,7 @@ runs the verifier over the central rows (``central.verify_store``); ``log`` and 
 render with ``_render``; ``search`` uses PostgreSQL's full-text search over the payloads
 (the server computes the vectors on insert). ``history``, ``as-of``, ``export`` and
 ``prove`` need one archive's projections, tiles and checkpoints: the store is laid
-out as a v2 archive in a private temporary folder (``central.lay_out_v2``, one read of that
+out as an archive in a private temporary folder (``central.lay_out_archive``, one read of that
 store), its projections are replayed there, and the local command runs on that copy.
 """
 
@@ -314,7 +314,7 @@ class _LaidOut(CommandContext):
 def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
     """One central store as a local archive (read-only) for a local command."""
     from archive_provider.audit.replay import rebuild_connection
-    from archive_provider.fleet.central import lay_out_v2, stores
+    from archive_provider.fleet.central import lay_out_archive, stores
     from archive_provider.projections.registry import default_projections
     from archive_provider.storage.store import DB_NAME, archive_dir
     from archive_provider.storage.store_pieces import STORE_KEY_NAME, write_private
@@ -338,7 +338,7 @@ def _laid_out(ctx: CommandContext, name: str) -> Iterator[CommandContext]:
         try:
             conn.rollback()  # one snapshot for the whole copy
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            problem = lay_out_v2(conn, store, db, None)
+            problem = lay_out_archive(conn, store, db, None)
             conn.rollback()
             if problem is not None:
                 raise CommandError(

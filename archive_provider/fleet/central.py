@@ -332,7 +332,7 @@ def verify_store(
     """The local verifier's checks over one store's central rows, in one snapshot.
 
     The rows go into a SQLite file in a private temporary folder (removed after), in the
-    v2 schema (:func:`lay_out_v2`), and the v2 verifier checks it. There are no central
+    archive schema (:func:`lay_out_archive`), and the local verifier checks it. There are no central
     tiles: the ones written are those of the shipped envelopes, so the verifier's tile check
     holds by construction while its root, chain, identity, payload, erasure and signature
     checks run as on a local file. Besides that: the registered genesis must be the store
@@ -346,7 +346,7 @@ def verify_store(
         with tempfile.TemporaryDirectory(prefix="hermes-archive-verify-") as folder:
             db = sqlite3.connect(Path(folder) / "central.db", isolation_level=None)
             try:
-                problem = lay_out_v2(conn, store, db, progress)
+                problem = lay_out_archive(conn, store, db, progress)
                 if problem is not None:
                     return ReportV2(store_id=store.store_id).fail(*problem)
                 report = verify_database_v2(db, vkey or store.vkey)
@@ -359,13 +359,13 @@ def verify_store(
         conn.rollback()
 
 
-_V2_EVENTS = (
+_EVENTS_SQL = (
     f"SELECT seq, time, type, session, key, identity, payload, parts, author, chain, prev_chain "
     f"FROM {SCHEMA}.events WHERE store_id = %s ORDER BY seq"
 )
 
 
-def lay_out_v2(
+def lay_out_archive(
     conn: psycopg.Connection[Any],
     store: StoreRow,
     db: sqlite3.Connection,
@@ -392,9 +392,9 @@ def lay_out_v2(
         return None, "the registered genesis is not the store id's genesis", "chain"
     tree = merkle.TileAppender()
     seq = 0
-    with conn.cursor(name="hermes_archive_rows_v2") as cursor:
+    with conn.cursor(name="hermes_archive_rows") as cursor:
         cursor.itersize = 2000
-        cursor.execute(_V2_EVENTS, [store.store_id])
+        cursor.execute(_EVENTS_SQL, [store.store_id])
         for seq, time, type_, session, key, identity, payload, parts, author, chain, prev in cursor:
             if prev != previous:
                 return (
