@@ -81,6 +81,24 @@ def test_the_retention_worker_leaves_the_rebuild_to_the_writer(tmp_path: Path) -
     assert worker.run_once() == []  # the policy is read and applied: nothing has expired
 
 
+def test_status_names_the_projections_an_open_will_rebuild(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Caught up to the head but stored by an older release: status said "all current"."""
+    from archive_provider.cli import main
+
+    home = tmp_path / "home"
+    older_archive(home)
+    capsys.readouterr()
+    assert main(["--home", str(home), "--json", "status"]) == 0
+    projections = json.loads(capsys.readouterr().out)["projections"]
+    assert {n for n, p in projections.items() if p["rebuild"]} == {"recall", "sessions"}
+    assert not projections["recall"]["current"] and projections["memory"]["current"]
+    assert main(["--home", str(home), "status"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Projections:"))
+    assert "older release" in line and "recall, sessions" in line
+
+
 def test_the_first_start_after_an_upgrade_archives_the_first_turn_and_serves_recall(
     tmp_path: Path, make_provider: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
