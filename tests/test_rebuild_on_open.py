@@ -155,3 +155,60 @@ def test_close_does_not_wait_for_a_writer_that_never_proves(tmp_path: Path) -> N
     ).start()
     worker.close(timeout=30)
     assert worker.passes == 0
+
+
+def test_a_rebuild_on_open_commits_in_batches_and_lets_another_writer_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rebuild holds the write lock for one batch at a time: between two batches another
+    writer (here a second open, with no busy timeout at all) gets the lock, joins the
+    catch-up where it stands and appends; the first open then finishes, and the projections
+    equal a replay of the whole log, the other writer's turn included. ``search`` between
+    two batches refuses the half-built index rather than answer from it."""
+    from archive_provider.audit.replay import verify_projections
+    from archive_provider.cli import main
+    from archive_provider.storage import store as store_module
+
+    home = tmp_path / "home"
+    db_path = older_archive(home)
+    monkeypatch.setattr(store_module, "CATCH_UP_BATCH", 1000)
+    begins = 0
+    other_seq: list[int] = []
+    searched: list[int] = []
+
+    def projections_traced(conn: Any) -> Any:
+        def statement(sql: str) -> None:
+            nonlocal begins
+            if sql.startswith("BEGIN IMMEDIATE"):
+                begins += 1
+                if begins == 2:  # the first batch committed; the second has not begun
+                    other_writer()
+
+        conn.set_trace_callback(statement)
+        return default_projections(conn)
+
+    def other_writer() -> None:
+        searched.append(main(["--home", str(home), "search", "Ziggy"]))
+        other = EventStore.open(
+            home / "archive", projections=default_projections, busy_timeout_ms=0
+        )
+        try:
+            [result] = other.append([turn(other, "other", 1, "a turn between two batches")])
+            other_seq.append(result.seq)
+        finally:
+            other.close()
+
+    first = EventStore.open(home / "archive", projections=projections_traced)
+    try:
+        first.conn.set_trace_callback(None)
+        assert other_seq, "no other writer got in during the rebuild"
+        assert searched == [1] and "recall index is behind the log" in capsys.readouterr().err
+        head = first.head().seq
+    finally:
+        first.close()
+    check = verify_projections(home / "archive")
+    assert check.ok, check.mismatched
+    state = versions(db_path)
+    assert state["recall"] == (RecallProjection.version, head)
+    assert state["sessions"] == (SessionsProjection.version, head)
+    assert head == other_seq[0]
