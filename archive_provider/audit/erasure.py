@@ -33,7 +33,7 @@ from ..domain.clock import now_text
 from ..errors import ArchiveError
 from ..format.events import NewEvent
 from ..projections.registry import default_projections
-from ..projections.runner import forget_erased, prepare_forgetting
+from ..projections.runner import forget_erased, prepare_forgetting, to_rebuild
 from ..storage.sql import select_in
 from ..storage.store import DB_NAME, EventStore
 from ..storage.store_pieces import (
@@ -72,6 +72,8 @@ BODY_TEXT_TYPES = frozenset(
 )
 #: events erased per transaction by retention, so a running provider waits at most one batch
 RETENTION_BATCH = 500
+#: how often a retention worker waiting for the writer's proven open looks whether to stop
+READY_POLL_S = 0.25
 #: the ``meta`` row naming the newest erasure whose rows' tokens the full-text merge dropped
 FTS_MERGED = "fts_merged_through"
 
@@ -613,8 +615,12 @@ class RetentionWorker:
 
     Its own connection, one bounded batch per transaction and a pause between batches, so a
     turn or a checkpoint on the provider's writer waits for one batch at most (each batch's
-    cost is bounded by :data:`RETENTION_BATCH` events, not by the archive's size). The
-    provider starts it with the host's thread factory; nothing in it raises into the host.
+    cost is bounded by :data:`RETENTION_BATCH` events, not by the archive's size). It never
+    rebuilds a projection: that would hold the write lock for the whole log while the writer
+    waits out its busy timeout. Its first pass waits for ``ready`` (the writer's proven open,
+    which rebuilds what a release changed), and a pass that finds a projection to rebuild
+    leaves it to the writer. The provider starts it with the host's thread factory; nothing
+    in it raises into the host.
     """
 
     def __init__(
@@ -626,8 +632,9 @@ class RetentionWorker:
         interval_s: float = 86400.0,
         pause_s: float = 0.5,
         batch: int = RETENTION_BATCH,
+        ready: threading.Event | None = None,
     ) -> None:
-        self.folder, self.projections = folder, projections
+        self.folder, self.projections, self.ready = folder, projections, ready
         self.interval_s, self.pause_s, self.batch = interval_s, pause_s, batch
         self._stop = threading.Event()
         self.passes = 0  # completed passes (status and tests read it)
@@ -644,6 +651,9 @@ class RetentionWorker:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        while self.ready is not None and not self.ready.wait(READY_POLL_S):
+            if self._stop.is_set():
+                return
         while not self._stop.is_set():
             try:
                 self.run_once()
@@ -656,10 +666,18 @@ class RetentionWorker:
     def run_once(self) -> list[Receipt]:
         if not (self.folder / DB_NAME).exists():
             return []  # a new profile: the writer is still making it, and nothing has expired
+        looked = EventStore.open(self.folder, create=False, readonly=True)
+        try:  # before opening for writing: nothing to do, or a rebuild that is the writer's
+            if retention_policy(looked) is None:
+                return []
+            rebuild = to_rebuild(looked.conn, self.projections(looked.conn))
+        finally:
+            looked.close()
+        if rebuild:
+            log.info("archive: retention waits for the writer to rebuild %s", ", ".join(rebuild))
+            return []
         store = EventStore.open(self.folder, create=False, projections=self.projections)
         try:
-            if retention_policy(store) is None:
-                return []
             return apply_retention(
                 store, batch=self.batch, between=lambda: not self._stop.wait(self.pause_s)
             )

@@ -50,6 +50,16 @@ def run(ctx: CommandContext) -> int:
                 "the archive has no recall index of this version yet; run "
                 "`hermes-archive replay` to build it"
             )
+        head = store.head().seq  # first: a commit between the two reads moves both
+        indexed = store.conn.execute(
+            "SELECT last_seq FROM projection_state WHERE name = 'recall'"
+        ).fetchone()
+        if indexed is None or int(indexed[0]) < head:  # a rebuild on open, batch by batch
+            raise CommandError(
+                f"the recall index is behind the log (seq {indexed[0] if indexed else 0} of "
+                f"{head}): it is being rebuilt by an open of the archive, or was left behind; "
+                "try again once the provider has started, or run `hermes-archive replay`"
+            )
         hits = search(
             store.conn,
             text,

@@ -34,6 +34,8 @@ def _spill(ctx: CommandContext) -> dict[str, Any]:
 
 def collect(ctx: CommandContext) -> dict[str, Any]:
     from archive_provider.fleet.ship import at_local_head, read_state
+    from archive_provider.projections.registry import default_projections
+    from archive_provider.projections.runner import to_rebuild
     from archive_provider.storage.outside import inside_problems
     from archive_provider.storage.store import DB_NAME
 
@@ -65,6 +67,7 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
                 if has_state
                 else {}
             )
+            rebuild = set(to_rebuild(conn, default_projections(conn))) if has_state else set()
             recall = recall_check(store) if has_state else None
             sessions = conn.execute(  # '' is no conversation (peer and witness events), nor
                 "SELECT count(DISTINCT session) FROM events WHERE session != '' AND NOT ("
@@ -95,7 +98,11 @@ def collect(ctx: CommandContext) -> dict[str, Any]:
         "bytes": size,
         "spill": _spill(ctx),
         "projections": {
-            name: {"last_seq": seq, "current": seq == head.seq}
+            name: {
+                "last_seq": seq,
+                "current": seq == head.seq and name not in rebuild,
+                "rebuild": name in rebuild,  # stored by an older release
+            }
             for name, seq in sorted(projections.items())
         },
         "shipping": shipping,
@@ -295,9 +302,16 @@ def _human(data: dict[str, Any]) -> str:
     lines += _spill_lines(data["spill"])
     if data.get("last_unfinished_drain"):
         lines.append(drain_line(data["last_unfinished_drain"]))
-    stale = [name for name, p in data["projections"].items() if not p["current"]]
+    rebuild = [name for name, p in data["projections"].items() if p.get("rebuild")]
+    stale = [n for n, p in data["projections"].items() if not p["current"] and n not in rebuild]
     if not data["projections"]:
         lines.append("Projections: none yet (they are created when the provider opens the archive)")
+    elif rebuild:
+        lines.append(
+            "Projections: stored by an older release, rebuilt from the log at the provider's "
+            f"next start (or by `hermes-archive replay`): {', '.join(rebuild)}"
+            + (f"; behind: {', '.join(stale)}" if stale else "")
+        )
     else:
         lines.append(
             "Projections: " + ("all current" if not stale else "behind: " + ", ".join(stale))

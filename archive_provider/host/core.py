@@ -179,7 +179,10 @@ class ArchiveCore:
                 self._warming.start()
             if self.primary and self.retention is None:
                 self.retention = RetentionWorker(
-                    archive_dir(self.home), lambda conn: self.projections(), spawn_thread
+                    archive_dir(self.home),
+                    lambda conn: self.projections(),
+                    spawn_thread,
+                    ready=self.writer.proven if self.writer is not None else None,
                 ).start()
 
     def open_shipper(self) -> None:

@@ -101,6 +101,21 @@ def apply_events(
     return count
 
 
+def to_rebuild(conn: sqlite3.Connection, projections: Sequence[Any]) -> list[str]:
+    """The names of ``projections`` the next writable open must rebuild from the log: those
+    stored by another version of the projection (a release changed it) or not stored yet.
+
+    Read only, so an opener that must not hold the write lock for a whole rebuild (the
+    retention worker) can tell before it opens for writing and leave the rebuild to the
+    writer.
+    """
+    try:
+        stored = dict(conn.execute("SELECT name, version FROM projection_state").fetchall())
+    except sqlite3.OperationalError:  # no state table, or one written before versions
+        return [p.name for p in projections]
+    return [p.name for p in projections if stored.get(p.name) != getattr(p, "version", None)]
+
+
 def prepare_forgetting(
     conn: sqlite3.Connection, projections: Sequence[Any], seqs: frozenset[int]
 ) -> None:

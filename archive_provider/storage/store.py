@@ -93,6 +93,9 @@ KEY_NAME = "payload.key"
 #: where ``migrate`` keeps a migrated v1 archive, beside the v2 one it made
 V1_DB_NAME = "events.v1.db"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+#: events one transaction of the catch-up on open applies: a rebuild (a release changed a
+#: projection) commits between batches, so another writer waits for one batch, not the log
+CATCH_UP_BATCH = 10000
 
 # Views that read as the story (docs/AUDIT.md section 6): derived from the log tables alone,
 # so they hold no copy of any text, need no projection, and verification never reads them.
@@ -554,27 +557,52 @@ class EventStore:
         return str(row[0])
 
     def _create_projections(self) -> None:
-        """Create missing projection tables and catch up any projection behind the log.
+        """Create missing projection tables and catch up any projection behind the log, at
+        most :data:`CATCH_UP_BATCH` events per transaction.
 
-        Given a :class:`ProjectionRunner`, the catch-up takes its streaming path (batched,
-        one last_seq write); if a projection fails on it, or without a runner, the catch-up
-        goes event by event so that only a failing projection is left behind.
+        Each batch commits, so a writer in another process (or a command) waits for one
+        batch however long the log is; another opener meanwhile joins the catch-up where
+        the last batch left it (each batch reads ``last_seq`` and the head inside its own
+        write transaction), and appends nothing until its own open has caught up.
+        """
+        more = self._catch_up_batch(create=True)
+        while more:
+            more = self._catch_up_batch(create=False)
+
+    def _catch_up_batch(self, *, create: bool) -> bool:
+        """One transaction of the catch-up; True when a projection is still behind.
+
+        Given a :class:`ProjectionRunner`, the batch takes its streaming path (batched,
+        one last_seq write); if a projection fails on it, or without a runner, the batch
+        goes event by event so that only a failing projection is left behind (and no
+        longer counted: the catch-up ends without it).
         """
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            for projection in self.projections:
-                projection.create(self.conn)
+            if create:
+                for projection in self.projections:
+                    projection.create(self.conn)
+            head = self.head().seq
+            lowest = min(
+                (
+                    p.last_seq(self.conn)
+                    for p in self.projections
+                    if p.name not in self.broken_projections
+                ),
+                default=head,
+            )
+            until = min(head, lowest + CATCH_UP_BATCH)
             self.conn.execute("SAVEPOINT catch_up")
             try:
                 if self._runner is None:
-                    self._catch_up_event_by_event()
+                    self._catch_up_event_by_event(until)
                 else:
-                    self._runner.catch_up(self.conn, self.head().seq)
+                    self._runner.catch_up(self.conn, until)
             except sqlite3.OperationalError:
                 raise
             except Exception:
                 self.conn.execute("ROLLBACK TO catch_up")
-                self._catch_up_event_by_event()
+                self._catch_up_event_by_event(until)
             self._finish_projections()
             self.conn.execute("RELEASE catch_up")
             self.conn.execute("COMMIT")
@@ -582,11 +610,12 @@ class EventStore:
             self.conn.execute("ROLLBACK")
             self._discard_projections()
             raise
+        return until < head
 
-    def _catch_up_event_by_event(self) -> None:
+    def _catch_up_event_by_event(self, until: int) -> None:
         behind = [(p, p.last_seq(self.conn)) for p in self.projections]
-        start = min((seq for _, seq in behind), default=self.head().seq)
-        for event in self.events(start):
+        start = min((seq for _, seq in behind), default=until)
+        for event in self.events(start, until_seq=until):
             for projection, last in behind:
                 if event.seq > last:
                     self._apply_projection(projection, event)
