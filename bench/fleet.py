@@ -2,7 +2,7 @@
 
 ``python -m bench.fleet [--turns N] [--batch B] [--json OUT]`` starts its own
 PostgreSQL 15 (the test suite's server helper: Debian's binaries, an unprivileged user,
-127.0.0.1), builds a corpus archive (format 2 by default), then in the same run and against
+127.0.0.1), builds a corpus archive (format 2), then in the same run and against
 the same server
 
 * ships it with :class:`archive_provider.fleet.ship.Shipper` into a fresh central database
