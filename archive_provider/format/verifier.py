@@ -2991,15 +2991,18 @@ def _main(argv: list[str] | None) -> int:
     mode = args_in.pop(0) if args_in and args_in[0] in ("bundle", "database", "proof") else None
     parser = argparse.ArgumentParser(
         prog="verifier.py",
-        description="Verify a hermes-archive events.db or export bundle without the package.",
+        description="Verify a hermes-archive events.db, export bundle or proof file "
+        "without the package.",
         usage="%(prog)s [bundle|database|proof] PATH [--key payload.key|VKEY] "
         "[--witness WKEY ...] [--jobs N] [--json]",
     )
-    parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
+    parser.add_argument(
+        "path", help="events.db, an export bundle or a proof file (detected by its first bytes)"
+    )
     parser.add_argument(
         "--key",
-        help="v1: payload.key of a database (default: beside it; bundles carry theirs); "
-        "v2: the archive's verifier key (or a file holding it) to check its signatures",
+        help="the archive's verifier key (or a file holding it) to check its signatures; "
+        "a format-1 database: its payload.key (default: beside it)",
     )
     parser.add_argument(
         "--witness",
@@ -3013,7 +3016,7 @@ def _main(argv: list[str] | None) -> int:
         type=int,
         default=usable_cores(),
         metavar="N",
-        help="a v2 database: processes to use (default: the cores; v1: one, N is ignored)",
+        help="a database: processes to use (default: the cores; format 1: one, N is ignored)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
