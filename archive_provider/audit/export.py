@@ -1,11 +1,11 @@
 """Export bundles: a self-contained, sealed zip an auditor can check without this package.
 
-A bundle holds the envelopes of every event from its proof start (the genesis by default)
-to the head at export time, the payloads and parts of the *selected* events only, the
-payload key and a manifest with a BLAKE3 digest of every member; the zip comment seals it
-(the layout and every check are in :mod:`archive_provider.format.verifier`, which also reads it).
-A format-2 archive's bundle (version 3, FORMAT.md 21.3) has no key and carries its bodies in
-one streamed ``payloads.bin``, so writing it keeps nothing per event or payload.
+A bundle (version 3, FORMAT.md 21.3) holds every envelope from the genesis to the head at
+export time (``envelopes.bin``), the bodies with their salts, or tombstones, of the
+*selected* events only (``payloads.bin``), and a manifest with a BLAKE3 digest of both and
+the signed checkpoint; the zip comment seals it (every check is in
+:mod:`archive_provider.format.verifier`, which also reads it). It holds no key, and writing
+it keeps nothing per event or payload.
 
 Why a zip: every platform opens one (``unzip -l``, Explorer, Python's ``zipfile``), members
 can be read one at a time with ``unzip -p``, deflate shrinks the hex-heavy envelopes by
@@ -199,7 +199,7 @@ def export_bundle(
     tmp = out.with_name(f".{out.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     conn = store.conn
     # from here to the rename, SIGTERM/SIGHUP unwind like Ctrl-C, so no copy of the archive
-    # (its payload key included) is left under the partial name
+    # (its message texts included) is left under the partial name
     with _signals_unwind():
         try:
             conn.execute("BEGIN")  # one read snapshot: the head and every row agree

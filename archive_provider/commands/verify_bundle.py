@@ -23,8 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key",
         metavar="VKEY",
-        help="a version-2 bundle: the archive's verifier key (or a file holding it), to check "
-        "its signed checkpoint's authenticity; without it only its integrity is checked",
+        help="the archive's verifier key (or a file holding it), to check the bundle's signed "
+        "checkpoint (bundle versions 2 and 3); without it only its integrity is checked",
     )
     parser.add_argument(
         "--no-archive",

@@ -2,24 +2,26 @@
 
 It imports only the Python standard library, ``blake3`` and (for format v2) ``cryptography``
 and its two pure sibling modules ``merkle.py`` and ``signed_note.py``, so that an auditor
-can read it, copy the three files into one folder and run it alone::
+can read it, copy the three files (with ``tlog_proof.py`` for proof files) into one folder
+and run it alone::
 
-    python verifier.py path/to/archive/events.db [--key path/to/payload.key] [--json]  # v1
-    python verifier.py path/to/archive/events.db [--key VKEY] [--jobs N] [--json]       # v2
-    python verifier.py bundle path/to/export.zip [--json]
+    python verifier.py path/to/archive/events.db [--key VKEY] [--jobs N] [--json]
+    python verifier.py bundle path/to/export.zip [--key VKEY] [--json]
+    python verifier.py proof path/to/seq.proof --key VKEY [--witness WKEY] [--json]
+    python verifier.py path/to/archive/events.db [--key path/to/payload.key]  # format 1
 
 It is also the verifier the package itself uses, so there is one implementation of the
 checks. It recomputes every identity, payload digest, part digest and chain value from
 the rows, checks that sequence numbers run 1, 2, 3, ... without gaps and that the recorded
 head matches the last event, and names the first bad sequence number.
 
-An export bundle (docs/AUDIT.md) is a zip holding ``manifest.json``, ``payload.key``,
-``envelopes.jsonl`` (every envelope from the proof's start to the head) and
-``payloads/<digest>`` (the payloads and parts of the selected events only), sealed by its
+An export bundle (docs/AUDIT.md section 4, FORMAT.md 21.3) is a zip holding ``manifest.json``,
+``envelopes.bin`` (every envelope from the genesis to the head, as binary records) and
+``payloads.bin`` (the bodies with their salts of the selected events only), sealed by its
 zip comment: the manifest's BLAKE3 and a BLAKE3 over every byte of the file before the seal
-digest itself, so a change to any single bit anywhere is caught and named. A format-2
-archive's bundle has no key and, from version 3 (FORMAT.md 21.3), its envelopes as binary
-records in ``envelopes.bin`` and its bodies in one streamed ``payloads.bin``.
+digest itself, so a change to any single bit anywhere is caught and named. Bundles of
+versions 1 and 2 (``envelopes.jsonl``, ``payloads/<digest>``, and in version 1
+``payload.key``; FORMAT.md 21.2) are still read.
 """
 
 from __future__ import annotations
@@ -1429,7 +1431,7 @@ def _check_checkpoints(
             )
 
 
-# -- export bundles (docs/AUDIT.md "The export bundle") -----------------------------------
+# -- export bundles (docs/AUDIT.md section 4) --------------------------------------------
 
 BUNDLE_NAME = "hermes-archive-bundle"
 BUNDLE_VERSION = 1
@@ -2758,8 +2760,8 @@ def verify_bundle(
     """Verify an export bundle: seal, manifest, every member, the chain from its start to its head,
     every selected event's payload and parts, and that the selection is complete.
 
-    A version-2 bundle (FORMAT.md 21.2) also carries the signed checkpoint: with ``vkey`` its
-    signature is checked (``authenticity`` verified), without it integrity only.
+    A version-2 or 3 bundle (FORMAT.md 21.2, 21.3) also carries the signed checkpoint: with
+    ``vkey`` its signature is checked (``authenticity`` verified), without it integrity only.
     """
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
@@ -2989,15 +2991,18 @@ def _main(argv: list[str] | None) -> int:
     mode = args_in.pop(0) if args_in and args_in[0] in ("bundle", "database", "proof") else None
     parser = argparse.ArgumentParser(
         prog="verifier.py",
-        description="Verify a hermes-archive events.db or export bundle without the package.",
+        description="Verify a hermes-archive events.db, export bundle or proof file "
+        "without the package.",
         usage="%(prog)s [bundle|database|proof] PATH [--key payload.key|VKEY] "
         "[--witness WKEY ...] [--jobs N] [--json]",
     )
-    parser.add_argument("path", help="events.db or an export bundle (detected by its first bytes)")
+    parser.add_argument(
+        "path", help="events.db, an export bundle or a proof file (detected by its first bytes)"
+    )
     parser.add_argument(
         "--key",
-        help="v1: payload.key of a database (default: beside it; bundles carry theirs); "
-        "v2: the archive's verifier key (or a file holding it) to check its signatures",
+        help="the archive's verifier key (or a file holding it) to check its signatures; "
+        "a format-1 database: its payload.key (default: beside it)",
     )
     parser.add_argument(
         "--witness",
@@ -3011,7 +3016,7 @@ def _main(argv: list[str] | None) -> int:
         type=int,
         default=usable_cores(),
         metavar="N",
-        help="a v2 database: processes to use (default: the cores; v1: one, N is ignored)",
+        help="a database: processes to use (default: the cores; format 1: one, N is ignored)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(args_in)
